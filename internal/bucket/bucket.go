@@ -1,0 +1,286 @@
+// Package bucket is the exact leaky-bucket rule of budgetd and nothing else.
+//
+// A bucket's level leaks continuously at a rate given as an amount per period.
+// Every function here is pure: it takes the limit, the bucket's state and the
+// instant "now" and returns a decision and, for writes, a new state. There is no
+// clock, no lock and no I/O. This package is the reference that every store
+// (memory, PostgreSQL, Redis) must agree with to the last digit; the rounding
+// rule is written down in docs/rounding.md.
+//
+// The rule, in order: leak first (rounded down to LevelScale fractional
+// digits), clamp at zero, then add. Time is counted in whole microseconds and a
+// clock that moves backwards counts as no time at all.
+package bucket
+
+import (
+	"math/big"
+	"sort"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// LevelScale is the number of fractional digits a level carries. The leak over
+// a time step is rounded down to this many digits, so levels are exact
+// decimals with at most LevelScale fractional digits.
+const LevelScale = 12
+
+// Limit is the policy of a bucket: its capacity and its leak rate, given as
+// LeakAmount per LeakPer. LeakPer is a whole number of microseconds.
+type Limit struct {
+	Capacity   decimal.Decimal
+	LeakAmount decimal.Decimal
+	LeakPer    time.Duration
+}
+
+// Hold is an amount reserved in a bucket until ExpiresAt. A hold counts in
+// the bucket's use while now < ExpiresAt and does not leak.
+type Hold struct {
+	Amount    decimal.Decimal
+	ExpiresAt time.Time
+}
+
+// State is the stored state of one bucket: its level as of Updated and its
+// holds. A zero State is an empty bucket that was never written. Holds that
+// have expired by "now" are ignored by every function here.
+type State struct {
+	Level   decimal.Decimal
+	Updated time.Time
+	Holds   []Hold
+}
+
+// Decision is the answer to "would this cost be accepted now?".
+//
+// Level, Held, Remaining and Capacity describe the bucket after the call when
+// it was accepted and as it is now otherwise. RetryAfter is the wait, in
+// seconds with microsecond precision rounded up, until the cost would fit if no
+// other traffic arrived; it is zero when the call was accepted or when the cost
+// can never fit (NeverFits: cost > capacity).
+type Decision struct {
+	Accepted   bool
+	Level      decimal.Decimal
+	Held       decimal.Decimal
+	Remaining  decimal.Decimal
+	Capacity   decimal.Decimal
+	RetryAfter decimal.Decimal
+	NeverFits  bool
+}
+
+// micros returns t as whole microseconds since the Unix epoch; the zero time
+// counts as "long ago".
+func micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+// Leaked is the amount that leaks from a bucket of limit l over d, rounded
+// down to LevelScale digits: floor(LeakAmount × d / LeakPer). A negative d
+// leaks nothing.
+func Leaked(l Limit, d time.Duration) decimal.Decimal {
+	us := d.Microseconds()
+	if us <= 0 {
+		return decimal.Zero
+	}
+	q, _ := l.LeakAmount.Mul(decimal.NewFromInt(us)).QuoRem(decimal.NewFromInt(l.LeakPer.Microseconds()), LevelScale)
+	return q
+}
+
+// LevelAt is the bucket's level at now: the stored level minus what leaked
+// since it was written, never below zero.
+func LevelAt(l Limit, s State, now time.Time) decimal.Decimal {
+	if s.Level.Sign() <= 0 || s.Updated.IsZero() {
+		return decimal.Max(s.Level, decimal.Zero)
+	}
+	dt := time.Duration(micros(now)-micros(s.Updated)) * time.Microsecond
+	lvl := s.Level.Sub(Leaked(l, dt))
+	if lvl.Sign() < 0 {
+		return decimal.Zero
+	}
+	return lvl
+}
+
+// HeldAt is the sum of the holds that are still active at now.
+func HeldAt(s State, now time.Time) decimal.Decimal {
+	sum := decimal.Zero
+	n := micros(now)
+	for _, h := range s.Holds {
+		if micros(h.ExpiresAt) > n {
+			sum = sum.Add(h.Amount)
+		}
+	}
+	return sum
+}
+
+// ActiveHolds returns the holds of s that are still active at now.
+func ActiveHolds(s State, now time.Time) []Hold {
+	var out []Hold
+	n := micros(now)
+	for _, h := range s.Holds {
+		if micros(h.ExpiresAt) > n {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// CanAccept answers whether adding cost at now would be accepted, without
+// changing anything. A cost of zero is always accepted.
+func CanAccept(l Limit, s State, now time.Time, cost decimal.Decimal) Decision {
+	level := LevelAt(l, s, now)
+	held := HeldAt(s, now)
+	d := Decision{
+		Level:     level,
+		Held:      held,
+		Capacity:  l.Capacity,
+		Remaining: remaining(l.Capacity, level, held),
+		NeverFits: cost.GreaterThan(l.Capacity),
+	}
+	if cost.Sign() == 0 || level.Add(held).Add(cost).LessThanOrEqual(l.Capacity) {
+		d.Accepted = true
+		d.NeverFits = false
+		return d
+	}
+	if !d.NeverFits {
+		d.RetryAfter = retryAfter(l, s, now, cost)
+	}
+	return d
+}
+
+// Fillup adds cost to the bucket when it fits and returns the decision and
+// the new state. A denied call, or a cost of zero, returns s unchanged.
+func Fillup(l Limit, s State, now time.Time, cost decimal.Decimal) (Decision, State) {
+	d := CanAccept(l, s, now, cost)
+	if !d.Accepted || cost.Sign() == 0 {
+		return d, s
+	}
+	ns := settle(l, s, now)
+	ns.Level = ns.Level.Add(cost)
+	d.Level = ns.Level
+	d.Remaining = remaining(l.Capacity, d.Level, d.Held)
+	return d, ns
+}
+
+// Reserve adds a hold of amount until expires when it fits, like Fillup, and
+// returns the decision and the new state. The level is settled to now.
+func Reserve(l Limit, s State, now time.Time, amount decimal.Decimal, expires time.Time) (Decision, State) {
+	d := CanAccept(l, s, now, amount)
+	if !d.Accepted {
+		return d, s
+	}
+	ns := settle(l, s, now)
+	ns.Holds = append(ns.Holds, Hold{Amount: amount, ExpiresAt: expires})
+	d.Held = d.Held.Add(amount)
+	d.Remaining = remaining(l.Capacity, d.Level, d.Held)
+	return d, ns
+}
+
+// Resolve ends the hold at index i of s.Holds and adds charge to the level
+// (zero for a release). The level may pass capacity: a commit with overrun is
+// the only way that happens. It returns the new state.
+func Resolve(l Limit, s State, now time.Time, i int, charge decimal.Decimal) State {
+	ns := settle(l, s, now)
+	holds := make([]Hold, 0, len(ns.Holds))
+	for j, h := range s.Holds {
+		if j != i && micros(h.ExpiresAt) > micros(now) {
+			holds = append(holds, h)
+		}
+	}
+	ns.Holds = holds
+	ns.Level = ns.Level.Add(charge)
+	return ns
+}
+
+// Drain lowers the level by amount, clamped at zero, and returns what was
+// actually removed and the new state. A zero amount changes nothing.
+func Drain(l Limit, s State, now time.Time, amount decimal.Decimal) (decimal.Decimal, State) {
+	if amount.Sign() <= 0 {
+		return decimal.Zero, s
+	}
+	ns := settle(l, s, now)
+	removed := decimal.Min(amount, ns.Level)
+	ns.Level = ns.Level.Sub(removed)
+	return removed, ns
+}
+
+// Settled returns s with its level leaked to now, its expired holds dropped
+// and Updated moved to now (never backwards).
+func Settled(l Limit, s State, now time.Time) State { return settle(l, s, now) }
+
+func settle(l Limit, s State, now time.Time) State {
+	ns := State{Level: LevelAt(l, s, now), Updated: s.Updated, Holds: ActiveHolds(s, now)}
+	if now.After(ns.Updated) {
+		ns.Updated = now.Truncate(time.Microsecond)
+	}
+	return ns
+}
+
+func remaining(capacity, level, held decimal.Decimal) decimal.Decimal {
+	r := capacity.Sub(level).Sub(held)
+	if r.Sign() < 0 {
+		return decimal.Zero
+	}
+	return r
+}
+
+// retryAfter is the earliest wait, in seconds rounded up to the microsecond,
+// after which level + held + cost ≤ capacity holds with no other traffic. The
+// held amount falls as holds expire, so the wait is searched segment by
+// segment between expiries. It assumes cost ≤ capacity.
+//
+// The leak is measured from the state's last write, exactly as LevelAt will
+// measure it then, so the answer is never early and never late.
+func retryAfter(l Limit, s State, now time.Time, cost decimal.Decimal) decimal.Decimal {
+	n := micros(now)
+	elapsed := decimal.NewFromInt(n - micros(s.Updated))
+	holds := ActiveHolds(s, now)
+	sort.Slice(holds, func(i, j int) bool { return holds[i].ExpiresAt.Before(holds[j].ExpiresAt) })
+	held := decimal.Zero
+	for _, h := range holds {
+		held = held.Add(h.Amount)
+	}
+	var start int64
+	for i := 0; ; {
+		// Segment [start, end): holds[i:] are active; the last one is unbounded.
+		last := i == len(holds)
+		var end int64
+		if !last {
+			end = micros(holds[i].ExpiresAt) - n
+		}
+		target := l.Capacity.Sub(cost).Sub(held)
+		if target.Sign() >= 0 {
+			wait := decimal.NewFromInt(start)
+			if need := s.Level.Sub(target); need.Sign() > 0 {
+				wait = decimal.Max(wait, leakTime(l, need).Sub(elapsed))
+			}
+			if last || wait.LessThan(decimal.NewFromInt(end)) {
+				return wait.Shift(-6)
+			}
+		}
+		if last {
+			// Unreachable while cost ≤ capacity: the last segment has no holds.
+			return decimal.Zero
+		}
+		start = end
+		for i < len(holds) && micros(holds[i].ExpiresAt)-n == start {
+			held = held.Sub(holds[i].Amount)
+			i++
+		}
+	}
+}
+
+// leakTime is the least whole number of microseconds d with Leaked(l, d) ≥
+// need, for need > 0 with at most LevelScale digits: ceil(need × per / amount).
+// It may exceed int64 for tiny rates, so it is returned as a decimal.
+func leakTime(l Limit, need decimal.Decimal) decimal.Decimal {
+	// Integers scaled by 10^LevelScale make the division exact.
+	num := need.Shift(LevelScale).BigInt()
+	num.Mul(num, big.NewInt(l.LeakPer.Microseconds()))
+	den := l.LeakAmount.Shift(LevelScale).BigInt()
+	q, r := new(big.Int).QuoRem(num, den, new(big.Int))
+	if r.Sign() != 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	return decimal.NewFromBigInt(q, 0)
+}

@@ -1,0 +1,352 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/shopspring/decimal"
+)
+
+// Service is what the API calls: it validates input, calls the store once
+// per operation and derives every decision from what the store saw, with the
+// pure rule of package bucket.
+type Service struct {
+	store      Store
+	defaultTTL time.Duration
+	maxTTL     time.Duration
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithMaxTTL sets the longest hold a caller may ask for (default 24h).
+func WithMaxTTL(d time.Duration) Option { return func(s *Service) { s.maxTTL = d } }
+
+// MinTTL is the shortest hold; DefaultTTL applies when a Reserve names none.
+const (
+	MinTTL     = time.Second
+	DefaultTTL = 5 * time.Minute
+)
+
+// NewService returns a Service over store.
+func NewService(store Store, opts ...Option) *Service {
+	s := &Service{store: store, defaultTTL: DefaultTTL, maxTTL: 24 * time.Hour}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Ping reports whether the store answers.
+func (s *Service) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
+
+// LimitSpec is a limit as a caller writes it.
+type LimitSpec struct {
+	Capacity   decimal.Decimal
+	LeakAmount decimal.Decimal
+	LeakPer    time.Duration
+	History    bool
+}
+
+// PutLimit creates or updates the limit name.
+func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Limit, error) {
+	if err := ValidateName(name); err != nil {
+		return Limit{}, err
+	}
+	if err := checkAmount("capacity", spec.Capacity, true); err != nil {
+		return Limit{}, err
+	}
+	if err := checkAmount("leak.amount", spec.LeakAmount, true); err != nil {
+		return Limit{}, err
+	}
+	if spec.LeakPer < time.Microsecond || spec.LeakPer > MaxPer || spec.LeakPer%time.Microsecond != 0 {
+		return Limit{}, invalid("invalid_duration", "leak.per", "must be a whole number of microseconds between 1µs and %s", MaxPer)
+	}
+	return s.store.PutLimit(ctx, Limit{
+		Name: name, Capacity: spec.Capacity, LeakAmount: spec.LeakAmount, LeakPer: spec.LeakPer, History: spec.History,
+	})
+}
+
+// GetLimit returns the limit name.
+func (s *Service) GetLimit(ctx context.Context, name string) (Limit, error) {
+	if err := ValidateName(name); err != nil {
+		return Limit{}, ErrLimitNotFound
+	}
+	return s.store.GetLimit(ctx, name)
+}
+
+// ListLimits returns up to n limits with names after cursor.
+func (s *Service) ListLimits(ctx context.Context, after string, n int) ([]Limit, error) {
+	return s.store.ListLimits(ctx, after, n)
+}
+
+// DeleteLimit removes the limit name with all its buckets.
+func (s *Service) DeleteLimit(ctx context.Context, name string) error {
+	if err := ValidateName(name); err != nil {
+		return ErrLimitNotFound
+	}
+	return s.store.DeleteLimit(ctx, name)
+}
+
+// BucketState is a bucket as GET …/buckets/{key} shows it without a cost.
+type BucketState struct {
+	Level     decimal.Decimal
+	Held      decimal.Decimal
+	Remaining decimal.Decimal
+	Capacity  decimal.Decimal
+	UpdatedAt time.Time // zero for a bucket never written
+}
+
+// StateOf derives a bucket's state from a snapshot.
+func StateOf(sn Snapshot) BucketState {
+	d := bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, decimal.Zero)
+	return BucketState{Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: sn.State.Updated}
+}
+
+// Bucket returns a bucket's state. It writes nothing.
+func (s *Service) Bucket(ctx context.Context, ref BucketRef) (BucketState, error) {
+	if err := validateRef(ref); err != nil {
+		return BucketState{}, err
+	}
+	sn, err := s.store.Inspect(ctx, ref)
+	if err != nil {
+		return BucketState{}, err
+	}
+	return StateOf(sn), nil
+}
+
+// CanAccept answers whether a Fillup of cost would be accepted now. It
+// writes nothing.
+func (s *Service) CanAccept(ctx context.Context, ref BucketRef, cost decimal.Decimal) (bucket.Decision, error) {
+	if err := validateRef(ref); err != nil {
+		return bucket.Decision{}, err
+	}
+	if err := checkAmount("cost", cost, false); err != nil {
+		return bucket.Decision{}, err
+	}
+	sn, err := s.store.Inspect(ctx, ref)
+	if err != nil {
+		return bucket.Decision{}, err
+	}
+	return bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, cost), nil
+}
+
+// Item is one (limit, key, cost) of a Fillup.
+type Item struct {
+	Bucket BucketRef
+	Cost   decimal.Decimal
+}
+
+// FillupResult is the answer to a Fillup: whether the call was accepted and
+// one decision per requested item, in request order.
+type FillupResult struct {
+	Accepted bool
+	Items    []bucket.Decision
+	Replayed bool
+}
+
+// Fillup charges every item or none. Items on the same bucket are summed;
+// each item's decision says whether its bucket could take that sum.
+func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (FillupResult, error) {
+	if len(items) == 0 || len(items) > MaxItems {
+		return FillupResult{}, invalid("invalid_request", "items", "between 1 and %d items are allowed, got %d", MaxItems, len(items))
+	}
+	index := make(map[BucketRef]int, len(items))
+	var charges []Charge
+	slot := make([]int, len(items))
+	for i, it := range items {
+		if err := validateRef(it.Bucket); err != nil {
+			return FillupResult{}, itemErr(err, i, len(items))
+		}
+		if err := checkAmount("cost", it.Cost, false); err != nil {
+			return FillupResult{}, itemErr(err, i, len(items))
+		}
+		j, ok := index[it.Bucket]
+		if !ok {
+			j = len(charges)
+			index[it.Bucket] = j
+			charges = append(charges, Charge{Bucket: it.Bucket})
+		}
+		charges[j].Cost = charges[j].Cost.Add(it.Cost)
+		slot[i] = j
+	}
+	out, err := s.store.Fillup(ctx, charges, idem)
+	if err != nil {
+		return FillupResult{}, err
+	}
+	if len(out.Items) != len(charges) {
+		return FillupResult{}, fmt.Errorf("store answered %d items for %d buckets", len(out.Items), len(charges))
+	}
+	decisions := make([]bucket.Decision, len(charges))
+	for j, io := range out.Items {
+		decisions[j] = fillupDecision(io.Snapshot, charges[j].Cost, out.Accepted)
+	}
+	res := FillupResult{Accepted: out.Accepted, Items: make([]bucket.Decision, len(items)), Replayed: out.Replayed}
+	for i := range items {
+		res.Items[i] = decisions[slot[i]]
+	}
+	return res, nil
+}
+
+// fillupDecision derives a decision from a store's snapshot: the bucket after
+// the call when the call was accepted, and as it was (with the cost asked)
+// otherwise.
+func fillupDecision(sn Snapshot, cost decimal.Decimal, accepted bool) bucket.Decision {
+	if accepted {
+		return bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, decimal.Zero)
+	}
+	return bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, cost)
+}
+
+// DrainResult is the answer to a Drain.
+type DrainResult struct {
+	Removed  decimal.Decimal
+	Bucket   BucketState
+	Replayed bool
+}
+
+// Drain lowers a bucket's level by amount, clamped at zero.
+func (s *Service) Drain(ctx context.Context, ref BucketRef, amount decimal.Decimal, idem Idempotency) (DrainResult, error) {
+	if err := validateRef(ref); err != nil {
+		return DrainResult{}, err
+	}
+	if err := checkAmount("amount", amount, false); err != nil {
+		return DrainResult{}, err
+	}
+	out, err := s.store.Drain(ctx, ref, amount, idem)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	return DrainResult{Removed: out.Removed, Bucket: StateOf(out.Snapshot), Replayed: out.Replayed}, nil
+}
+
+// ReserveResult is the answer to a Reserve: the decision and, when accepted,
+// the hold.
+type ReserveResult struct {
+	Decision    bucket.Decision
+	Reservation Reservation
+	Replayed    bool
+}
+
+// Reserve holds amount in a bucket for ttl (DefaultTTL when zero).
+func (s *Service) Reserve(ctx context.Context, ref BucketRef, amount decimal.Decimal, ttl time.Duration, idem Idempotency) (ReserveResult, error) {
+	if err := validateRef(ref); err != nil {
+		return ReserveResult{}, err
+	}
+	if err := checkAmount("amount", amount, true); err != nil {
+		return ReserveResult{}, err
+	}
+	if ttl == 0 {
+		ttl = s.defaultTTL
+	}
+	if ttl < MinTTL || ttl > s.maxTTL || ttl%time.Microsecond != 0 {
+		return ReserveResult{}, invalid("invalid_duration", "ttl", "must be a whole number of microseconds between %s and %s", MinTTL, s.maxTTL)
+	}
+	out, err := s.store.Reserve(ctx, ref, amount, ttl, idem)
+	if err != nil {
+		return ReserveResult{}, err
+	}
+	return ReserveResult{
+		Decision:    fillupDecision(out.Snapshot, amount, out.Accepted),
+		Reservation: out.Reservation,
+		Replayed:    out.Replayed,
+	}, nil
+}
+
+// ResolveResult is the answer to a Commit or Release: the hold as it is and
+// the bucket's state after the call.
+type ResolveResult struct {
+	Reservation Reservation
+	Bucket      BucketState
+	Replayed    bool
+}
+
+// Commit ends a hold and charges amount (the held amount when null). A
+// refusal is returned as a *Refusal error.
+func (s *Service) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem Idempotency) (ResolveResult, error) {
+	if err := ValidateReservationID(id); err != nil {
+		return ResolveResult{}, err
+	}
+	if amount.Valid {
+		if err := checkAmount("amount", amount.Decimal, false); err != nil {
+			return ResolveResult{}, err
+		}
+	}
+	out, err := s.store.Commit(ctx, id, amount, overrun, idem)
+	return resolved(out, err)
+}
+
+// Release ends a hold without charging. A refusal is returned as a *Refusal
+// error.
+func (s *Service) Release(ctx context.Context, id string, idem Idempotency) (ResolveResult, error) {
+	if err := ValidateReservationID(id); err != nil {
+		return ResolveResult{}, err
+	}
+	out, err := s.store.Release(ctx, id, idem)
+	return resolved(out, err)
+}
+
+func resolved(out ResolveOutcome, err error) (ResolveResult, error) {
+	if err != nil {
+		return ResolveResult{}, err
+	}
+	r := out.Reservation
+	r.State = r.StateAt(out.Snapshot.Now)
+	res := ResolveResult{Reservation: r, Bucket: StateOf(out.Snapshot), Replayed: out.Replayed}
+	if out.Refusal != "" {
+		return res, &Refusal{Code: out.Refusal, Reservation: r}
+	}
+	return res, nil
+}
+
+// Reservation returns a hold as it is now.
+func (s *Service) Reservation(ctx context.Context, id string) (Reservation, error) {
+	if err := ValidateReservationID(id); err != nil {
+		return Reservation{}, err
+	}
+	r, now, err := s.store.Reservation(ctx, id)
+	if err != nil {
+		return Reservation{}, err
+	}
+	r.State = r.StateAt(now)
+	return r, nil
+}
+
+// History lists a bucket's entries newest first.
+func (s *Service) History(ctx context.Context, ref BucketRef, cursor string, n int) ([]Entry, string, error) {
+	if err := validateRef(ref); err != nil {
+		return nil, "", err
+	}
+	return s.store.History(ctx, ref, cursor, n)
+}
+
+func validateRef(ref BucketRef) error {
+	if err := ValidateName(ref.Limit); err != nil {
+		return err
+	}
+	return ValidateKey(ref.Key)
+}
+
+// checkAmount enforces the input bounds on an already parsed amount.
+func checkAmount(field string, d decimal.Decimal, positive bool) error {
+	switch {
+	case d.Sign() < 0:
+		return invalid("invalid_amount", field, "must not be negative")
+	case positive && d.Sign() == 0:
+		return invalid("invalid_amount", field, "must be greater than 0")
+	case d.GreaterThan(MaxAmount):
+		return invalid("invalid_amount", field, "must be at most 1000000000000")
+	case d.Exponent() < -AmountScale && !d.Equal(d.Truncate(AmountScale)):
+		return invalid("invalid_amount", field, "has more than %d fractional digits", AmountScale)
+	}
+	return nil
+}
+
+func itemErr(err error, i, n int) error {
+	if ie, ok := err.(*InvalidError); ok && n > 0 {
+		return &InvalidError{Code: ie.Code, Field: fmt.Sprintf("items[%d].%s", i, ie.Field), Reason: ie.Reason}
+	}
+	return err
+}

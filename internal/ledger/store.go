@@ -1,0 +1,158 @@
+package ledger
+
+import (
+	"context"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// Store keeps limits, buckets, holds, history and idempotency records.
+//
+// Every method that changes state is one atomic step that a database store
+// runs in one round trip in the common case: the check, the change, the history
+// entries and the idempotency record commit together or not at all. "Now" is
+// the store's own clock (truncated to whole microseconds) read once per step;
+// a store that sees its clock go backwards must not leak or expire anything
+// for it (the rule in package bucket already treats a negative step as zero).
+//
+// Inputs reach a Store validated: names, keys, amounts (at most 10^12 with 6
+// fractional digits), TTLs and costs are in range, and multi-bucket items are
+// distinct buckets with their costs summed. The same rules as package bucket
+// must hold exactly: Fillup accepts iff bucket.Fillup would, and so on.
+//
+// Errors: ErrLimitNotFound and ErrReservationNotFound for missing things;
+// ErrIdempotencyKeyReused for a key replayed with another body; ErrUnavailable
+// (wrapped) for infrastructure failures, after which the outcome of a write may
+// be unknown; context errors when ctx ends. Domain refusals about holds are not
+// errors: they are reported in the outcome's Refusal so they can be replayed.
+//
+// Idempotency: when idem.Key is not empty, a store first looks up (Scope, Key).
+// If a record exists with the same Hash it returns the stored outcome with
+// Replayed set and changes nothing; with another Hash it returns
+// ErrIdempotencyKeyReused. Otherwise it performs the step and stores its
+// outcome (including denials and refusals) in the same atomic step, kept for
+// at least IdempotencyTTL. A concurrent duplicate waits for the first to finish
+// (bounded) or gets ErrIdempotencyInFlight. Outcomes that end in an error are
+// not stored.
+//
+// All methods are safe for concurrent use, also from many processes sharing
+// one database.
+type Store interface {
+	// PutLimit creates the limit or updates it in place, keeping every
+	// bucket's level and holds. It returns the limit as stored, with
+	// CreatedAt and UpdatedAt from the store's clock.
+	PutLimit(ctx context.Context, l Limit) (Limit, error)
+	// GetLimit returns the limit or ErrLimitNotFound.
+	GetLimit(ctx context.Context, name string) (Limit, error)
+	// ListLimits returns up to n limits ordered by name, with names > after.
+	ListLimits(ctx context.Context, after string, n int) ([]Limit, error)
+	// DeleteLimit removes the limit with its buckets, holds, history and
+	// idempotency records, or returns ErrLimitNotFound.
+	DeleteLimit(ctx context.Context, name string) error
+
+	// Inspect returns a bucket's state without writing anything, not even a
+	// timestamp or an expiry. A bucket never written has a zero State.
+	Inspect(ctx context.Context, ref BucketRef) (Snapshot, error)
+
+	// Fillup charges every item or none: it accepts iff each item's bucket
+	// could take its cost now (bucket.Fillup). Items are distinct buckets. The
+	// outcome has one ItemOutcome per item, in order. Accepted items of a
+	// positive cost add a fillup history entry (when the limit keeps history).
+	Fillup(ctx context.Context, items []Charge, idem Idempotency) (FillupOutcome, error)
+
+	// Drain lowers a bucket's level by amount, clamped at zero
+	// (bucket.Drain). A positive amount adds a drain entry with the amount
+	// actually removed.
+	Drain(ctx context.Context, ref BucketRef, amount decimal.Decimal, idem Idempotency) (DrainOutcome, error)
+
+	// Reserve adds a hold of amount for ttl when it fits (bucket.Reserve)
+	// and records a reserved entry. The store assigns the hold's id (at most
+	// 128 characters of [A-Za-z0-9_-]). It returns ErrTooManyHolds when the
+	// bucket has MaxHolds active holds.
+	Reserve(ctx context.Context, ref BucketRef, amount decimal.Decimal, ttl time.Duration, idem Idempotency) (ReserveOutcome, error)
+
+	// Commit ends an active hold and adds amount to the level
+	// (bucket.Resolve); a null amount means the held amount. Refusals:
+	// RefusalExceedsHold (amount > hold and !overrun), RefusalExpired,
+	// RefusalClosed (released, or committed with another amount). Committing
+	// again with the same amount returns the hold as it is, with no Refusal
+	// and no change. An overrun that would lift the level past MaxLevel
+	// returns ErrLevelOverflow.
+	Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem Idempotency) (ResolveOutcome, error)
+
+	// Release ends an active hold without charging. Refusals:
+	// RefusalExpired, RefusalClosed (committed). Releasing again returns the
+	// hold as it is.
+	Release(ctx context.Context, id string, idem Idempotency) (ResolveOutcome, error)
+
+	// Reservation returns a hold (with the store's clock, so the caller can
+	// tell an expired hold) or ErrReservationNotFound. It writes nothing.
+	Reservation(ctx context.Context, id string) (Reservation, time.Time, error)
+
+	// History lists a bucket's entries newest first (by Time, then ID),
+	// starting after cursor ("" for the first page), up to n. It returns the
+	// cursor of the next page, "" at the end. Holds of the bucket that have
+	// expired are recorded as expired entries (time = ExpiresAt) before
+	// listing. A limit with history off answers an empty list.
+	History(ctx context.Context, ref BucketRef, cursor string, n int) ([]Entry, string, error)
+
+	// Ping reports whether the store answers; it backs /readyz.
+	Ping(ctx context.Context) error
+	// Close releases the store's resources.
+	Close() error
+}
+
+// MaxHolds is the most active holds one bucket may have.
+const MaxHolds = 1000
+
+// MaxLevel bounds a level: an overrun commit may not lift it further.
+var MaxLevel = decimal.New(1, 15)
+
+// Charge is one multi-bucket item as a store sees it: a distinct bucket and
+// the total cost to add to it.
+type Charge struct {
+	Bucket BucketRef
+	Cost   decimal.Decimal
+}
+
+// FillupOutcome is what a store reports of a Fillup.
+type FillupOutcome struct {
+	Accepted bool
+	Items    []ItemOutcome
+	Replayed bool
+}
+
+// ItemOutcome is one bucket of a Fillup. Fits says whether this bucket could
+// take its cost; Snapshot is the bucket after the call when the call was
+// accepted, and as it was otherwise.
+type ItemOutcome struct {
+	Fits     bool
+	Snapshot Snapshot
+}
+
+// DrainOutcome is what a store reports of a Drain.
+type DrainOutcome struct {
+	Removed  decimal.Decimal
+	Snapshot Snapshot
+	Replayed bool
+}
+
+// ReserveOutcome is what a store reports of a Reserve. Reservation is set
+// only when Accepted.
+type ReserveOutcome struct {
+	Accepted    bool
+	Reservation Reservation
+	Snapshot    Snapshot
+	Replayed    bool
+}
+
+// ResolveOutcome is what a store reports of a Commit or Release: the hold as
+// it is after the call, the bucket after it, and a Refusal code ("" when the
+// call succeeded or repeated an identical resolution).
+type ResolveOutcome struct {
+	Reservation Reservation
+	Snapshot    Snapshot
+	Refusal     string
+	Replayed    bool
+}

@@ -1,0 +1,110 @@
+package ledger
+
+import (
+	"regexp"
+	"time"
+	"unicode/utf8"
+
+	"github.com/shopspring/decimal"
+)
+
+// Bounds on input, as documented in docs/rounding.md.
+const (
+	// AmountScale is the most fractional digits an input amount may carry.
+	AmountScale = 6
+	// MaxKeyBytes is the longest bucket key, in bytes of UTF-8.
+	MaxKeyBytes = 256
+	// MaxPer is the longest leak period.
+	MaxPer = 87600 * time.Hour
+	// MaxItems is the most items in one multi-bucket Fillup.
+	MaxItems = 64
+)
+
+// MaxAmount is the largest amount accepted on input: 10^12.
+var MaxAmount = decimal.New(1, 12)
+
+var (
+	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	amountRE = regexp.MustCompile(`^(0|[1-9][0-9]*)(\.[0-9]{1,6})?$`)
+	holdIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+)
+
+// ValidateName checks a limit name: [a-z0-9][a-z0-9._-]{0,63}.
+func ValidateName(name string) error {
+	if !nameRE.MatchString(name) {
+		return invalid("invalid_name", "name", "limit names are 1-64 characters of [a-z0-9._-] starting with a letter or digit")
+	}
+	return nil
+}
+
+// ValidateKey checks a bucket key: 1–256 bytes of valid UTF-8 without control
+// characters (C0, DEL, C1). Keys are not normalised.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return invalid("invalid_key", "key", "key is empty")
+	case len(key) > MaxKeyBytes:
+		return invalid("invalid_key", "key", "key is %d bytes; at most %d are allowed", len(key), MaxKeyBytes)
+	case !utf8.ValidString(key):
+		return invalid("invalid_key", "key", "key is not valid UTF-8")
+	}
+	for _, r := range key {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
+			return invalid("invalid_key", "key", "key contains the control character U+%04X", r)
+		}
+	}
+	return nil
+}
+
+// ParseAmount parses a decimal in plain notation, (0|[1-9][0-9]*)(.[0-9]{1,6})?,
+// of at most 10^12, naming field in the error. Nothing is rounded: an amount
+// that does not fit is refused.
+func ParseAmount(field, s string) (decimal.Decimal, error) {
+	if len(s) > 32 || !amountRE.MatchString(s) {
+		return decimal.Decimal{}, invalid("invalid_amount", field,
+			"%q is not a plain decimal with at most 6 fractional digits (like 12 or 12.37)", clip(s))
+	}
+	d, err := decimal.NewFromString(s)
+	if err != nil {
+		return decimal.Decimal{}, invalid("invalid_amount", field, "%q is not a decimal", clip(s))
+	}
+	if d.GreaterThan(MaxAmount) {
+		return decimal.Decimal{}, invalid("invalid_amount", field, "%s is above the maximum 1000000000000", clip(s))
+	}
+	return d, nil
+}
+
+// ParseDuration parses a Go duration that is a whole number of microseconds
+// within [min, max], naming field in the error.
+func ParseDuration(field, s string, min, max time.Duration) (time.Duration, error) {
+	if len(s) > 64 {
+		return 0, invalid("invalid_duration", field, "duration is too long")
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, invalid("invalid_duration", field, "%q is not a Go duration like 1s, 10m or 720h", clip(s))
+	}
+	if d%time.Microsecond != 0 {
+		return 0, invalid("invalid_duration", field, "%q is not a whole number of microseconds", clip(s))
+	}
+	if d < min || d > max {
+		return 0, invalid("invalid_duration", field, "%q is outside [%s, %s]", clip(s), min, max)
+	}
+	return d, nil
+}
+
+// ValidateReservationID reports whether id can name a hold at all. A
+// malformed id is reported as ErrReservationNotFound (404), as SPEC asks.
+func ValidateReservationID(id string) error {
+	if !holdIDRE.MatchString(id) {
+		return ErrReservationNotFound
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
