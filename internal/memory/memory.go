@@ -1,0 +1,635 @@
+// Package memory is budgetd's embedded store: every limit, bucket, hold and
+// history entry lives in this process and is lost when it exits.
+//
+// Buckets are spread over shards, each with its own mutex, so calls on
+// different keys rarely wait for each other; a multi-bucket call locks the
+// shards it needs in index order. Idle empty buckets are pruned as the shard
+// is written, so memory follows the number of live buckets.
+package memory
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/shopspring/decimal"
+)
+
+var _ ledger.Store = (*Store)(nil)
+
+const (
+	shardCount = 64
+	// HistoryPerBucket is the most history entries kept per bucket; older
+	// ones are dropped first.
+	HistoryPerBucket = 10_000
+	// HistoryRetention is how long a history entry is kept at least, unless
+	// HistoryPerBucket pushes it out.
+	HistoryRetention = 30 * 24 * time.Hour
+	// closedHoldRetention is how long a resolved hold stays readable.
+	closedHoldRetention = 24 * time.Hour
+	// sweepEvery is how many writes to a shard trigger a sweep of it.
+	sweepEvery = 1024
+	// inFlightWait bounds how long a duplicate request waits for the first.
+	inFlightWait = 10 * time.Second
+)
+
+// Store is the memory store. The zero value is not usable; call New.
+type Store struct {
+	now func() time.Time
+
+	limitsMu sync.RWMutex
+	limits   map[string]ledger.Limit
+
+	seed   maphash.Seed
+	shards [shardCount]shard
+	nextID atomic.Int64
+
+	idem idemTable
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock replaces the clock (time.Now). Tests pin time with it.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// New returns an empty memory store.
+func New(opts ...Option) *Store {
+	s := &Store{now: time.Now, limits: map[string]ledger.Limit{}, seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i].buckets = map[ledger.BucketRef]*bucketRec{}
+		s.shards[i].holds = map[string]*holdRec{}
+	}
+	s.idem.records = map[idemKey]*idemRecord{}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+type shard struct {
+	mu      sync.Mutex
+	buckets map[ledger.BucketRef]*bucketRec
+	holds   map[string]*holdRec // every hold of the shard's buckets, by id
+	writes  int
+}
+
+type bucketRec struct {
+	level   decimal.Decimal
+	updated time.Time
+	active  []*holdRec // holds not yet resolved or recorded as expired
+	history []ledger.Entry
+}
+
+type holdRec struct {
+	res ledger.Reservation
+}
+
+// clock reads the clock once for an operation, in whole microseconds.
+func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+func (s *Store) shardOf(ref ledger.BucketRef) int {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	h.WriteString(ref.Limit)
+	h.WriteByte(0)
+	h.WriteString(ref.Key)
+	return int(h.Sum64() % shardCount)
+}
+
+// Ping always succeeds: the store is this process.
+func (s *Store) Ping(context.Context) error { return nil }
+
+// Close does nothing.
+func (s *Store) Close() error { return nil }
+
+// PutLimit creates or updates a limit, keeping its buckets.
+func (s *Store) PutLimit(_ context.Context, l ledger.Limit) (ledger.Limit, error) {
+	now := s.clock()
+	s.limitsMu.Lock()
+	defer s.limitsMu.Unlock()
+	l.CreatedAt, l.UpdatedAt = now, now
+	if old, ok := s.limits[l.Name]; ok {
+		l.CreatedAt = old.CreatedAt
+	}
+	s.limits[l.Name] = l
+	return l, nil
+}
+
+// GetLimit returns a limit or ledger.ErrLimitNotFound.
+func (s *Store) GetLimit(_ context.Context, name string) (ledger.Limit, error) {
+	s.limitsMu.RLock()
+	defer s.limitsMu.RUnlock()
+	l, ok := s.limits[name]
+	if !ok {
+		return ledger.Limit{}, fmt.Errorf("limit %q: %w", name, ledger.ErrLimitNotFound)
+	}
+	return l, nil
+}
+
+// ListLimits returns up to n limits with names after after, by name.
+func (s *Store) ListLimits(_ context.Context, after string, n int) ([]ledger.Limit, error) {
+	s.limitsMu.RLock()
+	defer s.limitsMu.RUnlock()
+	var out []ledger.Limit
+	for name, l := range s.limits {
+		if name > after {
+			out = append(out, l)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out, nil
+}
+
+// DeleteLimit removes a limit with its buckets, holds and history.
+func (s *Store) DeleteLimit(_ context.Context, name string) error {
+	s.limitsMu.Lock()
+	defer s.limitsMu.Unlock()
+	if _, ok := s.limits[name]; !ok {
+		return fmt.Errorf("limit %q: %w", name, ledger.ErrLimitNotFound)
+	}
+	delete(s.limits, name)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for ref := range sh.buckets {
+			if ref.Limit == name {
+				delete(sh.buckets, ref)
+			}
+		}
+		for id, h := range sh.holds {
+			if h.res.Bucket.Limit == name {
+				delete(sh.holds, id)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// limit returns the named limit; the caller holds limitsMu for reading.
+func (s *Store) limit(name string) (ledger.Limit, error) {
+	l, ok := s.limits[name]
+	if !ok {
+		return ledger.Limit{}, fmt.Errorf("limit %q: %w", name, ledger.ErrLimitNotFound)
+	}
+	return l, nil
+}
+
+// state is the bucket rule's view of b; a nil b is an empty bucket.
+func (b *bucketRec) state() bucket.State {
+	if b == nil {
+		return bucket.State{}
+	}
+	st := bucket.State{Level: b.level, Updated: b.updated, Holds: make([]bucket.Hold, len(b.active))}
+	for i, h := range b.active {
+		st.Holds[i] = bucket.Hold{Amount: h.res.Amount, ExpiresAt: h.res.ExpiresAt}
+	}
+	return st
+}
+
+func snapshot(l ledger.Limit, b *bucketRec, now time.Time) ledger.Snapshot {
+	return ledger.Snapshot{Limit: l, State: b.state(), Now: now}
+}
+
+// Inspect returns a bucket's state without writing anything.
+func (s *Store) Inspect(_ context.Context, ref ledger.BucketRef) (ledger.Snapshot, error) {
+	s.limitsMu.RLock()
+	defer s.limitsMu.RUnlock()
+	l, err := s.limit(ref.Limit)
+	if err != nil {
+		return ledger.Snapshot{}, err
+	}
+	now := s.clock()
+	sh := &s.shards[s.shardOf(ref)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return snapshot(l, sh.buckets[ref], now), nil
+}
+
+// bucketFor returns the bucket record of ref, creating it.
+func (sh *shard) bucketFor(ref ledger.BucketRef) *bucketRec {
+	b := sh.buckets[ref]
+	if b == nil {
+		b = &bucketRec{}
+		sh.buckets[ref] = b
+	}
+	return b
+}
+
+// settle applies the rule's settled state to b: level leaked to now,
+// updated moved forward, expired holds recorded as expired.
+func (s *Store) settle(l ledger.Limit, b *bucketRec, now time.Time) {
+	ns := bucket.Settled(l.Rule(), b.state(), now)
+	b.level, b.updated = ns.Level, ns.Updated
+	s.expireHolds(l, b, now)
+}
+
+// expireHolds records the holds of b that have expired by now.
+func (s *Store) expireHolds(l ledger.Limit, b *bucketRec, now time.Time) {
+	kept := b.active[:0]
+	for _, h := range b.active {
+		if now.Before(h.res.ExpiresAt) {
+			kept = append(kept, h)
+			continue
+		}
+		h.res.State = ledger.Expired
+		h.res.ResolvedAt = h.res.ExpiresAt
+		s.record(l, b, h.res.ExpiresAt, ledger.EventExpired, h.res.Amount, h.res.ID)
+	}
+	clear(b.active[len(kept):])
+	b.active = kept
+}
+
+func (s *Store) record(l ledger.Limit, b *bucketRec, at time.Time, ev ledger.Event, amount decimal.Decimal, holdID string) {
+	if !l.History {
+		return
+	}
+	id := strconv.FormatInt(s.nextID.Add(1), 10)
+	b.history = append(b.history, ledger.Entry{ID: id, Time: at, Event: ev, Amount: amount, ReservationID: holdID})
+	if len(b.history) > HistoryPerBucket {
+		b.history = slices.Delete(b.history, 0, len(b.history)-HistoryPerBucket)
+	}
+}
+
+// wrote counts a write to sh and, now and then, sweeps it.
+func (s *Store) wrote(sh *shard, now time.Time) {
+	sh.writes++
+	if sh.writes%sweepEvery == 0 {
+		s.sweep(sh, now)
+	}
+}
+
+// sweep drops from sh the buckets that are empty with nothing to keep, old
+// history entries and long-resolved holds. The caller holds sh.mu and
+// limitsMu for reading.
+func (s *Store) sweep(sh *shard, now time.Time) {
+	for ref, b := range sh.buckets {
+		l, ok := s.limits[ref.Limit]
+		if !ok {
+			delete(sh.buckets, ref)
+			continue
+		}
+		s.expireHolds(l, b, now)
+		cut := 0
+		for cut < len(b.history) && now.Sub(b.history[cut].Time) > HistoryRetention {
+			cut++
+		}
+		b.history = slices.Delete(b.history, 0, cut)
+		if len(b.active) == 0 && len(b.history) == 0 && bucket.LevelAt(l.Rule(), b.state(), now).IsZero() {
+			delete(sh.buckets, ref)
+		}
+	}
+	for id, h := range sh.holds {
+		if h.res.State != ledger.Active || !now.Before(h.res.ExpiresAt) {
+			if now.Sub(h.res.ExpiresAt) > closedHoldRetention && now.Sub(h.res.ResolvedAt) > closedHoldRetention {
+				delete(sh.holds, id)
+			}
+		}
+	}
+}
+
+// lockShards locks the shards of refs in index order and returns an unlock.
+func (s *Store) lockShards(refs []ledger.BucketRef) func() {
+	idx := make([]int, 0, len(refs))
+	for _, r := range refs {
+		idx = append(idx, s.shardOf(r))
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		s.shards[i].mu.Lock()
+	}
+	return func() {
+		for _, i := range idx {
+			s.shards[i].mu.Unlock()
+		}
+	}
+}
+
+// Fillup charges every item or none.
+func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
+	return replay(s, ctx, idem, func(o *ledger.FillupOutcome) { o.Replayed = true }, func() (ledger.FillupOutcome, error) {
+		s.limitsMu.RLock()
+		defer s.limitsMu.RUnlock()
+		limits := make([]ledger.Limit, len(items))
+		refs := make([]ledger.BucketRef, len(items))
+		for i, it := range items {
+			l, err := s.limit(it.Bucket.Limit)
+			if err != nil {
+				return ledger.FillupOutcome{}, err
+			}
+			limits[i], refs[i] = l, it.Bucket
+		}
+		now := s.clock()
+		defer s.lockShards(refs)()
+		out := ledger.FillupOutcome{Accepted: true, Items: make([]ledger.ItemOutcome, len(items))}
+		for i, it := range items {
+			b := s.shards[s.shardOf(it.Bucket)].buckets[it.Bucket]
+			d := bucket.CanAccept(limits[i].Rule(), b.state(), now, it.Cost)
+			out.Items[i].Fits = d.Accepted
+			out.Accepted = out.Accepted && d.Accepted
+		}
+		for i, it := range items {
+			sh := &s.shards[s.shardOf(it.Bucket)]
+			b := sh.buckets[it.Bucket]
+			if out.Accepted && it.Cost.Sign() > 0 {
+				b = sh.bucketFor(it.Bucket)
+				s.settle(limits[i], b, now)
+				b.level = b.level.Add(it.Cost)
+				s.record(limits[i], b, now, ledger.EventFillup, it.Cost, "")
+				s.wrote(sh, now)
+			}
+			out.Items[i].Snapshot = snapshot(limits[i], b, now)
+		}
+		return out, nil
+	})
+}
+
+// Drain lowers a bucket's level, clamped at zero.
+func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency) (ledger.DrainOutcome, error) {
+	return replay(s, ctx, idem, func(o *ledger.DrainOutcome) { o.Replayed = true }, func() (ledger.DrainOutcome, error) {
+		s.limitsMu.RLock()
+		defer s.limitsMu.RUnlock()
+		l, err := s.limit(ref.Limit)
+		if err != nil {
+			return ledger.DrainOutcome{}, err
+		}
+		now := s.clock()
+		sh := &s.shards[s.shardOf(ref)]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		out := ledger.DrainOutcome{Removed: decimal.Zero}
+		if amount.Sign() > 0 {
+			b := sh.bucketFor(ref)
+			s.settle(l, b, now)
+			out.Removed = decimal.Min(amount, b.level)
+			b.level = b.level.Sub(out.Removed)
+			s.record(l, b, now, ledger.EventDrain, out.Removed, "")
+			s.wrote(sh, now)
+		}
+		out.Snapshot = snapshot(l, sh.buckets[ref], now)
+		return out, nil
+	})
+}
+
+// Reserve adds a hold when it fits.
+func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency) (ledger.ReserveOutcome, error) {
+	return replay(s, ctx, idem, func(o *ledger.ReserveOutcome) { o.Replayed = true }, func() (ledger.ReserveOutcome, error) {
+		s.limitsMu.RLock()
+		defer s.limitsMu.RUnlock()
+		l, err := s.limit(ref.Limit)
+		if err != nil {
+			return ledger.ReserveOutcome{}, err
+		}
+		now := s.clock()
+		si := s.shardOf(ref)
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		b := sh.buckets[ref]
+		st := b.state()
+		if len(bucket.ActiveHolds(st, now)) >= ledger.MaxHolds {
+			return ledger.ReserveOutcome{}, ledger.ErrTooManyHolds
+		}
+		d := bucket.CanAccept(l.Rule(), st, now, amount)
+		if !d.Accepted {
+			return ledger.ReserveOutcome{Snapshot: snapshot(l, b, now)}, nil
+		}
+		b = sh.bucketFor(ref)
+		s.settle(l, b, now)
+		h := &holdRec{res: ledger.Reservation{
+			ID:        newHoldID(si),
+			Bucket:    ref,
+			Amount:    amount,
+			State:     ledger.Active,
+			CreatedAt: now,
+			ExpiresAt: now.Add(ttl),
+		}}
+		b.active = append(b.active, h)
+		sh.holds[h.res.ID] = h
+		s.record(l, b, now, ledger.EventReserved, amount, h.res.ID)
+		s.wrote(sh, now)
+		return ledger.ReserveOutcome{Accepted: true, Reservation: h.res, Snapshot: snapshot(l, b, now)}, nil
+	})
+}
+
+// newHoldID returns a fresh hold id that names its shard: "h" + two hex
+// digits of shard + 24 random hex digits.
+func newHoldID(shard int) string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return fmt.Sprintf("h%02x%s", shard, hex.EncodeToString(b[:]))
+}
+
+// holdShard returns the shard an id names, or -1.
+func holdShard(id string) int {
+	if len(id) != 27 || id[0] != 'h' {
+		return -1
+	}
+	n, err := strconv.ParseUint(id[1:3], 16, 8)
+	if err != nil || n >= shardCount {
+		return -1
+	}
+	return int(n)
+}
+
+// Commit ends a hold and charges amount (the held amount when null).
+func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+	return s.resolve(ctx, id, idem, func(l ledger.Limit, b *bucketRec, h *holdRec, now time.Time) (string, error) {
+		charge := h.res.Amount
+		if amount.Valid {
+			charge = amount.Decimal
+		}
+		switch h.res.State {
+		case ledger.Committed:
+			if h.res.CommittedAmount.Decimal.Equal(charge) {
+				return "", nil
+			}
+			return ledger.RefusalClosed, nil
+		case ledger.Released:
+			return ledger.RefusalClosed, nil
+		}
+		if charge.GreaterThan(h.res.Amount) && !overrun {
+			return ledger.RefusalExceedsHold, nil
+		}
+		s.settle(l, b, now)
+		if b.level.Add(charge).GreaterThan(ledger.MaxLevel) {
+			return "", ledger.ErrLevelOverflow
+		}
+		b.level = b.level.Add(charge)
+		h.res.State = ledger.Committed
+		h.res.CommittedAmount = decimal.NewNullDecimal(charge)
+		h.res.ResolvedAt = now
+		b.dropActive(h)
+		s.record(l, b, now, ledger.EventCommitted, charge, h.res.ID)
+		return "", nil
+	})
+}
+
+// Release ends a hold without charging.
+func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+	return s.resolve(ctx, id, idem, func(l ledger.Limit, b *bucketRec, h *holdRec, now time.Time) (string, error) {
+		switch h.res.State {
+		case ledger.Released:
+			return "", nil
+		case ledger.Committed:
+			return ledger.RefusalClosed, nil
+		}
+		s.settle(l, b, now)
+		h.res.State = ledger.Released
+		h.res.ResolvedAt = now
+		b.dropActive(h)
+		s.record(l, b, now, ledger.EventReleased, h.res.Amount, h.res.ID)
+		return "", nil
+	})
+}
+
+func (b *bucketRec) dropActive(h *holdRec) {
+	if i := slices.Index(b.active, h); i >= 0 {
+		b.active = slices.Delete(b.active, i, i+1)
+	}
+}
+
+// resolve runs the common part of Commit and Release: find the hold, lock
+// its bucket, refuse an expired hold, then let apply decide.
+func (s *Store) resolve(ctx context.Context, id string, idem ledger.Idempotency,
+	apply func(l ledger.Limit, b *bucketRec, h *holdRec, now time.Time) (string, error)) (ledger.ResolveOutcome, error) {
+	return replay(s, ctx, idem, func(o *ledger.ResolveOutcome) { o.Replayed = true }, func() (ledger.ResolveOutcome, error) {
+		si := holdShard(id)
+		if si < 0 {
+			return ledger.ResolveOutcome{}, ledger.ErrReservationNotFound
+		}
+		s.limitsMu.RLock()
+		defer s.limitsMu.RUnlock()
+		now := s.clock()
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		h := sh.holds[id]
+		if h == nil {
+			return ledger.ResolveOutcome{}, ledger.ErrReservationNotFound
+		}
+		l, err := s.limit(h.res.Bucket.Limit)
+		if err != nil {
+			return ledger.ResolveOutcome{}, ledger.ErrReservationNotFound
+		}
+		b := sh.bucketFor(h.res.Bucket)
+		var refusal string
+		if h.res.State == ledger.Expired || (h.res.State == ledger.Active && !now.Before(h.res.ExpiresAt)) {
+			s.expireHolds(l, b, now)
+			refusal = ledger.RefusalExpired
+		} else if refusal, err = apply(l, b, h, now); err != nil {
+			return ledger.ResolveOutcome{}, err
+		}
+		s.wrote(sh, now)
+		return ledger.ResolveOutcome{Reservation: h.res, Snapshot: snapshot(l, b, now), Refusal: refusal}, nil
+	})
+}
+
+// Reservation returns a hold as stored and the store's clock.
+func (s *Store) Reservation(_ context.Context, id string) (ledger.Reservation, time.Time, error) {
+	si := holdShard(id)
+	if si < 0 {
+		return ledger.Reservation{}, time.Time{}, ledger.ErrReservationNotFound
+	}
+	now := s.clock()
+	sh := &s.shards[si]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	h := sh.holds[id]
+	if h == nil {
+		return ledger.Reservation{}, time.Time{}, ledger.ErrReservationNotFound
+	}
+	return h.res, now, nil
+}
+
+// History lists a bucket's entries newest first, recording due expiries.
+func (s *Store) History(_ context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
+	s.limitsMu.RLock()
+	defer s.limitsMu.RUnlock()
+	l, err := s.limit(ref.Limit)
+	if err != nil {
+		return nil, "", err
+	}
+	if !l.History {
+		return nil, "", nil
+	}
+	var after *ledger.Entry
+	if cursor != "" {
+		e, err := parseCursor(cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		after = &e
+	}
+	now := s.clock()
+	sh := &s.shards[s.shardOf(ref)]
+	sh.mu.Lock()
+	b := sh.buckets[ref]
+	var all []ledger.Entry
+	if b != nil {
+		s.expireHolds(l, b, now)
+		all = slices.Clone(b.history)
+	}
+	sh.mu.Unlock()
+	slices.SortFunc(all, func(a, b ledger.Entry) int { return -compareEntries(a, b) })
+	var out []ledger.Entry
+	for _, e := range all {
+		if after != nil && compareEntries(e, *after) >= 0 {
+			continue
+		}
+		if len(out) == n {
+			last := out[len(out)-1]
+			return out, fmt.Sprintf("%d.%s", last.Time.UnixMicro(), last.ID), nil
+		}
+		out = append(out, e)
+	}
+	return out, "", nil
+}
+
+// compareEntries orders entries by time, then by numeric id.
+func compareEntries(a, b ledger.Entry) int {
+	if c := a.Time.Compare(b.Time); c != 0 {
+		return c
+	}
+	ai, _ := strconv.ParseInt(a.ID, 10, 64)
+	bi, _ := strconv.ParseInt(b.ID, 10, 64)
+	switch {
+	case ai < bi:
+		return -1
+	case ai > bi:
+		return 1
+	}
+	return 0
+}
+
+func parseCursor(c string) (ledger.Entry, error) {
+	bad := &ledger.InvalidError{Code: "invalid_request", Field: "cursor", Reason: "malformed cursor"}
+	t, id, ok := strings.Cut(c, ".")
+	if !ok {
+		return ledger.Entry{}, bad
+	}
+	us, err1 := strconv.ParseInt(t, 10, 64)
+	_, err2 := strconv.ParseInt(id, 10, 64)
+	if err1 != nil || err2 != nil {
+		return ledger.Entry{}, bad
+	}
+	return ledger.Entry{Time: time.UnixMicro(us).UTC(), ID: id}, nil
+}
