@@ -1,0 +1,93 @@
+package ledger
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+func TestParseAmount(t *testing.T) {
+	ok := map[string]string{
+		"0": "0", "12": "12", "12.37": "12.37", "0.000001": "0.000001",
+		"1000000000000": "1000000000000", "999999999999.999999": "999999999999.999999",
+		"1.000000": "1", "5000.00": "5000",
+	}
+	for in, want := range ok {
+		got, err := ParseAmount("cost", in)
+		if err != nil || !got.Equal(decimal.RequireFromString(want)) {
+			t.Errorf("ParseAmount(%q) = %s, %v; want %s", in, got, err, want)
+		}
+	}
+	bad := []string{
+		"", " ", "-1", "-0", "+5", ".5", "5.", "007", "00", "1e2", "1E2", "1.0000000", "0.0000001",
+		"1000000000000.000001", "1000000000001", "NaN", "Infinity", "-Infinity", "inf", " 5", "5 ",
+		"1e1000000", "0x10", "1_000", "１", "12.37.1", strings.Repeat("9", 400), "1,5",
+	}
+	for _, in := range bad {
+		_, err := ParseAmount("cost", in)
+		var ie *InvalidError
+		if !errors.As(err, &ie) || ie.Code != "invalid_amount" || ie.Field != "cost" {
+			t.Errorf("ParseAmount(%q) = %v; want invalid_amount naming cost", in, err)
+		}
+	}
+}
+
+func TestValidateKey(t *testing.T) {
+	for _, k := range []string{"u1", "tenant/42", "ключ", strings.Repeat("a", 256), "{team}:user", "a b"} {
+		if err := ValidateKey(k); err != nil {
+			t.Errorf("ValidateKey(%q) = %v", k, err)
+		}
+	}
+	for _, k := range []string{"", strings.Repeat("a", 257), "a\x00b", "a\nb", "a\x7fb", "a\u0085b", "a\u009fb", "\xff"} {
+		if err := ValidateKey(k); err == nil {
+			t.Errorf("ValidateKey(%q) accepted", k)
+		}
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for _, n := range []string{"a", "user-rows", "spend.team_a", "0", strings.Repeat("a", 64)} {
+		if err := ValidateName(n); err != nil {
+			t.Errorf("ValidateName(%q) = %v", n, err)
+		}
+	}
+	for _, n := range []string{"", "-a", ".a", "A", "a/b", "a b", strings.Repeat("a", 65), "é"} {
+		if err := ValidateName(n); err == nil {
+			t.Errorf("ValidateName(%q) accepted", n)
+		}
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	if d, err := ParseDuration("per", "720h", time.Microsecond, MaxPer); err != nil || d != 720*time.Hour {
+		t.Errorf("720h: %v %v", d, err)
+	}
+	for _, s := range []string{"", "1", "1ns", "1.5us", "-1s", "87601h", "abc", "1e3s"} {
+		if _, err := ParseDuration("per", s, time.Microsecond, MaxPer); err == nil {
+			t.Errorf("ParseDuration(%q) accepted", s)
+		}
+	}
+}
+
+// FuzzParseAmount: whatever the input, parsing is bounded, never panics, and
+// an accepted amount prints back to a value equal to the input.
+func FuzzParseAmount(f *testing.F) {
+	for _, s := range []string{"0", "12.37", "1e2", "-1", "1000000000000", "0.0000001", "NaN", "١٢"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseAmount("cost", s)
+		if err != nil {
+			return
+		}
+		if d.Sign() < 0 || d.GreaterThan(MaxAmount) || d.Exponent() < -AmountScale {
+			t.Fatalf("ParseAmount(%q) accepted %s", s, d)
+		}
+		if !decimal.RequireFromString(s).Equal(d) || !amountRE.MatchString(s) {
+			t.Fatalf("ParseAmount(%q) = %s", s, d)
+		}
+	})
+}
