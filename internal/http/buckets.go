@@ -1,0 +1,202 @@
+package http
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/labstack/echo/v4"
+)
+
+// getBucket is CanAccept with ?cost=, the bucket's state without. It never
+// writes.
+func (s *server) getBucket(c echo.Context) error {
+	ref, err := bucketRef(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	costs, asked := c.Request().URL.Query()["cost"]
+	if !asked {
+		b, err := s.svc.Bucket(ctx, ref)
+		if err != nil {
+			return err
+		}
+		writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewBucket(b))
+		return nil
+	}
+	cost, err := ledger.ParseAmount("cost", costs[0])
+	if err != nil {
+		return err
+	}
+	d, err := s.svc.CanAccept(ctx, ref, cost)
+	if err != nil {
+		return err
+	}
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewDecision(d))
+	return nil
+}
+
+type fillupBody struct {
+	Cost jsonAmount `json:"cost"`
+}
+
+func (s *server) fillup(c echo.Context) error {
+	ref, err := bucketRef(c)
+	if err != nil {
+		return err
+	}
+	var body fillupBody
+	if err := readJSON(c, &body); err != nil {
+		return err
+	}
+	cost, err := body.Cost.required("cost")
+	if err != nil {
+		return err
+	}
+	idem, err := idempotency(c, bucketScope("fillup", ref), "cost="+cost.String())
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Fillup(c.Request().Context(), []ledger.Item{{Bucket: ref, Cost: cost}}, idem)
+	if err != nil {
+		return err
+	}
+	markReplay(c, res.Replayed)
+	d := res.Items[0]
+	if !res.Accepted {
+		return writeDenied(c, viewDecision(d), d)
+	}
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewDecision(d))
+	return nil
+}
+
+type multiBody struct {
+	Items []struct {
+		Limit string     `json:"limit"`
+		Key   string     `json:"key"`
+		Cost  jsonAmount `json:"cost"`
+	} `json:"items"`
+}
+
+// itemView is one decision of a multi-bucket Fillup, with its bucket.
+type itemView struct {
+	Limit string `json:"limit"`
+	Key   string `json:"key"`
+	decisionView
+}
+
+type multiView struct {
+	Accepted bool       `json:"accepted"`
+	Items    []itemView `json:"items"`
+}
+
+func (s *server) multiFillup(c echo.Context) error {
+	var body multiBody
+	if err := readJSON(c, &body); err != nil {
+		return err
+	}
+	if len(body.Items) == 0 || len(body.Items) > ledger.MaxItems {
+		return invalidRequest("items", "between 1 and 64 items are allowed")
+	}
+	items := make([]ledger.Item, len(body.Items))
+	var canon strings.Builder
+	for i, it := range body.Items {
+		cost, err := it.Cost.required("items["+strconv.Itoa(i)+"].cost")
+		if err != nil {
+			return err
+		}
+		items[i] = ledger.Item{Bucket: ledger.BucketRef{Limit: it.Limit, Key: it.Key}, Cost: cost}
+		canon.WriteString(it.Limit + "\x00" + it.Key + "\x00" + cost.String() + "\n")
+	}
+	idem, err := idempotency(c, "multi-fillup", canon.String())
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Fillup(c.Request().Context(), items, idem)
+	if err != nil {
+		return err
+	}
+	markReplay(c, res.Replayed)
+	view := multiView{Accepted: res.Accepted, Items: make([]itemView, len(items))}
+	for i, d := range res.Items {
+		view.Items[i] = itemView{Limit: items[i].Bucket.Limit, Key: items[i].Bucket.Key, decisionView: viewDecision(d)}
+	}
+	if !res.Accepted {
+		return writeDenied(c, view, res.Items...)
+	}
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, view)
+	return nil
+}
+
+type drainBody struct {
+	Amount jsonAmount `json:"amount"`
+}
+
+// drainView is a bucket after a Drain: always accepted, with the amount
+// actually removed.
+type drainView struct {
+	decisionView
+	UpdatedAt *string `json:"updated_at"`
+	Removed   string  `json:"removed"`
+}
+
+func (s *server) drain(c echo.Context) error {
+	ref, err := bucketRef(c)
+	if err != nil {
+		return err
+	}
+	var body drainBody
+	if err := readJSON(c, &body); err != nil {
+		return err
+	}
+	amount, err := body.Amount.required("amount")
+	if err != nil {
+		return err
+	}
+	idem, err := idempotency(c, bucketScope("drain", ref), "amount="+amount.String())
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Drain(c.Request().Context(), ref, amount, idem)
+	if err != nil {
+		return err
+	}
+	markReplay(c, res.Replayed)
+	b := viewBucket(res.Bucket)
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, drainView{
+		decisionView: decisionView{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity},
+		UpdatedAt:    b.UpdatedAt,
+		Removed:      res.Removed.String(),
+	})
+	return nil
+}
+
+func (s *server) history(c echo.Context) error {
+	ref, err := bucketRef(c)
+	if err != nil {
+		return err
+	}
+	n, cursor, err := pageParams(c)
+	if err != nil {
+		return err
+	}
+	entries, next, err := s.svc.History(c.Request().Context(), ref, cursor, n)
+	if err != nil {
+		return err
+	}
+	views := make([]entryView, len(entries))
+	for i, e := range entries {
+		views[i] = viewEntry(e)
+	}
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, newPage(views, next))
+	return nil
+}
+
+// markReplay tells the client that an answer is a stored one.
+func markReplay(c echo.Context, replayed bool) {
+	if replayed {
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+	}
+}

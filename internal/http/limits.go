@@ -1,0 +1,146 @@
+package http
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/labstack/echo/v4"
+)
+
+// limitBody is the body of PUT /v1/limits/{name}. A client may send back a
+// limit document it read: name (if present) must match the path, and the
+// times are ignored.
+type limitBody struct {
+	Name     *string `json:"name"`
+	Capacity jsonAmount `json:"capacity"`
+	Leak     *struct {
+		Amount jsonAmount   `json:"amount"`
+		Per    jsonDuration `json:"per"`
+	} `json:"leak"`
+	History   *bool           `json:"history"`
+	CreatedAt json.RawMessage `json:"created_at"`
+	UpdatedAt json.RawMessage `json:"updated_at"`
+}
+
+func (s *server) putLimit(c echo.Context) error {
+	name, err := pathParam(c, "name")
+	if err != nil {
+		return err
+	}
+	if err := ledger.ValidateName(name); err != nil {
+		return err
+	}
+	var body limitBody
+	if err := readJSON(c, &body); err != nil {
+		return err
+	}
+	if body.Name != nil && *body.Name != name {
+		return &ledger.InvalidError{Code: "invalid_name", Field: "name", Reason: "the name in the body differs from the name in the path"}
+	}
+	capacity, err := body.Capacity.required("capacity")
+	if err != nil {
+		return err
+	}
+	if body.Leak == nil {
+		return &ledger.InvalidError{Code: "invalid_amount", Field: "leak.amount", Reason: "is required"}
+	}
+	amount, err := body.Leak.Amount.required("leak.amount")
+	if err != nil {
+		return err
+	}
+	per, err := body.Leak.Per.parse("leak.per", true, time.Microsecond, ledger.MaxPer)
+	if err != nil {
+		return err
+	}
+	spec := ledger.LimitSpec{Capacity: capacity, LeakAmount: amount, LeakPer: per, History: true}
+	if body.History != nil {
+		spec.History = *body.History
+	}
+	l, err := s.svc.PutLimit(c.Request().Context(), name, spec)
+	if err != nil {
+		return err
+	}
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewLimit(l))
+	return nil
+}
+
+func (s *server) getLimit(c echo.Context) error {
+	name, err := validName(c)
+	if err != nil {
+		return err
+	}
+	l, err := s.svc.GetLimit(c.Request().Context(), name)
+	if err != nil {
+		return err
+	}
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewLimit(l))
+	return nil
+}
+
+func (s *server) deleteLimit(c echo.Context) error {
+	name, err := validName(c)
+	if err != nil {
+		return err
+	}
+	if err := s.svc.DeleteLimit(c.Request().Context(), name); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *server) listLimits(c echo.Context) error {
+	n, cursor, err := pageParams(c)
+	if err != nil {
+		return err
+	}
+	if cursor != "" && ledger.ValidateName(cursor) != nil {
+		return invalidRequest("cursor", "malformed cursor")
+	}
+	limits, err := s.svc.ListLimits(c.Request().Context(), cursor, n+1)
+	if err != nil {
+		return err
+	}
+	next := ""
+	if len(limits) > n {
+		limits = limits[:n]
+		next = limits[n-1].Name
+	}
+	views := make([]limitView, len(limits))
+	for i, l := range limits {
+		views[i] = viewLimit(l)
+	}
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, newPage(views, next))
+	return nil
+}
+
+// validName reads and checks the {name} path parameter.
+func validName(c echo.Context) (string, error) {
+	name, err := pathParam(c, "name")
+	if err != nil {
+		return "", err
+	}
+	return name, ledger.ValidateName(name)
+}
+
+// Page sizes of lists.
+const (
+	defaultPage = 100
+	maxPage     = 1000
+)
+
+// pageParams reads ?limit=N&cursor=C.
+func pageParams(c echo.Context) (int, string, error) {
+	q := c.Request().URL.Query()
+	n := defaultPage
+	if vs, ok := q["limit"]; ok {
+		v, err := strconv.Atoi(vs[0])
+		if err != nil || v < 1 || v > maxPage || len(vs[0]) > 4 {
+			return 0, "", invalidRequest("limit", "limit must be a whole number from 1 to 1000")
+		}
+		n = v
+	}
+	return n, q.Get("cursor"), nil
+}

@@ -1,0 +1,125 @@
+package http
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/labstack/echo/v4"
+)
+
+// problem is an RFC 9457 problem document with budgetd's stable code and,
+// where it helps, the offending field or the hold a refusal is about.
+type problem struct {
+	Type        string           `json:"type"`
+	Title       string           `json:"title"`
+	Status      int              `json:"status"`
+	Detail      string           `json:"detail"`
+	Code        string           `json:"code"`
+	Field       string           `json:"field,omitempty"`
+	Reservation *reservationView `json:"reservation,omitempty"`
+}
+
+// problemTypeBase prefixes every problem type; the codes are listed in
+// docs/api.md.
+const problemTypeBase = "urn:budgetd:problem:"
+
+// sentinels maps the ledger's sentinel errors to a status and a code: the one
+// table from which every error answer is made.
+var sentinels = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{ledger.ErrLimitNotFound, http.StatusNotFound, "limit_not_found"},
+	{ledger.ErrReservationNotFound, http.StatusNotFound, "reservation_not_found"},
+	{ledger.ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused"},
+	{ledger.ErrIdempotencyInFlight, http.StatusConflict, "idempotency_in_flight"},
+	{ledger.ErrTooManyHolds, http.StatusConflict, "too_many_holds"},
+	{ledger.ErrCrossSlot, http.StatusBadRequest, "cross_slot"},
+	{ledger.ErrLevelOverflow, http.StatusUnprocessableEntity, "level_overflow"},
+	{ledger.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable"},
+	{context.DeadlineExceeded, http.StatusServiceUnavailable, "store_unavailable"},
+	{context.Canceled, http.StatusServiceUnavailable, "store_unavailable"},
+}
+
+// refusalStatus is the status of each hold refusal code.
+var refusalStatus = map[string]int{
+	ledger.RefusalExceedsHold: http.StatusUnprocessableEntity,
+	ledger.RefusalExpired:     http.StatusGone,
+	ledger.RefusalClosed:      http.StatusConflict,
+}
+
+// errTooLarge is a body over maxBody bytes.
+var errTooLarge = &echo.HTTPError{Code: http.StatusRequestEntityTooLarge, Message: "the request body is larger than 64 KiB"}
+
+// toProblem turns any error a handler returns into a problem document.
+// Unknown errors become a generic 500; their detail goes to the log only.
+func toProblem(err error, log *slog.Logger, r *http.Request) problem {
+	var inv *ledger.InvalidError
+	if errors.As(err, &inv) {
+		return newProblem(http.StatusBadRequest, inv.Code, inv.Error(), inv.Field)
+	}
+	var ref *ledger.Refusal
+	if errors.As(err, &ref) {
+		p := newProblem(refusalStatus[ref.Code], ref.Code, ref.Error(), "")
+		v := viewReservation(ref.Reservation)
+		p.Reservation = &v
+		return p
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			detail := err.Error()
+			if s.status == http.StatusServiceUnavailable {
+				// The cause may name hosts or SQL; keep it in the log.
+				log.Warn("store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+				detail = "the store did not answer; the outcome of a write is unknown, retry with the same Idempotency-Key"
+			}
+			return newProblem(s.status, s.code, detail, "")
+		}
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		switch he.Code {
+		case http.StatusNotFound:
+			return newProblem(he.Code, "not_found", "no such path", "")
+		case http.StatusMethodNotAllowed:
+			return newProblem(he.Code, "method_not_allowed", "this path does not accept "+r.Method, "")
+		case http.StatusRequestEntityTooLarge:
+			return newProblem(he.Code, "payload_too_large", "the request body is larger than 64 KiB", "")
+		}
+		if he.Code >= 400 && he.Code < 500 {
+			return newProblem(he.Code, "invalid_request", http.StatusText(he.Code), "")
+		}
+	}
+	log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	return newProblem(http.StatusInternalServerError, "internal", "internal error", "")
+}
+
+func newProblem(status int, code, detail, field string) problem {
+	return problem{
+		Type:   problemTypeBase + code,
+		Title:  http.StatusText(status),
+		Status: status,
+		Detail: detail,
+		Code:   code,
+		Field:  field,
+	}
+}
+
+// errorHandler is echo's HTTPErrorHandler: every error answer is problem+json.
+func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		p := toProblem(err, log, c.Request())
+		if c.Request().Method == http.MethodHead {
+			_ = c.NoContent(p.Status)
+			return
+		}
+		writeJSON(c, p.Status, "application/problem+json", p)
+	}
+}

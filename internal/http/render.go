@@ -1,0 +1,214 @@
+package http
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/labstack/echo/v4"
+	"github.com/shopspring/decimal"
+)
+
+// timeFormat is RFC 3339 in UTC with exactly six fractional digits.
+const timeFormat = "2006-01-02T15:04:05.000000Z"
+
+func formatTime(t time.Time) string { return t.UTC().Format(timeFormat) }
+
+// optTime is a time that is null when zero.
+func optTime(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := formatTime(t)
+	return &s
+}
+
+// formatDuration writes a duration as Go does, without the zero minutes and
+// seconds that time.Duration.String appends: "720h", "1h30m", "1.5s".
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// writeJSON writes v with the given status and content type.
+func writeJSON(c echo.Context, status int, contentType string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, status, contentType = []byte(`{"code":"internal"}`), http.StatusInternalServerError, "application/problem+json"
+	}
+	_ = c.Blob(status, contentType, append(b, '\n'))
+}
+
+// decisionView is a decision as clients read it. retry_after is null when
+// accepted or when the cost never fits.
+type decisionView struct {
+	Accepted   bool    `json:"accepted"`
+	Level      string  `json:"level"`
+	Held       string  `json:"held"`
+	Remaining  string  `json:"remaining"`
+	Capacity   string  `json:"capacity"`
+	RetryAfter *string `json:"retry_after"`
+	NeverFits  bool    `json:"never_fits"`
+}
+
+func viewDecision(d bucket.Decision) decisionView {
+	v := decisionView{
+		Accepted:  d.Accepted,
+		Level:     d.Level.String(),
+		Held:      d.Held.String(),
+		Remaining: d.Remaining.String(),
+		Capacity:  d.Capacity.String(),
+		NeverFits: d.NeverFits,
+	}
+	if !d.Accepted && !d.NeverFits {
+		s := d.RetryAfter.String()
+		v.RetryAfter = &s
+	}
+	return v
+}
+
+// retryAfterHeader is the Retry-After header for a denial: retry_after
+// rounded up to whole seconds, "" when the cost never fits.
+func retryAfterHeader(ds ...bucket.Decision) string {
+	var most decimal.Decimal
+	for _, d := range ds {
+		if d.Accepted {
+			continue
+		}
+		if d.NeverFits {
+			return ""
+		}
+		if d.RetryAfter.GreaterThan(most) {
+			most = d.RetryAfter
+		}
+	}
+	return most.Ceil().String()
+}
+
+// writeDecision answers a Fillup or Reserve that was denied: 429 with the
+// decision(s) as plain JSON and Retry-After unless a cost never fits.
+func writeDenied(c echo.Context, body any, ds ...bucket.Decision) error {
+	if h := retryAfterHeader(ds...); h != "" {
+		c.Response().Header().Set("Retry-After", h)
+	}
+	writeJSON(c, http.StatusTooManyRequests, echo.MIMEApplicationJSON, body)
+	return nil
+}
+
+// bucketView is a bucket's state without a cost.
+type bucketView struct {
+	Level     string  `json:"level"`
+	Held      string  `json:"held"`
+	Remaining string  `json:"remaining"`
+	Capacity  string  `json:"capacity"`
+	UpdatedAt *string `json:"updated_at"`
+}
+
+func viewBucket(b ledger.BucketState) bucketView {
+	return bucketView{
+		Level:     b.Level.String(),
+		Held:      b.Held.String(),
+		Remaining: b.Remaining.String(),
+		Capacity:  b.Capacity.String(),
+		UpdatedAt: optTime(b.UpdatedAt),
+	}
+}
+
+// reservationView is a hold.
+type reservationView struct {
+	ID              string  `json:"id"`
+	Limit           string  `json:"limit"`
+	Key             string  `json:"key"`
+	State           string  `json:"state"`
+	Amount          string  `json:"amount"`
+	CommittedAmount *string `json:"committed_amount"`
+	CreatedAt       string  `json:"created_at"`
+	ExpiresAt       string  `json:"expires_at"`
+	ResolvedAt      *string `json:"resolved_at"`
+}
+
+func viewReservation(r ledger.Reservation) reservationView {
+	v := reservationView{
+		ID:         r.ID,
+		Limit:      r.Bucket.Limit,
+		Key:        r.Bucket.Key,
+		State:      string(r.State),
+		Amount:     r.Amount.String(),
+		CreatedAt:  formatTime(r.CreatedAt),
+		ExpiresAt:  formatTime(r.ExpiresAt),
+		ResolvedAt: optTime(r.ResolvedAt),
+	}
+	if r.State == ledger.Expired {
+		v.ResolvedAt = optTime(r.ExpiresAt)
+	}
+	if r.CommittedAmount.Valid {
+		s := r.CommittedAmount.Decimal.String()
+		v.CommittedAmount = &s
+	}
+	return v
+}
+
+// limitView is a limit document.
+type limitView struct {
+	Name      string   `json:"name"`
+	Capacity  string   `json:"capacity"`
+	Leak      leakView `json:"leak"`
+	History   bool     `json:"history"`
+	CreatedAt string   `json:"created_at"`
+	UpdatedAt string   `json:"updated_at"`
+}
+
+type leakView struct {
+	Amount string `json:"amount"`
+	Per    string `json:"per"`
+}
+
+func viewLimit(l ledger.Limit) limitView {
+	return limitView{
+		Name:      l.Name,
+		Capacity:  l.Capacity.String(),
+		Leak:      leakView{Amount: l.LeakAmount.String(), Per: formatDuration(l.LeakPer)},
+		History:   l.History,
+		CreatedAt: formatTime(l.CreatedAt),
+		UpdatedAt: formatTime(l.UpdatedAt),
+	}
+}
+
+// entryView is one history entry.
+type entryView struct {
+	ID            string `json:"id"`
+	Time          string `json:"time"`
+	Event         string `json:"event"`
+	Amount        string `json:"amount"`
+	ReservationID string `json:"reservation_id,omitempty"`
+}
+
+func viewEntry(e ledger.Entry) entryView {
+	return entryView{ID: e.ID, Time: formatTime(e.Time), Event: string(e.Event), Amount: e.Amount.String(), ReservationID: e.ReservationID}
+}
+
+// page is one page of a list.
+type page[T any] struct {
+	Items      []T     `json:"items"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+func newPage[T any](items []T, next string) page[T] {
+	p := page[T]{Items: items}
+	if p.Items == nil {
+		p.Items = []T{}
+	}
+	if next != "" {
+		p.NextCursor = &next
+	}
+	return p
+}

@@ -1,0 +1,142 @@
+package http
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/labstack/echo/v4"
+)
+
+type reserveBody struct {
+	Amount jsonAmount   `json:"amount"`
+	TTL    jsonDuration `json:"ttl"`
+}
+
+// reservedView is the 201 answer of a Reserve: the hold and the decision at
+// the top level.
+type reservedView struct {
+	reservationView
+	decisionView
+}
+
+func (s *server) reserve(c echo.Context) error {
+	ref, err := bucketRef(c)
+	if err != nil {
+		return err
+	}
+	var body reserveBody
+	if err := readJSON(c, &body); err != nil {
+		return err
+	}
+	amount, err := body.Amount.required("amount")
+	if err != nil {
+		return err
+	}
+	ttl, err := body.TTL.parse("ttl", false, ledger.MinTTL, s.maxTTL)
+	if err != nil {
+		return err
+	}
+	idem, err := idempotency(c, bucketScope("reserve", ref), "amount="+amount.String()+";ttl="+ttl.String())
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Reserve(c.Request().Context(), ref, amount, ttl, idem)
+	if err != nil {
+		return err
+	}
+	markReplay(c, res.Replayed)
+	if !res.Decision.Accepted {
+		return writeDenied(c, viewDecision(res.Decision), res.Decision)
+	}
+	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, reservedView{viewReservation(res.Reservation), viewDecision(res.Decision)})
+	return nil
+}
+
+func (s *server) getReservation(c echo.Context) error {
+	id, err := pathParam(c, "id")
+	if err != nil {
+		return ledger.ErrReservationNotFound
+	}
+	r, err := s.svc.Reservation(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewReservation(r))
+	return nil
+}
+
+type commitBody struct {
+	Amount  jsonAmount `json:"amount"`
+	Overrun bool       `json:"overrun"`
+}
+
+// resolvedView is the answer of a Commit or Release: the hold and the
+// bucket's state after it, at the top level and under "bucket".
+type resolvedView struct {
+	reservationView
+	Level     string     `json:"level"`
+	Held      string     `json:"held"`
+	Remaining string     `json:"remaining"`
+	Capacity  string     `json:"capacity"`
+	UpdatedAt *string    `json:"updated_at"`
+	Bucket    bucketView `json:"bucket"`
+}
+
+func (s *server) commit(c echo.Context) error {
+	id, err := pathParam(c, "id")
+	if err != nil {
+		return ledger.ErrReservationNotFound
+	}
+	var body commitBody
+	if err := readJSON(c, &body); err != nil {
+		return err
+	}
+	amount, err := body.Amount.parse("amount", false)
+	if err != nil {
+		return err
+	}
+	canon := "amount=null"
+	if amount.Valid {
+		canon = "amount=" + amount.Decimal.String()
+	}
+	canon += ";overrun=" + strconv.FormatBool(body.Overrun)
+	idem, err := idempotency(c, "commit|"+id, canon)
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Commit(c.Request().Context(), id, amount, body.Overrun, idem)
+	return s.writeResolved(c, res, err)
+}
+
+func (s *server) release(c echo.Context) error {
+	id, err := pathParam(c, "id")
+	if err != nil {
+		return ledger.ErrReservationNotFound
+	}
+	var body struct{}
+	if err := readJSON(c, &body); err != nil {
+		return err
+	}
+	idem, err := idempotency(c, "release|"+id, "")
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Release(c.Request().Context(), id, idem)
+	return s.writeResolved(c, res, err)
+}
+
+func (s *server) writeResolved(c echo.Context, res ledger.ResolveResult, err error) error {
+	markReplay(c, res.Replayed)
+	if err != nil {
+		return err
+	}
+	b := viewBucket(res.Bucket)
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, resolvedView{
+		reservationView: viewReservation(res.Reservation),
+		Level:           b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, UpdatedAt: b.UpdatedAt,
+		Bucket: b,
+	})
+	return nil
+}
+

@@ -1,0 +1,28 @@
+package http
+
+import "github.com/labstack/echo/v4"
+
+// routes lists every endpoint of the API (docs/api.md, openapi.json).
+func (s *server) routes(e *echo.Echo) {
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.json", s.openapi)
+	e.GET("/metrics", s.metrics)
+
+	v1 := e.Group("/v1")
+	v1.GET("/limits", s.listLimits)
+	v1.PUT("/limits/:name", s.putLimit)
+	v1.GET("/limits/:name", s.getLimit)
+	v1.DELETE("/limits/:name", s.deleteLimit)
+
+	v1.GET("/limits/:name/buckets/:key", s.getBucket)
+	v1.POST("/limits/:name/buckets/:key/fillup", s.fillup)
+	v1.POST("/limits/:name/buckets/:key/drain", s.drain)
+	v1.POST("/limits/:name/buckets/:key/reservations", s.reserve)
+	v1.GET("/limits/:name/buckets/:key/history", s.history)
+	v1.POST("/fillup", s.multiFillup)
+
+	v1.GET("/reservations/:id", s.getReservation)
+	v1.POST("/reservations/:id/commit", s.commit)
+	v1.POST("/reservations/:id/release", s.release)
+}
