@@ -103,7 +103,7 @@ func (s *server) multiFillup(c echo.Context) error {
 	items := make([]ledger.Item, len(body.Items))
 	var canon strings.Builder
 	for i, it := range body.Items {
-		cost, err := it.Cost.required("items["+strconv.Itoa(i)+"].cost")
+		cost, err := it.Cost.required("items[" + strconv.Itoa(i) + "].cost")
 		if err != nil {
 			return err
 		}

@@ -14,7 +14,7 @@ import (
 // limit document it read: name (if present) must match the path, and the
 // times are ignored.
 type limitBody struct {
-	Name     *string `json:"name"`
+	Name     *string    `json:"name"`
 	Capacity jsonAmount `json:"capacity"`
 	Leak     *struct {
 		Amount jsonAmount   `json:"amount"`

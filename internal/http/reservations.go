@@ -139,4 +139,3 @@ func (s *server) writeResolved(c echo.Context, res ledger.ResolveResult, err err
 	})
 	return nil
 }
-
