@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer that run may write while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var servingRE = regexp.MustCompile(`serving on (http://\S+)`)
+
+// waitURL waits for run's start-up line and returns the address it serves.
+func waitURL(t *testing.T, out interface{ String() string }, done <-chan error) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := servingRE.FindStringSubmatch(out.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run returned before serving: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no start-up line in %q", out.String())
+	return ""
+}
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestRunServesAndStops(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--addr", "127.0.0.1:0"}, env(map[string]string{"BUDGETD_ADDR": "127.0.0.1:1"}), &stdout, &stderr)
+	}()
+	url := waitURL(t, &stdout, done)
+	if !strings.Contains(stdout.String(), "memory store (state does not survive a restart)") {
+		t.Fatalf("start-up line does not name the store: %q", stdout.String())
+	}
+	get := func(path string) (int, string) {
+		res, err := http.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz %d", code)
+	}
+	if code, _ := get("/readyz"); code != 200 {
+		t.Fatalf("/readyz %d", code)
+	}
+	req, _ := http.NewRequest("PUT", url+"/v1/limits/e2e", strings.NewReader(`{"capacity":"2","leak":{"amount":"1","per":"1h"}}`))
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 200 {
+		t.Fatalf("PUT limit: %v %v", res, err)
+	}
+	codes := []int{}
+	for i := 0; i < 3; i++ {
+		res, err := http.Post(url+"/v1/limits/e2e/buckets/k/fillup", "application/json", strings.NewReader(`{"cost":"1"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		codes = append(codes, res.StatusCode)
+	}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 {
+		t.Fatalf("fillups answered %v", codes)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not stop")
+	}
+	if !strings.Contains(stdout.String(), "budgetd: stopped") {
+		t.Fatalf("no shutdown line: %q", stdout.String())
+	}
+}
+
+func TestConfig(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, env(nil), &out, io.Discard); err != nil {
+		t.Fatalf("--help: %v", err)
+	}
+	for _, o := range options {
+		if !strings.Contains(out.String(), "--"+o.flag) || !strings.Contains(out.String(), o.env) {
+			t.Errorf("--help does not list --%s / %s", o.flag, o.env)
+		}
+	}
+	cfg, _, err := parseConfig([]string{"--max-ttl", "2h"}, env(map[string]string{"BUDGETD_MAX_TTL": "1h", "BUDGETD_ADDR": ":9999"}), io.Discard)
+	if err != nil || cfg.maxTTL != 2*time.Hour || cfg.addr != ":9999" || cfg.store != "memory" {
+		t.Fatalf("flag over env over default: %+v %v", cfg, err)
+	}
+	for _, args := range [][]string{{"--max-ttl", "soon"}, {"--max-ttl", "10ms"}, {"--nope"}, {"--redis-eviction-check", "maybe"}, {"serve", "now"}} {
+		err := run(context.Background(), args, env(nil), io.Discard, io.Discard)
+		var ue usageError
+		if !errors.As(err, &ue) || exitCode(err) != 2 {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+	if err := run(context.Background(), []string{"--store", "mysql://x"}, env(nil), io.Discard, io.Discard); err == nil {
+		t.Error("an unknown store URL started")
+	}
+}
+
+// TestSIGTERM builds budgetd, starts it and stops it with SIGTERM: it must
+// finish in-flight work and exit 0.
+func TestSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "budgetd")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "--addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "BUDGETD_STORE=memory")
+	stdout, _ := cmd.StdoutPipe()
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || !servingRE.MatchString(lines.Text()) {
+		t.Fatalf("start-up line %q, stderr %q", lines.Text(), stderr.String())
+	}
+	url := servingRE.FindStringSubmatch(lines.Text())[1]
+	if res, err := http.Get(url + "/healthz"); err != nil || res.StatusCode != 200 {
+		t.Fatalf("/healthz: %v %v", res, err)
+	}
+	if !strings.Contains(stderr.String(), "lost when budgetd stops") {
+		t.Errorf("no warning that memory state is lost: %q", stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v (stderr %q)", err, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("budgetd did not exit after SIGTERM")
+	}
+}
