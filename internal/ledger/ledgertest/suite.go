@@ -47,6 +47,7 @@ func Run(t *testing.T, factory Factory) {
 		{"Idempotency", testIdempotency},
 		{"IdempotencyParallel", testIdempotencyParallel},
 		{"NotFound", testNotFound},
+		{"Differential", testDifferential},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
