@@ -1,0 +1,172 @@
+package redis
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Key layout (see docs/redis.md). P is the prefix and g the generation of a
+// limit: a number from a counter that a limit gets when it is created, so a
+// re-created limit never sees the keys of the deleted one.
+//
+//	P:lim:{P}:d:<name>   hash   the limit definition (capacity, leak, history, times, generation)
+//	P:lim:{P}:idx        zset   limit names, for listing in order
+//	P:lim:{P}:gen        string the generation counter
+//	P:lim:{P}:gens       hash   generation → limit name
+//	P:<g>:b:<k>          hash   bucket: level "l", updated "u", history counter "n", one "h<id>" field per active hold
+//	P:<g>:x:<k>          zset   bucket history, score = time in µs
+//	P:<g>:i:<k>:<sha>    string idempotency record of a bucket call
+//	P:<g>:r:{<s>}<id>    hash   a hold; <s> is a short string that hashes to the bucket's slot
+//	P:<g>:i:{<s>}<id>:<sha>     idempotency record of a commit or release
+//	P:m:i:<k>:<sha>      string idempotency record of a multi-bucket call (slot of its first bucket)
+//
+// <k> is the caller's key made into a hash tag: "=" + key when the key has a
+// Redis hash tag of its own ("{t1}u1"), otherwise "{" + key + "}". So all
+// keys of one bucket share a slot, and "{t1}u1", "{t1}team" and "t1" share one.
+
+// encodeKey turns a bucket key into the part of a Redis key that carries its
+// hash tag. The first byte tells the two forms apart, so it is one-to-one.
+func encodeKey(key string) string {
+	if hasTag(key) {
+		return "=" + key
+	}
+	return "{" + key + "}"
+}
+
+// decodeKey reverses encodeKey.
+func decodeKey(e string) (string, bool) {
+	switch {
+	case strings.HasPrefix(e, "="):
+		return e[1:], true
+	case len(e) >= 2 && e[0] == '{' && e[len(e)-1] == '}':
+		return e[1 : len(e)-1], true
+	}
+	return "", false
+}
+
+// hasTag reports whether Redis Cluster would hash key by a tag: a "{" followed
+// later by a "}" with at least one byte between.
+func hasTag(key string) bool {
+	s := strings.IndexByte(key, '{')
+	if s < 0 {
+		return false
+	}
+	e := strings.IndexByte(key[s+1:], '}')
+	return e > 0
+}
+
+// slotOf is the Redis Cluster hash slot of a Redis key.
+func slotOf(key string) int {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	return int(crc16(key) & 16383)
+}
+
+// crc16 is CRC-16/XMODEM, the checksum Redis Cluster hashes keys with.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+var (
+	slotTagsOnce sync.Once
+	slotTags     [16384]string
+)
+
+// slotTag returns a short string whose hash slot is slot: the first base-36
+// number (in counting order, so every process finds the same one) that
+// hashes there. Hold records use it to land in their bucket's slot.
+func slotTag(slot int) string {
+	slotTagsOnce.Do(func() {
+		left := len(slotTags)
+		for i := 0; left > 0; i++ {
+			s := strconv.FormatInt(int64(i), 36)
+			if n := int(crc16(s) & 16383); slotTags[n] == "" {
+				slotTags[n] = s
+				left--
+			}
+		}
+	})
+	return slotTags[slot]
+}
+
+// keys names the Redis keys of one store.
+type keys struct{ prefix string }
+
+func (k keys) limitDef(name string) string { return k.prefix + ":lim:{" + k.prefix + "}:d:" + name }
+func (k keys) limitIdx() string            { return k.prefix + ":lim:{" + k.prefix + "}:idx" }
+func (k keys) limitGen() string            { return k.prefix + ":lim:{" + k.prefix + "}:gen" }
+func (k keys) limitGens() string           { return k.prefix + ":lim:{" + k.prefix + "}:gens" }
+
+func (k keys) gen(g int64) string { return k.prefix + ":" + strconv.FormatInt(g, 10) }
+
+func (k keys) bucket(g int64, key string) string  { return k.gen(g) + ":b:" + encodeKey(key) }
+func (k keys) history(g int64, key string) string { return k.gen(g) + ":x:" + encodeKey(key) }
+
+// holdBase is the key of a hold record without its id; all holds of a bucket
+// in slot share it.
+func (k keys) holdBase(g int64, slot int) string { return k.gen(g) + ":r:{" + slotTag(slot) + "}" }
+
+func (k keys) idemBucket(g int64, key, scope, ikey string) string {
+	return k.gen(g) + ":i:" + encodeKey(key) + ":" + idemDigest(scope, ikey)
+}
+
+func (k keys) idemHold(g int64, slot int, id, scope, ikey string) string {
+	return k.gen(g) + ":i:{" + slotTag(slot) + "}" + id + ":" + idemDigest(scope, ikey)
+}
+
+func (k keys) idemMulti(key, scope, ikey string) string {
+	return k.prefix + ":m:i:" + encodeKey(key) + ":" + idemDigest(scope, ikey)
+}
+
+func idemDigest(scope, key string) string {
+	h := sha256.Sum256([]byte(scope + "\x00" + key))
+	return hex.EncodeToString(h[:16])
+}
+
+// Hold ids are "h" + generation + "_" + 4 hex digits of the bucket's slot +
+// 24 random hex digits, so a commit finds the hold's slot from its id.
+func holdID(g int64, slot int, random string) string {
+	return "h" + strconv.FormatInt(g, 10) + "_" + strconv.FormatInt(int64(0x10000+slot), 16)[1:] + random
+}
+
+// parseHoldID returns the generation and slot an id names.
+func parseHoldID(id string) (g int64, slot int, ok bool) {
+	if len(id) < 2 || id[0] != 'h' {
+		return 0, 0, false
+	}
+	gs, rest, found := strings.Cut(id[1:], "_")
+	if !found || len(rest) != 28 {
+		return 0, 0, false
+	}
+	g, err := strconv.ParseInt(gs, 10, 64)
+	if err != nil || g <= 0 {
+		return 0, 0, false
+	}
+	s, err := strconv.ParseUint(rest[:4], 16, 16)
+	if err != nil || s >= 16384 {
+		return 0, 0, false
+	}
+	for _, c := range rest[4:] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return 0, 0, false
+		}
+	}
+	return g, int(s), true
+}

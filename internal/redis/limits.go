@@ -1,0 +1,269 @@
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/shopspring/decimal"
+)
+
+var (
+	putLimitScript  = goredis.NewScript(limitsLua + "\nreturn op_put()\n")
+	delLimitScript  = goredis.NewScript(limitsLua + "\nreturn op_delete()\n")
+	listLimitScript = goredis.NewScript(limitsLua + "\nreturn op_list()\n")
+)
+
+// defDoc is a limit definition as the hash P:lim:{P}:d:<name> holds it.
+type defDoc struct {
+	Name     string `json:"name"`
+	Capacity string `json:"c"`
+	Amount   string `json:"a"`
+	Per      string `json:"p"`
+	History  string `json:"hi"`
+	Created  string `json:"ct"`
+	Updated  string `json:"ut"`
+	Gen      string `json:"g"`
+}
+
+func (d defDoc) limit(name string) (cachedLimit, error) {
+	c, err1 := decimal.NewFromString(d.Capacity)
+	a, err2 := decimal.NewFromString(d.Amount)
+	per, err3 := strconv.ParseInt(d.Per, 10, 64)
+	ct, err4 := strconv.ParseInt(d.Created, 10, 64)
+	ut, err5 := strconv.ParseInt(d.Updated, 10, 64)
+	g, err6 := strconv.ParseInt(d.Gen, 10, 64)
+	for _, err := range []error{err1, err2, err3, err4, err5, err6} {
+		if err != nil {
+			return cachedLimit{}, fmt.Errorf("redis: limit %q is malformed: %w", name, err)
+		}
+	}
+	l := ledger.Limit{
+		Name: name, Capacity: c, LeakAmount: a, LeakPer: time.Duration(per) * time.Microsecond,
+		History: d.History == "1", CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
+	}
+	return cachedLimit{l: l, gen: g}, nil
+}
+
+func defFromMap(m map[string]string) defDoc {
+	return defDoc{Capacity: m["c"], Amount: m["a"], Per: m["p"], History: m["hi"], Created: m["ct"], Updated: m["ut"], Gen: m["g"]}
+}
+
+func fromMicros(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us).UTC()
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// PutLimit creates the limit or updates it in place, keeping its buckets.
+func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
+	res, err := putLimitScript.Run(ctx, s.client,
+		[]string{s.k.limitDef(l.Name), s.k.limitIdx(), s.k.limitGen(), s.k.limitGens()},
+		s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History),
+	).StringSlice()
+	if err != nil {
+		return ledger.Limit{}, s.fail(ctx, "put limit", err)
+	}
+	var cur, old defDoc
+	if err := json.Unmarshal([]byte(res[0]), &cur); err != nil {
+		return ledger.Limit{}, fmt.Errorf("redis: put limit: %w", err)
+	}
+	cl, err := cur.limit(l.Name)
+	if err != nil {
+		return ledger.Limit{}, err
+	}
+	s.remember(cl)
+	if json.Unmarshal([]byte(res[1]), &old) == nil && old.Gen != "" {
+		if prev, err := old.limit(l.Name); err == nil && slowerLeak(prev.l, cl.l) {
+			// Buckets carry TTLs computed with the old, faster leak: they
+			// could expire while not yet empty. Drop those TTLs; the next
+			// write to each bucket sets one from the new rate.
+			if err := s.scanKeys(ctx, s.k.gen(cl.gen)+":b:*", func(ctx context.Context, c goredis.Cmdable, ks []string) error {
+				p := c.Pipeline()
+				for _, k := range ks {
+					p.Persist(ctx, k)
+				}
+				_, err := p.Exec(ctx)
+				return err
+			}); err != nil {
+				return ledger.Limit{}, s.fail(ctx, "put limit", err)
+			}
+		}
+	}
+	return cl.l, nil
+}
+
+// slowerLeak reports whether b leaks more slowly than a.
+func slowerLeak(a, b ledger.Limit) bool {
+	// b.amount / b.per < a.amount / a.per
+	x := b.LeakAmount.Mul(decimal.NewFromInt(a.LeakPer.Microseconds()))
+	y := a.LeakAmount.Mul(decimal.NewFromInt(b.LeakPer.Microseconds()))
+	return x.LessThan(y)
+}
+
+// GetLimit reads the limit from Redis.
+func (s *Store) GetLimit(ctx context.Context, name string) (ledger.Limit, error) {
+	cl, err := s.fetchLimit(ctx, name)
+	if err != nil {
+		return ledger.Limit{}, err
+	}
+	return cl.l, nil
+}
+
+func (s *Store) fetchLimit(ctx context.Context, name string) (cachedLimit, error) {
+	m, err := s.client.HGetAll(ctx, s.k.limitDef(name)).Result()
+	if err != nil {
+		return cachedLimit{}, s.fail(ctx, "get limit", err)
+	}
+	if len(m) == 0 {
+		s.forget(name)
+		return cachedLimit{}, fmt.Errorf("limit %q: %w", name, ledger.ErrLimitNotFound)
+	}
+	cl, err := defFromMap(m).limit(name)
+	if err != nil {
+		return cachedLimit{}, err
+	}
+	s.remember(cl)
+	return cl, nil
+}
+
+// ListLimits returns up to n limits after after, by name.
+func (s *Store) ListLimits(ctx context.Context, after string, n int) ([]ledger.Limit, error) {
+	res, err := listLimitScript.RunRO(ctx, s.client, []string{s.k.limitIdx()}, after, n, s.k.limitDef("")).StringSlice()
+	if err != nil {
+		return nil, s.fail(ctx, "list limits", err)
+	}
+	out := make([]ledger.Limit, 0, len(res))
+	for _, r := range res {
+		var d defDoc
+		if err := json.Unmarshal([]byte(r), &d); err != nil {
+			return nil, fmt.Errorf("redis: list limits: %w", err)
+		}
+		cl, err := d.limit(d.Name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cl.l)
+	}
+	return out, nil
+}
+
+// DeleteLimit removes the limit, then every key of its generation: buckets,
+// holds, history and idempotency records, node by node.
+func (s *Store) DeleteLimit(ctx context.Context, name string) error {
+	g, err := delLimitScript.Run(ctx, s.client, []string{s.k.limitDef(name), s.k.limitIdx(), s.k.limitGens()}, name).Text()
+	if err != nil {
+		return s.fail(ctx, "delete limit", err)
+	}
+	s.forget(name)
+	if g == "" {
+		return fmt.Errorf("limit %q: %w", name, ledger.ErrLimitNotFound)
+	}
+	err = s.scanKeys(ctx, s.k.prefix+":"+g+":*", func(ctx context.Context, c goredis.Cmdable, ks []string) error {
+		p := c.Pipeline()
+		for _, k := range ks {
+			p.Unlink(ctx, k)
+		}
+		_, err := p.Exec(ctx)
+		return err
+	})
+	if err != nil {
+		return s.fail(ctx, "delete limit", err)
+	}
+	return nil
+}
+
+// scanKeys calls fn with batches of the keys matching pattern, on every master.
+func (s *Store) scanKeys(ctx context.Context, pattern string, fn func(ctx context.Context, c goredis.Cmdable, ks []string) error) error {
+	return s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error {
+		var cursor uint64
+		for {
+			ks, next, err := c.Scan(ctx, cursor, pattern, 1000).Result()
+			if err != nil {
+				return err
+			}
+			if len(ks) > 0 {
+				if err := fn(ctx, c, ks); err != nil {
+					return err
+				}
+			}
+			if next == 0 {
+				return nil
+			}
+			cursor = next
+		}
+	})
+}
+
+func (s *Store) remember(cl cachedLimit) {
+	cl.fetched = time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limits[cl.l.Name] = cl
+	s.gens[cl.gen] = cl.l.Name
+}
+
+func (s *Store) forget(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cl, ok := s.limits[name]; ok {
+		delete(s.gens, cl.gen)
+		delete(s.limits, name)
+	}
+}
+
+// limitFor returns the limit for a decision: from the cache while it is
+// fresh, otherwise from Redis.
+func (s *Store) limitFor(ctx context.Context, name string) (cachedLimit, error) {
+	s.mu.Lock()
+	cl, ok := s.limits[name]
+	s.mu.Unlock()
+	if ok && time.Since(cl.fetched) < s.cacheTTL {
+		return cl, nil
+	}
+	return s.fetchLimit(ctx, name)
+}
+
+// limitByGen returns the limit of generation g, or ErrReservationNotFound
+// when it no longer exists.
+func (s *Store) limitByGen(ctx context.Context, g int64) (cachedLimit, error) {
+	s.mu.Lock()
+	name, ok := s.gens[g]
+	s.mu.Unlock()
+	if !ok {
+		n, err := s.client.HGet(ctx, s.k.limitGens(), strconv.FormatInt(g, 10)).Result()
+		if errors.Is(err, goredis.Nil) {
+			return cachedLimit{}, ledger.ErrReservationNotFound
+		}
+		if err != nil {
+			return cachedLimit{}, s.fail(ctx, "find limit", err)
+		}
+		name = n
+	}
+	cl, err := s.limitFor(ctx, name)
+	if err == nil && cl.gen != g {
+		cl, err = s.fetchLimit(ctx, name)
+	}
+	switch {
+	case errors.Is(err, ledger.ErrLimitNotFound):
+		return cachedLimit{}, ledger.ErrReservationNotFound
+	case err != nil:
+		return cachedLimit{}, err
+	case cl.gen != g:
+		return cachedLimit{}, ledger.ErrReservationNotFound
+	}
+	return cl, nil
+}

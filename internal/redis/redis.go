@@ -1,0 +1,244 @@
+// Package redis is budgetd's Redis store: buckets, holds, history and
+// idempotency records live in Redis (standalone or Redis Cluster), and every
+// decision is one Lua script call that runs the bucket rule on exact integers.
+//
+// Amounts are integers in units of 10^-12 kept as decimal strings; the scripts
+// do multi-limb integer arithmetic, never floating point, so every answer
+// equals the pure rule of package bucket. docs/redis.md describes the key
+// layout, the representation, TTLs, durability and outage behaviour.
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+var _ ledger.Store = (*Store)(nil)
+
+// Timeouts bound every call, so a store whose Redis is down fails fast.
+const (
+	dialTimeout  = 2 * time.Second
+	ioTimeout    = 2 * time.Second
+	defaultLimitCacheTTL = time.Second
+)
+
+// rediser is the part of go-redis the store uses; *goredis.Client and
+// *goredis.ClusterClient both have it.
+type rediser interface {
+	goredis.Scripter
+	HGetAll(ctx context.Context, key string) *goredis.MapStringStringCmd
+	HGet(ctx context.Context, key, field string) *goredis.StringCmd
+	Ping(ctx context.Context) *goredis.StatusCmd
+	Close() error
+}
+
+// Store is the Redis store. Open returns one; it is safe for concurrent use.
+type Store struct {
+	client  rediser
+	cluster bool
+	// eachNode runs fn on every master (one for standalone Redis).
+	eachNode func(ctx context.Context, fn func(ctx context.Context, c goredis.Cmdable) error) error
+
+	k        keys
+	now      func() time.Time // nil: Redis TIME inside each script
+	log      *slog.Logger
+	eviction string
+	cacheTTL time.Duration
+
+	mu     sync.Mutex
+	limits map[string]cachedLimit // by name
+	gens   map[int64]string       // generation → name
+}
+
+type cachedLimit struct {
+	l       ledger.Limit
+	gen     int64
+	fetched time.Time
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithPrefix sets the prefix of every Redis key (default "budgetd"). It may not
+// contain braces or glob characters.
+func WithPrefix(p string) Option { return func(s *Store) { s.k.prefix = p } }
+
+// WithClock is a test hook: the scripts take "now" from it instead of Redis
+// TIME.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// WithEvictionCheck sets what Open does when Redis may evict keys
+// (maxmemory-policy other than noeviction): "refuse" (default) fails Open,
+// "warn" logs a warning and goes on.
+func WithEvictionCheck(mode string) Option { return func(s *Store) { s.eviction = mode } }
+
+// WithLogger sets the logger for warnings (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
+
+// WithLimitCacheTTL sets how long a limit definition read from Redis is used
+// without reading it again (default 1s; 0 reads it on every call, which costs
+// a second round trip). Changes made through this Store apply at once; those
+// made by other processes within this time.
+func WithLimitCacheTTL(d time.Duration) Option { return func(s *Store) { s.cacheTTL = d } }
+
+// IsURL reports whether url names a Redis store: redis://, rediss://,
+// redis+cluster:// or rediss+cluster://.
+func IsURL(url string) bool {
+	for _, p := range []string{"redis://", "rediss://", "redis+cluster://", "rediss+cluster://"} {
+		if strings.HasPrefix(url, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Open connects to Redis and checks that it answers and that it will not
+// evict keys. url is redis://[user:pass@]host:port/db (or rediss://) for a
+// standalone server and redis+cluster://[user:pass@]host1:port1,host2:port2
+// (or rediss+cluster://) for Redis Cluster.
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	s := &Store{
+		k:        keys{prefix: "budgetd"},
+		log:      slog.Default(),
+		eviction: "refuse",
+		cacheTTL: defaultLimitCacheTTL,
+		limits:   map[string]cachedLimit{},
+		gens:     map[int64]string{},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.k.prefix == "" || strings.ContainsAny(s.k.prefix, "{}*?[]\\") {
+		return nil, fmt.Errorf("redis: key prefix %q must be non-empty without braces or glob characters", s.k.prefix)
+	}
+	if s.eviction != "refuse" && s.eviction != "warn" {
+		return nil, fmt.Errorf("redis: eviction check %q: want refuse or warn", s.eviction)
+	}
+	if err := s.connect(url); err != nil {
+		return nil, err
+	}
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		s.client.Close()
+		return nil, s.fail(ctx, "ping", err)
+	}
+	if err := s.checkEviction(ctx); err != nil {
+		s.client.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) connect(rawURL string) error {
+	if rest, ok := strings.CutPrefix(rawURL, "redis+cluster://"); ok {
+		return s.connectCluster(rest, false)
+	}
+	if rest, ok := strings.CutPrefix(rawURL, "rediss+cluster://"); ok {
+		return s.connectCluster(rest, true)
+	}
+	o, err := goredis.ParseURL(rawURL)
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dialTimeout, ioTimeout, ioTimeout
+	o.MaxRetries = -1 // a lost reply must not run a script twice
+	c := goredis.NewClient(o)
+	s.client = c
+	s.eachNode = func(ctx context.Context, fn func(context.Context, goredis.Cmdable) error) error { return fn(ctx, c) }
+	return nil
+}
+
+func (s *Store) connectCluster(rest string, useTLS bool) error {
+	u, err := url.Parse("redis://" + rest)
+	if err != nil {
+		return fmt.Errorf("redis: cluster url: %w", err)
+	}
+	var addrs []string
+	for _, a := range strings.Split(u.Host, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return errors.New("redis: cluster url names no host")
+	}
+	o := &goredis.ClusterOptions{
+		Addrs:       addrs,
+		DialTimeout: dialTimeout, ReadTimeout: ioTimeout, WriteTimeout: ioTimeout,
+		MaxRetries: -1,
+	}
+	if u.User != nil {
+		o.Username = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	if useTLS {
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	c := goredis.NewClusterClient(o)
+	s.client = c
+	s.cluster = true
+	s.eachNode = func(ctx context.Context, fn func(context.Context, goredis.Cmdable) error) error {
+		return c.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error { return fn(ctx, n) })
+	}
+	return nil
+}
+
+// checkEviction reads maxmemory-policy on every master: any policy but
+// noeviction may evict budget keys (volatile-* too: buckets have TTLs).
+func (s *Store) checkEviction(ctx context.Context) error {
+	return s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error {
+		res, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			s.log.Warn("redis: cannot read maxmemory-policy; make sure it is noeviction, or budgets may be lost", "err", err)
+			return nil
+		}
+		policy := res["maxmemory-policy"]
+		if policy == "noeviction" || policy == "" {
+			return nil
+		}
+		if s.eviction == "warn" {
+			s.log.Warn("REDIS MAY EVICT BUDGET KEYS: maxmemory-policy is not noeviction; accepted spend can be forgotten under memory pressure",
+				"maxmemory-policy", policy)
+			return nil
+		}
+		return fmt.Errorf("redis: maxmemory-policy is %q, which can evict budget keys; set it to noeviction (or start with the eviction check set to warn)", policy)
+	})
+}
+
+// Ping reports whether Redis answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return s.fail(ctx, "ping", err)
+	}
+	return nil
+}
+
+// Close closes the connections.
+func (s *Store) Close() error { return s.client.Close() }
+
+// fail translates a client error: context errors pass through, everything
+// else is ledger.ErrUnavailable (the outcome of a write may be unknown).
+func (s *Store) fail(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("redis %s: %w: %v", op, ledger.ErrUnavailable, err)
+}
+
+// nowArg is the ARGV that carries the test clock ("" means Redis TIME).
+func (s *Store) nowArg() string {
+	if s.now == nil {
+		return ""
+	}
+	return fmt.Sprint(s.now().UnixMicro())
+}

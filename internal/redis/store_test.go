@@ -1,0 +1,82 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// serverURL returns the URL of the test server named by env (a redis:// URL
+// or a comma-separated list of cluster nodes), skipping the test when it is
+// unset, or failing it on CI.
+func serverURL(t *testing.T, env string) string {
+	t.Helper()
+	v := os.Getenv(env)
+	if v == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set", env)
+		}
+		t.Skipf("%s is not set; scripts/test sets it", env)
+	}
+	if env == "BUDGETD_TEST_REDIS_CLUSTER" && !IsURL(v) {
+		v = "redis+cluster://" + v
+	}
+	return v
+}
+
+func testPrefix() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "bt-" + hex.EncodeToString(b[:])
+}
+
+// openTest opens a store with a fresh prefix and removes its keys when the
+// test ends.
+func openTest(t *testing.T, url string, opts ...Option) *Store {
+	t.Helper()
+	prefix := testPrefix()
+	s, err := Open(context.Background(), url, append([]Option{WithPrefix(prefix)}, opts...)...)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", url, err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		err := s.scanKeys(ctx, prefix+":*", func(ctx context.Context, c goredis.Cmdable, ks []string) error {
+			p := c.Pipeline()
+			for _, k := range ks {
+				p.Unlink(ctx, k)
+			}
+			_, err := p.Exec(ctx)
+			return err
+		})
+		if err != nil && !strings.Contains(err.Error(), "closed") {
+			t.Errorf("cleanup: %v", err)
+		}
+		s.Close()
+	})
+	return s
+}
+
+func TestConformanceStandalone(t *testing.T) {
+	url := serverURL(t, "BUDGETD_TEST_REDIS")
+	ledgertest.Run(t, func(t *testing.T, clock *ledgertest.Clock) ledger.Store {
+		return openTest(t, url, WithClock(clock.Now))
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	url := serverURL(t, "BUDGETD_TEST_REDIS_CLUSTER")
+	ledgertest.Run(t, func(t *testing.T, clock *ledgertest.Clock) ledger.Store {
+		return openTest(t, url, WithClock(clock.Now))
+	})
+}
+
+var _ = time.Second
