@@ -5,20 +5,47 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
+	"strings"
 
+	"github.com/budgetd/budgetd/internal/redis"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 type prometheusCollector = prometheus.Collector
 
-// openStoreURL opens a PostgreSQL or Redis store.
+// openStoreURL opens the PostgreSQL or Redis store that cfg.store names.
 func openStoreURL(ctx context.Context, cfg config, log *slog.Logger) (openedStore, error) {
-	return openedStore{}, usageError{fmt.Sprintf("--store %q: only memory is available in this build", redact(cfg.store))}
+	switch {
+	case redis.IsURL(cfg.store):
+		st, err := redis.Open(ctx, cfg.store, redis.WithEvictionCheck(cfg.redisEviction), redis.WithLogger(log))
+		if err != nil {
+			return openedStore{}, fmt.Errorf("open redis store %s: %w", redact(cfg.store), err)
+		}
+		return openedStore{
+			store:    st,
+			describe: "redis store at " + redact(cfg.store),
+			close:    func() { st.Close() },
+		}, nil
+	}
+	return openedStore{}, usageError{fmt.Sprintf("--store %q: want memory, postgres://…, redis://… or redis+cluster://…", redact(cfg.store))}
 }
 
 func migrate(ctx context.Context, cfg config, stdout io.Writer) error {
 	return usageError{"migrate needs a postgres:// store"}
 }
 
-// redact hides a password in a store URL.
-func redact(u string) string { return u }
+// redact hides the password of a store URL.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		if i := strings.LastIndex(raw, "@"); i >= 0 {
+			return "…" + raw[i:]
+		}
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
