@@ -565,4 +565,3 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 	}
 	return out, "", nil
 }
-

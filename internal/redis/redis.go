@@ -28,8 +28,10 @@ var _ ledger.Store = (*Store)(nil)
 
 // Timeouts bound every call, so a store whose Redis is down fails fast.
 const (
-	dialTimeout  = 2 * time.Second
-	ioTimeout    = 2 * time.Second
+	dialTimeout          = 2 * time.Second
+	ioTimeout            = 2 * time.Second
+	poolTimeout          = 3 * time.Second
+	dialerRetries        = 2
 	defaultLimitCacheTTL = time.Second
 )
 
@@ -150,7 +152,22 @@ func (s *Store) connect(rawURL string) error {
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
-	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dialTimeout, ioTimeout, ioTimeout
+	// Bounded timeouts unless the URL sets its own (dial_timeout=…).
+	if o.DialTimeout == 0 {
+		o.DialTimeout = dialTimeout
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = ioTimeout
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = ioTimeout
+	}
+	if o.PoolTimeout == 0 {
+		o.PoolTimeout = poolTimeout
+	}
+	if o.DialerRetries == 0 {
+		o.DialerRetries = dialerRetries
+	}
 	o.MaxRetries = -1 // a lost reply must not run a script twice
 	c := goredis.NewClient(o)
 	s.client = c
@@ -175,6 +192,7 @@ func (s *Store) connectCluster(rest string, useTLS bool) error {
 	o := &goredis.ClusterOptions{
 		Addrs:       addrs,
 		DialTimeout: dialTimeout, ReadTimeout: ioTimeout, WriteTimeout: ioTimeout,
+		PoolTimeout: poolTimeout, DialerRetries: dialerRetries,
 		MaxRetries: -1,
 	}
 	if u.User != nil {
