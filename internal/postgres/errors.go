@@ -1,0 +1,149 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SQLSTATEs raised by the server functions (migrations/0001_init.sql).
+const (
+	codeIdempotencyRace     = "BD001"
+	codeLimitNotFound       = "BD002"
+	codeTooManyHolds        = "BD003"
+	codeLevelOverflow       = "BD004"
+	codeReservationNotFound = "BD005"
+	codeKeyReused           = "BD006"
+
+	codeSerialization = "40001"
+	codeDeadlock      = "40P01"
+)
+
+// do runs f, which makes one statement, until it succeeds or fails with an
+// error that a retry cannot fix. Serialization failures, deadlocks and
+// idempotent duplicates that committed first are retried with jittered
+// exponential backoff, at most maxAttempts times in all; the whole call,
+// retries included, is bounded by the store's timeout. Errors come back
+// translated to ledger sentinels.
+func (s *Store) do(ctx context.Context, op string, f func(context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		err := f(cctx)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		code := sqlState(err)
+		switch code {
+		case codeSerialization:
+			s.stats.serialization.Add(1)
+		case codeDeadlock:
+			s.stats.deadlock.Add(1)
+		case codeIdempotencyRace:
+			s.stats.idempotency.Add(1)
+		default:
+			return s.fail(ctx, op, err)
+		}
+		if attempt >= s.cfg.maxAttempts {
+			s.stats.gaveUp.Add(1)
+			if code == codeIdempotencyRace {
+				return fmt.Errorf("postgres %s: %w", op, ledger.ErrIdempotencyInFlight)
+			}
+			return s.fail(ctx, op, fmt.Errorf("gave up after %d attempts: %w", attempt, err))
+		}
+		t := time.NewTimer(backoff(attempt))
+		select {
+		case <-t.C:
+		case <-cctx.Done():
+			t.Stop()
+			return s.fail(ctx, op, fmt.Errorf("after %d attempts: %w", attempt, cctx.Err()))
+		}
+	}
+}
+
+// backoff is the wait before attempt+1: exponential from 1ms, capped at
+// 64ms, with full jitter.
+func backoff(attempt int) time.Duration {
+	d := time.Millisecond << min(attempt-1, 6)
+	return d/2 + rand.N(d/2+1)
+}
+
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// fail translates err and counts unavailability.
+func (s *Store) fail(ctx context.Context, op string, err error) error {
+	err = fmt.Errorf("postgres %s: %w", op, translate(ctx, err))
+	if errors.Is(err, ledger.ErrUnavailable) {
+		s.stats.unavailable.Add(1)
+	}
+	return err
+}
+
+// translate maps a driver error to the ledger's errors: the functions'
+// SQLSTATEs to sentinels, the caller's context ending to its error, and
+// everything that says the database is unreachable, overloaded or timed out
+// to ledger.ErrUnavailable (the outcome of a write may then be unknown).
+func translate(ctx context.Context, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		msg := pgErr.Message
+		switch pgErr.Code {
+		case codeLimitNotFound:
+			return fmt.Errorf("%s: %w", msg, ledger.ErrLimitNotFound)
+		case codeReservationNotFound:
+			return fmt.Errorf("%s: %w", msg, ledger.ErrReservationNotFound)
+		case codeTooManyHolds:
+			return fmt.Errorf("%s: %w", msg, ledger.ErrTooManyHolds)
+		case codeLevelOverflow:
+			return fmt.Errorf("%s: %w", msg, ledger.ErrLevelOverflow)
+		case codeKeyReused:
+			return fmt.Errorf("%s: %w", msg, ledger.ErrIdempotencyKeyReused)
+		case codeIdempotencyRace:
+			return fmt.Errorf("%s: %w", msg, ledger.ErrIdempotencyInFlight)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%v: %w", err, ctx.Err())
+		}
+		if pgErr.Code == codeSerialization || pgErr.Code == codeDeadlock {
+			return fmt.Errorf("%v: %w", err, ledger.ErrUnavailable)
+		}
+		switch pgErr.Code[:2] {
+		case "08", // connection exception
+			"53", // insufficient resources (too many connections, out of memory, disk full)
+			"57", // operator intervention: query_canceled (statement_timeout), admin shutdown, cannot connect now
+			"58", // system error
+			"25": // invalid transaction state, e.g. read-only transaction on a standby after failover
+			return fmt.Errorf("%v: %w", err, ledger.ErrUnavailable)
+		}
+		if pgErr.Code == "55P03" { // lock_not_available
+			return fmt.Errorf("%v: %w", err, ledger.ErrUnavailable)
+		}
+		return err
+	}
+	if ctx.Err() != nil {
+		// The caller gave up; its context error says so.
+		return fmt.Errorf("%v: %w", err, ctx.Err())
+	}
+	// Connection refused or lost, the store's own deadline, a closed pool:
+	// the database did not answer. When the statement may have reached the
+	// server, its outcome is unknown.
+	if !pgconn.SafeToRetry(err) {
+		return fmt.Errorf("%v (the outcome is unknown; retry with the same Idempotency-Key): %w", err, ledger.ErrUnavailable)
+	}
+	return fmt.Errorf("%v: %w", err, ledger.ErrUnavailable)
+}

@@ -1,0 +1,316 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/shopspring/decimal"
+)
+
+// The jsonb documents the server functions return. Amounts are decimal
+// strings (exact), times are microseconds since the Unix epoch.
+
+type limitDoc struct {
+	Name       string          `json:"name"`
+	Capacity   decimal.Decimal `json:"capacity"`
+	LeakAmount decimal.Decimal `json:"leak_amount"`
+	LeakPerUS  int64           `json:"leak_per_us"`
+	History    bool            `json:"history"`
+	CreatedUS  int64           `json:"created_us"`
+	UpdatedUS  int64           `json:"updated_us"`
+}
+
+func (d limitDoc) limit() ledger.Limit {
+	return ledger.Limit{
+		Name:       d.Name,
+		Capacity:   d.Capacity,
+		LeakAmount: d.LeakAmount,
+		LeakPer:    time.Duration(d.LeakPerUS) * time.Microsecond,
+		History:    d.History,
+		CreatedAt:  fromUS(d.CreatedUS),
+		UpdatedAt:  fromUS(d.UpdatedUS),
+	}
+}
+
+type stateDoc struct {
+	Level     decimal.Decimal `json:"level"`
+	UpdatedUS *int64          `json:"updated_us"`
+	Holds     []struct {
+		Amount    decimal.Decimal `json:"amount"`
+		ExpiresUS int64           `json:"expires_us"`
+	} `json:"holds"`
+}
+
+func (d stateDoc) state() bucket.State {
+	if d.UpdatedUS == nil && d.Level.IsZero() && len(d.Holds) == 0 {
+		return bucket.State{} // never written
+	}
+	st := bucket.State{Level: d.Level, Holds: make([]bucket.Hold, len(d.Holds))}
+	if d.UpdatedUS != nil {
+		st.Updated = fromUS(*d.UpdatedUS)
+	}
+	for i, h := range d.Holds {
+		st.Holds[i] = bucket.Hold{Amount: h.Amount, ExpiresAt: fromUS(h.ExpiresUS)}
+	}
+	return st
+}
+
+// snapDoc is the part every bucket outcome shares.
+type snapDoc struct {
+	Limit limitDoc `json:"limit"`
+	State stateDoc `json:"state"`
+}
+
+func (d snapDoc) snapshot(nowUS int64) ledger.Snapshot {
+	return ledger.Snapshot{Limit: d.Limit.limit(), State: d.State.state(), Now: fromUS(nowUS)}
+}
+
+type holdDoc struct {
+	ID         string              `json:"id"`
+	Limit      string              `json:"limit"`
+	Key        string              `json:"key"`
+	Amount     decimal.Decimal     `json:"amount"`
+	State      string              `json:"state"`
+	Committed  decimal.NullDecimal `json:"committed"`
+	CreatedUS  int64               `json:"created_us"`
+	ExpiresUS  int64               `json:"expires_us"`
+	ResolvedUS *int64              `json:"resolved_us"`
+}
+
+func (d *holdDoc) reservation() ledger.Reservation {
+	if d == nil {
+		return ledger.Reservation{}
+	}
+	r := ledger.Reservation{
+		ID:              d.ID,
+		Bucket:          ledger.BucketRef{Limit: d.Limit, Key: d.Key},
+		Amount:          d.Amount,
+		State:           ledger.ReservationState(d.State),
+		CommittedAmount: d.Committed,
+		CreatedAt:       fromUS(d.CreatedUS),
+		ExpiresAt:       fromUS(d.ExpiresUS),
+	}
+	if d.ResolvedUS != nil {
+		r.ResolvedAt = fromUS(*d.ResolvedUS)
+	}
+	return r
+}
+
+func fromUS(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// idemArgs are the three idempotency parameters of a write function; an
+// empty key is NULL (no Idempotency-Key).
+func idemArgs(idem ledger.Idempotency) (any, any, any) {
+	if idem.Key == "" {
+		return nil, nil, nil
+	}
+	return idem.Scope, idem.Key, idem.Hash
+}
+
+// Inspect returns a bucket's state without writing anything.
+func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snapshot, error) {
+	var doc struct {
+		snapDoc
+		NowUS int64 `json:"now_us"`
+	}
+	if err := s.queryJSON(ctx, "inspect", &doc, "SELECT budgetd_inspect($1, $2, $3)", ref.Limit, ref.Key, s.nowArg()); err != nil {
+		return ledger.Snapshot{}, err
+	}
+	return doc.snapshot(doc.NowUS), nil
+}
+
+// Fillup charges every item or none, in one statement.
+func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
+	limits := make([]string, len(items))
+	keys := make([]string, len(items))
+	costs := make([]string, len(items))
+	for i, it := range items {
+		limits[i], keys[i], costs[i] = it.Bucket.Limit, it.Bucket.Key, it.Cost.String()
+	}
+	scope, key, hash := idemArgs(idem)
+	var doc struct {
+		Accepted bool  `json:"accepted"`
+		NowUS    int64 `json:"now_us"`
+		Replayed bool  `json:"replayed"`
+		Items    []struct {
+			Fits bool `json:"fits"`
+			snapDoc
+		} `json:"items"`
+	}
+	err := s.queryJSON(ctx, "fillup", &doc, "SELECT budgetd_fillup($1, $2, $3, $4, $5, $6, $7)",
+		limits, keys, costs, s.nowArg(), scope, key, hash)
+	if err != nil {
+		return ledger.FillupOutcome{}, err
+	}
+	out := ledger.FillupOutcome{Accepted: doc.Accepted, Replayed: doc.Replayed, Items: make([]ledger.ItemOutcome, len(doc.Items))}
+	for i, it := range doc.Items {
+		out.Items[i] = ledger.ItemOutcome{Fits: it.Fits, Snapshot: it.snapshot(doc.NowUS)}
+	}
+	return out, nil
+}
+
+// Drain lowers a bucket's level, clamped at zero.
+func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency) (ledger.DrainOutcome, error) {
+	scope, key, hash := idemArgs(idem)
+	var doc struct {
+		snapDoc
+		Removed  decimal.Decimal `json:"removed"`
+		NowUS    int64           `json:"now_us"`
+		Replayed bool            `json:"replayed"`
+	}
+	err := s.queryJSON(ctx, "drain", &doc, "SELECT budgetd_drain($1, $2, $3, $4, $5, $6, $7)",
+		ref.Limit, ref.Key, amount.String(), s.nowArg(), scope, key, hash)
+	if err != nil {
+		return ledger.DrainOutcome{}, err
+	}
+	return ledger.DrainOutcome{Removed: doc.Removed, Snapshot: doc.snapshot(doc.NowUS), Replayed: doc.Replayed}, nil
+}
+
+// Reserve adds a hold when it fits.
+func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency) (ledger.ReserveOutcome, error) {
+	scope, key, hash := idemArgs(idem)
+	var doc struct {
+		snapDoc
+		Accepted    bool     `json:"accepted"`
+		Reservation *holdDoc `json:"reservation"`
+		NowUS       int64    `json:"now_us"`
+		Replayed    bool     `json:"replayed"`
+	}
+	err := s.queryJSON(ctx, "reserve", &doc, "SELECT budgetd_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		ref.Limit, ref.Key, amount.String(), ttl.Microseconds(), newHoldID(), s.nowArg(), scope, key, hash)
+	if err != nil {
+		return ledger.ReserveOutcome{}, err
+	}
+	return ledger.ReserveOutcome{
+		Accepted:    doc.Accepted,
+		Reservation: doc.Reservation.reservation(),
+		Snapshot:    doc.snapshot(doc.NowUS),
+		Replayed:    doc.Replayed,
+	}, nil
+}
+
+// newHoldID returns a fresh hold id: "h" and 32 random hex digits.
+func newHoldID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail
+	return "h" + hex.EncodeToString(b[:])
+}
+
+// Commit ends a hold and charges amount (the held amount when null).
+func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+	var a any
+	if amount.Valid {
+		a = amount.Decimal.String()
+	}
+	return s.resolve(ctx, "commit", id, true, a, overrun, idem)
+}
+
+// Release ends a hold without charging.
+func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+	return s.resolve(ctx, "release", id, false, nil, false, idem)
+}
+
+func (s *Store) resolve(ctx context.Context, op, id string, commit bool, amount any, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+	if err := ledger.ValidateReservationID(id); err != nil {
+		return ledger.ResolveOutcome{}, err
+	}
+	scope, key, hash := idemArgs(idem)
+	var doc struct {
+		snapDoc
+		Reservation holdDoc `json:"reservation"`
+		Refusal     string  `json:"refusal"`
+		NowUS       int64   `json:"now_us"`
+		Replayed    bool    `json:"replayed"`
+	}
+	err := s.queryJSON(ctx, op, &doc, "SELECT budgetd_resolve($1, $2, $3, $4, $5, $6, $7, $8)",
+		id, commit, amount, overrun, s.nowArg(), scope, key, hash)
+	if err != nil {
+		return ledger.ResolveOutcome{}, err
+	}
+	return ledger.ResolveOutcome{
+		Reservation: doc.Reservation.reservation(),
+		Snapshot:    doc.snapshot(doc.NowUS),
+		Refusal:     doc.Refusal,
+		Replayed:    doc.Replayed,
+	}, nil
+}
+
+// Reservation returns a hold as stored and the database clock.
+func (s *Store) Reservation(ctx context.Context, id string) (ledger.Reservation, time.Time, error) {
+	if err := ledger.ValidateReservationID(id); err != nil {
+		return ledger.Reservation{}, time.Time{}, err
+	}
+	var doc struct {
+		Reservation holdDoc `json:"reservation"`
+		NowUS       int64   `json:"now_us"`
+	}
+	if err := s.queryJSON(ctx, "reservation", &doc, "SELECT budgetd_reservation($1, $2)", id, s.nowArg()); err != nil {
+		return ledger.Reservation{}, time.Time{}, err
+	}
+	return doc.Reservation.reservation(), fromUS(doc.NowUS), nil
+}
+
+// History lists a bucket's entries newest first, recording due expiries.
+// Cursors are "<time in µs>.<id>" of the last entry of the previous page.
+func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
+	var afterUS, afterID any
+	if cursor != "" {
+		us, id, err := parseCursor(cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		afterUS, afterID = us, id
+	}
+	if n < 0 {
+		n = 0
+	}
+	var docs []struct {
+		ID            string          `json:"id"`
+		AtUS          int64           `json:"at_us"`
+		Event         string          `json:"event"`
+		Amount        decimal.Decimal `json:"amount"`
+		ReservationID *string         `json:"reservation_id"`
+	}
+	err := s.queryJSON(ctx, "history", &docs, "SELECT budgetd_history($1, $2, $3, $4, $5, $6)",
+		ref.Limit, ref.Key, afterUS, afterID, n, s.nowArg())
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]ledger.Entry, 0, min(len(docs), n))
+	for _, d := range docs {
+		if len(out) == n {
+			if n == 0 {
+				break
+			}
+			last := out[len(out)-1]
+			return out, fmt.Sprintf("%d.%s", last.Time.UnixMicro(), last.ID), nil
+		}
+		e := ledger.Entry{ID: d.ID, Time: fromUS(d.AtUS), Event: ledger.Event(d.Event), Amount: d.Amount}
+		if d.ReservationID != nil {
+			e.ReservationID = *d.ReservationID
+		}
+		out = append(out, e)
+	}
+	return out, "", nil
+}
+
+func parseCursor(c string) (int64, int64, error) {
+	bad := &ledger.InvalidError{Code: "invalid_request", Field: "cursor", Reason: "malformed cursor"}
+	t, id, ok := strings.Cut(c, ".")
+	if !ok {
+		return 0, 0, bad
+	}
+	us, err1 := strconv.ParseInt(t, 10, 64)
+	n, err2 := strconv.ParseInt(id, 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, bad
+	}
+	return us, n, nil
+}

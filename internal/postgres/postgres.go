@@ -1,0 +1,375 @@
+// Package postgres is budgetd's durable store on PostgreSQL (pgx/v5).
+//
+// Every operation is one call of a server-side plpgsql function (see
+// migrations/0001_init.sql), so a decision costs one round trip: the check,
+// the change, the history entries and the idempotency record commit together
+// in that statement's transaction. "Now" is the database clock
+// (clock_timestamp(), whole microseconds), so budgetd instances with skewed
+// clocks agree. The store works at READ COMMITTED (the default: buckets are
+// locked with SELECT … FOR UPDATE in a fixed order) and at SERIALIZABLE; it
+// retries serialization failures and deadlocks with jittered backoff, a bounded
+// number of times, and never turns one into an accept.
+//
+// docs/postgres.md describes the schema, the one-round-trip design, timeouts,
+// retries and pruning.
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var _ ledger.Store = (*Store)(nil)
+
+// Isolation is the transaction isolation level the store runs at.
+type Isolation string
+
+// The supported isolation levels.
+const (
+	ReadCommitted Isolation = "read-committed"
+	Serializable  Isolation = "serializable"
+)
+
+// ParseIsolation checks a flag value: "read-committed" or "serializable".
+func ParseIsolation(s string) (Isolation, error) {
+	switch Isolation(s) {
+	case ReadCommitted, Serializable:
+		return Isolation(s), nil
+	}
+	return "", fmt.Errorf("isolation %q: want %q or %q", s, ReadCommitted, Serializable)
+}
+
+// Defaults of the options.
+const (
+	DefaultTimeout        = 5 * time.Second
+	DefaultConnectTimeout = 2 * time.Second
+	DefaultMaxAttempts    = 10
+	DefaultPruneInterval  = time.Minute
+	DefaultPruneBatch     = 1000
+)
+
+type config struct {
+	isolation      string
+	schema         string
+	now            func() time.Time
+	timeout        time.Duration
+	connectTimeout time.Duration
+	maxAttempts    int
+	pruneInterval  time.Duration
+	pruneBatch     int
+	maxConns       int32
+	tracer         pgx.QueryTracer
+}
+
+// Option configures a Store.
+type Option func(*config)
+
+// WithIsolation sets the isolation level: "read-committed" (the default) or
+// "serializable". Open and Migrate refuse other values (see ParseIsolation).
+func WithIsolation(level string) Option { return func(c *config) { c.isolation = level } }
+
+// WithSchema keeps every table and function in the named schema, created if
+// missing (names of [a-z_][a-z0-9_]*). Without it the connection's default
+// search_path applies. Tests give each store its own schema.
+func WithSchema(name string) Option { return func(c *config) { c.schema = name } }
+
+// WithClock is a test hook: "now" becomes now() passed as a parameter instead
+// of the database clock.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// WithTimeout bounds every store call, retries included (default 5s). It is
+// also the server-side statement_timeout.
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithConnectTimeout bounds establishing a connection (default 2s) unless the
+// URL sets connect_timeout.
+func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.connectTimeout = d } }
+
+// WithMaxAttempts bounds the attempts of one call when PostgreSQL reports a
+// serialization failure or a deadlock (default 10).
+func WithMaxAttempts(n int) Option { return func(c *config) { c.maxAttempts = n } }
+
+// WithPruneInterval sets how often the background pruner runs (default 1m);
+// 0 disables it (Prune can still be called).
+func WithPruneInterval(d time.Duration) Option { return func(c *config) { c.pruneInterval = d } }
+
+// WithMaxConns sets the pool size (default: pgxpool's, or pool_max_conns in
+// the URL).
+func WithMaxConns(n int32) Option { return func(c *config) { c.maxConns = n } }
+
+// WithTracer installs a pgx query tracer on every connection (tests count
+// round trips with it).
+func WithTracer(t pgx.QueryTracer) Option { return func(c *config) { c.tracer = t } }
+
+var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+func newConfig(opts []Option) (*config, error) {
+	c := &config{
+		isolation:      string(ReadCommitted),
+		timeout:        DefaultTimeout,
+		connectTimeout: DefaultConnectTimeout,
+		maxAttempts:    DefaultMaxAttempts,
+		pruneInterval:  DefaultPruneInterval,
+		pruneBatch:     DefaultPruneBatch,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if _, err := ParseIsolation(c.isolation); err != nil {
+		return nil, err
+	}
+	if c.schema != "" && !schemaRE.MatchString(c.schema) {
+		return nil, fmt.Errorf("schema %q: want [a-z_][a-z0-9_]*", c.schema)
+	}
+	if c.timeout <= 0 || c.maxAttempts < 1 {
+		return nil, errors.New("timeout and max attempts must be positive")
+	}
+	return c, nil
+}
+
+// poolConfig builds the pgxpool configuration: timeouts, search_path,
+// isolation level.
+func poolConfig(url string, c *config) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres url: %w", err)
+	}
+	cc := pc.ConnConfig
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = c.connectTimeout
+	}
+	if c.schema != "" {
+		cc.RuntimeParams["search_path"] = c.schema
+	}
+	cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(c.timeout.Milliseconds(), 10)
+	cc.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt((2 * c.timeout).Milliseconds(), 10)
+	if c.isolation == string(Serializable) {
+		cc.RuntimeParams["default_transaction_isolation"] = "serializable"
+	} else {
+		cc.RuntimeParams["default_transaction_isolation"] = "read committed"
+	}
+	if c.tracer != nil {
+		cc.Tracer = c.tracer
+	}
+	if c.maxConns > 0 {
+		pc.MaxConns = c.maxConns
+	}
+	return pc, nil
+}
+
+// Store is the PostgreSQL store. Create it with Open; it is safe for
+// concurrent use, also by many processes sharing one database.
+type Store struct {
+	pool *pgxpool.Pool
+	cfg  *config
+
+	stats counters
+
+	kick      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	pruneMu   sync.Mutex
+	cursor    pruneCursor
+}
+
+// Open connects to the database at url (a postgres:// URL or DSN), applies
+// the migrations under an advisory lock and returns the store. The pool
+// connects lazily and recovers by itself when the database comes back.
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := poolConfig(url, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := runMigrations(ctx, pc, c); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres pool: %w", err)
+	}
+	s := &Store{pool: pool, cfg: c, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if c.pruneInterval > 0 {
+		go s.pruneLoop()
+	} else {
+		close(s.done)
+	}
+	return s, nil
+}
+
+// Migrate applies the migrations to the database at url and returns; it is
+// what `budgetd migrate` runs. Concurrent calls are safe.
+func Migrate(ctx context.Context, url string, opts ...Option) error {
+	c, err := newConfig(opts)
+	if err != nil {
+		return err
+	}
+	pc, err := poolConfig(url, c)
+	if err != nil {
+		return err
+	}
+	return runMigrations(ctx, pc, c)
+}
+
+func runMigrations(ctx context.Context, pc *pgxpool.Config, c *config) error {
+	cc := pc.ConnConfig.Copy()
+	cc.Tracer = nil
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("postgres migrate: %v: %w", err, ledger.ErrUnavailable)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := migrate(ctx, conn, c.schema); err != nil {
+		return fmt.Errorf("postgres migrate: %w", translate(ctx, err))
+	}
+	return nil
+}
+
+// Ping reports whether the database answers within the store's timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres ping: %w", translate(ctx, err))
+	}
+	return nil
+}
+
+// Close stops the pruner and closes the pool.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.pool.Close()
+	})
+	return nil
+}
+
+// Stats are counters since Open.
+type Stats struct {
+	// SerializationRetries counts attempts retried after SQLSTATE 40001.
+	SerializationRetries uint64
+	// DeadlockRetries counts attempts retried after SQLSTATE 40P01.
+	DeadlockRetries uint64
+	// IdempotencyRetries counts attempts retried because a duplicate request
+	// with the same Idempotency-Key committed first (the retry replays it).
+	IdempotencyRetries uint64
+	// GaveUp counts calls that still failed after the last attempt.
+	GaveUp uint64
+	// Unavailable counts calls that failed with ledger.ErrUnavailable.
+	Unavailable uint64
+}
+
+type counters struct {
+	serialization, deadlock, idempotency, gaveUp, unavailable atomic.Uint64
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		SerializationRetries: s.stats.serialization.Load(),
+		DeadlockRetries:      s.stats.deadlock.Load(),
+		IdempotencyRetries:   s.stats.idempotency.Load(),
+		GaveUp:               s.stats.gaveUp.Load(),
+		Unavailable:          s.stats.unavailable.Load(),
+	}
+}
+
+// nowArg is the "now" parameter of the server functions: NULL (the database
+// clock) unless a test pinned the clock.
+func (s *Store) nowArg() any {
+	if s.cfg.now == nil {
+		return nil
+	}
+	return s.cfg.now().UTC().Truncate(time.Microsecond)
+}
+
+// queryJSON runs one statement that returns one jsonb value, with retries,
+// and decodes it into out.
+func (s *Store) queryJSON(ctx context.Context, op string, out any, sql string, args ...any) error {
+	var raw []byte
+	err := s.do(ctx, op, func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, sql, args...).Scan(&raw)
+	})
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("postgres %s: decoding %s: %w", op, raw, err)
+	}
+	return nil
+}
+
+// PutLimit creates or updates a limit, keeping its buckets.
+func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
+	var doc limitDoc
+	err := s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, $3, $4, $5, $6)",
+		l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), l.History, s.nowArg())
+	if err != nil {
+		return ledger.Limit{}, err
+	}
+	return doc.limit(), nil
+}
+
+// GetLimit returns a limit or ledger.ErrLimitNotFound.
+func (s *Store) GetLimit(ctx context.Context, name string) (ledger.Limit, error) {
+	var doc limitDoc
+	err := s.queryJSON(ctx, "get limit", &doc, "SELECT budgetd_limit_json(budgetd_limit($1))", name)
+	if err != nil {
+		return ledger.Limit{}, err
+	}
+	return doc.limit(), nil
+}
+
+// ListLimits returns up to n limits with names after after, by name.
+func (s *Store) ListLimits(ctx context.Context, after string, n int) ([]ledger.Limit, error) {
+	var docs []limitDoc
+	err := s.queryJSON(ctx, "list limits", &docs, `SELECT coalesce(jsonb_agg(budgetd_limit_json(l) ORDER BY l.name), '[]')
+		FROM (SELECT * FROM limits WHERE name > $1 ORDER BY name LIMIT $2) l`, after, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ledger.Limit, len(docs))
+	for i, d := range docs {
+		out[i] = d.limit()
+	}
+	return out, nil
+}
+
+// DeleteLimit removes a limit. Its buckets, holds, history and idempotency
+// records become invisible at once (they belong to the limit's id, which a
+// re-created name does not reuse) and are deleted by the pruner in bounded
+// batches.
+func (s *Store) DeleteLimit(ctx context.Context, name string) error {
+	var id int64
+	err := s.do(ctx, "delete limit", func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM limits WHERE name = $1 RETURNING id)
+			INSERT INTO deleted_limits (id) SELECT id FROM d RETURNING id`, name).Scan(&id)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("limit %q: %w", name, ledger.ErrLimitNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	"github.com/budgetd/budgetd/internal/postgres"
+	"github.com/jackc/pgx/v5"
+)
+
+// dsn returns the test server's URL from BUDGETD_TEST_POSTGRES (scripts/test
+// sets it). Without it the test is skipped, or fails when CI=true.
+func dsn(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv("BUDGETD_TEST_POSTGRES")
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("BUDGETD_TEST_POSTGRES is not set (run scripts/test)")
+		}
+		t.Skip("BUDGETD_TEST_POSTGRES is not set; run scripts/test")
+	}
+	return url
+}
+
+var schemaSeq atomic.Int64
+
+// newSchema returns a schema name of its own for t and drops the schema when
+// t ends.
+func newSchema(t testing.TB) string {
+	t.Helper()
+	url := dsn(t)
+	name := fmt.Sprintf("budgetd_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, schemaSeq.Add(1))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("drop schema: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+	})
+	return name
+}
+
+// open opens a store on a fresh schema, closed when t ends.
+func open(t testing.TB, opts ...postgres.Option) *postgres.Store {
+	t.Helper()
+	url := dsn(t)
+	schema := newSchema(t)
+	opts = append([]postgres.Option{postgres.WithSchema(schema), postgres.WithPruneInterval(0)}, opts...)
+	s, err := postgres.Open(context.Background(), url, opts...)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func factory(isolation string) ledgertest.Factory {
+	return func(t *testing.T, clock *ledgertest.Clock) ledger.Store {
+		return open(t, postgres.WithIsolation(isolation), postgres.WithClock(clock.Now))
+	}
+}
+
+func TestConformanceReadCommitted(t *testing.T) {
+	ledgertest.Run(t, factory("read-committed"))
+}
+
+func TestConformanceSerializable(t *testing.T) {
+	ledgertest.Run(t, factory("serializable"))
+}

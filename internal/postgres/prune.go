@@ -1,0 +1,131 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Retention, as the memory store keeps it.
+const (
+	// HistoryRetention is how long history entries are kept.
+	HistoryRetention = 30 * 24 * time.Hour
+	// ClosedHoldRetention is how long a resolved or expired hold stays
+	// readable.
+	ClosedHoldRetention = 24 * time.Hour
+)
+
+// maxPruneRounds bounds the batches of each kind one Prune call runs.
+const maxPruneRounds = 100
+
+// PruneStats says what one Prune call did.
+type PruneStats struct {
+	ExpiredHolds   int // buckets whose expired holds were recorded
+	Rows           int // closed holds, old history and idempotency records deleted
+	DeletedLimits  int // rows of deleted limits removed
+	EmptyBuckets   int // idle empty buckets deleted
+	ScannedBatches int // batches of the bucket scan
+}
+
+type pruneCursor struct {
+	limit int64
+	key   string
+}
+
+// Prune runs one pass of the pruner: it records expired holds, deletes closed
+// holds older than ClosedHoldRetention, history older than HistoryRetention,
+// idempotency records older than 25h, the rows of deleted limits and idle
+// empty buckets. Every step is a short transaction of at most a batch of rows
+// that takes bucket locks only with SKIP LOCKED, so it never makes a decision
+// wait for long. The background pruner calls it every prune interval.
+func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
+	s.pruneMu.Lock()
+	defer s.pruneMu.Unlock()
+	var st PruneStats
+	batch := s.cfg.pruneBatch
+	step := func(n *int, sql string, args ...any) error {
+		for round := 0; round < maxPruneRounds; round++ {
+			var got int
+			if err := s.pruneTx(ctx, func(tx pgx.Tx) error {
+				return tx.QueryRow(ctx, sql, args...).Scan(&got)
+			}); err != nil {
+				return err
+			}
+			*n += got
+			if got < batch {
+				return nil
+			}
+		}
+		return nil
+	}
+	if err := step(&st.ExpiredHolds, "SELECT budgetd_prune_expired(coalesce($1, budgetd_clock()), $2)", s.nowArg(), batch); err != nil {
+		return st, err
+	}
+	if err := step(&st.Rows, "SELECT budgetd_prune_rows(coalesce($1, budgetd_clock()), $2)", s.nowArg(), batch); err != nil {
+		return st, err
+	}
+	if err := step(&st.DeletedLimits, "SELECT budgetd_prune_deleted($1)", batch); err != nil {
+		return st, err
+	}
+	// One sweep over the buckets at most, resuming where the last pass ended.
+	for round := 0; round < maxPruneRounds; round++ {
+		var next *int64
+		var nextKey *string
+		var deleted int
+		err := s.pruneTx(ctx, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, "SELECT next_limit, next_key, deleted FROM budgetd_prune_buckets($1, $2, coalesce($3, budgetd_clock()), $4)",
+				s.cursor.limit, s.cursor.key, s.nowArg(), batch).Scan(&next, &nextKey, &deleted)
+		})
+		if err != nil {
+			return st, err
+		}
+		st.EmptyBuckets += deleted
+		st.ScannedBatches++
+		if next == nil {
+			s.cursor = pruneCursor{}
+			break
+		}
+		s.cursor = pruneCursor{limit: *next, key: *nextKey}
+	}
+	return st, nil
+}
+
+// pruneTx runs f in a READ COMMITTED transaction whatever the store's
+// isolation level: the pruning steps are safe there (they lock what they
+// change) and would only cause serialization failures for decisions at
+// SERIALIZABLE.
+func (s *Store) pruneTx(ctx context.Context, f func(pgx.Tx) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, f)
+	if err != nil {
+		return fmt.Errorf("postgres prune: %w", translate(ctx, err))
+	}
+	return nil
+}
+
+// pruneLoop runs Prune every prune interval, and soon after DeleteLimit,
+// until Close.
+func (s *Store) pruneLoop() {
+	defer close(s.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.stop
+		cancel()
+	}()
+	t := time.NewTicker(s.cfg.pruneInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		// Errors (the database is down) are retried at the next tick.
+		_, _ = s.Prune(ctx)
+	}
+}
