@@ -1,0 +1,289 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/shopspring/decimal"
+)
+
+// commandLog records the commands a client sends.
+type commandLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *commandLog) DialHook(next goredis.DialHook) goredis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (c *commandLog) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		c.mu.Lock()
+		c.names = append(c.names, strings.ToLower(cmd.Name()))
+		c.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandLog) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		c.mu.Lock()
+		for _, cmd := range cmds {
+			c.names = append(c.names, strings.ToLower(cmd.Name()))
+		}
+		c.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (c *commandLog) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.names
+	c.names = nil
+	return out
+}
+
+// TestOneRoundTripPerDecision counts the commands of each operation: one
+// EVALSHA (or EVALSHA_RO), plus an EVAL only when Redis did not have the
+// script cached yet.
+func TestOneRoundTripPerDecision(t *testing.T) {
+	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
+		t.Run(env, func(t *testing.T) {
+			s := openTest(t, serverURL(t, env), WithLimitCacheTTL(time.Hour))
+			log := &commandLog{}
+			s.client.(interface{ AddHook(goredis.Hook) }).AddHook(log)
+			ctx := context.Background()
+			svc := ledger.NewService(s)
+			for _, n := range []string{"a", "b"} {
+				if _, err := svc.PutLimit(ctx, n, ledger.LimitSpec{Capacity: decimal.NewFromInt(100), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Second, History: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			log.take()
+			ra, rb := ledger.BucketRef{Limit: "a", Key: "{t}1"}, ledger.BucketRef{Limit: "b", Key: "{t}2"}
+			one := func(what string) {
+				t.Helper()
+				got := log.take()
+				ok := slices.Equal(got, []string{"evalsha"}) || slices.Equal(got, []string{"evalsha_ro"}) ||
+					slices.Equal(got, []string{"evalsha", "eval"}) || slices.Equal(got, []string{"evalsha_ro", "eval_ro"})
+				if !ok {
+					t.Errorf("%s sent %v, want one script call", what, got)
+				}
+			}
+			idem := ledger.Idempotency{Scope: "fillup:a/{t}1", Key: "k", Hash: "h"}
+			for round := 0; round < 2; round++ { // the first round may load scripts
+				if _, err := svc.CanAccept(ctx, ra, decimal.NewFromInt(1)); err != nil {
+					t.Fatal(err)
+				}
+				one("CanAccept")
+				if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ra, Cost: decimal.NewFromInt(1)}}, idem); err != nil {
+					t.Fatal(err)
+				}
+				one("Fillup")
+				if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ra, Cost: decimal.NewFromInt(1)}, {Bucket: rb, Cost: decimal.NewFromInt(2)}}, ledger.Idempotency{}); err != nil {
+					t.Fatal(err)
+				}
+				one("multi-bucket Fillup")
+				if _, err := svc.Drain(ctx, ra, decimal.NewFromInt(1), ledger.Idempotency{}); err != nil {
+					t.Fatal(err)
+				}
+				one("Drain")
+				res, err := svc.Reserve(ctx, ra, decimal.NewFromInt(5), time.Minute, ledger.Idempotency{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				one("Reserve")
+				if _, err := svc.Commit(ctx, res.Reservation.ID, decimal.NullDecimal{}, false, ledger.Idempotency{}); err != nil {
+					t.Fatal(err)
+				}
+				one("Commit")
+				res, _ = svc.Reserve(ctx, ra, decimal.NewFromInt(5), time.Minute, ledger.Idempotency{})
+				log.take()
+				if _, err := svc.Release(ctx, res.Reservation.ID, ledger.Idempotency{}); err != nil {
+					t.Fatal(err)
+				}
+				one("Release")
+				if _, err := svc.Reservation(ctx, res.Reservation.ID); err != nil {
+					t.Fatal(err)
+				}
+				one("Reservation")
+				if _, _, err := svc.History(ctx, ra, "", 10); err != nil {
+					t.Fatal(err)
+				}
+				one("History")
+			}
+		})
+	}
+}
+
+// TestCrossSlot: in Redis Cluster a multi-bucket call must keep its buckets in
+// one slot; a key's {tag} (or an untagged key equal to the tag) does that.
+func TestCrossSlot(t *testing.T) {
+	s := openTest(t, serverURL(t, "BUDGETD_TEST_REDIS_CLUSTER"))
+	ctx := context.Background()
+	svc := ledger.NewService(s)
+	for _, n := range []string{"user", "team"} {
+		if _, err := svc.PutLimit(ctx, n, ledger.LimitSpec{Capacity: decimal.NewFromInt(100), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	item := func(l, k string) ledger.Item {
+		return ledger.Item{Bucket: ledger.BucketRef{Limit: l, Key: k}, Cost: decimal.NewFromInt(1)}
+	}
+	_, err := svc.Fillup(ctx, []ledger.Item{item("user", "u1"), item("team", "u2")}, ledger.Idempotency{})
+	if !errors.Is(err, ledger.ErrCrossSlot) {
+		t.Fatalf("fillup over two slots: %v, want ErrCrossSlot", err)
+	}
+	res, err := svc.Fillup(ctx, []ledger.Item{item("user", "{acme}u1"), item("user", "{acme}u2"), item("team", "acme")}, ledger.Idempotency{})
+	if err != nil || !res.Accepted {
+		t.Fatalf("fillup within a tag: %+v %v", res, err)
+	}
+	if got := slotOf(s.k.bucket(1, "acme")); got != slotOf(s.k.bucket(7, "{acme}x")) {
+		t.Fatalf("untagged key and tag in different slots: %d", got)
+	}
+}
+
+func TestKeyEncoding(t *testing.T) {
+	for _, k := range []string{"u1", "{t1}u1", "a}b", "{a}b}", "{}x", "x{", "}{a}", "a:b", "{"} {
+		e := encodeKey(k)
+		if back, ok := decodeKey(e); !ok || back != k {
+			t.Errorf("decode(encode(%q)) = %q, %v", k, back, ok)
+		}
+	}
+	if encodeKey("a}b") == encodeKey("{a}b}") {
+		t.Error("two keys share an encoding")
+	}
+	for slot := 0; slot < 16384; slot += 97 {
+		if got := slotOf("p:1:r:{" + slotTag(slot) + "}h1_0000"); got != slot {
+			t.Fatalf("slotTag(%d) hashes to %d", slot, got)
+		}
+	}
+	g, slot, ok := parseHoldID(holdID(42, 16383, strings.Repeat("ab", 12)))
+	if !ok || g != 42 || slot != 16383 {
+		t.Fatalf("parseHoldID = %d %d %v", g, slot, ok)
+	}
+	for _, bad := range []string{"h00000000000000000000000000", "nope", "h1_zzzz" + strings.Repeat("a", 24), "h1_4000" + strings.Repeat("a", 24)} {
+		if _, _, ok := parseHoldID(bad); ok {
+			t.Errorf("parseHoldID(%q) accepted", bad)
+		}
+	}
+}
+
+// TestTTLs: a bucket lives at least until it has leaked to zero and its holds
+// have expired, and no bucket key is left without a TTL.
+func TestTTLs(t *testing.T) {
+	clock := ledgertest.NewClock()
+	s := openTest(t, serverURL(t, "BUDGETD_TEST_REDIS"), WithClock(clock.Now))
+	ctx := context.Background()
+	svc := ledger.NewService(s)
+	put := func(name, capacity, amount string, per time.Duration, hist bool) {
+		if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: decimal.RequireFromString(capacity), LeakAmount: decimal.RequireFromString(amount), LeakPer: per, History: hist}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pttl := func(name, key string) time.Duration {
+		t.Helper()
+		cl, err := s.limitFor(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.client.(goredis.Cmdable).PTTL(ctx, s.k.bucket(cl.gen, key)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	fill := func(name, key, cost string) {
+		t.Helper()
+		if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: name, Key: key}, Cost: decimal.RequireFromString(cost)}}, ledger.Idempotency{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("fast", "10", "10", time.Millisecond, false)
+	fill("fast", "k", "10")
+	if d := pttl("fast", "k"); d <= 0 || d > 61*time.Second {
+		t.Errorf("fast bucket PTTL %v, want about a minute (1ms to empty + margin)", d)
+	}
+	put("slow", "1000", "1", time.Hour, false)
+	fill("slow", "k", "100") // empty in 100h
+	if d := pttl("slow", "k"); d < 100*time.Hour || d > 101*time.Hour {
+		t.Errorf("slow bucket PTTL %v, want just over 100h", d)
+	}
+	if _, err := svc.Reserve(ctx, ledger.BucketRef{Limit: "fast", Key: "h"}, decimal.NewFromInt(1), 20*time.Hour, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := pttl("fast", "h"); d < 20*time.Hour {
+		t.Errorf("bucket with a 20h hold has PTTL %v", d)
+	}
+	put("hist", "10", "10", time.Millisecond, true)
+	fill("hist", "k", "1")
+	if d := pttl("hist", "k"); d < 30*24*time.Hour {
+		t.Errorf("bucket with history has PTTL %v, want ≥ 30 days", d)
+	}
+	// A slower leak drops the TTLs computed with the faster one.
+	put("fast", "10", "1", time.Hour, false)
+	if d := pttl("fast", "k"); d != -1 {
+		t.Errorf("after slowing the leak PTTL is %v, want none", d)
+	}
+	if _, err := svc.Drain(ctx, ledger.BucketRef{Limit: "fast", Key: "k"}, decimal.RequireFromString("0.5"), ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := pttl("fast", "k"); d < 9*time.Hour+30*time.Minute {
+		t.Errorf("after a write at the slower leak PTTL is %v, want ≥ 9.5h (9.5 at 1/h)", d)
+	}
+	// Inspect writes nothing: the TTL keeps running.
+	before := pttl("slow", "k")
+	time.Sleep(5 * time.Millisecond)
+	if _, err := svc.CanAccept(ctx, ledger.BucketRef{Limit: "slow", Key: "k"}, decimal.NewFromInt(1)); err != nil {
+		t.Fatal(err)
+	}
+	if after := pttl("slow", "k"); after >= before {
+		t.Errorf("CanAccept refreshed the TTL: %v then %v", before, after)
+	}
+}
+
+// TestMemoryPerIdleBucket measures MEMORY USAGE of an idle bucket of a limit
+// without history, with the default prefix and a typical key.
+func TestMemoryPerIdleBucket(t *testing.T) {
+	url := serverURL(t, "BUDGETD_TEST_REDIS")
+	ctx := context.Background()
+	s, err := Open(ctx, url) // default prefix "budgetd", as in production
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	svc := ledger.NewService(s)
+	name := "mem-" + testPrefix()[3:]
+	if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: decimal.NewFromInt(1000), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	defer svc.DeleteLimit(ctx, name)
+	var worst int64
+	for _, cost := range []string{"1", "12.37", "999.999999"} {
+		key := "user-" + testPrefix()[3:9]
+		if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: name, Key: key}, Cost: decimal.RequireFromString(cost)}}, ledger.Idempotency{}); err != nil {
+			t.Fatal(err)
+		}
+		cl, _ := s.limitFor(ctx, name)
+		n, err := s.client.(goredis.Cmdable).MemoryUsage(ctx, s.k.bucket(cl.gen, key)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("MEMORY USAGE of bucket %q (level %s): %d bytes", s.k.bucket(cl.gen, key), cost, n)
+		worst = max(worst, n)
+	}
+	if worst > 200 {
+		t.Errorf("an idle bucket takes %d bytes, want ≤ 200", worst)
+	}
+}
