@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +27,11 @@ import (
 )
 
 var _ ledger.Store = (*Store)(nil)
+
+// prefixRE bounds key prefixes: no braces (hash tags), no glob characters
+// (DeleteLimit scans by pattern) and no colon (one prefix cannot nest in
+// another's keys).
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 // Timeouts bound every call, so a store whose Redis is down fails fast.
 const (
@@ -121,8 +128,8 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
-	if s.k.prefix == "" || strings.ContainsAny(s.k.prefix, "{}*?[]\\") {
-		return nil, fmt.Errorf("redis: key prefix %q must be non-empty without braces or glob characters", s.k.prefix)
+	if !prefixRE.MatchString(s.k.prefix) {
+		return nil, fmt.Errorf("redis: key prefix %q: want 1-64 characters of [A-Za-z0-9_.-]", s.k.prefix)
 	}
 	if s.eviction != "refuse" && s.eviction != "warn" {
 		return nil, fmt.Errorf("redis: eviction check %q: want refuse or warn", s.eviction)
@@ -133,6 +140,10 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		s.client.Close()
 		return nil, s.fail(ctx, "ping", err)
+	}
+	if err := s.checkVersion(ctx); err != nil {
+		s.client.Close()
+		return nil, err
 	}
 	if err := s.checkEviction(ctx); err != nil {
 		s.client.Close()
@@ -211,6 +222,26 @@ func (s *Store) connectCluster(rest string, useTLS bool) error {
 	return nil
 }
 
+// checkVersion refuses servers older than Redis 7.0: reads use EVALSHA_RO,
+// which makes "Inspect writes nothing" a guarantee of the server.
+func (s *Store) checkVersion(ctx context.Context) error {
+	return s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return s.fail(ctx, "info", err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+				major, _, _ := strings.Cut(v, ".")
+				if n, err := strconv.Atoi(major); err == nil && n < 7 {
+					return fmt.Errorf("redis: server version %s is too old; budgetd needs Redis 7.0 or later", v)
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // checkEviction reads maxmemory-policy on every master: any policy but
 // noeviction may evict budget keys (volatile-* too: buckets have TTLs).
 func (s *Store) checkEviction(ctx context.Context) error {
@@ -220,8 +251,12 @@ func (s *Store) checkEviction(ctx context.Context) error {
 			s.log.Warn("redis: cannot read maxmemory-policy; make sure it is noeviction, or budgets may be lost", "err", err)
 			return nil
 		}
-		policy := res["maxmemory-policy"]
-		if policy == "noeviction" || policy == "" {
+		policy, ok := res["maxmemory-policy"]
+		if !ok {
+			s.log.Warn("redis: maxmemory-policy is not readable; make sure it is noeviction, or budgets may be lost")
+			return nil
+		}
+		if policy == "noeviction" {
 			return nil
 		}
 		if s.eviction == "warn" {

@@ -150,12 +150,15 @@ local function finish(c, st, now)
       redis.call('ZREMRANGEBYRANK', c.hk, 0, -(HIST_MAX + 1))
     end
   end
+  -- The history lives exactly as long as the bucket that numbers its
+  -- entries (also when the limit stopped keeping history: its old entries
+  -- then go with the bucket).
   if ms > 1e15 then
     redis.call('PERSIST', c.bk)
-    if c.hist then redis.call('PERSIST', c.hk) end
+    redis.call('PERSIST', c.hk)
   else
     redis.call('PEXPIRE', c.bk, fmt(ms))
-    if c.hist then redis.call('PEXPIRE', c.hk, fmt(ms)) end
+    redis.call('PEXPIRE', c.hk, fmt(ms))
   end
 end
 
