@@ -653,7 +653,8 @@ BEGIN
 END $$;
 
 -- Deletes up to p_batch rows of each table for one deleted limit; forgets the
--- limit once nothing is left.
+-- limit once nothing is left. Returns the rows deleted (a forgotten limit
+-- counts one); 0 when no deleted limit is waiting.
 CREATE FUNCTION budgetd_prune_deleted(p_batch int) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -674,9 +675,10 @@ BEGIN
     DELETE FROM history WHERE id = ANY (ARRAY(SELECT id FROM history WHERE limit_id = v_id LIMIT p_batch));
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_total := v_total + v_n;
-    IF v_total = 0 THEN
+    -- Less than a batch everywhere: nothing of the limit is left.
+    IF v_total < p_batch THEN
         DELETE FROM deleted_limits WHERE id = v_id;
-        RETURN 1;
+        v_total := v_total + 1;
     END IF;
     RETURN v_total;
 END $$;

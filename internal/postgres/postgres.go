@@ -70,6 +70,7 @@ type config struct {
 	pruneBatch     int
 	maxConns       int32
 	tracer         pgx.QueryTracer
+	poolHook       func(*pgxpool.Config)
 }
 
 // Option configures a Store.
@@ -111,6 +112,11 @@ func WithMaxConns(n int32) Option { return func(c *config) { c.maxConns = n } }
 // WithTracer installs a pgx query tracer on every connection (tests count
 // round trips with it).
 func WithTracer(t pgx.QueryTracer) Option { return func(c *config) { c.tracer = t } }
+
+// WithPoolConfig lets the caller adjust the pgxpool configuration after the
+// store has set it up (dialer, pool sizes, hooks). Tests use it to count
+// network writes.
+func WithPoolConfig(f func(*pgxpool.Config)) Option { return func(c *config) { c.poolHook = f } }
 
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
@@ -164,6 +170,9 @@ func poolConfig(url string, c *config) (*pgxpool.Config, error) {
 	}
 	if c.maxConns > 0 {
 		pc.MaxConns = c.maxConns
+	}
+	if c.poolHook != nil {
+		c.poolHook(pc)
 	}
 	return pc, nil
 }
@@ -242,9 +251,9 @@ func runMigrations(ctx context.Context, pc *pgxpool.Config, c *config) error {
 
 // Ping reports whether the database answers within the store's timeout.
 func (s *Store) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
-	if err := s.pool.Ping(ctx); err != nil {
+	if err := s.pool.Ping(cctx); err != nil {
 		return fmt.Errorf("postgres ping: %w", translate(ctx, err))
 	}
 	return nil

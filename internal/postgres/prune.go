@@ -45,28 +45,29 @@ func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
 	defer s.pruneMu.Unlock()
 	var st PruneStats
 	batch := s.cfg.pruneBatch
-	step := func(n *int, sql string, args ...any) error {
+	// step runs one kind of batch until a batch finds less than until rows.
+	step := func(n *int, until int, sql string, args ...any) error {
 		for round := 0; round < maxPruneRounds; round++ {
 			var got int
-			if err := s.pruneTx(ctx, func(tx pgx.Tx) error {
+			if err := s.pruneTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 				return tx.QueryRow(ctx, sql, args...).Scan(&got)
 			}); err != nil {
 				return err
 			}
 			*n += got
-			if got < batch {
+			if got < until {
 				return nil
 			}
 		}
 		return nil
 	}
-	if err := step(&st.ExpiredHolds, "SELECT budgetd_prune_expired(coalesce($1, budgetd_clock()), $2)", s.nowArg(), batch); err != nil {
+	if err := step(&st.ExpiredHolds, batch, "SELECT budgetd_prune_expired(coalesce($1, budgetd_clock()), $2)", s.nowArg(), batch); err != nil {
 		return st, err
 	}
-	if err := step(&st.Rows, "SELECT budgetd_prune_rows(coalesce($1, budgetd_clock()), $2)", s.nowArg(), batch); err != nil {
+	if err := step(&st.Rows, batch, "SELECT budgetd_prune_rows(coalesce($1, budgetd_clock()), $2)", s.nowArg(), batch); err != nil {
 		return st, err
 	}
-	if err := step(&st.DeletedLimits, "SELECT budgetd_prune_deleted($1)", batch); err != nil {
+	if err := step(&st.DeletedLimits, 1, "SELECT budgetd_prune_deleted($1)", batch); err != nil {
 		return st, err
 	}
 	// One sweep over the buckets at most, resuming where the last pass ended.
@@ -74,7 +75,7 @@ func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
 		var next *int64
 		var nextKey *string
 		var deleted int
-		err := s.pruneTx(ctx, func(tx pgx.Tx) error {
+		err := s.pruneTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			return tx.QueryRow(ctx, "SELECT next_limit, next_key, deleted FROM budgetd_prune_buckets($1, $2, coalesce($3, budgetd_clock()), $4)",
 				s.cursor.limit, s.cursor.key, s.nowArg(), batch).Scan(&next, &nextKey, &deleted)
 		})
@@ -96,10 +97,10 @@ func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
 // isolation level: the pruning steps are safe there (they lock what they
 // change) and would only cause serialization failures for decisions at
 // SERIALIZABLE.
-func (s *Store) pruneTx(ctx context.Context, f func(pgx.Tx) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+func (s *Store) pruneTx(ctx context.Context, f func(context.Context, pgx.Tx) error) error {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, f)
+	err := pgx.BeginTxFunc(cctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error { return f(cctx, tx) })
 	if err != nil {
 		return fmt.Errorf("postgres prune: %w", translate(ctx, err))
 	}

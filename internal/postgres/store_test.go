@@ -1,0 +1,552 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	"github.com/budgetd/budgetd/internal/postgres"
+	"github.com/budgetd/budgetd/migrations"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+)
+
+func dec(s string) decimal.Decimal { return decimal.RequireFromString(s) }
+
+// TestHotKey: 200 concurrent Fillups of 7 on one bucket of capacity 100 with
+// the database clock: exactly 14 are accepted, at both isolation levels, with
+// a pool large enough that SERIALIZABLE really conflicts. It logs the retries.
+func TestHotKey(t *testing.T) {
+	for _, iso := range []string{"read-committed", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			s := open(t, postgres.WithIsolation(iso), postgres.WithMaxConns(32), postgres.WithTimeout(30*time.Second))
+			svc := ledger.NewService(s)
+			ctx := context.Background()
+			// A leak of 10^-6 per 10 years: nothing leaks during the test.
+			if _, err := svc.PutLimit(ctx, "hot", ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("0.000001"), LeakPer: ledger.MaxPer, History: true}); err != nil {
+				t.Fatal(err)
+			}
+			for _, multi := range []bool{false, true} {
+				r := ledger.BucketRef{Limit: "hot", Key: fmt.Sprintf("k-%v", multi)}
+				other := ledger.BucketRef{Limit: "hot", Key: fmt.Sprintf("other-%v", multi)}
+				before := s.Stats()
+				const n = 200
+				var accepted atomic.Int64
+				var wg sync.WaitGroup
+				errs := make(chan error, n)
+				start := time.Now()
+				for i := 0; i < n; i++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						items := []ledger.Item{{Bucket: r, Cost: dec("7")}}
+						if multi {
+							items = append(items, ledger.Item{Bucket: other, Cost: dec("1")})
+						}
+						res, err := svc.Fillup(ctx, items, ledger.Idempotency{})
+						if err != nil {
+							errs <- err
+							return
+						}
+						if res.Accepted {
+							accepted.Add(1)
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+				if got := accepted.Load(); got != 14 {
+					t.Fatalf("%d of %d concurrent fillups of 7 into 100 accepted, want 14", got, n)
+				}
+				st, err := svc.Bucket(ctx, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Level.LessThan(dec("97.99")) || st.Level.GreaterThan(dec("98")) {
+					t.Fatalf("level %s, want 98 (minus a negligible leak)", st.Level)
+				}
+				after := s.Stats()
+				t.Logf("%s multi=%v: 14 of %d accepted in %v; retries: serialization %d, deadlock %d, gave up %d",
+					iso, multi, n, time.Since(start).Round(time.Millisecond),
+					after.SerializationRetries-before.SerializationRetries,
+					after.DeadlockRetries-before.DeadlockRetries, after.GaveUp-before.GaveUp)
+			}
+		})
+	}
+}
+
+// countingConn counts the writes on a connection: pgx sends every message of
+// one round trip in one write, so writes are round trips.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+type queryCounter struct{ queries atomic.Int64 }
+
+func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	q.queries.Add(1)
+	return ctx
+}
+
+func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestOneRoundTrip checks that every decision is one query and one network
+// round trip at READ COMMITTED once the connection has prepared the statement
+// (pgx prepares each statement once per connection and caches it).
+func TestOneRoundTrip(t *testing.T) {
+	var writes atomic.Int64
+	tracer := &queryCounter{}
+	s := open(t, postgres.WithMaxConns(1), postgres.WithTracer(tracer), postgres.WithPoolConfig(func(pc *pgxpool.Config) {
+		dial := pc.ConnConfig.DialFunc
+		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return countingConn{Conn: c, writes: &writes}, nil
+		}
+	}))
+	svc := ledger.NewService(s)
+	ctx := context.Background()
+	for _, name := range []string{"a", "b"} {
+		if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: dec("1000"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ra, rb := ledger.BucketRef{Limit: "a", Key: "k"}, ledger.BucketRef{Limit: "b", Key: "k"}
+	var holds []string
+	ops := []struct {
+		name string
+		fn   func() error
+	}{
+		{"fillup", func() error {
+			_, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ra, Cost: dec("1")}}, ledger.Idempotency{})
+			return err
+		}},
+		{"fillup with idempotency key", func() error {
+			_, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ra, Cost: dec("1")}}, ledger.Idempotency{Scope: "s", Key: fmt.Sprint(time.Now().UnixNano()), Hash: "h"})
+			return err
+		}},
+		{"multi-bucket fillup", func() error {
+			_, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ra, Cost: dec("1")}, {Bucket: rb, Cost: dec("2")}, {Bucket: ledger.BucketRef{Limit: "b", Key: "z"}, Cost: dec("3")}}, ledger.Idempotency{})
+			return err
+		}},
+		{"can accept", func() error {
+			_, err := svc.CanAccept(ctx, ra, dec("5"))
+			return err
+		}},
+		{"reserve", func() error {
+			res, err := svc.Reserve(ctx, ra, dec("5"), time.Minute, ledger.Idempotency{})
+			holds = append(holds, res.Reservation.ID)
+			return err
+		}},
+		{"commit", func() error {
+			_, err := svc.Commit(ctx, holds[0], decimal.NewNullDecimal(dec("1")), false, ledger.Idempotency{})
+			holds = holds[1:]
+			return err
+		}},
+		{"release", func() error {
+			_, err := svc.Release(ctx, holds[0], ledger.Idempotency{})
+			holds = holds[1:]
+			return err
+		}},
+		{"drain", func() error {
+			_, err := svc.Drain(ctx, ra, dec("1"), ledger.Idempotency{})
+			return err
+		}},
+	}
+	// Reserve the holds that the commits and releases resolve, then warm
+	// up: prepare every statement on the one connection.
+	for i := 0; i < 4; i++ {
+		if err := ops[4].fn(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, op := range ops {
+		if err := op.fn(); err != nil {
+			t.Fatalf("%s: %v", op.name, err)
+		}
+	}
+	for _, op := range ops {
+		q0, w0 := tracer.queries.Load(), writes.Load()
+		if err := op.fn(); err != nil {
+			t.Fatalf("%s: %v", op.name, err)
+		}
+		q, w := tracer.queries.Load()-q0, writes.Load()-w0
+		t.Logf("%s: %d query, %d round trip", op.name, q, w)
+		if q != 1 || w != 1 {
+			t.Errorf("%s: %d queries and %d round trips, want 1 and 1", op.name, q, w)
+		}
+	}
+}
+
+// proxy is a TCP proxy to the test server that a test can cut and restore,
+// to play a database outage.
+type proxy struct {
+	t      *testing.T
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+	hang   bool // accept and hold connections, forward nothing
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	p := &proxy{t: t, target: target, addr: "127.0.0.1:0"}
+	p.up()
+	t.Cleanup(p.down)
+	return p
+}
+
+func (p *proxy) up() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.ln, p.addr = ln, ln.Addr().String()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c)
+			hang := p.hang
+			p.mu.Unlock()
+			if hang {
+				continue
+			}
+			go func() {
+				s, err := net.Dial("tcp", p.target)
+				if err != nil {
+					c.Close()
+					return
+				}
+				p.mu.Lock()
+				p.conns = append(p.conns, s)
+				p.mu.Unlock()
+				go func() { io.Copy(s, c); s.Close() }()
+				io.Copy(c, s)
+				c.Close()
+			}()
+		}
+	}()
+}
+
+// down closes the listener and every connection: connection refused.
+func (p *proxy) down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *proxy) url(t *testing.T) string {
+	cfg, err := pgx.ParseConfig(dsn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(p.addr)
+	return fmt.Sprintf("postgres://%s@%s:%s/%s?sslmode=disable", cfg.User, host, port, cfg.Database)
+}
+
+func serverAddr(t *testing.T) string {
+	cfg, err := pgx.ParseConfig(dsn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port))
+}
+
+// TestOutage: while the database is unreachable every call fails fast with
+// ledger.ErrUnavailable and Ping fails; when it comes back the store serves
+// again by itself.
+func TestOutage(t *testing.T) {
+	ctx := context.Background()
+	t.Run("closed port", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		start := time.Now()
+		_, err = postgres.Open(ctx, "postgres://postgres@"+addr+"/postgres?sslmode=disable")
+		if !errors.Is(err, ledger.ErrUnavailable) || time.Since(start) > 3*time.Second {
+			t.Fatalf("Open on a closed port: %v after %v, want ErrUnavailable fast", err, time.Since(start))
+		}
+	})
+
+	p := newProxy(t, serverAddr(t))
+	schema := newSchema(t)
+	s, err := postgres.Open(ctx, p.url(t), postgres.WithSchema(schema), postgres.WithPruneInterval(0), postgres.WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	svc := ledger.NewService(s)
+	if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}); err != nil {
+		t.Fatal(err)
+	}
+	r := ledger.BucketRef{Limit: "l", Key: "k"}
+	fillup := func() error {
+		_, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("1")}}, ledger.Idempotency{})
+		return err
+	}
+	if err := fillup(); err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]func() error{
+		"fillup": fillup,
+		"can accept": func() error {
+			_, err := svc.CanAccept(ctx, r, dec("1"))
+			return err
+		},
+		"reserve": func() error {
+			_, err := svc.Reserve(ctx, r, dec("1"), time.Minute, ledger.Idempotency{})
+			return err
+		},
+		"get limit": func() error {
+			_, err := svc.GetLimit(ctx, "l")
+			return err
+		},
+		"ping": func() error { return s.Ping(ctx) },
+	}
+	check := func(mode string) {
+		for name, call := range calls {
+			start := time.Now()
+			err := call()
+			took := time.Since(start)
+			if !errors.Is(err, ledger.ErrUnavailable) {
+				t.Errorf("%s, %s: %v, want ErrUnavailable", mode, name, err)
+			}
+			if took > 3*time.Second {
+				t.Errorf("%s, %s took %v", mode, name, took)
+			}
+		}
+	}
+	p.down()
+	check("refused")
+
+	// A server that accepts but never answers: the timeouts bound every call.
+	p.mu.Lock()
+	p.hang = true
+	p.mu.Unlock()
+	p.up()
+	check("hanging")
+	p.down()
+
+	p.mu.Lock()
+	p.hang = false
+	p.mu.Unlock()
+	p.up()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := fillup()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store did not recover: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("ping after recovery: %v", err)
+	}
+	t.Logf("stats: %+v", s.Stats())
+}
+
+// TestMigrate: two concurrent Migrate calls on a fresh schema both succeed,
+// each file is applied once, and running again changes nothing.
+func TestMigrate(t *testing.T) {
+	ctx := context.Background()
+	url := dsn(t)
+	schema := newSchema(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = postgres.Migrate(ctx, url, postgres.WithSchema(schema))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Migrate %d: %v", i, err)
+		}
+	}
+	files, _ := migrations.FS.ReadDir(".")
+	var sqlFiles int
+	for _, f := range files {
+		if f.Name()[len(f.Name())-4:] == ".sql" {
+			sqlFiles++
+		}
+	}
+	count := func() int {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "budgetd_migrations"}.Sanitize()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != sqlFiles {
+		t.Fatalf("%d migrations recorded, want %d", n, sqlFiles)
+	}
+	if err := postgres.Migrate(ctx, url, postgres.WithSchema(schema)); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	if n := count(); n != sqlFiles {
+		t.Fatalf("%d migrations recorded after a rerun, want %d", n, sqlFiles)
+	}
+	s, err := postgres.Open(ctx, url, postgres.WithSchema(schema), postgres.WithPruneInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	if err := postgres.Migrate(ctx, url, postgres.WithIsolation("repeatable-read")); err == nil {
+		t.Error("Migrate accepted isolation repeatable-read")
+	}
+	if _, err := postgres.ParseIsolation("serializable"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestPrune: the pruner records expired holds, drops closed holds after 24h,
+// idempotency records after 25h, history after 30 days, idle empty buckets
+// and everything of a deleted limit.
+func TestPrune(t *testing.T) {
+	ctx := context.Background()
+	url := dsn(t)
+	schema := newSchema(t)
+	clock := ledgertest.NewClock()
+	s, err := postgres.Open(ctx, url, postgres.WithSchema(schema), postgres.WithPruneInterval(0), postgres.WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows := func(table string) int {
+		t.Helper()
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, table}.Sanitize()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	svc := ledger.NewService(s)
+	put := func(name string, history bool) {
+		if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Second, History: history}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("h", true)
+	put("quiet", false)
+	hr, qr := ledger.BucketRef{Limit: "h", Key: "k"}, ledger.BucketRef{Limit: "quiet", Key: "k"}
+	hold, err := svc.Reserve(ctx, hr, dec("2"), time.Second, ledger.Idempotency{Scope: "reserve:h/k", Key: "i1", Hash: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: qr, Cost: dec("2")}}, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Second)
+	st, err := s.Prune(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ExpiredHolds != 1 || st.EmptyBuckets != 1 {
+		t.Errorf("first pass: %+v, want 1 bucket with expired holds, 1 empty bucket", st)
+	}
+	if n := rows("buckets"); n != 1 {
+		t.Errorf("%d buckets left, want the one with history", n)
+	}
+	res, err := svc.Reservation(ctx, hold.Reservation.ID)
+	if err != nil || res.State != ledger.Expired {
+		t.Fatalf("hold after prune: %+v %v", res, err)
+	}
+	entries, _, err := svc.History(ctx, hr, "", 10)
+	if err != nil || len(entries) != 2 || entries[0].Event != ledger.EventExpired || !entries[0].Time.Equal(hold.Reservation.ExpiresAt) {
+		t.Fatalf("history after prune: %+v %v", entries, err)
+	}
+
+	clock.Advance(25*time.Hour + time.Second)
+	if _, err := s.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Reservation(ctx, hold.Reservation.ID); !errors.Is(err, ledger.ErrReservationNotFound) {
+		t.Errorf("closed hold after 25h: %v, want not found", err)
+	}
+	if n := rows("idempotency"); n != 0 {
+		t.Errorf("%d idempotency records after 25h", n)
+	}
+	if n := rows("history"); n != 2 {
+		t.Errorf("%d history entries after 25h, want 2", n)
+	}
+	clock.Advance(30 * 24 * time.Hour)
+	if _, err := s.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows("history") + rows("buckets"); n != 0 {
+		t.Errorf("%d history entries and buckets left after 31 days", n)
+	}
+
+	// A deleted limit: its rows go in the background.
+	if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: hr, Cost: dec("3")}}, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Reserve(ctx, hr, dec("2"), time.Minute, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.DeleteLimit(ctx, "h"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"buckets", "holds", "history", "deleted_limits"} {
+		if n := rows(table); n != 0 {
+			t.Errorf("%d rows in %s after deleting the limit", n, table)
+		}
+	}
+}
