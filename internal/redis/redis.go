@@ -268,9 +268,13 @@ func (s *Store) checkEviction(ctx context.Context) error {
 	})
 }
 
-// Ping reports whether Redis answers.
+// Ping reports whether Redis answers: in a cluster, every master.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.client.Ping(ctx).Err(); err != nil {
+	err := s.client.Ping(ctx).Err()
+	if err == nil && s.cluster {
+		err = s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error { return c.Ping(ctx).Err() })
+	}
+	if err != nil {
 		return s.fail(ctx, "ping", err)
 	}
 	return nil

@@ -321,7 +321,7 @@ local function op_resolve()
   if h.s == 'e' or (h.s == 'a' and now >= te) then
     c.touched = false
     expire_holds(c, st, now)
-    if c.touched then redis.call('HSET', c.bk, 'l', bs(st.l), 'u', fmt(st.u)) end
+    if c.touched then finish(c, st, now) end
     refusal = 'reservation_expired'
   elseif mode == 'c' then
     local charge = bn(h.a)
