@@ -271,14 +271,18 @@ func (s *Store) Close() error {
 
 // Stats are counters since Open.
 type Stats struct {
-	// SerializationRetries counts attempts retried after SQLSTATE 40001.
+	// SerializationRetries counts attempts that failed with SQLSTATE 40001
+	// (serialization failure); each is retried unless it was the last
+	// attempt (then GaveUp counts it too).
 	SerializationRetries uint64
-	// DeadlockRetries counts attempts retried after SQLSTATE 40P01.
+	// DeadlockRetries counts attempts that failed with SQLSTATE 40P01
+	// (deadlock detected), retried likewise.
 	DeadlockRetries uint64
-	// IdempotencyRetries counts attempts retried because a duplicate request
-	// with the same Idempotency-Key committed first (the retry replays it).
+	// IdempotencyRetries counts attempts rolled back because a duplicate
+	// request with the same Idempotency-Key committed first; the retry
+	// replays that request's answer.
 	IdempotencyRetries uint64
-	// GaveUp counts calls that still failed after the last attempt.
+	// GaveUp counts calls that still failed so after the last attempt.
 	GaveUp uint64
 	// Unavailable counts calls that failed with ledger.ErrUnavailable.
 	Unavailable uint64

@@ -87,6 +87,51 @@ func TestHotKey(t *testing.T) {
 	}
 }
 
+// TestRetriesNeverAccept: with a single attempt allowed, serialization
+// failures surface as ErrUnavailable, never as an accept: the level is
+// exactly the accepted fillups.
+func TestRetriesNeverAccept(t *testing.T) {
+	s := open(t, postgres.WithIsolation("serializable"), postgres.WithMaxConns(32), postgres.WithMaxAttempts(1))
+	svc := ledger.NewService(s)
+	ctx := context.Background()
+	if _, err := svc.PutLimit(ctx, "hot", ledger.LimitSpec{Capacity: dec("1000"), LeakAmount: dec("0.000001"), LeakPer: ledger.MaxPer}); err != nil {
+		t.Fatal(err)
+	}
+	r := ledger.BucketRef{Limit: "hot", Key: "k"}
+	if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("1")}}, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	var accepted, unavailable atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("1")}}, ledger.Idempotency{})
+			switch {
+			case errors.Is(err, ledger.ErrUnavailable):
+				unavailable.Add(1)
+			case err != nil:
+				t.Error(err)
+			case res.Accepted:
+				accepted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	st, err := svc.Bucket(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := decimal.NewFromInt(1 + accepted.Load()); st.Level.Round(0).Cmp(want) != 0 {
+		t.Fatalf("level %s after %d accepted fillups, want %s", st.Level, accepted.Load(), want)
+	}
+	t.Logf("accepted %d, unavailable %d, stats %+v", accepted.Load(), unavailable.Load(), s.Stats())
+	if unavailable.Load() == 0 {
+		t.Log("no serialization failure happened this time")
+	}
+}
+
 // countingConn counts the writes on a connection: pgx sends every message of
 // one round trip in one write, so writes are round trips.
 type countingConn struct {
@@ -109,12 +154,19 @@ func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // TestOneRoundTrip checks that every decision is one query and one network
-// round trip at READ COMMITTED once the connection has prepared the statement
-// (pgx prepares each statement once per connection and caches it).
+// round trip, at READ COMMITTED and at SERIALIZABLE, once the connection has
+// prepared the statement (pgx prepares each statement once per connection
+// and caches it).
 func TestOneRoundTrip(t *testing.T) {
+	for _, iso := range []string{"read-committed", "serializable"} {
+		t.Run(iso, func(t *testing.T) { testOneRoundTrip(t, iso) })
+	}
+}
+
+func testOneRoundTrip(t *testing.T, iso string) {
 	var writes atomic.Int64
 	tracer := &queryCounter{}
-	s := open(t, postgres.WithMaxConns(1), postgres.WithTracer(tracer), postgres.WithPoolConfig(func(pc *pgxpool.Config) {
+	s := open(t, postgres.WithIsolation(iso), postgres.WithMaxConns(1), postgres.WithTracer(tracer), postgres.WithPoolConfig(func(pc *pgxpool.Config) {
 		dial := pc.ConnConfig.DialFunc
 		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := dial(ctx, network, addr)
