@@ -195,12 +195,25 @@ BEGIN
     END LOOP;
 END $$;
 
+-- Adds a history entry when the limit keeps history. The caller holds the
+-- bucket's lock. About one insert in 256 (by id) also trims the bucket to its
+-- newest 10,000 entries, at most 1,000 rows at a time, so a busy bucket stays
+-- near that cap without a per-insert cost.
 CREATE FUNCTION budgetd_record(p_l limits, p_key text, p_at timestamptz, p_event text, p_amount numeric, p_res text)
 RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
 BEGIN
-    IF p_l.history THEN
-        INSERT INTO history (limit_id, key, at, event, amount, reservation_id)
-        VALUES (p_l.id, p_key, p_at, p_event, p_amount, p_res);
+    IF NOT p_l.history THEN
+        RETURN;
+    END IF;
+    INSERT INTO history (limit_id, key, at, event, amount, reservation_id)
+    VALUES (p_l.id, p_key, p_at, p_event, p_amount, p_res)
+    RETURNING id INTO v_id;
+    IF v_id % 256 = 0 THEN
+        DELETE FROM history WHERE id = ANY (ARRAY(
+            SELECT id FROM history WHERE limit_id = p_l.id AND key = p_key
+             ORDER BY at DESC, id DESC OFFSET 10000 LIMIT 1000));
     END IF;
 END $$;
 

@@ -17,6 +17,7 @@ import (
 	"github.com/budgetd/budgetd/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shopspring/decimal"
 )
 
@@ -129,6 +130,20 @@ func TestRetriesNeverAccept(t *testing.T) {
 	t.Logf("accepted %d, unavailable %d, stats %+v", accepted.Load(), unavailable.Load(), s.Stats())
 	if unavailable.Load() == 0 {
 		t.Log("no serialization failure happened this time")
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "budgetd_postgres_gave_up_total" && mf.GetMetric()[0].GetCounter().GetValue() != float64(unavailable.Load()) {
+			t.Errorf("gave up metric %v, want %d", mf.GetMetric()[0].GetCounter().GetValue(), unavailable.Load())
+		}
+	}
+	if len(mfs) != 5 {
+		t.Errorf("%d metric families, want 5", len(mfs))
 	}
 }
 
@@ -600,5 +615,76 @@ func TestPrune(t *testing.T) {
 		if n := rows(table); n != 0 {
 			t.Errorf("%d rows in %s after deleting the limit", n, table)
 		}
+	}
+}
+
+// TestHistoryCap: a bucket keeps about its newest 10,000 history entries.
+func TestHistoryCap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 11,000 entries")
+	}
+	ctx := context.Background()
+	url := dsn(t)
+	schema := newSchema(t)
+	s, err := postgres.Open(ctx, url, postgres.WithSchema(schema), postgres.WithPruneInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	svc := ledger.NewService(s)
+	if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: dec("1000000"), LeakAmount: dec("1"), LeakPer: time.Hour, History: true}); err != nil {
+		t.Fatal(err)
+	}
+	r := ledger.BucketRef{Limit: "l", Key: "k"}
+	// Bulk-insert old entries directly, then let real fillups trim them.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (limit_id, key, at, event, amount)
+		SELECT (SELECT id FROM %s WHERE name = 'l'), 'k', now() - interval '1 hour' + g * interval '1 microsecond', 'fillup', 1
+		FROM generate_series(1, 10500) g`, pgx.Identifier{schema, "history"}.Sanitize(), pgx.Identifier{schema, "limits"}.Sanitize())); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 600; i++ {
+		if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("1")}}, ledger.Idempotency{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "history"}.Sanitize()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n > 10000+600 || n < 10000 {
+		t.Fatalf("%d history entries after 11,100 inserts, want about 10,000", n)
+	}
+	entries, _, err := svc.History(ctx, r, "", 1)
+	if err != nil || len(entries) != 1 || !entries[0].Amount.Equal(dec("1")) {
+		t.Fatalf("newest entry: %+v %v", entries, err)
+	}
+	t.Logf("%d entries kept", n)
+}
+
+// TestTooManyHolds: a bucket takes at most ledger.MaxHolds active holds.
+func TestTooManyHolds(t *testing.T) {
+	s := open(t)
+	svc := ledger.NewService(s)
+	ctx := context.Background()
+	if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: dec("1000000"), LeakAmount: dec("1"), LeakPer: time.Hour, History: false}); err != nil {
+		t.Fatal(err)
+	}
+	r := ledger.BucketRef{Limit: "l", Key: "k"}
+	for i := 0; i < ledger.MaxHolds; i++ {
+		if _, err := svc.Reserve(ctx, r, dec("1"), time.Hour, ledger.Idempotency{}); err != nil {
+			t.Fatalf("hold %d: %v", i, err)
+		}
+	}
+	if _, err := svc.Reserve(ctx, r, dec("1"), time.Hour, ledger.Idempotency{}); !errors.Is(err, ledger.ErrTooManyHolds) {
+		t.Fatalf("hold %d: %v, want ErrTooManyHolds", ledger.MaxHolds+1, err)
+	}
+	st, err := svc.Bucket(ctx, r)
+	if err != nil || !st.Held.Equal(dec("1000")) {
+		t.Fatalf("held %s, %v", st.Held, err)
 	}
 }
