@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	budgethttp "github.com/budgetd/budgetd/internal/http"
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/memory"
+)
+
+func budgetd(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(budgethttp.New(ledger.NewService(memory.New())))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func runJSON(t *testing.T, args ...string) (summary, error) {
+	t.Helper()
+	var out, errs bytes.Buffer
+	err := run(context.Background(), append(args, "--json", "--quiet"), &out, &errs)
+	var s summary
+	if jerr := json.Unmarshal(out.Bytes(), &s); jerr != nil && err == nil {
+		t.Fatalf("summary %q: %v (stderr %s)", out.String(), jerr, errs.String())
+	}
+	return s, err
+}
+
+// TestRunAndVerify drives the memory store through the real API, closed and
+// open model, spread and hot, with history on, and demands verify: ok.
+func TestRunAndVerify(t *testing.T) {
+	srv := budgetd(t)
+	for _, args := range [][]string{
+		{"--keys", "50", "--concurrency", "8"},
+		{"--keys", "1", "--concurrency", "4", "--history"},
+		{"--keys", "20", "--rate", "400", "--concurrency", "16", "--history", "--mix", "fillup=1,can=1,reserve=1,multi=1"},
+	} {
+		s, err := runJSON(t, append([]string{"--url", srv.URL, "--duration", "300ms", "--warmup", "50ms"}, args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if s.Ops == 0 || s.Errors != 0 || s.Verify == nil || !s.Verify.OK || s.Verify.Checked == 0 {
+			t.Fatalf("%v: %+v verify %+v", args, s, s.Verify)
+		}
+		var acc uint64
+		for _, o := range s.PerOp {
+			acc += o.Accepted
+		}
+		if acc != s.Ops {
+			t.Fatalf("%v: %d accepted of %d with a huge capacity", args, acc, s.Ops)
+		}
+		if s.Model == "open" && (s.Ops < 100 || s.Ops > 130) {
+			t.Fatalf("open model at 400/s for 300ms ran %d ops", s.Ops)
+		}
+	}
+}
+
+// TestDenials: with a small capacity most calls are denied, and verify still
+// agrees.
+func TestDenials(t *testing.T) {
+	srv := budgetd(t)
+	s, err := runJSON(t, "--url", srv.URL, "--duration", "200ms", "--warmup", "0s", "--keys", "3", "--capacity", "10", "--concurrency", "4", "--history")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied uint64
+	for _, o := range s.PerOp {
+		denied += o.Denied
+	}
+	if denied == 0 || !s.Verify.OK {
+		t.Fatalf("%+v verify %+v", s, s.Verify)
+	}
+}
+
+// TestVerifyCatchesLostCharges: a proxy that answers some fillups 200
+// without passing them on makes the levels fall short of what was accepted,
+// and one that double-charges makes them exceed it; verify must say so.
+func TestVerifyCatchesLostCharges(t *testing.T) {
+	srv := budgetd(t)
+	for _, mode := range []string{"lose", "double"} {
+		var n atomic.Int64
+		proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			fill := strings.HasSuffix(r.URL.Path, "/fillup") && r.URL.Path != "/v1/fillup"
+			if fill && n.Add(1)%10 == 0 {
+				if mode == "lose" {
+					w.WriteHeader(http.StatusOK)
+					return
+				}
+				forward(srv.URL, r, body)
+			}
+			res := forward(srv.URL, r, body)
+			w.WriteHeader(res.code)
+			w.Write(res.body)
+		}))
+		defer proxy.Close()
+		_, err := runJSON(t, "--url", proxy.URL, "--duration", "200ms", "--warmup", "0s", "--keys", "5", "--concurrency", "4", "--mix", "fillup=1")
+		var ve verifyError
+		if !errors.As(err, &ve) || exitCode(err) != 3 {
+			t.Fatalf("%s: %v, want a verify failure", mode, err)
+		}
+	}
+}
+
+type answer struct {
+	code int
+	body []byte
+}
+
+func forward(base string, r *http.Request, body []byte) answer {
+	req, _ := http.NewRequest(r.Method, base+r.URL.RequestURI(), bytes.NewReader(body))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return answer{502, nil}
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return answer{res.StatusCode, b}
+}
+
+// TestUnsure: calls whose answers are lost (5xx) widen the check instead of
+// failing it.
+func TestUnsure(t *testing.T) {
+	srv := budgetd(t)
+	var n atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		res := forward(srv.URL, r, body)
+		if r.Method == http.MethodPost && n.Add(1)%7 == 0 {
+			w.WriteHeader(http.StatusBadGateway) // applied, answer lost
+			return
+		}
+		w.WriteHeader(res.code)
+		w.Write(res.body)
+	}))
+	defer proxy.Close()
+	s, err := runJSON(t, "--url", proxy.URL, "--duration", "200ms", "--warmup", "0s", "--keys", "5", "--concurrency", "4", "--history")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Errors == 0 || s.ErrorKinds["http 502"] == 0 || s.Verify.Unsure == 0 || !s.Verify.OK {
+		t.Fatalf("%+v %+v", s, s.Verify)
+	}
+}
+
+func TestPopulate(t *testing.T) {
+	srv := budgetd(t)
+	var out, errs bytes.Buffer
+	if err := run(context.Background(), []string{"--url", srv.URL, "--populate", "--keys", "300", "--quiet"}, &out, &errs); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.Get(srv.URL + "/v1/limits/budgetload/buckets/k299")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	// 1, less what leaked since (10^-12 per 315ms).
+	if !strings.Contains(string(b), `"level":"1"`) && !strings.Contains(string(b), `"level":"0.99999999`) {
+		t.Fatalf("k299 after populate: %s", b)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{{"--url", "ftp://x"}, {"--keys", "0"}, {"--mix", "x=1"}, {"--limit", "Bad"}, {"extra"}, {"--nope"}} {
+		err := run(context.Background(), args, io.Discard, io.Discard)
+		if exitCode(err) != 2 {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+}
