@@ -44,7 +44,7 @@ func TestQuantiles(t *testing.T) {
 		gen  func() time.Duration
 	}{
 		{"uniform µs", func() time.Duration { return time.Duration(rng.IntN(1000)) * time.Microsecond }},
-		{"lognormal", func() time.Duration { return time.Duration(math.Exp(rng.NormFloat64()*1.5+13)) }},
+		{"lognormal", func() time.Duration { return time.Duration(math.Exp(rng.NormFloat64()*1.5 + 13)) }},
 		{"bimodal", func() time.Duration {
 			if rng.IntN(100) == 0 {
 				return time.Duration(50+rng.IntN(50)) * time.Millisecond

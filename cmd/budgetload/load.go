@@ -574,4 +574,3 @@ func (l *loader) populate(ctx context.Context, stderr io.Writer) (time.Duration,
 	}
 	return time.Since(start), ctx.Err()
 }
-
