@@ -688,3 +688,113 @@ func TestTooManyHolds(t *testing.T) {
 		t.Fatalf("held %s, %v", st.Held, err)
 	}
 }
+
+// TestPrunerUnderLoad runs random operations on a few buckets while the
+// pruner runs every few milliseconds with the database clock, and checks that
+// no call fails and that nothing accepted is lost: the level of every bucket of
+// a (practically) non-leaking limit is what was charged minus what was
+// drained.
+func TestPrunerUnderLoad(t *testing.T) {
+	for _, iso := range []string{"read-committed", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			s := open(t, postgres.WithIsolation(iso), postgres.WithMaxConns(16), postgres.WithPruneInterval(3*time.Millisecond),
+				postgres.WithTimeout(20*time.Second), postgres.WithMaxAttempts(50))
+			ctx := context.Background()
+			for _, l := range []ledger.Limit{
+				{Name: "slow", Capacity: dec("1000000"), LeakAmount: dec("0.000001"), LeakPer: ledger.MaxPer, History: true},
+				{Name: "fast", Capacity: dec("50"), LeakAmount: dec("1000"), LeakPer: time.Second, History: false},
+			} {
+				if _, err := s.PutLimit(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			keys := []string{"a", "b", "c"}
+			var mu sync.Mutex
+			charged := map[string]decimal.Decimal{} // per slow key: fillups + commits - drains
+			add := func(key string, d decimal.Decimal) {
+				mu.Lock()
+				charged[key] = charged[key].Add(d)
+				mu.Unlock()
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, 1000)
+			for g := 0; g < 12; g++ {
+				wg.Add(1)
+				go func(g int) {
+					defer wg.Done()
+					var holds []string
+					for i := 0; i < 60; i++ {
+						k := keys[(g+i)%len(keys)]
+						slow := ledger.BucketRef{Limit: "slow", Key: k}
+						fast := ledger.BucketRef{Limit: "fast", Key: k}
+						var err error
+						switch (g*7 + i) % 6 {
+						case 0, 1:
+							var out ledger.FillupOutcome
+							out, err = s.Fillup(ctx, []ledger.Charge{{Bucket: slow, Cost: dec("1.5")}, {Bucket: fast, Cost: dec("10")}}, ledger.Idempotency{})
+							if err == nil && out.Accepted {
+								add(k, dec("1.5"))
+							}
+						case 2:
+							var out ledger.ReserveOutcome
+							ttl := time.Duration(1+i%20) * time.Millisecond
+							out, err = s.Reserve(ctx, slow, dec("2"), ttl, ledger.Idempotency{})
+							if err == nil && out.Accepted {
+								holds = append(holds, out.Reservation.ID)
+							}
+							if err == nil {
+								_, err = s.Reserve(ctx, fast, dec("1"), ttl, ledger.Idempotency{})
+							}
+						case 3:
+							if len(holds) > 0 {
+								var out ledger.ResolveOutcome
+								out, err = s.Commit(ctx, holds[0], decimal.NewNullDecimal(dec("1")), false, ledger.Idempotency{})
+								if err == nil && out.Refusal == "" {
+									add(out.Reservation.Bucket.Key, dec("1"))
+								}
+								holds = holds[1:]
+							}
+						case 4:
+							if len(holds) > 0 {
+								_, err = s.Release(ctx, holds[0], ledger.Idempotency{})
+								holds = holds[1:]
+							}
+						case 5:
+							var out ledger.DrainOutcome
+							out, err = s.Drain(ctx, slow, dec("0.5"), ledger.Idempotency{Scope: "drain:slow/" + k, Key: fmt.Sprint(g, "-", i), Hash: "h"})
+							if err == nil {
+								add(k, out.Removed.Neg())
+							}
+							if err == nil {
+								_, _, err = s.History(ctx, slow, "", 5)
+							}
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+				}(g)
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if _, err := s.Prune(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				sn, err := s.Inspect(ctx, ledger.BucketRef{Limit: "slow", Key: k})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := sn.State.Level
+				if want := charged[k]; got.Sub(want).Abs().GreaterThan(dec("0.001")) {
+					t.Errorf("slow/%s level %s, want %s", k, got, want)
+				}
+			}
+			t.Logf("%s: stats %+v", iso, s.Stats())
+		})
+	}
+}
