@@ -16,6 +16,14 @@
 --   BD004 level overflow               BD005 reservation not found
 --   BD006 idempotency key reused with another request
 
+DO $$
+BEGIN
+    -- numeric extract(epoch …) and trim_scale.
+    IF current_setting('server_version_num')::int < 140000 THEN
+        RAISE EXCEPTION 'budgetd needs PostgreSQL 14 or later, this is %', current_setting('server_version');
+    END IF;
+END $$;
+
 -- Limits. id is a generation: a deleted and re-created name gets a new id, so
 -- the buckets, holds and history of the old limit are invisible at once and are
 -- removed later in bounded batches (deleted_limits).
@@ -150,21 +158,21 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- A bucket as the rule sees it: level, updated and the holds not yet recorded
--- as resolved or expired (the rule ignores those past expires_at).
+-- as resolved or expired (the rule ignores those past expires_at). One
+-- statement, so that a reader without locks (Inspect) sees the row and its
+-- holds in one snapshot.
 CREATE FUNCTION budgetd_state_json(p_limit_id bigint, p_key text) RETURNS jsonb
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_b  buckets;
-    v_hs jsonb;
-BEGIN
-    SELECT * INTO v_b FROM buckets WHERE limit_id = p_limit_id AND key = p_key;
-    SELECT coalesce(jsonb_agg(jsonb_build_object('amount', h.amount::text, 'expires_us', budgetd_us(h.expires_at))
-                              ORDER BY h.expires_at, h.id), '[]'::jsonb)
-      INTO v_hs
-      FROM holds h
-     WHERE h.limit_id = p_limit_id AND h.key = p_key AND h.state = 'active';
-    RETURN jsonb_build_object('level', coalesce(v_b.level, 0)::text, 'updated_us', budgetd_us(v_b.updated_at), 'holds', v_hs);
-END $$;
+LANGUAGE sql AS $$
+    SELECT jsonb_build_object(
+        'level', coalesce(b.level, 0)::text,
+        'updated_us', budgetd_us(b.updated_at),
+        'holds', (SELECT coalesce(jsonb_agg(jsonb_build_object('amount', h.amount::text, 'expires_us', budgetd_us(h.expires_at))
+                                           ORDER BY h.expires_at, h.id), '[]'::jsonb)
+                    FROM holds h
+                   WHERE h.limit_id = p_limit_id AND h.key = p_key AND h.state = 'active'))
+      FROM (SELECT 1) AS one
+      LEFT JOIN buckets b ON b.limit_id = p_limit_id AND b.key = p_key
+$$;
 
 CREATE FUNCTION budgetd_hold_json(h holds, p_limit_name text) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
