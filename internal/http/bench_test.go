@@ -1,0 +1,148 @@
+package http_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	budgethttp "github.com/budgetd/budgetd/internal/http"
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/memory"
+)
+
+// The handler benchmarks measure one API call end to end in process — echo
+// routing, JSON in and out, validation, the ledger service and the memory
+// store — without a network: run them with
+//
+//	go test -run '^$' -bench . -benchmem ./internal/http/
+//
+// Every limit is large and leaks 1 per 87600h, so every call is accepted, as
+// in budgetload's default run. Keys are spread over benchKeys buckets.
+const benchKeys = 1024
+
+// benchAPI is a handler over a fresh memory store with limit "bench".
+func benchAPI(b *testing.B, history bool) http.Handler {
+	b.Helper()
+	h := budgethttp.New(ledger.NewService(memory.New()))
+	body := `{"capacity":"1000000000000","leak":{"amount":"1","per":"87600h"},"history":` + strconv.FormatBool(history) + `}`
+	if rec := benchServe(h, "PUT", "/v1/limits/bench", body); rec.Code != http.StatusOK {
+		b.Fatalf("PUT limit: %d %s", rec.Code, rec.Body)
+	}
+	return h
+}
+
+func benchServe(h http.Handler, method, target, body string) *httptest.ResponseRecorder {
+	var req *http.Request
+	if body == "" {
+		req = httptest.NewRequest(method, target, nil)
+	} else {
+		req = httptest.NewRequest(method, target, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// keyPaths are the bucket paths, built once so the loop measures the handler.
+var keyPaths = func() []string {
+	p := make([]string, benchKeys)
+	for i := range p {
+		p[i] = "/v1/limits/bench/buckets/k" + strconv.Itoa(i)
+	}
+	return p
+}()
+
+func expect(b *testing.B, rec *httptest.ResponseRecorder, code int) {
+	if rec.Code != code {
+		b.Fatalf("answered %d %s, want %d", rec.Code, rec.Body, code)
+	}
+}
+
+func BenchmarkFillup(b *testing.B) {
+	h := benchAPI(b, false)
+	i := 0
+	for b.Loop() {
+		expect(b, benchServe(h, "POST", keyPaths[i%benchKeys]+"/fillup", `{"cost":"1"}`), http.StatusOK)
+		i++
+	}
+}
+
+// BenchmarkFillupHistory is Fillup on a limit that records history.
+func BenchmarkFillupHistory(b *testing.B) {
+	h := benchAPI(b, true)
+	i := 0
+	for b.Loop() {
+		expect(b, benchServe(h, "POST", keyPaths[i%benchKeys]+"/fillup", `{"cost":"1"}`), http.StatusOK)
+		i++
+	}
+}
+
+func BenchmarkCanAccept(b *testing.B) {
+	h := benchAPI(b, false)
+	i := 0
+	for b.Loop() {
+		expect(b, benchServe(h, "GET", keyPaths[i%benchKeys]+"?cost=1", ""), http.StatusOK)
+		i++
+	}
+}
+
+// BenchmarkMultiFillup charges a caller's bucket and its team's in one call.
+func BenchmarkMultiFillup(b *testing.B) {
+	h := benchAPI(b, false)
+	bodies := make([]string, benchKeys)
+	for i := range bodies {
+		bodies[i] = `{"items":[{"limit":"bench","key":"k` + strconv.Itoa(i) + `","cost":"1"},{"limit":"bench","key":"team-` + strconv.Itoa(i%10) + `","cost":"1"}]}`
+	}
+	i := 0
+	for b.Loop() {
+		expect(b, benchServe(h, "POST", "/v1/fillup", bodies[i%benchKeys]), http.StatusOK)
+		i++
+	}
+}
+
+// BenchmarkReserveCommit is one hold and its commit: two calls per op.
+func BenchmarkReserveCommit(b *testing.B) {
+	h := benchAPI(b, false)
+	i := 0
+	for b.Loop() {
+		rec := benchServe(h, "POST", keyPaths[i%benchKeys]+"/reservations", `{"amount":"2","ttl":"5m"}`)
+		expect(b, rec, http.StatusCreated)
+		body := rec.Body.String()
+		at := strings.Index(body, `"id":"`) + len(`"id":"`)
+		id := body[at : at+strings.IndexByte(body[at:], '"')]
+		expect(b, benchServe(h, "POST", "/v1/reservations/"+id+"/commit", `{"amount":"1"}`), http.StatusOK)
+		i++
+	}
+}
+
+// BenchmarkFillupParallel is Fillup from GOMAXPROCS goroutines, spread over
+// the keys, and BenchmarkFillupHotParallel the same on one key: the
+// difference is what the store's lock costs under contention.
+func BenchmarkFillupParallel(b *testing.B) {
+	h := benchAPI(b, false)
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if rec := benchServe(h, "POST", keyPaths[n.Add(1)%benchKeys]+"/fillup", `{"cost":"1"}`); rec.Code != http.StatusOK {
+				b.Errorf("answered %d", rec.Code)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkFillupHotParallel(b *testing.B) {
+	h := benchAPI(b, false)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if rec := benchServe(h, "POST", keyPaths[0]+"/fillup", `{"cost":"1"}`); rec.Code != http.StatusOK {
+				b.Errorf("answered %d", rec.Code)
+				return
+			}
+		}
+	})
+}
