@@ -287,3 +287,48 @@ func TestMemoryPerIdleBucket(t *testing.T) {
 		t.Errorf("an idle bucket takes %d bytes, want ≤ 200", worst)
 	}
 }
+
+// TestHoldAndLevelBounds: ledger.MaxHolds active holds per bucket, and an
+// overrun commit may not lift a level past ledger.MaxLevel.
+func TestHoldAndLevelBounds(t *testing.T) {
+	clock := ledgertest.NewClock()
+	s := openTest(t, serverURL(t, "BUDGETD_TEST_REDIS"), WithClock(clock.Now))
+	ctx := context.Background()
+	svc := ledger.NewService(s)
+	if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: decimal.NewFromInt(10), LeakAmount: decimal.RequireFromString("0.000001"), LeakPer: 87600 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	r := ledger.BucketRef{Limit: "l", Key: "k"}
+	if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: decimal.RequireFromString("9.999")}}, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	tiny := decimal.RequireFromString("0.000001")
+	ids := make([]string, 0, ledger.MaxHolds)
+	for i := 0; i < ledger.MaxHolds; i++ {
+		res, err := svc.Reserve(ctx, r, tiny, time.Hour, ledger.Idempotency{})
+		if err != nil || !res.Decision.Accepted {
+			t.Fatalf("hold %d: %+v %v", i, res.Decision, err)
+		}
+		ids = append(ids, res.Reservation.ID)
+	}
+	if _, err := svc.Reserve(ctx, r, tiny, time.Hour, ledger.Idempotency{}); !errors.Is(err, ledger.ErrTooManyHolds) {
+		t.Fatalf("hold %d: %v, want ErrTooManyHolds", ledger.MaxHolds+1, err)
+	}
+	huge := decimal.NewNullDecimal(decimal.New(1, 12))
+	for i, id := range ids {
+		_, err := svc.Commit(ctx, id, huge, true, ledger.Idempotency{})
+		if i < len(ids)-1 && err != nil {
+			t.Fatalf("overrun commit %d: %v", i, err)
+		}
+		if i == len(ids)-1 && !errors.Is(err, ledger.ErrLevelOverflow) {
+			t.Fatalf("commit past 10^15: %v, want ErrLevelOverflow", err)
+		}
+	}
+	st, err := svc.Bucket(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := decimal.RequireFromString("999000000000009.999"); !st.Level.Equal(want) {
+		t.Fatalf("level %s, want %s", st.Level, want)
+	}
+}
