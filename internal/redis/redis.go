@@ -268,11 +268,26 @@ func (s *Store) checkEviction(ctx context.Context) error {
 	})
 }
 
-// Ping reports whether Redis answers: in a cluster, every master.
+// Ping reports whether Redis answers. A cluster answers when some master
+// does: with one master down, calls on its slots fail with ErrUnavailable
+// while the others go on, so readiness does not turn a partial outage into a
+// total one.
 func (s *Store) Ping(ctx context.Context) error {
 	err := s.client.Ping(ctx).Err()
-	if err == nil && s.cluster {
-		err = s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error { return c.Ping(ctx).Err() })
+	if err != nil && s.cluster {
+		var mu sync.Mutex
+		ok := false
+		_ = s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error {
+			if c.Ping(ctx).Err() == nil {
+				mu.Lock()
+				ok = true
+				mu.Unlock()
+			}
+			return nil
+		})
+		if ok {
+			err = nil
+		}
 	}
 	if err != nil {
 		return s.fail(ctx, "ping", err)
