@@ -1,0 +1,47 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/postgres"
+)
+
+// BenchmarkFillup measures Store.Fillup against the test server: one bucket
+// per goroutine ("spread") or one for all ("hot"), at both isolation levels.
+func BenchmarkFillup(b *testing.B) {
+	for _, iso := range []string{"read-committed", "serializable"} {
+		for _, hot := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/hot=%v", iso, hot), func(b *testing.B) {
+				s := open(b, postgres.WithIsolation(iso), postgres.WithMaxConns(16), postgres.WithMaxAttempts(100), postgres.WithTimeout(time.Minute))
+				ctx := context.Background()
+				if _, err := s.PutLimit(ctx, ledger.Limit{Name: "b", Capacity: dec("1000000000000"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}); err != nil {
+					b.Fatal(err)
+				}
+				var g atomic.Int64
+				before := s.Stats()
+				b.SetParallelism(4)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					key := fmt.Sprint("k", g.Add(1))
+					if hot {
+						key = "hot"
+					}
+					items := []ledger.Charge{{Bucket: ledger.BucketRef{Limit: "b", Key: key}, Cost: dec("1")}}
+					for pb.Next() {
+						if _, err := s.Fillup(ctx, items, ledger.Idempotency{}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				after := s.Stats()
+				b.ReportMetric(float64(after.SerializationRetries-before.SerializationRetries)/float64(b.N), "retries/op")
+			})
+		}
+	}
+}
