@@ -237,6 +237,7 @@ func TestBadInput(t *testing.T) {
 		{"POST", "/v1/fillup", `{"items":[` + strings.Repeat(`{"limit":"spend","key":"k","cost":"1"},`, 64) + `{"limit":"spend","key":"k","cost":"1"}]}`, 400, "invalid_request", "items"},
 		{"POST", "/v1/fillup", `{"items":[{"limit":"spend","key":"k","cost":"1"},{"limit":"spend","key":"","cost":"1"}]}`, 400, "invalid_key", "items[1].key"},
 		{"POST", "/v1/fillup", `{"items":[{"limit":"spend","key":"k","cost":"x"}]}`, 400, "invalid_amount", "items[0].cost"},
+		{"POST", "/v1/fillup", `{"items":[{"limit":"Spend","key":"k","cost":"1"}]}`, 400, "invalid_name", "items[0].limit"},
 		{"POST", "/v1/fillup", `{"items":[{"limit":"spend","key":"k","cost":"1"},{"limit":"nope","key":"k","cost":"1"}]}`, 404, "limit_not_found", ""},
 		{"POST", "/v1/reservations/" + hold + "/commit", `{"amount":"1.1234567"}`, 400, "invalid_amount", "amount"},
 		{"POST", "/v1/reservations/" + hold + "/commit", `{"amount":"6"}`, 422, "exceeds_hold", ""},

@@ -346,7 +346,11 @@ func checkAmount(field string, d decimal.Decimal, positive bool) error {
 
 func itemErr(err error, i, n int) error {
 	if ie, ok := err.(*InvalidError); ok && n > 0 {
-		return &InvalidError{Code: ie.Code, Field: fmt.Sprintf("items[%d].%s", i, ie.Field), Reason: ie.Reason}
+		field := ie.Field
+		if field == "name" {
+			field = "limit" // an item names its limit in "limit"
+		}
+		return &InvalidError{Code: ie.Code, Field: fmt.Sprintf("items[%d].%s", i, field), Reason: ie.Reason}
 	}
 	return err
 }
