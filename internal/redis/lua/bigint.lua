@@ -98,20 +98,27 @@ local function bn_mul(a, b)
   return bn_trim(r)
 end
 
--- bn_divsmall returns floor(a / d) and a mod d for an integer 1 <= d <= 9*10^14,
--- digit by digit: the running remainder times 10 plus a digit stays below
--- 10*d <= 9*10^15 < 2^53, and the quotient digit is corrected after the
--- floating division so it is exact.
+-- bn_divsmall returns floor(a / d) and a mod d for an integer 1 <= d <= 9*10^14.
+-- It is long division in chunks of k decimal digits, k as large as keeps
+-- d * 10^k <= 9*10^15 < 2^53 (k = 1 for the longest periods, 7 or more for
+-- periods up to 15 minutes): the running remainder times 10^k plus a chunk stays
+-- below 2^53, so it is exact, and each quotient chunk from the floating division
+-- is corrected by integer comparisons, so it is exact too.
 local function bn_divsmall(a, d)
+  local k, p = 1, 10
+  while k < 15 and d * p * 10 <= 9e15 do k = k + 1; p = p * 10 end
   local s = bs(a)
+  local pad = (k - #s % k) % k
+  if pad > 0 then s = string.rep('0', pad) .. s end
   local q, r = {}, 0
-  for i = 1, #s do
-    r = r * 10 + (string.byte(s, i) - 48)
-    local k = math.floor(r / d)
-    if k * d > r then k = k - 1 end
-    if r - k * d >= d then k = k + 1 end
-    r = r - k * d
-    q[i] = string.char(48 + k)
+  local qf = '%0' .. k .. 'd'
+  for i = 1, #s, k do
+    r = r * p + tonumber(string.sub(s, i, i + k - 1))
+    local x = math.floor(r / d)
+    while x * d > r do x = x - 1 end
+    while r - x * d >= d do x = x + 1 end
+    r = r - x * d
+    q[#q + 1] = string.format(qf, x)
   end
   return bn(table.concat(q)), r
 end
