@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/budgetd/budgetd/internal/postgres"
 )
 
 // config is everything budgetd can be told, by flag or environment.
@@ -101,6 +103,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	}
 	if cfg.shutdownTimeout, err = durationOption("shutdown-timeout", get("shutdown-timeout")); err != nil {
 		return config{}, nil, err
+	}
+	if _, err := postgres.ParseIsolation(cfg.pgIsolation); err != nil {
+		return config{}, nil, usageError{fmt.Sprintf("--pg-isolation must be read-committed or serializable, not %q", cfg.pgIsolation)}
 	}
 	switch cfg.redisEviction {
 	case "refuse", "warn":

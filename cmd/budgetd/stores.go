@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/budgetd/budgetd/internal/redis"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -17,6 +18,17 @@ type prometheusCollector = prometheus.Collector
 // openStoreURL opens the PostgreSQL or Redis store that cfg.store names.
 func openStoreURL(ctx context.Context, cfg config, log *slog.Logger) (openedStore, error) {
 	switch {
+	case isPostgresURL(cfg.store):
+		st, err := postgres.Open(ctx, cfg.store, postgres.WithIsolation(cfg.pgIsolation))
+		if err != nil {
+			return openedStore{}, fmt.Errorf("open postgres store %s: %w", redact(cfg.store), err)
+		}
+		return openedStore{
+			store:      st,
+			describe:   fmt.Sprintf("postgres store at %s (%s, migrations applied)", redact(cfg.store), cfg.pgIsolation),
+			collectors: []prometheusCollector{st.Collector()},
+			close:      func() { st.Close() },
+		}, nil
 	case redis.IsURL(cfg.store):
 		st, err := redis.Open(ctx, cfg.store, redis.WithEvictionCheck(cfg.redisEviction), redis.WithLogger(log))
 		if err != nil {
@@ -31,8 +43,20 @@ func openStoreURL(ctx context.Context, cfg config, log *slog.Logger) (openedStor
 	return openedStore{}, usageError{fmt.Sprintf("--store %q: want memory, postgres://…, redis://… or redis+cluster://…", redact(cfg.store))}
 }
 
+func isPostgresURL(u string) bool {
+	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+}
+
+// migrate applies the PostgreSQL migrations of cfg.store and returns.
 func migrate(ctx context.Context, cfg config, stdout io.Writer) error {
-	return usageError{"migrate needs a postgres:// store"}
+	if !isPostgresURL(cfg.store) {
+		return usageError{fmt.Sprintf("migrate needs --store postgres://…, not %q", redact(cfg.store))}
+	}
+	if err := postgres.Migrate(ctx, cfg.store); err != nil {
+		return fmt.Errorf("migrate %s: %w", redact(cfg.store), err)
+	}
+	fmt.Fprintf(stdout, "budgetd: migrations of %s are applied\n", redact(cfg.store))
+	return nil
 }
 
 // redact hides the password of a store URL.
