@@ -96,7 +96,7 @@ func TestLuaBigInt(t *testing.T) {
 		}
 		// Divisors: small, near the longest period (87600h in µs), and the
 		// largest the routine allows (9*10^14).
-		for _, d := range []int64{1, 7, 10_000_000, 10_000_001, 1 << 40, 315_360_000_000_000, 315_359_999_999_999, 900_000_000_000_000, 899_999_999_999_999} {
+		for _, d := range []int64{1, 7, 999, 1_000_000, 3_600_000_000, 2_592_000_000_000, 10_000_000, 10_000_001, 1 << 40, 315_360_000_000_000, 315_359_999_999_999, 900_000_000_000_000, 899_999_999_999_999} {
 			q, m := new(big.Int).QuoRem(x, big.NewInt(d), new(big.Int))
 			checks = append(checks, check{"div", x.String(), fmt.Sprint(d), q.String() + "," + m.String()})
 		}
