@@ -18,6 +18,7 @@ import (
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/memory"
+	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 )
 
@@ -33,8 +34,16 @@ func heap() uint64 {
 func main() {
 	n := flag.Int("n", 1_000_000, "buckets")
 	asJSON := flag.Bool("json", false, "print JSON")
+	pgSize := flag.String("pg-size", "", "print the size of this PostgreSQL database and exit")
 	flag.Parse()
 	ctx := context.Background()
+	if *pgSize != "" {
+		if err := printPGSize(ctx, *pgSize); err != nil {
+			fmt.Fprintln(os.Stderr, "memsize:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	st := memory.New()
 	defer st.Close()
 	svc := ledger.NewService(st)
@@ -63,4 +72,21 @@ func main() {
 	fmt.Printf("memory store: %d buckets, heap %+d bytes, %.0f bytes per idle bucket (%.0f in-process fillups/s)\n",
 		*n, int64(after)-int64(before), per, float64(*n)/took.Seconds())
 	runtime.KeepAlive(st)
+}
+
+func printPGSize(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "VACUUM"); err != nil {
+		return err
+	}
+	var n int64
+	if err := conn.QueryRow(ctx, "SELECT pg_database_size(current_database())").Scan(&n); err != nil {
+		return err
+	}
+	fmt.Println(n)
+	return nil
 }

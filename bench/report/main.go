@@ -1,0 +1,434 @@
+// Command report turns the results scripts/bench collected into
+// docs/benchmarks.md and a grouped bar chart, docs/benchmarks.svg.
+//
+//	report --results DIR --md docs/benchmarks.md --svg docs/benchmarks.svg [--notes bench/NOTES.md]
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"html"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// run is the part of budgetload's --json summary the report reads.
+type run struct {
+	Throughput float64 `json:"ops_per_second"`
+	Errors     uint64  `json:"errors"`
+	Ops        uint64  `json:"ops"`
+	Latency    struct {
+		P50  float64 `json:"p50_ms"`
+		P99  float64 `json:"p99_ms"`
+		P999 float64 `json:"p999_ms"`
+	} `json:"latency"`
+	Verify *struct {
+		OK      bool   `json:"ok"`
+		Skipped string `json:"skipped"`
+		Checked int    `json:"checked"`
+		Keys    int    `json:"keys"`
+	} `json:"verify"`
+}
+
+// series is several runs of one case.
+type series []run
+
+func (s series) median(f func(run) float64) float64 {
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	v := make([]float64, len(s))
+	for i, r := range s {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func (s series) tput() float64 { return s.median(func(r run) float64 { return r.Throughput }) }
+func (s series) p50() float64  { return s.median(func(r run) float64 { return r.Latency.P50 }) }
+func (s series) p99() float64  { return s.median(func(r run) float64 { return r.Latency.P99 }) }
+func (s series) errors() (n uint64) {
+	for _, r := range s {
+		n += r.Errors
+	}
+	return n
+}
+
+// verdict says how verify went over the runs.
+func (s series) verdict() string {
+	ok, checked := 0, 0
+	for _, r := range s {
+		if r.Verify == nil || r.Verify.Skipped != "" {
+			continue
+		}
+		checked++
+		if r.Verify.OK {
+			ok++
+		}
+	}
+	switch {
+	case checked == 0:
+		return "—"
+	case ok == checked:
+		return fmt.Sprintf("ok ×%d", ok)
+	}
+	return fmt.Sprintf("**FAILED** %d of %d", checked-ok, checked)
+}
+
+func load(dir, prefix string) series {
+	var s series
+	files, _ := filepath.Glob(filepath.Join(dir, prefix+"-*.json"))
+	slices.Sort(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var r run
+		if json.Unmarshal(b, &r) == nil && r.Ops > 0 {
+			s = append(s, r)
+		}
+	}
+	return s
+}
+
+func readText(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func readMeta(path string) map[string]string {
+	m := map[string]string{}
+	f, err := os.Open(path)
+	if err != nil {
+		return m
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+var stores = []string{"memory", "postgres", "redis"}
+
+var baselineName = map[string]string{
+	"memory":   "bare echo handler",
+	"postgres": "one upsert per request (pgxpool)",
+	"redis":    "one EVALSHA per request",
+}
+
+// target is the least budgetd/baseline throughput ratio the issue asks for.
+func target(store, mode string) float64 {
+	switch {
+	case store == "memory":
+		return 0.85
+	case store == "redis":
+		return 1.0
+	case mode == "hot":
+		return 2.0
+	}
+	return 0.9
+}
+
+type row struct {
+	store, mode     string
+	bd, bl          series
+	ratio, p99Ratio float64
+}
+
+type scaleRow struct {
+	store          string
+	perBucket      float64
+	method         string
+	many, few      series
+	manyN          string
+	ratio          float64
+	populateSecond float64
+}
+
+func main() {
+	results := flag.String("results", "", "directory scripts/bench wrote")
+	mdPath := flag.String("md", "docs/benchmarks.md", "Markdown report to write")
+	svgPath := flag.String("svg", "docs/benchmarks.svg", "chart to write")
+	notes := flag.String("notes", "", "hand-written notes to include (what the profiles showed)")
+	flag.Parse()
+	if *results == "" {
+		fmt.Fprintln(os.Stderr, "report: --results is required")
+		os.Exit(2)
+	}
+	meta := readMeta(filepath.Join(*results, "meta.txt"))
+
+	var rows []row
+	var scales []scaleRow
+	skipped := map[string]string{}
+	for _, st := range stores {
+		dir := filepath.Join(*results, st)
+		if why := readText(filepath.Join(dir, "skipped.txt")); why != "" {
+			skipped[st] = why
+			continue
+		}
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		for _, mode := range []string{"spread", "hot"} {
+			r := row{store: st, mode: mode, bd: load(filepath.Join(dir, mode), "budgetd"), bl: load(filepath.Join(dir, mode), "baseline")}
+			r.ratio = r.bd.tput() / r.bl.tput()
+			r.p99Ratio = r.bd.p99() / r.bl.p99()
+			rows = append(rows, r)
+		}
+		sr := scaleRow{store: st, perBucket: math.NaN(), manyN: meta["buckets"]}
+		n, _ := strconv.ParseFloat(meta["buckets"], 64)
+		switch st {
+		case "memory":
+			var m struct {
+				PerBucket float64 `json:"bytes_per_bucket"`
+			}
+			if json.Unmarshal([]byte(readText(filepath.Join(dir, "memsize.json"))), &m) == nil && m.PerBucket > 0 {
+				sr.perBucket, sr.method = m.PerBucket, "Go heap growth after GC, in process (bench/memsize)"
+			}
+		default:
+			before, err1 := strconv.ParseFloat(readText(filepath.Join(dir, "mem-before.txt")), 64)
+			after, err2 := strconv.ParseFloat(readText(filepath.Join(dir, "mem-after.txt")), 64)
+			if err1 == nil && err2 == nil && n > 0 {
+				sr.perBucket = (after - before) / n
+				sr.method = map[string]string{"redis": "INFO used_memory delta", "postgres": "pg_database_size delta after VACUUM"}[st]
+			}
+		}
+		var pop struct {
+			Seconds float64 `json:"seconds"`
+		}
+		if json.Unmarshal([]byte(readText(filepath.Join(dir, "populate.json"))), &pop) == nil {
+			sr.populateSecond = pop.Seconds
+		}
+		sr.many = load(filepath.Join(dir, "scale"), meta["buckets"])
+		sr.few = load(filepath.Join(dir, "scale"), "1000")
+		sr.ratio = sr.many.tput() / sr.few.tput()
+		scales = append(scales, sr)
+	}
+
+	if err := os.WriteFile(*mdPath, []byte(markdown(meta, rows, scales, skipped, *results, *notes)), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
+	if err := os.WriteFile(*svgPath, []byte(chart(rows, meta)), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
+}
+
+func f0(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "—"
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}
+
+func f2(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "—"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+func met(ok bool, measured bool) string {
+	switch {
+	case !measured:
+		return "not measured"
+	case ok:
+		return "met"
+	}
+	return "**missed**"
+}
+
+func valid(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+func markdown(meta map[string]string, rows []row, scales []scaleRow, skipped map[string]string, dir, notesPath string) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("# Benchmarks\n\n")
+	w("Written by `scripts/bench` on %s; do not edit by hand — rerun the script (hand-written notes live in `bench/NOTES.md`).\n", meta["date"])
+	if meta["quick"] == "true" {
+		w("**This is a `--quick` run**: one short run per case and %s buckets instead of 1,000,000 — indicative only.\n", meta["buckets"])
+	}
+	w("\nOn a small shared machine absolute numbers are noisy; what counts is the ratio of budgetd to the least a service ")
+	w("can do with the same store, measured side by side in the same run: the two services are driven alternately, ")
+	w("%s runs of %s each (after %s of warm-up), and the table shows medians.\n\n", meta["runs"], meta["duration"], meta["warmup"])
+	w("## Machine\n\n| | |\n| --- | --- |\n")
+	for _, k := range []string{"nproc", "cpu", "ram", "kernel", "go", "postgres", "redis", "commit", "load"} {
+		if v := meta[k]; v != "" {
+			name := map[string]string{"nproc": "CPUs (nproc)", "cpu": "CPU model", "ram": "RAM", "kernel": "kernel", "go": "Go",
+				"postgres": "PostgreSQL", "redis": "Redis", "commit": "budgetd commit", "load": "load average at start"}[k]
+			w("| %s | %s |\n", name, v)
+		}
+	}
+	w("\nThe load generator (`budgetload`), budgetd, the baseline and the store all share these CPUs.\n")
+	w("\n## The load\n\n")
+	w("`budgetload --concurrency %s --mix fillup=100`: %s connections in a closed loop, each sending the next Fillup (cost 1) ", meta["concurrency"], meta["concurrency"])
+	w("when the previous one is answered; **spread** = uniformly over %s keys, **hot** = one key. ", meta["spread_keys"])
+	w("The limit holds 10^12 and leaks 1 per 87600h, so every call is accepted and nothing leaks measurably; history is off. ")
+	w("After every budgetd run `budgetload` reads a sample of the buckets back and checks that each level equals the sum of the costs it accepted (verify column).\n\n")
+	w("Baselines (`bench/baseline`) serve the same path with the same JSON body: memory ↔ a bare echo handler answering a fixed decision; ")
+	w("Redis ↔ one EVALSHA of a 10-line integer leaky-bucket script per request; PostgreSQL ↔ one `INSERT … ON CONFLICT DO UPDATE SET level = … RETURNING` per request through pgxpool. ")
+	w("budgetd and the baseline get the same store URL, so the same pool sizes (pgxpool's and go-redis's defaults). PostgreSQL runs with its defaults (fsync and synchronous_commit on).\n\n")
+
+	w("## Results\n\n![throughput and p99, budgetd against the baselines](benchmarks.svg)\n\n")
+	w("| store | load | budgetd ops/s | baseline ops/s | **ratio** | budgetd p50 / p99 ms | baseline p50 / p99 ms | p99 ratio | errors | verify |\n")
+	w("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	for _, r := range rows {
+		w("| %s | %s | %s | %s | **%s** | %s / %s | %s / %s | %s | %d | %s |\n", r.store, r.mode, f0(r.bd.tput()), f0(r.bl.tput()), f2(r.ratio),
+			f2(r.bd.p50()), f2(r.bd.p99()), f2(r.bl.p50()), f2(r.bl.p99()), f2(r.p99Ratio), r.bd.errors()+r.bl.errors(), r.bd.verdict())
+	}
+	for _, st := range stores {
+		if why, ok := skipped[st]; ok {
+			w("| %s | — | skipped: %s | | | | | | | |\n", st, strings.ReplaceAll(why, "|", "\\|"))
+		}
+	}
+
+	w("\n## Targets\n\n| target | measured | |\n| --- | --- | --- |\n")
+	for _, r := range rows {
+		t := target(r.store, r.mode)
+		w("| %s %s: throughput ≥ %.2f× the %s | %s× | %s |\n", r.store, r.mode, t, baselineName[r.store], f2(r.ratio), met(r.ratio >= t, valid(r.ratio)))
+	}
+	for _, r := range rows {
+		w("| %s %s: p99 ≤ 2× the baseline's | %s× (%s ms vs %s ms) | %s |\n", r.store, r.mode, f2(r.p99Ratio), f2(r.bd.p99()), f2(r.bl.p99()), met(r.p99Ratio <= 2, valid(r.p99Ratio)))
+	}
+	for _, s := range scales {
+		w("| %s: throughput at %s keys ≥ 0.9× at 1k keys | %s× | %s |\n", s.store, s.manyN, f2(s.ratio), met(s.ratio >= 0.9, valid(s.ratio)))
+	}
+	for _, st := range stores {
+		if _, ok := skipped[st]; ok {
+			w("| %s: every target | skipped | not measured |\n", st)
+		}
+	}
+
+	w("\n## Memory per idle bucket, and many keys against few\n\n")
+	w("Each store is filled with %s buckets of level 1 (`budgetload --populate`: multi-bucket calls of 64 keys), then driven over all of them and over 1,000 of them.\n\n", meta["buckets"])
+	w("| store | bytes per idle bucket | measured as | populate s | ops/s at %s keys | ops/s at 1k keys | ratio |\n| --- | ---: | --- | ---: | ---: | ---: | ---: |\n", meta["buckets"])
+	for _, s := range scales {
+		w("| %s | %s | %s | %s | %s | %s | %s |\n", s.store, f0(s.perBucket), s.method, f2(s.populateSecond), f0(s.many.tput()), f0(s.few.tput()), f2(s.ratio))
+	}
+
+	if g := readText(filepath.Join(dir, "gobench.txt")); g != "" {
+		w("\n## Go benchmarks\n\nThe bucket rule (`internal/bucket`) and the HTTP handlers over the memory store in process (`internal/http/bench_test.go`, no network):\n\n```\n%s\n```\n", g)
+	}
+	if p := readText(filepath.Join(dir, "pprof.txt")); p != "" {
+		w("\n## CPU profile of BenchmarkFillupParallel (pprof -top)\n\n```\n%s\n```\n", p)
+	}
+	if notesPath != "" {
+		if n := readText(notesPath); n != "" {
+			w("\n%s\n", n)
+		}
+	}
+	if f := readText(filepath.Join(dir, "failures.txt")); f != "" {
+		w("\n## Failures during the run\n\n```\n%s\n```\n", f)
+	}
+	w("\n## Commands\n\nThe whole report: `scripts/bench`%s. What it ran, in order (binaries built from this commit; ports chosen at random on 127.0.0.1):\n\n```\n%s\n```\n",
+		map[bool]string{true: " --quick", false: ""}[meta["quick"] == "true"], readText(filepath.Join(dir, "commands.txt")))
+	return b.String()
+}
+
+// chart draws two grouped bar charts side by side: median throughput and
+// median p99, budgetd against its baseline, per store and load.
+func chart(rows []row, meta map[string]string) string {
+	const (
+		W, H         = 980, 440
+		panelW       = 440
+		top, bottom  = 70, 360
+		left1, left2 = 70, 560
+	)
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
+	w(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	w(`<text x="%d" y="24" font-size="16" font-weight="bold">budgetd against the least each store can do (medians, %s)</text>`+"\n", left1, html.EscapeString(meta["date"]))
+	w(`<rect x="%d" y="36" width="12" height="12" fill="#2f6fb3"/><text x="%d" y="46">budgetd</text>`+"\n", left1, left1+16)
+	w(`<rect x="%d" y="36" width="12" height="12" fill="#b0b0b0"/><text x="%d" y="46">baseline (bare echo / one upsert / one EVALSHA)</text>`+"\n", left1+80, left1+96)
+	panel := func(x0 int, title, unit string, val func(series) float64, ratio func(row) float64) {
+		maxV := 0.0
+		for _, r := range rows {
+			for _, v := range []float64{val(r.bd), val(r.bl)} {
+				if valid(v) {
+					maxV = max(maxV, v)
+				}
+			}
+		}
+		if maxV == 0 {
+			maxV = 1
+		}
+		maxV = niceCeil(maxV)
+		w(`<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", x0, top-8, html.EscapeString(title))
+		for i := 0; i <= 4; i++ {
+			v := maxV * float64(i) / 4
+			y := bottom - int(float64(bottom-top)*float64(i)/4)
+			w(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#e4e4e4"/>`+"\n", x0, y, x0+panelW-40, y)
+			w(`<text x="%d" y="%d" text-anchor="end" fill="#555">%s</text>`+"\n", x0-4, y+4, axisLabel(v))
+		}
+		w(`<text x="%d" y="%d" fill="#555" transform="rotate(-90 %d %d)" text-anchor="middle">%s</text>`+"\n", x0-48, (top+bottom)/2, x0-48, (top+bottom)/2, unit)
+		n := max(len(rows), 1)
+		gw := (panelW - 40) / n
+		bw := min(28, (gw-14)/2)
+		for i, r := range rows {
+			gx := x0 + i*gw + (gw-2*bw)/2
+			for j, s := range []series{r.bd, r.bl} {
+				v := val(s)
+				if !valid(v) {
+					continue
+				}
+				h := int(float64(bottom-top) * v / maxV)
+				color := []string{"#2f6fb3", "#b0b0b0"}[j]
+				w(`<rect x="%d" y="%d" width="%d" height="%d" fill="%s"><title>%s %s %s: %s</title></rect>`+"\n",
+					gx+j*bw, bottom-h, bw-2, h, color, r.store, r.mode, []string{"budgetd", "baseline"}[j], f2(v))
+			}
+			if rt := ratio(r); valid(rt) {
+				hb := int(float64(bottom-top) * max(val(r.bd), val(r.bl)) / maxV)
+				w(`<text x="%d" y="%d" text-anchor="middle" font-size="11">%.2f×</text>`+"\n", gx+bw, bottom-hb-4, rt)
+			}
+			w(`<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", gx+bw, bottom+16, r.store)
+			w(`<text x="%d" y="%d" text-anchor="middle" fill="#555">%s</text>`+"\n", gx+bw, bottom+30, r.mode)
+		}
+	}
+	panel(left1, "Throughput (higher is better)", "ops/s", series.tput, func(r row) float64 { return r.ratio })
+	panel(left2, "p99 latency (lower is better)", "ms", series.p99, func(r row) float64 { return r.p99Ratio })
+	w(`<text x="%d" y="%d" fill="#555">%s CPUs · %s connections · Fillup only · spread = %s keys, hot = 1 key · labels: budgetd / baseline</text>`+"\n",
+		left1, H-20, html.EscapeString(meta["nproc"]), html.EscapeString(meta["concurrency"]), html.EscapeString(meta["spread_keys"]))
+	w("</svg>\n")
+	return b.String()
+}
+
+// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
+func niceCeil(v float64) float64 {
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if v <= m*p {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+func axisLabel(v float64) string {
+	switch {
+	case v >= 1000:
+		return strconv.FormatFloat(v/1000, 'f', -1, 64) + "k"
+	case v >= 10 || v == 0:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
