@@ -332,3 +332,48 @@ func TestHoldAndLevelBounds(t *testing.T) {
 		t.Fatalf("level %s, want %s", st.Level, want)
 	}
 }
+
+// TestLimitChangedByAnotherInstance: on a standalone server a script refuses
+// to decide with a cached limit that another process has changed or deleted,
+// so every instance sees a PUT or DELETE at once.
+func TestLimitChangedByAnotherInstance(t *testing.T) {
+	url := serverURL(t, "BUDGETD_TEST_REDIS")
+	clock := ledgertest.NewClock()
+	a := openTest(t, url, WithClock(clock.Now))
+	b, err := Open(context.Background(), url, WithPrefix(a.k.prefix), WithClock(clock.Now), WithLimitCacheTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	sa, sb := ledger.NewService(a), ledger.NewService(b)
+	spec := func(capacity int64) ledger.LimitSpec {
+		return ledger.LimitSpec{Capacity: decimal.NewFromInt(capacity), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}
+	}
+	if _, err := sa.PutLimit(ctx, "l", spec(10)); err != nil {
+		t.Fatal(err)
+	}
+	r := ledger.BucketRef{Limit: "l", Key: "k"}
+	fill := func(svc *ledger.Service, cost int64) (ledger.FillupResult, error) {
+		return svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: decimal.NewFromInt(cost)}}, ledger.Idempotency{})
+	}
+	if res, err := fill(sb, 5); err != nil || !res.Accepted { // b caches capacity 10
+		t.Fatalf("first fillup: %+v %v", res, err)
+	}
+	if _, err := sa.PutLimit(ctx, "l", spec(6)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := fill(sb, 2)
+	if err != nil || res.Accepted || !res.Items[0].Capacity.Equal(decimal.NewFromInt(6)) {
+		t.Fatalf("fillup of 2 on 5/6 through the other instance: %+v %v", res, err)
+	}
+	if err := sa.DeleteLimit(ctx, "l"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fill(sb, 1); !errors.Is(err, ledger.ErrLimitNotFound) {
+		t.Fatalf("fillup after delete elsewhere: %v, want ErrLimitNotFound", err)
+	}
+	if _, err := sb.CanAccept(ctx, r, decimal.NewFromInt(1)); !errors.Is(err, ledger.ErrLimitNotFound) {
+		t.Fatalf("can accept after delete elsewhere: %v, want ErrLimitNotFound", err)
+	}
+}

@@ -29,6 +29,7 @@ type defDoc struct {
 	Created  string `json:"ct"`
 	Updated  string `json:"ut"`
 	Gen      string `json:"g"`
+	Version  string `json:"v"`
 }
 
 func (d defDoc) limit(name string) (cachedLimit, error) {
@@ -47,11 +48,11 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 		Name: name, Capacity: c, LeakAmount: a, LeakPer: time.Duration(per) * time.Microsecond,
 		History: d.History == "1", CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
 	}
-	return cachedLimit{l: l, gen: g}, nil
+	return cachedLimit{l: l, gen: g, version: d.Version}, nil
 }
 
 func defFromMap(m map[string]string) defDoc {
-	return defDoc{Capacity: m["c"], Amount: m["a"], Per: m["p"], History: m["hi"], Created: m["ct"], Updated: m["ut"], Gen: m["g"]}
+	return defDoc{Capacity: m["c"], Amount: m["a"], Per: m["p"], History: m["hi"], Created: m["ct"], Updated: m["ut"], Gen: m["g"], Version: m["v"]}
 }
 
 func fromMicros(us int64) time.Time {
@@ -214,6 +215,14 @@ func (s *Store) remember(cl cachedLimit) {
 	defer s.mu.Unlock()
 	s.limits[cl.l.Name] = cl
 	s.gens[cl.gen] = cl.l.Name
+}
+
+// forgetAll empties the limit cache.
+func (s *Store) forgetAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.limits)
+	clear(s.gens)
 }
 
 func (s *Store) forget(name string) {

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -108,11 +109,37 @@ func (s *Store) target(ctx context.Context, ref ledger.BucketRef) (target, error
 	return target{ref: ref, lim: cl, bk: bk, hk: s.k.history(cl.gen, ref.Key), slot: slotOf(bk)}, nil
 }
 
-// desc is the 6 ARGV that describe a bucket's limit to a script.
+// desc is the ARGV that describe a bucket's limit to a script (DESC in
+// bucket.lua). On a standalone server the script also checks the limit's
+// definition key against the version decided with (errStale when it
+// changed); in Redis Cluster that key is in another slot.
 func (s *Store) desc(t target) []any {
 	l := t.lim.l
+	defKey := ""
+	if !s.cluster {
+		defKey = s.k.limitDef(l.Name)
+	}
 	return []any{s.k.holdBase(t.lim.gen, t.slot), units(l.Capacity), units(l.LeakAmount), l.LeakPer.Microseconds(),
-		boolArg(l.History), encodeLimit(l)}
+		boolArg(l.History), encodeLimit(l), defKey, fmt.Sprintf("%d:%s", t.lim.gen, t.lim.version)}
+}
+
+// errStale: a script saw that the limit changed since it was cached.
+var errStale = errors.New("limit definition changed")
+
+// withFreshLimits runs op, and again with the limit cache emptied when the
+// script reports that a limit changed under it.
+func withFreshLimits[T any](s *Store, op func() (T, error)) (T, error) {
+	for attempt := 0; ; attempt++ {
+		out, err := op()
+		if !errors.Is(err, errStale) {
+			return out, err
+		}
+		if attempt == 2 {
+			var zero T
+			return zero, fmt.Errorf("redis: %w: limit definitions kept changing", ledger.ErrUnavailable)
+		}
+		s.forgetAll()
+	}
 }
 
 // run runs a script and returns its JSON body and whether it was replayed.
@@ -126,6 +153,9 @@ func (s *Store) run(ctx context.Context, op string, sc *goredis.Script, ro bool,
 	}
 	res, err := cmd.StringSlice()
 	if err != nil {
+		if strings.Contains(err.Error(), "BUDGETD_STALE_LIMIT") {
+			return "", false, errStale
+		}
 		return "", false, s.fail(ctx, op, err)
 	}
 	if len(res) != 2 {
@@ -203,6 +233,11 @@ func (j snapJSON) snapshot(now time.Time) (ledger.Snapshot, error) {
 
 // Inspect returns a bucket's state; the script only reads.
 func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snapshot, error) {
+	return withFreshLimits(s, func() (ledger.Snapshot, error) { return s.inspect(ctx, ref) })
+}
+
+// inspect is one attempt of Inspect.
+func (s *Store) inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snapshot, error) {
 	t, err := s.target(ctx, ref)
 	if err != nil {
 		return ledger.Snapshot{}, err
@@ -225,6 +260,11 @@ func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snaps
 // Fillup charges every item or none in one script call. In Redis Cluster all
 // items must share a hash slot (ledger.ErrCrossSlot otherwise).
 func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
+	return withFreshLimits(s, func() (ledger.FillupOutcome, error) { return s.fillup(ctx, items, idem) })
+}
+
+// fillup is one attempt of Fillup.
+func (s *Store) fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
 	ts := make([]target, len(items))
 	for i, it := range items {
 		t, err := s.target(ctx, it.Bucket)
@@ -293,6 +333,11 @@ func idemArgs(keys []string, idem ledger.Idempotency, key func() string) ([]stri
 
 // Drain lowers a bucket's level, clamped at zero.
 func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency) (ledger.DrainOutcome, error) {
+	return withFreshLimits(s, func() (ledger.DrainOutcome, error) { return s.drain(ctx, ref, amount, idem) })
+}
+
+// drain is one attempt of Drain.
+func (s *Store) drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency) (ledger.DrainOutcome, error) {
 	t, err := s.target(ctx, ref)
 	if err != nil {
 		return ledger.DrainOutcome{}, err
@@ -381,6 +426,11 @@ func (h holdJSON) reservation() (ledger.Reservation, error) {
 
 // Reserve adds a hold when it fits.
 func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency) (ledger.ReserveOutcome, error) {
+	return withFreshLimits(s, func() (ledger.ReserveOutcome, error) { return s.reserve(ctx, ref, amount, ttl, idem) })
+}
+
+// reserve is one attempt of Reserve.
+func (s *Store) reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency) (ledger.ReserveOutcome, error) {
 	t, err := s.target(ctx, ref)
 	if err != nil {
 		return ledger.ReserveOutcome{}, err
@@ -437,6 +487,11 @@ func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency)
 }
 
 func (s *Store) resolve(ctx context.Context, op, id, mode, amount string, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+	return withFreshLimits(s, func() (ledger.ResolveOutcome, error) { return s.resolveOnce(ctx, op, id, mode, amount, overrun, idem) })
+}
+
+// resolveOnce is one attempt of Commit or Release.
+func (s *Store) resolveOnce(ctx context.Context, op, id, mode, amount string, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
 	g, slot, ok := parseHoldID(id)
 	if !ok {
 		return ledger.ResolveOutcome{}, ledger.ErrReservationNotFound
@@ -505,6 +560,19 @@ func (s *Store) Reservation(ctx context.Context, id string) (ledger.Reservation,
 
 // History lists a bucket's entries newest first, recording due expiries.
 func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
+	type page struct {
+		entries []ledger.Entry
+		next    string
+	}
+	p, err := withFreshLimits(s, func() (page, error) {
+		e, next, err := s.history(ctx, ref, cursor, n)
+		return page{e, next}, err
+	})
+	return p.entries, p.next, err
+}
+
+// history is one attempt of History.
+func (s *Store) history(ctx context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
 	t, err := s.target(ctx, ref)
 	if err != nil {
 		return nil, "", err

@@ -73,6 +73,7 @@ type Store struct {
 type cachedLimit struct {
 	l       ledger.Limit
 	gen     int64
+	version string // bumped by every PutLimit
 	fetched time.Time
 }
 

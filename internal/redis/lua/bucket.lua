@@ -32,10 +32,20 @@ local function idem_put(ik, ih, body)
   if ik then redis.call('SET', ik, ih .. '\n' .. body, 'PX', IDEM_MS) end
 end
 
--- desc reads a bucket descriptor of 6 ARGV from index i: the hold record key
--- base, capacity, leak amount (units), leak period (µs), history flag and the
--- limit document (opaque JSON for the Go side).
+-- desc reads a bucket descriptor of 8 ARGV from index i: the hold record key
+-- base, capacity, leak amount (units), leak period (µs), history flag, the
+-- limit document (opaque JSON for the Go side), the limit's definition key
+-- ('' in Redis Cluster, where it lives in another slot) and the version
+-- "generation:v" the Go side decided with. A definition that changed since
+-- raises BUDGETD_STALE_LIMIT: every op calls desc before it writes anything,
+-- so the error leaves nothing half done and the Go side rereads the limit.
+local DESC = 8
 local function desc(bk, hk, i)
+  local dk = ARGV[i + 6]
+  if dk ~= '' then
+    local v = redis.call('HMGET', dk, 'g', 'v')
+    if (v[1] or '') .. ':' .. (v[2] or '') ~= ARGV[i + 7] then error('BUDGETD_STALE_LIMIT') end
+  end
   return {
     bk = bk, hk = hk,
     rbase = ARGV[i],
@@ -180,7 +190,7 @@ local function hold_doc(rk)
 end
 
 -- op_fillup: KEYS = bk1, hk1, ..., bkN, hkN [, idem]; ARGV = now, idem hash,
--- N, then per item a descriptor (6) and the cost.
+-- N, then per item a descriptor (DESC) and the cost.
 local function op_fillup()
   local n = tonumber(ARGV[3])
   local ik
@@ -192,9 +202,9 @@ local function op_fillup()
   local now = clock(ARGV[1])
   local items, accepted = {}, true
   for i = 1, n do
-    local base = 4 + (i - 1) * 7
+    local base = 4 + (i - 1) * (DESC + 1)
     local c = desc(KEYS[2 * i - 1], KEYS[2 * i], base)
-    local cost = bn(ARGV[base + 6])
+    local cost = bn(ARGV[base + DESC])
     local st = load(c)
     local ok = fits(c, st, now, cost)
     accepted = accepted and ok
@@ -238,7 +248,7 @@ local function op_drain()
   end
   local now = clock(ARGV[1])
   local c = desc(KEYS[1], KEYS[2], 3)
-  local amount = bn(ARGV[9])
+  local amount = bn(ARGV[3 + DESC])
   local st = load(c)
   local removed = { 0 }
   if not bn_zero(amount) then
@@ -267,8 +277,8 @@ local function op_reserve()
   end
   local now = clock(ARGV[1])
   local c = desc(KEYS[1], KEYS[2], 3)
-  local amount = bn(ARGV[9])
-  local ttl, id = tonumber(ARGV[10]), ARGV[11]
+  local amount = bn(ARGV[3 + DESC])
+  local ttl, id = tonumber(ARGV[4 + DESC]), ARGV[5 + DESC]
   local st = load(c)
   if active_count(st, now) >= MAX_HOLDS then return { 'err', 'too_many_holds' } end
   local out = { now = fmt(now), acc = false }
@@ -276,7 +286,7 @@ local function op_reserve()
     settle(c, st, now)
     local exp = now + ttl
     local rk = c.rbase .. id
-    redis.call('HSET', rk, 'id', id, 'lim', ARGV[12], 'e', ARGV[13], 'a', bs(amount), 's', 'a',
+    redis.call('HSET', rk, 'id', id, 'lim', ARGV[6 + DESC], 'e', ARGV[7 + DESC], 'a', bs(amount), 's', 'a',
       't0', fmt(now), 'te', fmt(exp))
     redis.call('PEXPIRE', rk, fmt(math.ceil(ttl / 1000) + 86400000 + SLACK_MS))
     redis.call('HSET', c.bk, 'h' .. id, bs(amount) .. ':' .. fmt(exp))
@@ -294,7 +304,7 @@ end
 
 -- op_resolve: KEYS = hold record [, idem]; ARGV = now, idem hash, mode ('c'
 -- commit, 'r' release), amount ('' = the held amount), overrun ('1'), key base
--- of the limit's generation, then the descriptor (6).
+-- of the limit's generation, then the descriptor (DESC).
 local function op_resolve()
   local rk = KEYS[1]
   local ik
@@ -377,7 +387,7 @@ local function op_history()
   c.touched = false
   expire_holds(c, st, now)
   if c.touched then finish(c, st, now) end
-  local ct, cid, n = ARGV[8], ARGV[9], tonumber(ARGV[10])
+  local ct, cid, n = ARGV[2 + DESC], ARGV[3 + DESC], tonumber(ARGV[4 + DESC])
   local out = {}
   if ct ~= '' then
     local same = redis.call('ZRANGEBYSCORE', c.hk, ct, ct)

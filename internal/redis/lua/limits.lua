@@ -27,6 +27,7 @@ local function op_put()
     redis.call('HSET', KEYS[4], g, ARGV[2])
   end
   redis.call('HSET', KEYS[1], 'c', ARGV[3], 'a', ARGV[4], 'p', ARGV[5], 'hi', ARGV[6], 'ct', ct, 'ut', now, 'g', g)
+  redis.call('HINCRBY', KEYS[1], 'v', 1)
   local cur = def(KEYS[1])
   return { cjson.encode(cur), cjson.encode(old) }
 end
