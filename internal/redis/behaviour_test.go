@@ -283,6 +283,20 @@ func TestMemoryPerIdleBucket(t *testing.T) {
 		t.Logf("MEMORY USAGE of bucket %q (level %s): %d bytes", s.k.bucket(cl.gen, key), cost, n)
 		worst = max(worst, n)
 	}
+	// For comparison: a bucket of a limit with history, after one fillup.
+	hname := name + "-h"
+	if _, err := svc.PutLimit(ctx, hname, ledger.LimitSpec{Capacity: decimal.NewFromInt(1000), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Second, History: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer svc.DeleteLimit(ctx, hname)
+	key := "user-" + testPrefix()[3:9]
+	if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: hname, Key: key}, Cost: decimal.RequireFromString("12.37")}}, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	cl, _ := s.limitFor(ctx, hname)
+	nb, _ := s.client.(goredis.Cmdable).MemoryUsage(ctx, s.k.bucket(cl.gen, key)).Result()
+	nh, _ := s.client.(goredis.Cmdable).MemoryUsage(ctx, s.k.history(cl.gen, key)).Result()
+	t.Logf("with history: bucket %d bytes + history with one entry %d bytes", nb, nh)
 	if worst > 200 {
 		t.Errorf("an idle bucket takes %d bytes, want ≤ 200", worst)
 	}
