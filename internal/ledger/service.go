@@ -77,8 +77,14 @@ func (s *Service) GetLimit(ctx context.Context, name string) (Limit, error) {
 	return s.store.GetLimit(ctx, name)
 }
 
+// MaxPage is the longest page of a list.
+const MaxPage = 1000
+
 // ListLimits returns up to n limits with names after cursor.
 func (s *Service) ListLimits(ctx context.Context, after string, n int) ([]Limit, error) {
+	if n < 1 || n > MaxPage+1 {
+		return nil, invalid("invalid_request", "limit", "must be a whole number from 1 to %d", MaxPage)
+	}
 	return s.store.ListLimits(ctx, after, n)
 }
 
@@ -318,6 +324,9 @@ func (s *Service) Reservation(ctx context.Context, id string) (Reservation, erro
 func (s *Service) History(ctx context.Context, ref BucketRef, cursor string, n int) ([]Entry, string, error) {
 	if err := validateRef(ref); err != nil {
 		return nil, "", err
+	}
+	if n < 1 || n > MaxPage {
+		return nil, "", invalid("invalid_request", "limit", "must be a whole number from 1 to %d", MaxPage)
 	}
 	return s.store.History(ctx, ref, cursor, n)
 }

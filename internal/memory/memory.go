@@ -469,10 +469,11 @@ func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecima
 		if charge.GreaterThan(h.res.Amount) && !overrun {
 			return ledger.RefusalExceedsHold, nil
 		}
-		s.settle(l, b, now)
-		if b.level.Add(charge).GreaterThan(ledger.MaxLevel) {
+		// Refuse an overflow before anything moves: an error changes nothing.
+		if bucket.LevelAt(l.Rule(), b.state(), now).Add(charge).GreaterThan(ledger.MaxLevel) {
 			return "", ledger.ErrLevelOverflow
 		}
+		s.settle(l, b, now)
 		b.level = b.level.Add(charge)
 		h.res.State = ledger.Committed
 		h.res.CommittedAmount = decimal.NewNullDecimal(charge)

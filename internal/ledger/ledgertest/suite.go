@@ -48,6 +48,7 @@ func Run(t *testing.T, factory Factory) {
 		{"IdempotencyParallel", testIdempotencyParallel},
 		{"NotFound", testNotFound},
 		{"Differential", testDifferential},
+		{"LevelOverflow", testLevelOverflow},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -928,5 +929,43 @@ func testNotFound(t *testing.T, e *env) {
 		if _, err := e.svc.Commit(e.ctx, id, decimal.NullDecimal{}, false, ledger.Idempotency{}); !errors.Is(err, ledger.ErrReservationNotFound) {
 			t.Errorf("Commit(%q): %v", id, err)
 		}
+	}
+}
+
+// testLevelOverflow drives a level to MaxLevel with overrun commits: the
+// commit that would pass it fails with ErrLevelOverflow and changes nothing,
+// not even the bucket's timestamp.
+func testLevelOverflow(t *testing.T, e *env) {
+	e.limit("of", "1000000000000", "0.000001", ledger.MaxPer, true)
+	r := ref("of", "k")
+	e.fillup(r, "1")
+	var ids []string
+	for i := 0; i < ledger.MaxHolds; i++ {
+		ids = append(ids, e.reserve(r, "0.000001", time.Hour).Reservation.ID)
+	}
+	max := decimal.NewNullDecimal(ledger.MaxAmount)
+	for _, id := range ids[:len(ids)-1] {
+		if _, err := e.svc.Commit(e.ctx, id, max, true, ledger.Idempotency{}); err != nil {
+			t.Fatalf("overrun commit: %v", err)
+		}
+	}
+	e.clock.Advance(time.Second)
+	before, err := e.store.Inspect(e.ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := ids[len(ids)-1]
+	if _, err := e.svc.Commit(e.ctx, last, max, true, ledger.Idempotency{}); !errors.Is(err, ledger.ErrLevelOverflow) {
+		t.Fatalf("commit past MaxLevel: %v, want ErrLevelOverflow", err)
+	}
+	after, err := e.store.Inspect(e.ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.State.Updated.Equal(before.State.Updated) || !after.State.Level.Equal(before.State.Level) || len(after.State.Holds) != 1 {
+		t.Fatalf("a failed commit changed the bucket: %+v -> %+v", before.State, after.State)
+	}
+	if h, err := e.svc.Reservation(e.ctx, last); err != nil || h.State != ledger.Active {
+		t.Fatalf("the hold after a failed commit: %+v %v", h, err)
 	}
 }
