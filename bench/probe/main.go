@@ -1,26 +1,77 @@
-// Command memsize measures what an idle bucket costs the memory store: it
-// charges N buckets once (history off), collects garbage, and prints the heap
-// growth per bucket. The store is used in process, through the ledger
-// service, so nothing but the buckets is counted.
+// Command probe measures what scripts/bench needs besides throughput, so the
+// script depends on nothing but Go and the servers:
 //
-//	memsize -n 1000000
+//	probe memsize [-n 1000000]   bytes per idle bucket of the memory store, in process
+//	probe pgsize URL             pg_database_size after VACUUM
+//	probe pgreset URL            pg_stat_statements_reset()
+//	probe pgstats URL            the statements that took the most time since the reset
+//	probe redismem URL           INFO memory used_memory
+//	probe redisreset URL         CONFIG RESETSTAT
+//	probe redisstats URL         INFO commandstats, the commands that took the most time
+//
+// memsize charges N buckets once (history off) through the ledger service
+// over a memory store, collects garbage, and prints the heap growth per
+// bucket as JSON: nothing but the buckets is counted.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/memory"
 	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 )
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: probe memsize|pgsize|pgreset|pgstats|redismem|redisreset|redisstats …")
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var err error
+	arg := func() string {
+		if len(os.Args) < 3 {
+			fmt.Fprintln(os.Stderr, "probe", os.Args[1], "needs a URL")
+			os.Exit(2)
+		}
+		return os.Args[2]
+	}
+	switch os.Args[1] {
+	case "memsize":
+		err = memsize(os.Args[2:])
+	case "pgsize":
+		err = pgsize(ctx, arg())
+	case "pgreset":
+		err = pgExec(ctx, arg(), "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()")
+	case "pgstats":
+		err = pgstats(ctx, arg())
+	case "redismem":
+		err = redismem(ctx, arg())
+	case "redisreset":
+		err = withRedis(arg(), func(r *goredis.Client) error { return r.ConfigResetStat(ctx).Err() })
+	case "redisstats":
+		err = redisstats(ctx, arg())
+	default:
+		err = errors.New("unknown probe " + os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "probe:", err)
+		os.Exit(1)
+	}
+}
 
 func heap() uint64 {
 	var m runtime.MemStats
@@ -31,50 +82,46 @@ func heap() uint64 {
 	return m.HeapAlloc
 }
 
-func main() {
-	n := flag.Int("n", 1_000_000, "buckets")
-	asJSON := flag.Bool("json", false, "print JSON")
-	pgSize := flag.String("pg-size", "", "print the size of this PostgreSQL database and exit")
-	flag.Parse()
-	ctx := context.Background()
-	if *pgSize != "" {
-		if err := printPGSize(ctx, *pgSize); err != nil {
-			fmt.Fprintln(os.Stderr, "memsize:", err)
-			os.Exit(1)
-		}
-		return
+func memsize(args []string) error {
+	fs := flag.NewFlagSet("memsize", flag.ContinueOnError)
+	n := fs.Int("n", 1_000_000, "buckets")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
+	ctx := context.Background()
 	st := memory.New()
 	defer st.Close()
 	svc := ledger.NewService(st)
 	if _, err := svc.PutLimit(ctx, "mem", ledger.LimitSpec{Capacity: decimal.NewFromInt(1_000_000_000_000),
 		LeakAmount: decimal.NewFromInt(1), LeakPer: 87600 * time.Hour, History: false}); err != nil {
-		fmt.Fprintln(os.Stderr, "memsize:", err)
-		os.Exit(1)
+		return err
 	}
 	one := decimal.NewFromInt(1)
 	before := heap()
 	start := time.Now()
 	for i := range *n {
 		if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "mem", Key: "k" + strconv.Itoa(i)}, Cost: one}}, ledger.Idempotency{}); err != nil {
-			fmt.Fprintln(os.Stderr, "memsize:", err)
-			os.Exit(1)
+			return err
 		}
 	}
 	took := time.Since(start)
 	after := heap()
-	per := float64(int64(after)-int64(before)) / float64(*n)
-	if *asJSON {
-		_ = json.NewEncoder(os.Stdout).Encode(map[string]any{"buckets": *n, "heap_bytes": int64(after) - int64(before), "bytes_per_bucket": per, "fillups_per_second": float64(*n) / took.Seconds()})
-		runtime.KeepAlive(st)
-		return
-	}
-	fmt.Printf("memory store: %d buckets, heap %+d bytes, %.0f bytes per idle bucket (%.0f in-process fillups/s)\n",
-		*n, int64(after)-int64(before), per, float64(*n)/took.Seconds())
 	runtime.KeepAlive(st)
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{"buckets": *n, "heap_bytes": int64(after) - int64(before),
+		"bytes_per_bucket": float64(int64(after)-int64(before)) / float64(*n), "fillups_per_second": float64(*n) / took.Seconds()})
 }
 
-func printPGSize(ctx context.Context, url string) error {
+func pgExec(ctx context.Context, url, sql string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+func pgsize(ctx context.Context, url string) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
@@ -89,4 +136,100 @@ func printPGSize(ctx context.Context, url string) error {
 	}
 	fmt.Println(n)
 	return nil
+}
+
+// pgstats prints the statements (top level and inside functions) that took
+// the most time since the last reset: PostgreSQL's own profile.
+func pgstats(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric * 1000, 1),
+		round(shared_blks_hit::numeric / greatest(calls, 1), 1), round(wal_bytes::numeric / greatest(calls, 1), 0),
+		regexp_replace(left(query, 110), '\s+', ' ', 'g')
+		FROM pg_stat_statements WHERE calls > 0 ORDER BY total_exec_time DESC LIMIT 12`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	fmt.Printf("%9s %10s %9s %9s %9s  %s\n", "calls", "total ms", "mean µs", "blks/call", "WAL B/call", "statement")
+	for rows.Next() {
+		var calls int64
+		var total, mean, blks, wal, q string
+		if err := rows.Scan(&calls, &total, &mean, &blks, &wal, &q); err != nil {
+			return err
+		}
+		fmt.Printf("%9d %10s %9s %9s %9s  %s\n", calls, total, mean, blks, wal, q)
+	}
+	return rows.Err()
+}
+
+func withRedis(url string, f func(*goredis.Client) error) error {
+	opt, err := goredis.ParseURL(url)
+	if err != nil {
+		return err
+	}
+	r := goredis.NewClient(opt)
+	defer r.Close()
+	return f(r)
+}
+
+func redismem(ctx context.Context, url string) error {
+	return withRedis(url, func(r *goredis.Client) error {
+		info, err := r.Info(ctx, "memory").Result()
+		if err != nil {
+			return err
+		}
+		for line := range strings.SplitSeq(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+				fmt.Println(v)
+				return nil
+			}
+		}
+		return errors.New("no used_memory in INFO memory")
+	})
+}
+
+// redisstats prints the commands Redis spent the most time in since the
+// last CONFIG RESETSTAT, with microseconds per call: Redis's own profile.
+func redisstats(ctx context.Context, url string) error {
+	return withRedis(url, func(r *goredis.Client) error {
+		info, err := r.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		type stat struct {
+			name         string
+			calls        int64
+			usec, perCal float64
+		}
+		var stats []stat
+		for line := range strings.SplitSeq(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") {
+				continue
+			}
+			s := stat{name: strings.TrimPrefix(name, "cmdstat_")}
+			for kv := range strings.SplitSeq(rest, ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case "calls":
+					s.calls, _ = strconv.ParseInt(v, 10, 64)
+				case "usec":
+					s.usec, _ = strconv.ParseFloat(v, 64)
+				case "usec_per_call":
+					s.perCal, _ = strconv.ParseFloat(v, 64)
+				}
+			}
+			stats = append(stats, s)
+		}
+		slices.SortFunc(stats, func(a, b stat) int { return int(b.usec - a.usec) })
+		fmt.Printf("%-14s %10s %12s %10s\n", "command", "calls", "total ms", "µs/call")
+		for _, s := range stats[:min(len(stats), 6)] {
+			fmt.Printf("%-14s %10d %12.1f %10.2f\n", s.name, s.calls, s.usec/1000, s.perCal)
+		}
+		return nil
+	})
 }

@@ -331,6 +331,20 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, skipped map
 	if p := readText(filepath.Join(dir, "pprof.txt")); p != "" {
 		w("\n## CPU profile of BenchmarkFillupParallel (pprof -top)\n\n```\n%s\n```\n", p)
 	}
+	var prof strings.Builder
+	for _, r := range rows {
+		for _, who := range []string{"budgetd", "baseline"} {
+			p := readText(filepath.Join(dir, r.store, r.mode, who+"-1.profile"))
+			if p == "" {
+				continue
+			}
+			fmt.Fprintf(&prof, "%s, %s, %s (run 1):\n\n```\n%s\n```\n\n", r.store, r.mode, who, p)
+		}
+	}
+	if prof.Len() > 0 {
+		w("\n## The stores' own profiles\n\nWhat the server spent its time on during run 1 of each case: Redis's `INFO commandstats` (µs per script call), ")
+		w("PostgreSQL's `pg_stat_statements` (with `track=all`, so the statements inside budgetd's functions are listed too). Both are reset before each run.\n\n%s", prof.String())
+	}
 	if notesPath != "" {
 		if n := readText(notesPath); n != "" {
 			w("\n%s\n", n)
