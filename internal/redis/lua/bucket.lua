@@ -19,17 +19,18 @@ local function clock(arg)
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Idempotency records: "hash\nbody" with a TTL.
+-- Idempotency records: "<length of hash>:<hash><outcome JSON>" with a TTL.
 local function idem_get(ik, ih)
   local v = redis.call('GET', ik)
   if not v then return nil end
-  local nl = string.find(v, '\n', 1, true)
-  if string.sub(v, 1, nl - 1) ~= ih then return { 'err', 'reused' } end
-  return { 'replay', string.sub(v, nl + 1) }
+  local colon = string.find(v, ':', 1, true)
+  local n = tonumber(string.sub(v, 1, colon - 1))
+  if string.sub(v, colon + 1, colon + n) ~= ih then return { 'err', 'reused' } end
+  return { 'replay', string.sub(v, colon + n + 1) }
 end
 
 local function idem_put(ik, ih, body)
-  if ik then redis.call('SET', ik, ih .. '\n' .. body, 'PX', IDEM_MS) end
+  if ik then redis.call('SET', ik, #ih .. ':' .. ih .. body, 'PX', IDEM_MS) end
 end
 
 -- desc reads a bucket descriptor of 8 ARGV from index i: the hold record key
