@@ -130,7 +130,27 @@ func TestOneRoundTripPerDecision(t *testing.T) {
 // TestCrossSlot: in Redis Cluster a multi-bucket call must keep its buckets in
 // one slot; a key's {tag} (or an untagged key equal to the tag) does that.
 func TestCrossSlot(t *testing.T) {
-	s := openTest(t, serverURL(t, "BUDGETD_TEST_REDIS_CLUSTER"))
+	t.Run("cluster", func(t *testing.T) { testCrossSlot(t, openTest(t, serverURL(t, "BUDGETD_TEST_REDIS_CLUSTER"))) })
+	t.Run("standalone with WithSlotCheck", func(t *testing.T) {
+		testCrossSlot(t, openTest(t, serverURL(t, "BUDGETD_TEST_REDIS"), WithSlotCheck()))
+	})
+	t.Run("standalone allows any keys", func(t *testing.T) {
+		s := openTest(t, serverURL(t, "BUDGETD_TEST_REDIS"))
+		svc := ledger.NewService(s)
+		if _, err := svc.PutLimit(context.Background(), "l", ledger.LimitSpec{Capacity: decimal.NewFromInt(10), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := svc.Fillup(context.Background(), []ledger.Item{
+			{Bucket: ledger.BucketRef{Limit: "l", Key: "u1"}, Cost: decimal.NewFromInt(1)},
+			{Bucket: ledger.BucketRef{Limit: "l", Key: "u2"}, Cost: decimal.NewFromInt(1)},
+		}, ledger.Idempotency{})
+		if err != nil || !res.Accepted {
+			t.Fatalf("untagged multi-bucket fillup on standalone: %+v %v", res, err)
+		}
+	})
+}
+
+func testCrossSlot(t *testing.T, s *Store) {
 	ctx := context.Background()
 	svc := ledger.NewService(s)
 	for _, n := range []string{"user", "team"} {

@@ -273,7 +273,7 @@ func (s *Store) fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		}
 		ts[i] = t
 	}
-	if s.cluster {
+	if s.slotCheck {
 		for _, t := range ts[1:] {
 			if t.slot != ts[0].slot {
 				return ledger.FillupOutcome{}, fmt.Errorf("%v and %v: %w", ts[0].ref, t.ref, ledger.ErrCrossSlot)

@@ -56,6 +56,8 @@ type rediser interface {
 type Store struct {
 	client  rediser
 	cluster bool
+	// slotCheck: refuse multi-bucket calls across slots (always in a cluster).
+	slotCheck bool
 	// eachNode runs fn on every master (one for standalone Redis).
 	eachNode func(ctx context.Context, fn func(ctx context.Context, c goredis.Cmdable) error) error
 
@@ -92,6 +94,12 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 // (maxmemory-policy other than noeviction): "refuse" (default) fails Open,
 // "warn" logs a warning and goes on.
 func WithEvictionCheck(mode string) Option { return func(s *Store) { s.eviction = mode } }
+
+// WithSlotCheck makes a standalone store refuse multi-bucket calls whose
+// buckets are in different hash slots (ledger.ErrCrossSlot), as Redis Cluster
+// must, so callers find untagged keys before they move to a cluster. Redis
+// Cluster always checks.
+func WithSlotCheck() Option { return func(s *Store) { s.slotCheck = true } }
 
 // WithLogger sets the logger for warnings (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
@@ -217,6 +225,7 @@ func (s *Store) connectCluster(rest string, useTLS bool) error {
 	c := goredis.NewClusterClient(o)
 	s.client = c
 	s.cluster = true
+	s.slotCheck = true
 	s.eachNode = func(ctx context.Context, fn func(context.Context, goredis.Cmdable) error) error {
 		return c.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error { return fn(ctx, n) })
 	}
