@@ -3,15 +3,15 @@
 // decision is one Lua script call that runs the bucket rule on exact integers.
 //
 // Amounts are integers in units of 10^-12 kept as decimal strings; the scripts
-// do multi-limb integer arithmetic, never floating point, so every answer
-// equals the pure rule of package bucket. docs/redis.md describes the key
-// layout, the representation, TTLs, durability and outage behaviour.
+// do multi-limb integer arithmetic, never floating point (only a bucket's TTL
+// is estimated in doubles, with a margin), so every answer equals the pure
+// rule of package bucket. docs/redis.md describes the key layout, the
+// representation, TTLs, durability and outage behaviour.
 package redis
 
 import (
 	"context"
 	"crypto/tls"
-	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
