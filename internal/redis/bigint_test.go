@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +30,10 @@ for i = 1, #ARGV, 3 do
   elseif op == 'div' then
     local q, m = bn_divsmall(bn(x), tonumber(y))
     r = bs(q) .. ',' .. fmt(m)
+  elseif op == 'held' then
+    local st = { holds = {} }
+    for a in string.gmatch(x, '%d+') do st.holds[#st.holds + 1] = { a = a, e = 2 } end
+    r = bs(held_at(st, 1))
   elseif op == 'level' then
     local l, u, now = string.match(x, '^(%d+)|(%d+)|(%d+)$')
     local a, per = string.match(y, '^(%d+)|(%d+)$')
@@ -99,6 +104,28 @@ func TestLuaBigInt(t *testing.T) {
 		for _, d := range []int64{1, 7, 999, 1_000_000, 3_600_000_000, 2_592_000_000_000, 10_000_000, 10_000_001, 1 << 40, 315_360_000_000_000, 315_359_999_999_999, 900_000_000_000_000, 899_999_999_999_999} {
 			q, m := new(big.Int).QuoRem(x, big.NewInt(d), new(big.Int))
 			checks = append(checks, check{"div", x.String(), fmt.Sprint(d), q.String() + "," + m.String()})
+		}
+	}
+	// Sums of holds: up to 1000 amounts of up to 10^12 with 6 fractional
+	// digits (units ending in 6 zeros), and amounts of any form.
+	for _, n := range []int{1, 2, 999, 1000} {
+		for _, form := range []string{"max", "random", "odd"} {
+			sum := new(big.Int)
+			var parts []string
+			for i := 0; i < n; i++ {
+				var a *big.Int
+				switch form {
+				case "max":
+					a = bigOf("1000000000000000000000000")
+				case "random":
+					a = new(big.Int).Mul(big.NewInt(r.Int64N(1_000_000_000_000_000_000)+1), big.NewInt(1_000_000))
+				default:
+					a = vals[r.IntN(len(vals))]
+				}
+				sum.Add(sum, a)
+				parts = append(parts, a.String())
+			}
+			checks = append(checks, check{"held", strings.Join(parts, ","), "", sum.String()})
 		}
 	}
 	for start := 0; start < len(checks); start += 3000 {

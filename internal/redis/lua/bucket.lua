@@ -66,9 +66,10 @@ local function load(c)
     if k == 'l' then st.l = bn(v)
     elseif k == 'u' then st.u = tonumber(v)
     elseif k == 'n' then st.n = tonumber(v)
-    elseif string.sub(k, 1, 1) == 'h' then
-      local a, e = string.match(v, '^(%d+):(%d+)$')
-      st.holds[#st.holds + 1] = { id = string.sub(k, 2), a = a, e = tonumber(e) }
+    elseif string.byte(k, 1) == 104 then -- 'h'
+      local colon = string.find(v, ':', 1, true)
+      st.holds[#st.holds + 1] = { id = string.sub(k, 2), a = string.sub(v, 1, colon - 1),
+        e = tonumber(string.sub(v, colon + 1)), raw = v }
     end
   end
   return st
@@ -84,12 +85,34 @@ local function level_at(c, st, now)
   return bn_sub(st.l, leaked)
 end
 
+-- held_at sums the active holds. A hold amount is an input (at most 10^12
+-- with 6 fractional digits), so in units it is A * 10^6 with A <= 10^18: the
+-- sum is kept as two exact doubles, of the digits of A above and below 10^9
+-- (each < 10^10, so even 10^5 of them stay < 2^53), and combined once at the end.
+-- An amount that is not of that form (never written today) is added exactly.
+local E9 = bn('1000000000')
+local E6 = bn('1000000')
 local function held_at(st, now)
-  local sum = { 0 }
+  local hi, lo, other = 0, 0, { 0 }
   for _, h in ipairs(st.holds) do
-    if h.e > now then sum = bn_add(sum, bn(h.a)) end
+    if h.e > now then
+      local a = h.a
+      local n = #a
+      if n > 6 and n <= 25 and string.sub(a, n - 5) == '000000' then
+        local cut = n - 6 - 9
+        if cut > 0 then
+          hi = hi + tonumber(string.sub(a, 1, cut))
+          lo = lo + tonumber(string.sub(a, cut + 1, n - 6))
+        else
+          lo = lo + tonumber(string.sub(a, 1, n - 6))
+        end
+      elseif a ~= '0' then
+        other = bn_add(other, bn(a))
+      end
+    end
   end
-  return sum
+  local sum = bn_mul(bn_add(bn_mul(bnum(hi), E9), bnum(lo)), E6)
+  return bn_add(sum, other)
 end
 
 local function active_count(st, now)
@@ -175,7 +198,7 @@ end
 
 local function holds_str(st)
   local t = {}
-  for _, h in ipairs(st.holds) do t[#t + 1] = h.a .. ':' .. fmt(h.e) end
+  for _, h in ipairs(st.holds) do t[#t + 1] = h.raw or (h.a .. ':' .. fmt(h.e)) end
   return table.concat(t, ',')
 end
 
