@@ -1,6 +1,7 @@
 package http_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -35,11 +36,18 @@ func benchAPI(b *testing.B, history bool) http.Handler {
 }
 
 func benchServe(h http.Handler, method, target, body string) *httptest.ResponseRecorder {
-	var req *http.Request
-	if body == "" {
-		req = httptest.NewRequest(method, target, nil)
-	} else {
-		req = httptest.NewRequest(method, target, strings.NewReader(body))
+	// http.NewRequest, not httptest.NewRequest: the latter parses a whole
+	// request text through a 4 KiB bufio.Reader, which would be a third of
+	// what a Fillup allocates here and is no part of budgetd.
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, "http://budgetd"+target, rd)
+	if err != nil {
+		panic(err)
+	}
+	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	rec := httptest.NewRecorder()
