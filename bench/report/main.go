@@ -201,7 +201,7 @@ func main() {
 				PerBucket float64 `json:"bytes_per_bucket"`
 			}
 			if json.Unmarshal([]byte(readText(filepath.Join(dir, "memsize.json"))), &m) == nil && m.PerBucket > 0 {
-				sr.perBucket, sr.method = m.PerBucket, "Go heap growth after GC, in process (bench/memsize)"
+				sr.perBucket, sr.method = m.PerBucket, "Go heap growth after GC, in process (`probe memsize`)"
 			}
 		default:
 			before, err1 := strconv.ParseFloat(readText(filepath.Join(dir, "mem-before.txt")), 64)
@@ -362,10 +362,10 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, skipped map
 // median p99, budgetd against its baseline, per store and load.
 func chart(rows []row, meta map[string]string) string {
 	const (
-		W, H         = 980, 440
-		panelW       = 440
-		top, bottom  = 70, 360
-		left1, left2 = 70, 560
+		W, H                = 1380, 440
+		panelW              = 440
+		top, bottom         = 70, 360
+		left1, left2, left3 = 70, 530, 990
 	)
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
@@ -383,18 +383,7 @@ func chart(rows []row, meta map[string]string) string {
 				}
 			}
 		}
-		if maxV == 0 {
-			maxV = 1
-		}
-		maxV = niceCeil(maxV)
-		w(`<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", x0, top-8, html.EscapeString(title))
-		for i := 0; i <= 4; i++ {
-			v := maxV * float64(i) / 4
-			y := bottom - int(float64(bottom-top)*float64(i)/4)
-			w(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#e4e4e4"/>`+"\n", x0, y, x0+panelW-40, y)
-			w(`<text x="%d" y="%d" text-anchor="end" fill="#555">%s</text>`+"\n", x0-4, y+4, axisLabel(v))
-		}
-		w(`<text x="%d" y="%d" fill="#555" transform="rotate(-90 %d %d)" text-anchor="middle">%s</text>`+"\n", x0-48, (top+bottom)/2, x0-48, (top+bottom)/2, unit)
+		panelAxes(&b, x0, title, unit, &maxV)
 		n := max(len(rows), 1)
 		gw := (panelW - 40) / n
 		bw := min(28, (gw-14)/2)
@@ -420,10 +409,68 @@ func chart(rows []row, meta map[string]string) string {
 	}
 	panel(left1, "Throughput (higher is better)", "ops/s", series.tput, func(r row) float64 { return r.ratio })
 	panel(left2, "p99 latency (lower is better)", "ms", series.p99, func(r row) float64 { return r.p99Ratio })
+	ratioPanel(&b, left3, rows)
 	w(`<text x="%d" y="%d" fill="#555">%s CPUs · %s connections · Fillup only · spread = %s keys, hot = 1 key · labels: budgetd / baseline</text>`+"\n",
 		left1, H-20, html.EscapeString(meta["nproc"]), html.EscapeString(meta["concurrency"]), html.EscapeString(meta["spread_keys"]))
 	w("</svg>\n")
 	return b.String()
+}
+
+const (
+	chartTop, chartBottom, chartPanelW = 70, 360, 440
+)
+
+// panelAxes draws a panel's title, grid and axis labels, rounding *maxV up
+// to a round number.
+func panelAxes(b *strings.Builder, x0 int, title, unit string, maxV *float64) {
+	w := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	top, bottom := chartTop, chartBottom
+	if *maxV <= 0 {
+		*maxV = 1
+	}
+	*maxV = niceCeil(*maxV)
+	w(`<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", x0, top-8, html.EscapeString(title))
+	for i := 0; i <= 4; i++ {
+		v := *maxV * float64(i) / 4
+		y := bottom - int(float64(bottom-top)*float64(i)/4)
+		w(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#e4e4e4"/>`+"\n", x0, y, x0+chartPanelW-40, y)
+		w(`<text x="%d" y="%d" text-anchor="end" fill="#555">%s</text>`+"\n", x0-4, y+4, axisLabel(v))
+	}
+	w(`<text x="%d" y="%d" fill="#555" transform="rotate(-90 %d %d)" text-anchor="middle">%s</text>`+"\n", x0-40, (top+bottom)/2, x0-40, (top+bottom)/2, unit)
+}
+
+// ratioPanel draws budgetd/baseline throughput per case, with the issue's
+// target for each case as a red tick.
+func ratioPanel(b *strings.Builder, x0 int, rows []row) {
+	w := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	maxV := 1.0
+	for _, r := range rows {
+		if valid(r.ratio) {
+			maxV = max(maxV, r.ratio)
+		}
+		maxV = max(maxV, target(r.store, r.mode))
+	}
+	panelAxes(b, x0, "budgetd ÷ baseline throughput (red: target)", "ratio", &maxV)
+	top, bottom := chartTop, chartBottom
+	n := max(len(rows), 1)
+	gw := (chartPanelW - 40) / n
+	bw := min(28, gw-14)
+	for i, r := range rows {
+		gx := x0 + i*gw + (gw-bw)/2
+		if valid(r.ratio) {
+			h := int(float64(bottom-top) * r.ratio / maxV)
+			color := "#2f6fb3"
+			if r.ratio < target(r.store, r.mode) {
+				color = "#d08a2c"
+			}
+			w(`<rect x="%d" y="%d" width="%d" height="%d" fill="%s"><title>%s %s: %.2f×</title></rect>`+"\n", gx, bottom-h, bw, h, color, r.store, r.mode, r.ratio)
+			w(`<text x="%d" y="%d" text-anchor="middle" font-size="11">%.2f×</text>`+"\n", gx+bw/2, bottom-h-4, r.ratio)
+		}
+		ty := bottom - int(float64(bottom-top)*target(r.store, r.mode)/maxV)
+		w(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#c0392b" stroke-width="2"/>`+"\n", gx-4, ty, gx+bw+4, ty)
+		w(`<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", gx+bw/2, bottom+16, r.store)
+		w(`<text x="%d" y="%d" text-anchor="middle" fill="#555">%s</text>`+"\n", gx+bw/2, bottom+30, r.mode)
+	}
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten.
