@@ -341,6 +341,14 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, skipped map
 			fmt.Fprintf(&prof, "%s, %s, %s (run 1):\n\n```\n%s\n```\n\n", r.store, r.mode, who, p)
 		}
 	}
+	for _, sc := range scales {
+		for _, k := range []string{sc.manyN, "1000"} {
+			p := readText(filepath.Join(dir, sc.store, "scale", k+"-1.profile"))
+			if p != "" {
+				fmt.Fprintf(&prof, "%s, budgetd over %s existing keys (run 1):\n\n```\n%s\n```\n\n", sc.store, k, p)
+			}
+		}
+	}
 	if prof.Len() > 0 {
 		w("\n## The stores' own profiles\n\nWhat the server spent its time on during run 1 of each case: Redis's `INFO commandstats` (µs per script call), ")
 		w("PostgreSQL's `pg_stat_statements` (with `track=all`, so the statements inside budgetd's functions are listed too). Both are reset before each run.\n\n%s", prof.String())
