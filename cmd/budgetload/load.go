@@ -103,6 +103,7 @@ type loader struct {
 	ttl     string
 	bodies  struct{ fillup, reserve, commit []byte }
 	workers []*worker
+	unsent  atomic.Int64 // open model: operations due in the measured window but never sent
 }
 
 func newLoader(cfg config) *loader {
@@ -398,7 +399,9 @@ func (l *loader) runClosed(ctx context.Context, win window) {
 // runOpen starts operations on a fixed schedule, cfg.rate per second, with at
 // most cfg.concurrency in flight. Latency is measured from the time an
 // operation was due, not from when a caller was free to send it, so a slow
-// service is charged for the queue it causes (no coordinated omission).
+// service is charged for the queue it causes (no coordinated omission). No
+// operation starts after the end of the run: those that were due but never
+// sent are counted in l.unsent, and the summary says so.
 func (l *loader) runOpen(ctx context.Context, win window) {
 	interval := float64(time.Second) / l.cfg.rate
 	var next atomic.Int64
@@ -421,6 +424,13 @@ func (l *loader) runOpen(ctx context.Context, win window) {
 					case <-ctx.Done():
 						return
 					}
+				} else if !time.Now().Before(win.end) {
+					// Due before the end but not sent by then: the
+					// service did not keep up with the rate.
+					if !due.Before(win.measure) {
+						l.unsent.Add(1)
+					}
+					continue
 				}
 				o := w.pick()
 				out := w.do(ctx, o)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -175,5 +176,30 @@ func TestUsage(t *testing.T) {
 		if exitCode(err) != 2 {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}
+	}
+}
+
+// TestOpenModelChargesTheQueue: a service that takes 20ms per call, driven
+// at 200/s with 2 callers, can answer 100/s. The open model must report the
+// latency from the scheduled time (growing far past 20ms), and count what it
+// could not send.
+func TestOpenModelChargesTheQueue(t *testing.T) {
+	srv := budgetd(t)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		res := forward(srv.URL, r, body)
+		if r.Method == http.MethodPost {
+			time.Sleep(20 * time.Millisecond)
+		}
+		w.WriteHeader(res.code)
+		w.Write(res.body)
+	}))
+	defer slow.Close()
+	s, err := runJSON(t, "--url", slow.URL, "--duration", "500ms", "--warmup", "0s", "--keys", "3", "--rate", "200", "--concurrency", "2", "--mix", "fillup=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Unsent == 0 || s.Latency.P99 < 100 || !s.Verify.OK {
+		t.Fatalf("unsent %d, p99 %.1fms, verify %+v: the queue is hidden", s.Unsent, s.Latency.P99, s.Verify)
 	}
 }
