@@ -8,6 +8,8 @@
 //	probe redismem URL           INFO memory used_memory
 //	probe redisreset URL         CONFIG RESETSTAT
 //	probe redisstats URL         INFO commandstats, the commands that took the most time
+//	probe evalsha FILE           the last EVALSHA in a `redis-cli MONITOR` capture, as
+//	                             NUL-separated arguments (for redis-benchmark)
 //
 // memsize charges N buckets once (history off) through the ledger service
 // over a memory store, collects garbage, and prints the heap growth per
@@ -36,7 +38,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe memsize|pgsize|pgreset|pgstats|redismem|redisreset|redisstats …")
+		fmt.Fprintln(os.Stderr, "usage: probe memsize|pgsize|pgreset|pgstats|redismem|redisreset|redisstats|evalsha …")
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -64,6 +66,8 @@ func main() {
 		err = withRedis(arg(), func(r *goredis.Client) error { return r.ConfigResetStat(ctx).Err() })
 	case "redisstats":
 		err = redisstats(ctx, arg())
+	case "evalsha":
+		err = evalsha(arg())
 	default:
 		err = errors.New("unknown probe " + os.Args[1])
 	}
@@ -232,4 +236,85 @@ func redisstats(ctx context.Context, url string) error {
 		}
 		return nil
 	})
+}
+
+// evalsha prints the arguments of the last EVALSHA in a MONITOR capture,
+// each followed by a NUL byte, so that scripts/bench can hand exactly the call
+// a service made to redis-benchmark.
+func evalsha(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var last []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		args, err := monitorArgs(line)
+		if err != nil || len(args) < 3 || !strings.EqualFold(args[0], "evalsha") {
+			continue
+		}
+		last = args
+	}
+	if last == nil {
+		return errors.New("no EVALSHA in " + path)
+	}
+	for _, a := range last {
+		fmt.Print(a, "\x00")
+	}
+	return nil
+}
+
+// monitorArgs splits one MONITOR line (`1700000000.000001 [0 127.0.0.1:5]
+// "evalsha" "…" …`) into its command's arguments, undoing redis-cli's
+// quoting (\", \\, \n, \r, \t, \a, \b, \xHH).
+func monitorArgs(line string) ([]string, error) {
+	_, rest, ok := strings.Cut(line, "] ")
+	if !ok {
+		return nil, errors.New("not a MONITOR line")
+	}
+	var args []string
+	for rest = strings.TrimSpace(rest); rest != ""; rest = strings.TrimLeft(rest, " ") {
+		if rest[0] != '"' {
+			return nil, errors.New("unquoted argument")
+		}
+		var b strings.Builder
+		i := 1
+		for ; i < len(rest) && rest[i] != '"'; i++ {
+			c := rest[i]
+			if c != '\\' || i+1 >= len(rest) {
+				b.WriteByte(c)
+				continue
+			}
+			i++
+			switch rest[i] {
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case 'a':
+				b.WriteByte('\a')
+			case 'b':
+				b.WriteByte('\b')
+			case 'x':
+				if i+2 >= len(rest) {
+					return nil, errors.New("short \\x escape")
+				}
+				v, err := strconv.ParseUint(rest[i+1:i+3], 16, 8)
+				if err != nil {
+					return nil, err
+				}
+				b.WriteByte(byte(v))
+				i += 2
+			default:
+				b.WriteByte(rest[i])
+			}
+		}
+		if i >= len(rest) {
+			return nil, errors.New("unterminated argument")
+		}
+		args = append(args, b.String())
+		rest = rest[i+1:]
+	}
+	return args, nil
 }

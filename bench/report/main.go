@@ -318,6 +318,19 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, skipped map
 		}
 	}
 
+	if sr := scriptRows(dir); len(sr) > 0 {
+		w("\n## Redis scripts alone (redis-benchmark)\n\n")
+		w("The EVALSHA each service sent for a hot-key Fillup, captured with `MONITOR` and replayed by `redis-benchmark` from %s clients: ", meta["concurrency"])
+		w("what Redis can do with each script when nothing else is in the way. budgetd's HTTP throughput cannot exceed its script's.\n\n")
+		w("| script | calls/s | p50 ms | p99 ms |\n| --- | ---: | ---: | ---: |\n")
+		for _, r := range sr {
+			w("| %s | %s | %s | %s |\n", r.who, f0(r.rps), f2(r.p50), f2(r.p99))
+		}
+		if len(sr) == 2 && sr[1].rps > 0 {
+			w("\nbudgetd's script runs at %s× the calls per second of the minimal one.\n", f2(sr[0].rps/sr[1].rps))
+		}
+	}
+
 	w("\n## Memory per idle bucket, and many keys against few\n\n")
 	w("Each store is filled with %s buckets of level 1 (`budgetload --populate`: multi-bucket calls of 64 keys), then driven over all of them and over 1,000 of them.\n\n", meta["buckets"])
 	w("| store | bytes per idle bucket | measured as | populate s | ops/s at %s keys | ops/s at 1k keys | ratio |\n| --- | ---: | --- | ---: | ---: | ---: | ---: |\n", meta["buckets"])
@@ -500,4 +513,50 @@ func axisLabel(v float64) string {
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// scriptRow is one redis-benchmark run of a service's script.
+type scriptRow struct {
+	who           string
+	rps, p50, p99 float64
+}
+
+// scriptRows reads redis/script-{budgetd,baseline}.csv, redis-benchmark's
+// --csv output: a header line, then "test","rps",…,"p50_latency_ms",…,"p99_latency_ms".
+func scriptRows(dir string) []scriptRow {
+	var rows []scriptRow
+	for _, who := range []string{"budgetd", "baseline"} {
+		lines := strings.Split(readText(filepath.Join(dir, "redis", "script-"+who+".csv")), "\n")
+		if len(lines) < 2 {
+			continue
+		}
+		col := map[string]int{}
+		for i, h := range strings.Split(lines[0], ",") {
+			col[strings.Trim(h, `"`)] = i
+		}
+		// The test name (the whole command) may contain commas; the numbers
+		// are the last fields.
+		f := strings.Split(lines[1], ",")
+		num := func(name string) float64 {
+			i, ok := col[name]
+			if !ok {
+				return math.NaN()
+			}
+			j := len(f) - (len(col) - i)
+			if j < 0 {
+				return math.NaN()
+			}
+			v, err := strconv.ParseFloat(strings.Trim(f[j], `"`), 64)
+			if err != nil {
+				return math.NaN()
+			}
+			return v
+		}
+		name := "budgetd's fillup script"
+		if who == "baseline" {
+			name = "the minimal leaky-bucket script (bench/baseline)"
+		}
+		rows = append(rows, scriptRow{who: name, rps: num("rps"), p50: num("p50_latency_ms"), p99: num("p99_latency_ms")})
+	}
+	return rows
 }
