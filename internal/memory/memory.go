@@ -261,9 +261,23 @@ func (s *Store) record(l ledger.Limit, b *bucketRec, at time.Time, ev ledger.Eve
 	}
 	id := strconv.FormatInt(s.nextID.Add(1), 10)
 	b.history = append(b.history, ledger.Entry{ID: id, Time: at, Event: ev, Amount: amount, ReservationID: holdID})
-	if len(b.history) > HistoryPerBucket {
+	// Trim in steps of historySlack rather than by one entry per write, which
+	// would copy the whole slice on every write to a full bucket. Readers see
+	// only the newest HistoryPerBucket (newestHistory).
+	if len(b.history) > HistoryPerBucket+historySlack {
 		b.history = slices.Delete(b.history, 0, len(b.history)-HistoryPerBucket)
 	}
+}
+
+// historySlack is how many entries past HistoryPerBucket a bucket stores
+// before the oldest are dropped: a copy of HistoryPerBucket entries every
+// historySlack writes, about 8 entries copied per write.
+const historySlack = HistoryPerBucket / 8
+
+// newestHistory is the part of b's history that is listed: the newest
+// HistoryPerBucket entries.
+func (b *bucketRec) newestHistory() []ledger.Entry {
+	return b.history[max(0, len(b.history)-HistoryPerBucket):]
 }
 
 // wrote counts a write to sh and, now and then, sweeps it.
@@ -587,7 +601,7 @@ func (s *Store) History(_ context.Context, ref ledger.BucketRef, cursor string, 
 	var all []ledger.Entry
 	if b != nil {
 		s.expireHolds(l, b, now)
-		all = slices.Clone(b.history)
+		all = slices.Clone(b.newestHistory())
 	}
 	sh.mu.Unlock()
 	slices.SortFunc(all, func(a, b ledger.Entry) int { return -compareEntries(a, b) })

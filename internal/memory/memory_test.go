@@ -61,3 +61,70 @@ func heap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// TestHistoryCap writes more than HistoryPerBucket entries to one bucket and
+// reads them all back: exactly the newest HistoryPerBucket are listed, newest
+// first, however far past the cap the bucket has been written.
+func TestHistoryCap(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	ref := ledger.BucketRef{Limit: "h", Key: "k"}
+	for _, total := range []int{memory.HistoryPerBucket + 1, memory.HistoryPerBucket + memory.HistoryPerBucket/8 + 1, 3*memory.HistoryPerBucket + 7} {
+		t.Run(strconv.Itoa(total), func(t *testing.T) {
+			s := memory.New(memory.WithClock(clock.Now))
+			if _, err := s.PutLimit(ctx, ledger.Limit{Name: "h", Capacity: decimal.NewFromInt(1_000_000_000), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour, History: true}); err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= total; i++ {
+				clock.Advance(time.Microsecond)
+				item := ledger.Charge{Bucket: ref, Cost: decimal.NewFromInt(int64(i))}
+				if _, err := s.Fillup(ctx, []ledger.Charge{item}, ledger.Idempotency{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []ledger.Entry
+			cursor := ""
+			for {
+				page, next, err := s.History(ctx, ref, cursor, ledger.MaxPage)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, page...)
+				if next == "" {
+					break
+				}
+				cursor = next
+			}
+			if len(got) != memory.HistoryPerBucket {
+				t.Fatalf("listed %d entries, want %d", len(got), memory.HistoryPerBucket)
+			}
+			for j, e := range got {
+				if want := decimal.NewFromInt(int64(total - j)); !e.Amount.Equal(want) {
+					t.Fatalf("entry %d has amount %s, want %s (the newest first)", j, e.Amount, want)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFillupFullHistory charges one bucket whose history is full: the
+// cost per write must not grow with HistoryPerBucket.
+func BenchmarkFillupFullHistory(b *testing.B) {
+	ctx := context.Background()
+	s := memory.New()
+	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "h", Capacity: decimal.NewFromInt(1_000_000_000_000), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour, History: true}); err != nil {
+		b.Fatal(err)
+	}
+	item := []ledger.Charge{{Bucket: ledger.BucketRef{Limit: "h", Key: "k"}, Cost: decimal.NewFromInt(1)}}
+	for range memory.HistoryPerBucket + memory.HistoryPerBucket/8 {
+		if _, err := s.Fillup(ctx, item, ledger.Idempotency{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := s.Fillup(ctx, item, ledger.Idempotency{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
