@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -128,13 +129,32 @@ func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snaps
 
 // Fillup charges every item or none, in one statement.
 func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
+	if s.cfg.coalesce && len(items) == 1 && idem.Key == "" {
+		return s.fillupCoalesced(ctx, items[0])
+	}
 	limits := make([]string, len(items))
 	keys := make([]string, len(items))
 	costs := make([]string, len(items))
 	for i, it := range items {
 		limits[i], keys[i], costs[i] = it.Bucket.Limit, it.Bucket.Key, it.Cost.String()
 	}
+	return s.fillupOne(ctx, limits, keys, costs, idem)
+}
+
+// fillupOne is one budgetd_fillup call.
+func (s *Store) fillupOne(ctx context.Context, limits, keys, costs []string, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
 	scope, key, hash := idemArgs(idem)
+	var raw json.RawMessage
+	err := s.queryJSON(ctx, "fillup", &raw, "SELECT budgetd_fillup($1, $2, $3, $4, $5, $6, $7)",
+		limits, keys, costs, s.nowArg(), scope, key, hash)
+	if err != nil {
+		return ledger.FillupOutcome{}, err
+	}
+	return decodeFillup(raw)
+}
+
+// decodeFillup reads a budgetd_fillup answer.
+func decodeFillup(raw json.RawMessage) (ledger.FillupOutcome, error) {
 	var doc struct {
 		Accepted bool  `json:"accepted"`
 		NowUS    int64 `json:"now_us"`
@@ -144,10 +164,8 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			snapDoc
 		} `json:"items"`
 	}
-	err := s.queryJSON(ctx, "fillup", &doc, "SELECT budgetd_fillup($1, $2, $3, $4, $5, $6, $7)",
-		limits, keys, costs, s.nowArg(), scope, key, hash)
-	if err != nil {
-		return ledger.FillupOutcome{}, err
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %s: %w", raw, err)
 	}
 	out := ledger.FillupOutcome{Accepted: doc.Accepted, Replayed: doc.Replayed, Items: make([]ledger.ItemOutcome, len(doc.Items))}
 	for i, it := range doc.Items {

@@ -71,6 +71,7 @@ type config struct {
 	maxConns       int32
 	tracer         pgx.QueryTracer
 	poolHook       func(*pgxpool.Config)
+	coalesce       bool
 }
 
 // Option configures a Store.
@@ -109,6 +110,12 @@ func WithPruneInterval(d time.Duration) Option { return func(c *config) { c.prun
 // the URL).
 func WithMaxConns(n int32) Option { return func(c *config) { c.maxConns = n } }
 
+// WithCoalescing turns the queueing of concurrent single-bucket Fillups of
+// one bucket into one database call on or off (default on; see coalesce.go
+// and docs/postgres.md). Fillups with an Idempotency-Key and multi-bucket
+// Fillups always go on their own.
+func WithCoalescing(on bool) Option { return func(c *config) { c.coalesce = on } }
+
 // WithTracer installs a pgx query tracer on every connection (tests count
 // round trips with it).
 func WithTracer(t pgx.QueryTracer) Option { return func(c *config) { c.tracer = t } }
@@ -128,6 +135,7 @@ func newConfig(opts []Option) (*config, error) {
 		maxAttempts:    DefaultMaxAttempts,
 		pruneInterval:  DefaultPruneInterval,
 		pruneBatch:     DefaultPruneBatch,
+		coalesce:       true,
 	}
 	for _, o := range opts {
 		o(c)
@@ -184,6 +192,7 @@ type Store struct {
 	cfg  *config
 
 	stats counters
+	co    coalescer
 
 	kick      chan struct{}
 	stop      chan struct{}
@@ -213,6 +222,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("postgres pool: %w", err)
 	}
 	s := &Store{pool: pool, cfg: c, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	s.co.queues = map[ledger.BucketRef]*fillQueue{}
 	if c.pruneInterval > 0 {
 		go s.pruneLoop()
 	} else {
@@ -286,10 +296,14 @@ type Stats struct {
 	GaveUp uint64
 	// Unavailable counts calls that failed with ledger.ErrUnavailable.
 	Unavailable uint64
+	// Batches counts the database calls of coalesced Fillups, and Batched
+	// the Fillups they decided: Batched/Batches is the mean batch size.
+	Batches, Batched uint64
 }
 
 type counters struct {
 	serialization, deadlock, idempotency, gaveUp, unavailable atomic.Uint64
+	batches, batched                                          atomic.Uint64
 }
 
 // Stats returns the store's counters.
@@ -300,6 +314,8 @@ func (s *Store) Stats() Stats {
 		IdempotencyRetries:   s.stats.idempotency.Load(),
 		GaveUp:               s.stats.gaveUp.Load(),
 		Unavailable:          s.stats.unavailable.Load(),
+		Batches:              s.stats.batches.Load(),
+		Batched:              s.stats.batched.Load(),
 	}
 }
 

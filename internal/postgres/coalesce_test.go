@@ -1,0 +1,213 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	"github.com/budgetd/budgetd/internal/postgres"
+	"github.com/shopspring/decimal"
+)
+
+// answer is everything a Fillup answer says about the bucket, as text.
+func answer(o ledger.FillupOutcome) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "accepted=%v replayed=%v", o.Accepted, o.Replayed)
+	for _, it := range o.Items {
+		st := it.Snapshot.State
+		fmt.Fprintf(&b, " fits=%v level=%s updated=%d now=%d holds=[", it.Fits, st.Level, st.Updated.UnixMicro(), it.Snapshot.Now.UnixMicro())
+		for _, h := range st.Holds {
+			fmt.Fprintf(&b, "%s@%d ", h.Amount, h.ExpiresAt.UnixMicro())
+		}
+		b.WriteString("]")
+	}
+	return b.String()
+}
+
+// TestCoalescedBatchEqualsSequence: a batch decided by budgetd_fillup_seq
+// answers exactly what the same Fillups sent one by one at the same instant
+// answer, and leaves the same level, holds and history — with leaking
+// levels, holds that expire between rounds, zero costs and denials.
+func TestCoalescedBatchEqualsSequence(t *testing.T) {
+	for _, iso := range []string{"read-committed", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			s := open(t, postgres.WithIsolation(iso), postgres.WithClock(clock.Now))
+			ctx := context.Background()
+			if _, err := s.PutLimit(ctx, ledger.Limit{Name: "c", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: 3 * time.Second, History: true}); err != nil {
+				t.Fatal(err)
+			}
+			seq := ledger.BucketRef{Limit: "c", Key: "one-by-one"}
+			bat := ledger.BucketRef{Limit: "c", Key: "batched"}
+			rng := rand.New(rand.NewPCG(7, 11))
+			costs := []string{"0", "0.5", "1", "2.25", "3", "0.000001", "7", "11"}
+			for round := 0; round < 200; round++ {
+				clock.Advance(time.Duration(rng.IntN(2_000_000)) * time.Microsecond)
+				if rng.IntN(2) == 0 {
+					amount := dec(costs[1+rng.IntN(5)])
+					ttl := time.Duration(1+rng.IntN(3_000_000)) * time.Microsecond
+					for _, r := range []ledger.BucketRef{seq, bat} {
+						if _, err := s.Reserve(ctx, r, amount, ttl, ledger.Idempotency{}); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				n := 2 + rng.IntN(10)
+				cs := make([]decimal.Decimal, n)
+				for i := range cs {
+					cs[i] = dec(costs[rng.IntN(len(costs))])
+				}
+				got, errs := s.FillupBatch(ctx, bat, cs)
+				for i, c := range cs {
+					if errs[i] != nil {
+						t.Fatalf("round %d item %d: %v", round, i, errs[i])
+					}
+					want, err := s.Fillup(ctx, []ledger.Charge{{Bucket: seq, Cost: c}}, ledger.Idempotency{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if a, b := answer(got[i]), answer(want); a != b {
+						t.Fatalf("round %d item %d (cost %s):\n batch      %s\n one by one %s", round, i, c, a, b)
+					}
+				}
+			}
+			for _, page := range []string{""} {
+				hs, _, err := s.History(ctx, seq, page, ledger.MaxPage)
+				if err != nil {
+					t.Fatal(err)
+				}
+				hb, _, err := s.History(ctx, bat, page, ledger.MaxPage)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(hs) != len(hb) || len(hs) == 0 {
+					t.Fatalf("history: %d entries one by one, %d batched", len(hs), len(hb))
+				}
+				for i := range hs {
+					a := fmt.Sprintf("%s %s %d", hs[i].Event, hs[i].Amount, hs[i].Time.UnixMicro())
+					b := fmt.Sprintf("%s %s %d", hb[i].Event, hb[i].Amount, hb[i].Time.UnixMicro())
+					if a != b {
+						t.Fatalf("history entry %d: one by one %s, batched %s", i, a, b)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestCoalescedBatchFails: when the batch's call fails, every caller in it
+// gets the error and nothing is charged.
+func TestCoalescedBatchFails(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	_, errs := s.FillupBatch(ctx, ledger.BucketRef{Limit: "missing", Key: "k"}, []decimal.Decimal{dec("1"), dec("2"), dec("3")})
+	for i, err := range errs {
+		if !errors.Is(err, ledger.ErrLimitNotFound) {
+			t.Errorf("call %d: %v, want ErrLimitNotFound", i, err)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "l", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	ref := ledger.BucketRef{Limit: "l", Key: "k"}
+	_, errs = s.FillupBatch(cancelled, ref, []decimal.Decimal{dec("1"), dec("2")})
+	for i, err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled call %d: %v, want context.Canceled", i, err)
+		}
+	}
+	snap, err := s.Inspect(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !snap.State.Level.IsZero() {
+		t.Fatalf("level %s after failed batches, want 0", snap.State.Level)
+	}
+}
+
+// TestCoalescingHotKey: 200 concurrent Fillups of one bucket at one pinned
+// instant are decided in batches; exactly ⌊100/1⌋ are accepted, the accepted
+// callers see the levels 1…100 once each, and there is one history entry per
+// accepted call.
+func TestCoalescingHotKey(t *testing.T) {
+	clock := ledgertest.NewClock()
+	s := open(t, postgres.WithClock(clock.Now), postgres.WithMaxConns(8), postgres.WithTimeout(30*time.Second))
+	ctx := context.Background()
+	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "hot", Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}); err != nil {
+		t.Fatal(err)
+	}
+	ref := ledger.BucketRef{Limit: "hot", Key: "k"}
+	const n = 200
+	levels := make(chan string, n)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			out, err := s.Fillup(ctx, []ledger.Charge{{Bucket: ref, Cost: dec("1")}}, ledger.Idempotency{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			if out.Accepted {
+				levels <- out.Items[0].Snapshot.State.Level.String()
+			} else if lv := out.Items[0].Snapshot.State.Level; !lv.Equal(dec("100")) {
+				errs <- fmt.Errorf("a denied call saw level %s, want 100", lv)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(levels)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for l := range levels {
+		if seen[l] {
+			t.Fatalf("two accepted calls saw level %s", l)
+		}
+		seen[l] = true
+	}
+	for i := 1; i <= 100; i++ {
+		if !seen[fmt.Sprint(i)] {
+			t.Fatalf("no accepted call saw level %d (accepted: %d)", i, len(seen))
+		}
+	}
+	if len(seen) != 100 {
+		t.Fatalf("%d accepted, want 100", len(seen))
+	}
+	var entries int
+	for cursor := ""; ; {
+		page, next, err := s.History(ctx, ref, cursor, ledger.MaxPage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries += len(page)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if entries != 100 {
+		t.Fatalf("%d history entries, want 100", entries)
+	}
+	st := s.Stats()
+	if st.Batched != n || st.Batches >= st.Batched {
+		t.Fatalf("%d calls in %d batches: want all %d coalesced, in fewer batches than calls", st.Batched, st.Batches, n)
+	}
+	t.Logf("%d calls in %d batches", st.Batched, st.Batches)
+}

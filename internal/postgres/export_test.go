@@ -1,0 +1,25 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/shopspring/decimal"
+)
+
+// FillupBatch decides costs on ref as one coalesced batch, as the queue of a
+// hot bucket would send them, and returns each call's answer or error.
+func (s *Store) FillupBatch(ctx context.Context, ref ledger.BucketRef, costs []decimal.Decimal) ([]ledger.FillupOutcome, []error) {
+	batch := make([]*fillCall, len(costs))
+	for i, c := range costs {
+		batch[i] = &fillCall{ctx: ctx, cost: c.String(), done: make(chan struct{})}
+	}
+	s.runBatch(ref, batch)
+	outs := make([]ledger.FillupOutcome, len(batch))
+	errs := make([]error, len(batch))
+	for i, c := range batch {
+		<-c.done
+		outs[i], errs[i] = c.out, c.err
+	}
+	return outs, errs
+}
