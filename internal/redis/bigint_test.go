@@ -10,15 +10,17 @@ import (
 	"time"
 
 	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/ledger"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 )
 
 // bigintProbe runs the scripts' integer routines on a batch of operations:
 // ARGV is a flat list of (op, a, b) triples and the reply is one result per
-// triple. "level" runs the whole leak rule: a = "level|updated|now", b =
+// triple. "vadd", "vsub" and "vcmp" are fast.lua's pair-or-bigint values.
+// "level" runs the whole leak rule: a = "level|updated|now", b =
 // "amount|per", all in the scripts' units.
-var bigintProbe = goredis.NewScript(bigintLua + "\n" + bucketLua + `
+var bigintProbe = goredis.NewScript(bigintLua + "\n" + fastLua + "\n" + bucketLua + `
 local out = {}
 for i = 1, #ARGV, 3 do
   local op, x, y = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -27,18 +29,22 @@ for i = 1, #ARGV, 3 do
   elseif op == 'sub' then r = bs(bn_sub(bn(x), bn(y)))
   elseif op == 'mul' then r = bs(bn_mul(bn(x), bn(y)))
   elseif op == 'cmp' then r = tostring(bn_cmp(bn(x), bn(y)))
+  elseif op == 'vadd' then r = vs(vadd(nv(x), nv(y)))
+  elseif op == 'vsub' then r = vs(vsub(nv(x), nv(y)))
+  elseif op == 'vcmp' then r = tostring(vcmp(nv(x), nv(y)))
+  elseif op == 'vmin' then r = vs(vmin(nv(x), nv(y)))
   elseif op == 'div' then
     local q, m = bn_divsmall(bn(x), tonumber(y))
     r = bs(q) .. ',' .. fmt(m)
   elseif op == 'held' then
     local st = { holds = {} }
     for a in string.gmatch(x, '%d+') do st.holds[#st.holds + 1] = { a = a, e = 2 } end
-    r = bs(held_at(st, 1))
+    r = vs(held_at(st, 1))
   elseif op == 'level' then
     local l, u, now = string.match(x, '^(%d+)|(%d+)|(%d+)$')
     local a, per = string.match(y, '^(%d+)|(%d+)$')
-    local c = { amt = bn(a), per = tonumber(per) }
-    r = bs(level_at(c, { l = bn(l), u = tonumber(u) }, tonumber(now)))
+    local c = { lp = leak_params(a, per) }
+    r = vs(level_at(c, { l = nv(l), u = tonumber(u) }, tonumber(now)))
   end
   out[#out + 1] = r
 end
@@ -61,7 +67,16 @@ func interesting(r *rand.Rand) []*big.Int {
 	for _, d := range []int64{-3, -1, 0, 1, 2, 1000, 10_000_001} {
 		out = append(out, new(big.Int).Add(two53, big.NewInt(d)))
 	}
-	for _, e := range []int64{7, 12, 14, 18, 21, 24, 27, 28, 33, 40} {
+	// Around the edges of fast.lua's pairs H*10^12 + L: H near 2^52 (its
+	// bound) and 2^53, L near 10^12.
+	e12 := big.NewInt(1_000_000_000_000)
+	for _, h := range []int64{1 << 52, 1 << 53, 1_000_000_000_000_000} {
+		hb := new(big.Int).Mul(big.NewInt(h), e12)
+		for _, d := range []int64{-1_000_000_000_001, -1_000_000_000_000, -1, 0, 1, 999_999_999_999} {
+			out = append(out, new(big.Int).Add(hb, big.NewInt(d)))
+		}
+	}
+	for _, e := range []int64{7, 12, 13, 14, 15, 16, 18, 21, 24, 27, 28, 33, 40} {
 		p := new(big.Int).Exp(big.NewInt(10), big.NewInt(e), nil)
 		out = append(out, p, new(big.Int).Sub(p, big.NewInt(1)), new(big.Int).Add(p, big.NewInt(1)))
 	}
@@ -94,9 +109,16 @@ func TestLuaBigInt(t *testing.T) {
 				check{"add", x.String(), y.String(), new(big.Int).Add(x, y).String()},
 				check{"mul", x.String(), y.String(), new(big.Int).Mul(x, y).String()},
 				check{"cmp", x.String(), y.String(), fmt.Sprint(x.Cmp(y))},
+				check{"vadd", x.String(), y.String(), new(big.Int).Add(x, y).String()},
+				check{"vcmp", x.String(), y.String(), fmt.Sprint(x.Cmp(y))},
 			)
 			if x.Cmp(y) >= 0 {
-				checks = append(checks, check{"sub", x.String(), y.String(), new(big.Int).Sub(x, y).String()})
+				checks = append(checks,
+					check{"sub", x.String(), y.String(), new(big.Int).Sub(x, y).String()},
+					check{"vsub", x.String(), y.String(), new(big.Int).Sub(x, y).String()},
+					check{"vmin", x.String(), y.String(), y.String()},
+					check{"vmin", y.String(), x.String(), y.String()},
+				)
 			}
 		}
 		// Divisors: small, near the longest period (87600h in µs), and the
@@ -205,6 +227,9 @@ func TestLuaLeakMatchesRule(t *testing.T) {
 			b:    fmt.Sprintf("%s|%d", units(l.LeakAmount), l.LeakPer.Microseconds()),
 			want: bucket.LevelAt(l, st, now),
 		})
+		// The store passes the ratio reduced by the gcd (leakRatio).
+		ra, rp := leakRatio(ledger.Limit{LeakAmount: l.LeakAmount, LeakPer: l.LeakPer})
+		checks = append(checks, check{a: checks[len(checks)-1].a, b: ra + "|" + rp, want: checks[len(checks)-1].want})
 	}
 	args := make([]any, 0, 3*len(checks))
 	for _, c := range checks {
@@ -220,4 +245,76 @@ func TestLuaLeakMatchesRule(t *testing.T) {
 			t.Errorf("level(%s; %s) = %s, want %s", c.a, c.b, got[i], units(c.want))
 		}
 	}
+}
+
+// TestLuaLeakFastPathBoundary straddles the bounds of fast.lua's leak: the
+// product amount*dt just below, at and above 2^53 (fast path, and the "empty
+// anyway" shortcut or the big integers above it), level*per just below and
+// above 2^53, levels beyond 2^53 units and up to 10^15, periods of 1µs and
+// 87600h, long idle gaps. Every answer must equal bucket.LevelAt.
+func TestLuaLeakFastPathBoundary(t *testing.T) {
+	s := openTest(t, serverURL(t, "BUDGETD_TEST_REDIS"))
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(5, 6))
+	const two53 = int64(1) << 53
+	updated := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	type check struct {
+		a, b string
+		want decimal.Decimal
+	}
+	var checks []check
+	add := func(amountUnits int64, per time.Duration, levelUnits *big.Int, dt int64) {
+		l := bucket.Limit{Capacity: decimal.New(1, 12), LeakAmount: decimal.New(amountUnits, -12), LeakPer: per}
+		level := decimal.NewFromBigInt(levelUnits, -12)
+		now := updated.Add(time.Duration(dt) * time.Microsecond)
+		want := bucket.LevelAt(l, bucket.State{Level: level, Updated: updated}, now)
+		a := fmt.Sprintf("%s|%d|%d", levelUnits, updated.UnixMicro(), now.UnixMicro())
+		checks = append(checks, check{a, fmt.Sprintf("%d|%d", amountUnits, per.Microseconds()), want})
+		ra, rp := leakRatio(ledger.Limit{LeakAmount: l.LeakAmount, LeakPer: per})
+		checks = append(checks, check{a, ra + "|" + rp, want})
+	}
+	amounts := []int64{1, 7, 1_000_000, 999_999_000_000, 1_000_000_000_000, 123_456_789_000_000, 999_999_999_999_000_000}
+	pers := []time.Duration{time.Microsecond, 3 * time.Microsecond, time.Second, 7 * time.Second, time.Hour, 87600 * time.Hour}
+	levels := []*big.Int{big.NewInt(1), big.NewInt(999_999_999_999), big.NewInt(1_000_000_000_000),
+		big.NewInt(two53 - 1), big.NewInt(two53), big.NewInt(two53 + 1),
+		bigOf("4503599627370495999999999999"), bigOf("4503599627370496000000000000"), // H = 2^52 - 1, 2^52
+		bigOf("1000000000000000000000000000"), bigOf("999999999999999999999999999")}
+	for _, a := range amounts {
+		for _, per := range pers {
+			for _, lv := range levels {
+				// dt around 2^53 / amount: amount*dt just below and above 2^53.
+				edge := two53 / a
+				// dt around level*per/amount: just before and after empty.
+				drain := new(big.Int).Quo(new(big.Int).Mul(lv, big.NewInt(per.Microseconds())), big.NewInt(a))
+				dts := []int64{1, 2, 999, edge - 1, edge, edge + 1, 315_360_000_000_000, 1 + r.Int64N(1<<40)}
+				if drain.IsInt64() && drain.Int64() < 1<<51 {
+					d := drain.Int64()
+					dts = append(dts, d-1, d, d+1)
+				}
+				for _, dt := range dts {
+					if dt > 0 && dt <= 315_360_000_000_000 {
+						add(a, per, lv, dt)
+					}
+				}
+			}
+		}
+	}
+	for start := 0; start < len(checks); start += 3000 {
+		batch := checks[start:min(start+3000, len(checks))]
+		args := make([]any, 0, 3*len(batch))
+		for _, c := range batch {
+			args = append(args, "level", c.a, c.b)
+		}
+		got, err := bigintProbe.Run(ctx, s.client, []string{"probe"}, args...).StringSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range batch {
+			lvl, err := fromUnits(got[i])
+			if err != nil || !lvl.Equal(c.want) {
+				t.Errorf("level(%s; %s) = %s, want %s", c.a, c.b, got[i], units(c.want))
+			}
+		}
+	}
+	t.Logf("%d checks", len(checks))
 }

@@ -86,7 +86,7 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	if err != nil {
 		return ledger.Limit{}, err
 	}
-	s.remember(cl)
+	cl = s.remember(cl)
 	if json.Unmarshal([]byte(res[1]), &old) == nil && old.Gen != "" {
 		if prev, err := old.limit(l.Name); err == nil && slowerLeak(prev.l, cl.l) {
 			// Buckets carry TTLs computed with the old, faster leak: they
@@ -137,8 +137,7 @@ func (s *Store) fetchLimit(ctx context.Context, name string) (cachedLimit, error
 	if err != nil {
 		return cachedLimit{}, err
 	}
-	s.remember(cl)
-	return cl, nil
+	return s.remember(cl), nil
 }
 
 // ListLimits returns up to n limits after after, by name.
@@ -209,12 +208,15 @@ func (s *Store) scanKeys(ctx context.Context, pattern string, fn func(ctx contex
 	})
 }
 
-func (s *Store) remember(cl cachedLimit) {
+// remember caches cl, with its script arguments formatted, and returns it.
+func (s *Store) remember(cl cachedLimit) cachedLimit {
 	cl.fetched = time.Now()
+	cl.args = newLimitArgs(s.k, cl.l, cl.gen, cl.version)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limits[cl.l.Name] = cl
 	s.gens[cl.gen] = cl.l.Name
+	return cl
 }
 
 // forgetAll empties the limit cache.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,8 @@ import (
 var (
 	//go:embed lua/bigint.lua
 	bigintLua string
+	//go:embed lua/fast.lua
+	fastLua string
 	//go:embed lua/bucket.lua
 	bucketLua string
 	//go:embed lua/limits.lua
@@ -28,7 +31,7 @@ var (
 )
 
 func bucketScript(op string) *goredis.Script {
-	return goredis.NewScript(bigintLua + "\n" + bucketLua + "\nreturn " + op + "()\n")
+	return goredis.NewScript(bigintLua + "\n" + fastLua + "\n" + bucketLua + "\nreturn " + op + "()\n")
 }
 
 var (
@@ -114,13 +117,45 @@ func (s *Store) target(ctx context.Context, ref ledger.BucketRef) (target, error
 // definition key against the version decided with (errStale when it
 // changed); in Redis Cluster that key is in another slot.
 func (s *Store) desc(t target) []any {
-	l := t.lim.l
+	a := &t.lim.args
 	defKey := ""
 	if !s.cluster {
-		defKey = s.k.limitDef(l.Name)
+		defKey = a.defKey
 	}
-	return []any{s.k.holdBase(t.lim.gen, t.slot), units(l.Capacity), units(l.LeakAmount), l.LeakPer.Microseconds(),
-		boolArg(l.History), encodeLimit(l), defKey, fmt.Sprintf("%d:%s", t.lim.gen, t.lim.version)}
+	return []any{s.k.holdBase(t.lim.gen, t.slot), a.capacity, a.leakAmount, a.leakPer, a.history, a.doc, defKey, a.version}
+}
+
+// limitArgs are the parts of a bucket descriptor that depend only on the
+// limit, formatted once when the limit is cached rather than on every call.
+type limitArgs struct {
+	capacity   string // units
+	leakAmount string // units, divided by gcd(amount, per)
+	leakPer    string // µs, divided by gcd(amount, per)
+	history    string
+	doc        string // encodeLimit
+	defKey     string // the definition key (standalone only)
+	version    string // "generation:version"
+}
+
+func newLimitArgs(k keys, l ledger.Limit, gen int64, version string) limitArgs {
+	a, p := leakRatio(l)
+	return limitArgs{capacity: units(l.Capacity), leakAmount: a, leakPer: p, history: boolArg(l.History),
+		doc: encodeLimit(l), defKey: k.limitDef(l.Name), version: strconv.FormatInt(gen, 10) + ":" + version}
+}
+
+// leakRatio returns the leak amount (units) and period (µs) divided by their
+// greatest common divisor. The leak floor(amount*dt/per) is the same with
+// either pair, but the reduced one keeps amount*dt below 2^53 far more often,
+// which is when the scripts compute it in plain Lua numbers (fast.lua).
+func leakRatio(l ledger.Limit) (amount, per string) {
+	a := l.LeakAmount.Shift(bucket.LevelScale).BigInt()
+	p := big.NewInt(l.LeakPer.Microseconds())
+	if a.Sign() > 0 && p.Sign() > 0 {
+		g := new(big.Int).GCD(nil, nil, a, p)
+		a.Quo(a, g)
+		p.Quo(p, g)
+	}
+	return a.String(), p.String()
 }
 
 // errStale: a script saw that the limit changed since it was cached.

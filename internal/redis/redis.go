@@ -77,6 +77,7 @@ type cachedLimit struct {
 	gen     int64
 	version string // bumped by every PutLimit
 	fetched time.Time
+	args    limitArgs
 }
 
 // Option configures a Store.

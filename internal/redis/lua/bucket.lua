@@ -11,7 +11,7 @@ local HIST_US = 30 * 86400 * 1000000
 local HIST_MAX = 10000                        -- entries per bucket
 local SLACK_MS = 60000                        -- margin on every bucket TTL
 local MAX_HOLDS = 1000
-local MAX_LEVEL = bn('1000000000000000000000000000') -- 10^15 in 10^-12 units
+local MAX_LEVEL = { h = 1000000000000000, l = 0 } -- 10^15 in 10^-12 units (a pair, fast.lua)
 
 local function clock(arg)
   if arg ~= nil and arg ~= '' then return tonumber(arg) end
@@ -34,7 +34,8 @@ local function idem_put(ik, ih, body)
 end
 
 -- desc reads a bucket descriptor of 8 ARGV from index i: the hold record key
--- base, capacity, leak amount (units), leak period (µs), history flag, the
+-- base, capacity, leak amount (units) and leak period (µs) divided by their
+-- greatest common divisor (leak_params in fast.lua), history flag, the
 -- limit document (opaque JSON for the Go side), the limit's definition key
 -- ('' in Redis Cluster, where it lives in another slot) and the version
 -- "generation:v" the Go side decided with. A definition that changed since
@@ -50,9 +51,8 @@ local function desc(bk, hk, i)
   return {
     bk = bk, hk = hk,
     rbase = ARGV[i],
-    cap = bn(ARGV[i + 1]),
-    amts = ARGV[i + 2], amt = bn(ARGV[i + 2]),
-    per = tonumber(ARGV[i + 3]),
+    cap = nv(ARGV[i + 1]),
+    lp = leak_params(ARGV[i + 2], ARGV[i + 3]),
     hist = ARGV[i + 4] == '1',
     lim = ARGV[i + 5],
   }
@@ -60,10 +60,10 @@ end
 
 local function load(c)
   local f = redis.call('HGETALL', c.bk)
-  local st = { l = { 0 }, u = 0, n = 0, holds = {} }
+  local st = { l = pair(0, 0), u = 0, n = 0, holds = {} }
   for i = 1, #f, 2 do
     local k, v = f[i], f[i + 1]
-    if k == 'l' then st.l = bn(v)
+    if k == 'l' then st.l = nv(v)
     elseif k == 'u' then st.u = tonumber(v)
     elseif k == 'n' then st.n = tonumber(v)
     elseif string.byte(k, 1) == 104 then -- 'h'
@@ -77,42 +77,20 @@ end
 
 -- level_at: bucket.LevelAt. leaked = floor(amount × dt / per), in units.
 local function level_at(c, st, now)
-  if bn_zero(st.l) or st.u == 0 then return st.l end
+  if vzero(st.l) or st.u == 0 then return st.l end
   local dt = now - st.u
   if dt <= 0 then return st.l end
-  local leaked = bn_divsmall(bn_mul(c.amt, bnum(dt)), c.per)
-  if bn_cmp(leaked, st.l) >= 0 then return { 0 } end
-  return bn_sub(st.l, leaked)
+  return leak(c.lp, st.l, dt)
 end
 
--- held_at sums the active holds. A hold amount is an input (at most 10^12
--- with 6 fractional digits), so in units it is A * 10^6 with A <= 10^18: the
--- sum is kept as two exact doubles, of the digits of A above and below 10^9
--- (each < 10^10, so even 10^5 of them stay < 2^53), and combined once at the end.
--- An amount that is not of that form (never written today) is added exactly.
-local E9 = bn('1000000000')
-local E6 = bn('1000000')
+-- held_at sums the active holds. A hold amount is an input (at most 10^12),
+-- so up to 1000 of them sum to at most 10^15 and stay a pair (fast.lua).
 local function held_at(st, now)
-  local hi, lo, other = 0, 0, { 0 }
+  local sum = pair(0, 0)
   for _, h in ipairs(st.holds) do
-    if h.e > now then
-      local a = h.a
-      local n = #a
-      if n > 6 and n <= 25 and string.sub(a, n - 5) == '000000' then
-        local cut = n - 6 - 9
-        if cut > 0 then
-          hi = hi + tonumber(string.sub(a, 1, cut))
-          lo = lo + tonumber(string.sub(a, cut + 1, n - 6))
-        else
-          lo = lo + tonumber(string.sub(a, 1, n - 6))
-        end
-      elseif a ~= '0' then
-        other = bn_add(other, bn(a))
-      end
-    end
+    if h.e > now and h.a ~= '0' then sum = vadd(sum, nv(h.a)) end
   end
-  local sum = bn_mul(bn_add(bn_mul(bnum(hi), E9), bnum(lo)), E6)
-  return bn_add(sum, other)
+  return sum
 end
 
 local function active_count(st, now)
@@ -123,9 +101,10 @@ end
 
 -- fits: bucket.CanAccept's accept test.
 local function fits(c, st, now, cost)
-  if bn_zero(cost) then return true end
-  local used = bn_add(bn_add(level_at(c, st, now), held_at(st, now)), cost)
-  return bn_cmp(used, c.cap) <= 0
+  if vzero(cost) then return true end
+  local used = level_at(c, st, now)
+  if #st.holds > 0 then used = vadd(used, held_at(st, now)) end
+  return vcmp(vadd(used, cost), c.cap) <= 0
 end
 
 local function record(c, st, t, ev, amount, rid)
@@ -166,10 +145,10 @@ end
 -- leaked to zero and its last hold has expired (plus a margin), and at least
 -- as long as its history when the limit keeps one.
 local function finish(c, st, now)
-  redis.call('HSET', c.bk, 'l', bs(st.l), 'u', fmt(st.u))
+  redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u))
   local us = 0
-  if not bn_zero(st.l) then
-    us = tonumber(bs(st.l)) * c.per / tonumber(c.amts)
+  if not vzero(st.l) then
+    us = vnum(st.l) * c.lp.rp / c.lp.raf
     us = us * (1 + 1e-9) + 1
     if st.u > now then us = us + (st.u - now) end
   end
@@ -186,13 +165,15 @@ local function finish(c, st, now)
   end
   -- The history lives exactly as long as the bucket that numbers its
   -- entries (also when the limit stopped keeping history: its old entries
-  -- then go with the bucket).
+  -- then go with the bucket). A bucket whose counter n is 0 has never
+  -- recorded an entry, so it has no history key to touch.
+  local hk = st.n > 0 or c.hist
   if ms > 1e15 then
     redis.call('PERSIST', c.bk)
-    redis.call('PERSIST', c.hk)
+    if hk then redis.call('PERSIST', c.hk) end
   else
     redis.call('PEXPIRE', c.bk, fmt(ms))
-    redis.call('PEXPIRE', c.hk, fmt(ms))
+    if hk then redis.call('PEXPIRE', c.hk, fmt(ms)) end
   end
 end
 
@@ -203,7 +184,7 @@ local function holds_str(st)
 end
 
 local function snap(c, st)
-  return { l = bs(st.l), u = fmt(st.u), h = holds_str(st), lim = c.lim }
+  return { l = vs(st.l), u = fmt(st.u), h = holds_str(st), lim = c.lim }
 end
 
 local function hold_doc(rk)
@@ -228,7 +209,7 @@ local function op_fillup()
   for i = 1, n do
     local base = 4 + (i - 1) * (DESC + 1)
     local c = desc(KEYS[2 * i - 1], KEYS[2 * i], base)
-    local cost = bn(ARGV[base + DESC])
+    local cost = nv(ARGV[base + DESC])
     local st = load(c)
     local ok = fits(c, st, now, cost)
     accepted = accepted and ok
@@ -237,10 +218,10 @@ local function op_fillup()
   local out = { now = fmt(now), acc = accepted, items = {} }
   for i, it in ipairs(items) do
     local c, st = it.c, it.st
-    if accepted and not bn_zero(it.cost) then
+    if accepted and not vzero(it.cost) then
       settle(c, st, now)
-      st.l = bn_add(st.l, it.cost)
-      record(c, st, now, 'fillup', bs(it.cost), '')
+      st.l = vadd(st.l, it.cost)
+      record(c, st, now, 'fillup', vs(it.cost), '')
       finish(c, st, now)
     end
     local s = snap(c, st)
@@ -272,19 +253,19 @@ local function op_drain()
   end
   local now = clock(ARGV[1])
   local c = desc(KEYS[1], KEYS[2], 3)
-  local amount = bn(ARGV[3 + DESC])
+  local amount = nv(ARGV[3 + DESC])
   local st = load(c)
-  local removed = { 0 }
-  if not bn_zero(amount) then
+  local removed = pair(0, 0)
+  if not vzero(amount) then
     settle(c, st, now)
-    removed = bn_min(amount, st.l)
-    st.l = bn_sub(st.l, removed)
-    record(c, st, now, 'drain', bs(removed), '')
+    removed = vmin(amount, st.l)
+    st.l = vsub(st.l, removed)
+    record(c, st, now, 'drain', vs(removed), '')
     finish(c, st, now)
   end
   local out = snap(c, st)
   out.now = fmt(now)
-  out.removed = bs(removed)
+  out.removed = vs(removed)
   local body = cjson.encode(out)
   idem_put(ik, ARGV[2], body)
   return { 'ok', body }
@@ -301,7 +282,7 @@ local function op_reserve()
   end
   local now = clock(ARGV[1])
   local c = desc(KEYS[1], KEYS[2], 3)
-  local amount = bn(ARGV[3 + DESC])
+  local amount = nv(ARGV[3 + DESC])
   local ttl, id = tonumber(ARGV[4 + DESC]), ARGV[5 + DESC]
   local st = load(c)
   if active_count(st, now) >= MAX_HOLDS then return { 'err', 'too_many_holds' } end
@@ -310,12 +291,12 @@ local function op_reserve()
     settle(c, st, now)
     local exp = now + ttl
     local rk = c.rbase .. id
-    redis.call('HSET', rk, 'id', id, 'lim', ARGV[6 + DESC], 'e', ARGV[7 + DESC], 'a', bs(amount), 's', 'a',
+    redis.call('HSET', rk, 'id', id, 'lim', ARGV[6 + DESC], 'e', ARGV[7 + DESC], 'a', vs(amount), 's', 'a',
       't0', fmt(now), 'te', fmt(exp))
     redis.call('PEXPIRE', rk, fmt(math.ceil(ttl / 1000) + 86400000 + SLACK_MS))
-    redis.call('HSET', c.bk, 'h' .. id, bs(amount) .. ':' .. fmt(exp))
-    st.holds[#st.holds + 1] = { id = id, a = bs(amount), e = exp }
-    record(c, st, now, 'reserved', bs(amount), id)
+    redis.call('HSET', c.bk, 'h' .. id, vs(amount) .. ':' .. fmt(exp))
+    st.holds[#st.holds + 1] = { id = id, a = vs(amount), e = exp }
+    record(c, st, now, 'reserved', vs(amount), id)
     finish(c, st, now)
     out.acc = true
     out.res = hold_doc(rk)
@@ -358,22 +339,22 @@ local function op_resolve()
     if c.touched then finish(c, st, now) end
     refusal = 'reservation_expired'
   elseif mode == 'c' then
-    local charge = bn(h.a)
-    if ARGV[4] ~= '' then charge = bn(ARGV[4]) end
+    local charge = nv(h.a)
+    if ARGV[4] ~= '' then charge = nv(ARGV[4]) end
     if h.s == 'c' then
-      if bn_cmp(bn(h.c), charge) ~= 0 then refusal = 'reservation_closed' end
+      if vcmp(nv(h.c), charge) ~= 0 then refusal = 'reservation_closed' end
     elseif h.s == 'r' then
       refusal = 'reservation_closed'
-    elseif bn_cmp(charge, bn(h.a)) > 0 and ARGV[5] ~= '1' then
+    elseif vcmp(charge, nv(h.a)) > 0 and ARGV[5] ~= '1' then
       refusal = 'exceeds_hold'
     else
-      local lvl = bn_add(level_at(c, st, now), charge)
-      if bn_cmp(lvl, MAX_LEVEL) > 0 then return { 'err', 'level_overflow' } end
+      local lvl = vadd(level_at(c, st, now), charge)
+      if vcmp(lvl, MAX_LEVEL) > 0 then return { 'err', 'level_overflow' } end
       settle(c, st, now)
-      st.l = bn_add(st.l, charge)
+      st.l = vadd(st.l, charge)
       drop_hold()
-      redis.call('HSET', rk, 's', 'c', 'c', bs(charge), 'tr', fmt(now))
-      record(c, st, now, 'committed', bs(charge), h.id)
+      redis.call('HSET', rk, 's', 'c', 'c', vs(charge), 'tr', fmt(now))
+      record(c, st, now, 'committed', vs(charge), h.id)
       finish(c, st, now)
     end
   else
