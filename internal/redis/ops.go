@@ -234,11 +234,16 @@ func parseMicros(s string) (time.Time, error) {
 }
 
 // snapshot converts a script's bucket into a ledger.Snapshot, as the memory
-// store would build it.
-func (j snapJSON) snapshot(now time.Time) (ledger.Snapshot, error) {
-	l, err := decodeLimit(j.Lim)
-	if err != nil {
-		return ledger.Snapshot{}, err
+// store would build it. known is the limit the call was made with: when the
+// script reports that very limit (always, except for a replayed outcome), it
+// is used as is instead of decoding the document again.
+func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, error) {
+	l := known.l
+	if known.args.doc == "" || j.Lim != known.args.doc {
+		var err error
+		if l, err = decodeLimit(j.Lim); err != nil {
+			return ledger.Snapshot{}, err
+		}
 	}
 	lvl, err := fromUnits(j.L)
 	if err != nil {
@@ -289,7 +294,7 @@ func (s *Store) inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snaps
 	if err != nil {
 		return ledger.Snapshot{}, err
 	}
-	return j.snapshot(now)
+	return j.snapshot(now, t.lim)
 }
 
 // Fillup charges every item or none in one script call. In Redis Cluster all
@@ -349,7 +354,7 @@ func (s *Store) fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 	}
 	out := ledger.FillupOutcome{Accepted: j.Acc, Replayed: replayed, Items: make([]ledger.ItemOutcome, len(j.Items))}
 	for i, it := range j.Items {
-		sn, err := it.snapshot(now)
+		sn, err := it.snapshot(now, ts[min(i, len(ts)-1)].lim)
 		if err != nil {
 			return ledger.FillupOutcome{}, err
 		}
@@ -394,7 +399,7 @@ func (s *Store) drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 	if err != nil {
 		return ledger.DrainOutcome{}, err
 	}
-	sn, err := j.snapshot(now)
+	sn, err := j.snapshot(now, t.lim)
 	if err != nil {
 		return ledger.DrainOutcome{}, err
 	}
@@ -496,7 +501,7 @@ func (s *Store) reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		return ledger.ReserveOutcome{}, err
 	}
 	out := ledger.ReserveOutcome{Accepted: j.Acc, Replayed: replayed}
-	if out.Snapshot, err = j.B.snapshot(now); err != nil {
+	if out.Snapshot, err = j.B.snapshot(now, t.lim); err != nil {
 		return ledger.ReserveOutcome{}, err
 	}
 	if j.Acc {
@@ -556,7 +561,7 @@ func (s *Store) resolveOnce(ctx context.Context, op, id, mode, amount string, ov
 		return ledger.ResolveOutcome{}, err
 	}
 	out := ledger.ResolveOutcome{Refusal: j.Refusal, Replayed: replayed}
-	if out.Snapshot, err = j.B.snapshot(now); err != nil {
+	if out.Snapshot, err = j.B.snapshot(now, t.lim); err != nil {
 		return ledger.ResolveOutcome{}, err
 	}
 	if out.Reservation, err = j.Res.reservation(); err != nil {
