@@ -10,9 +10,14 @@ import (
 // FillupBatch decides costs on ref as one coalesced batch, as the queue of a
 // hot bucket would send them, and returns each call's answer or error.
 func (s *Store) FillupBatch(ctx context.Context, ref ledger.BucketRef, costs []decimal.Decimal) ([]ledger.FillupOutcome, []error) {
+	return s.FillupBatchIdem(ctx, ref, costs, make([]ledger.Idempotency, len(costs)))
+}
+
+// FillupBatchIdem is FillupBatch with an Idempotency-Key (or none) per call.
+func (s *Store) FillupBatchIdem(ctx context.Context, ref ledger.BucketRef, costs []decimal.Decimal, idems []ledger.Idempotency) ([]ledger.FillupOutcome, []error) {
 	batch := make([]*fillCall, len(costs))
 	for i, c := range costs {
-		batch[i] = &fillCall{ctx: ctx, cost: c.String(), done: make(chan struct{})}
+		batch[i] = newFillCall(ctx, c, idems[i])
 	}
 	s.runBatch(ref, batch)
 	outs := make([]ledger.FillupOutcome, len(batch))

@@ -127,10 +127,12 @@ func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snaps
 	return doc.snapshot(doc.NowUS), nil
 }
 
-// Fillup charges every item or none, in one statement.
+// Fillup charges every item or none, in one statement. A single-bucket
+// Fillup goes through budgetd_fillup_batch (coalesce.go), the others through
+// budgetd_fillup.
 func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
-	if s.cfg.coalesce && len(items) == 1 && idem.Key == "" {
-		return s.fillupCoalesced(ctx, items[0])
+	if len(items) == 1 {
+		return s.fillupSingle(ctx, items[0], idem)
 	}
 	limits := make([]string, len(items))
 	keys := make([]string, len(items))

@@ -112,8 +112,7 @@ func WithMaxConns(n int32) Option { return func(c *config) { c.maxConns = n } }
 
 // WithCoalescing turns the queueing of concurrent single-bucket Fillups of
 // one bucket into one database call on or off (default on; see coalesce.go
-// and docs/postgres.md). Fillups with an Idempotency-Key and multi-bucket
-// Fillups always go on their own.
+// and docs/postgres.md). Multi-bucket Fillups always go on their own.
 func WithCoalescing(on bool) Option { return func(c *config) { c.coalesce = on } }
 
 // WithTracer installs a pgx query tracer on every connection (tests count
