@@ -31,10 +31,14 @@ func answer(o ledger.FillupOutcome) string {
 	return b.String()
 }
 
-// TestCoalescedBatchEqualsSequence: a batch decided by budgetd_fillup_seq
-// answers exactly what the same Fillups sent one by one at the same instant
-// answer, and leaves the same level, holds and history — with leaking
-// levels, holds that expire between rounds, zero costs and denials.
+// TestCoalescedBatchEqualsSequence: a batch decided by budgetd_fillup_batch
+// answers exactly what the same Fillups sent one by one through
+// budgetd_fillup (migrations 0001/0002) at the same instant answer, and
+// leaves the same level, holds and history — with leaking levels, holds that
+// expire between rounds, zero costs, denials, and Idempotency-Keys: fresh
+// ones, replays of earlier calls of the same or an earlier batch (whose
+// stored documents must then be the same too), and keys reused with another
+// request.
 func TestCoalescedBatchEqualsSequence(t *testing.T) {
 	for _, iso := range []string{"read-committed", "serializable"} {
 		t.Run(iso, func(t *testing.T) {
@@ -47,6 +51,8 @@ func TestCoalescedBatchEqualsSequence(t *testing.T) {
 			seq := ledger.BucketRef{Limit: "c", Key: "one-by-one"}
 			bat := ledger.BucketRef{Limit: "c", Key: "batched"}
 			rng := rand.New(rand.NewPCG(7, 11))
+			var used []ledger.Idempotency
+			var replays, refusals int
 			costs := []string{"0", "0.5", "1", "2.25", "3", "0.000001", "7", "11"}
 			for round := 0; round < 200; round++ {
 				clock.Advance(time.Duration(rng.IntN(2_000_000)) * time.Microsecond)
@@ -61,23 +67,49 @@ func TestCoalescedBatchEqualsSequence(t *testing.T) {
 				}
 				n := 2 + rng.IntN(10)
 				cs := make([]decimal.Decimal, n)
+				idems := make([]ledger.Idempotency, n)
 				for i := range cs {
 					cs[i] = dec(costs[rng.IntN(len(costs))])
-				}
-				got, errs := s.FillupBatch(ctx, bat, cs)
-				for i, c := range cs {
-					if errs[i] != nil {
-						t.Fatalf("round %d item %d: %v", round, i, errs[i])
+					// A third of the calls carry an Idempotency-Key: a fresh
+					// one, or one used before (in this batch or an earlier
+					// one) with the same request (a replay) or another
+					// (refused).
+					switch r := rng.IntN(9); {
+					case r < 2 || r < 3 && len(used) == 0:
+						idems[i] = ledger.Idempotency{Key: fmt.Sprintf("r%di%d", round, i), Hash: cs[i].String()}
+						used = append(used, idems[i])
+					case r < 3:
+						idems[i] = used[rng.IntN(len(used))]
+						if rng.IntN(4) == 0 {
+							idems[i].Hash = "other"
+						} else {
+							cs[i] = dec(idems[i].Hash)
+						}
 					}
-					want, err := s.Fillup(ctx, []ledger.Charge{{Bucket: seq, Cost: c}}, ledger.Idempotency{})
-					if err != nil {
-						t.Fatal(err)
+				}
+				got, errs := s.FillupBatchIdem(ctx, bat, cs, scoped(idems, "batched"))
+				for i, c := range cs {
+					want, err := s.FillupLegacy(ctx, ledger.Charge{Bucket: seq, Cost: c}, scoped(idems, "one-by-one")[i])
+					if !errors.Is(errs[i], ledger.ErrIdempotencyKeyReused) || !errors.Is(err, ledger.ErrIdempotencyKeyReused) {
+						if errs[i] != nil || err != nil {
+							t.Fatalf("round %d item %d: batched: %v, one by one: %v", round, i, errs[i], err)
+						}
+					}
+					if got[i].Replayed {
+						replays++
+					}
+					if errs[i] != nil {
+						refusals++
 					}
 					if a, b := answer(got[i]), answer(want); a != b {
-						t.Fatalf("round %d item %d (cost %s):\n batch      %s\n one by one %s", round, i, c, a, b)
+						t.Fatalf("round %d item %d (cost %s, %+v):\n batch      %s\n one by one %s", round, i, c, idems[i], a, b)
 					}
 				}
 			}
+			if replays == 0 || refusals == 0 {
+				t.Fatalf("%d replays, %d refused reuses: the test did not exercise them", replays, refusals)
+			}
+			t.Logf("%d replays, %d refused reuses", replays, refusals)
 			for _, page := range []string{""} {
 				hs, _, err := s.History(ctx, seq, page, ledger.MaxPage)
 				if err != nil {
@@ -100,6 +132,18 @@ func TestCoalescedBatchEqualsSequence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scoped returns idems with every key in scope.
+func scoped(idems []ledger.Idempotency, scope string) []ledger.Idempotency {
+	out := make([]ledger.Idempotency, len(idems))
+	for i, id := range idems {
+		if id.Key != "" {
+			id.Scope = scope
+		}
+		out[i] = id
+	}
+	return out
 }
 
 // TestCoalescedBatchFails: when the batch's call fails, every caller in it
@@ -125,12 +169,110 @@ func TestCoalescedBatchFails(t *testing.T) {
 			t.Errorf("cancelled call %d: %v, want context.Canceled", i, err)
 		}
 	}
+	// A statement that fails halfway (the third cost is not a number, after
+	// two were decided and recorded) fails every caller and charges none.
+	errs = s.FillupBatchRaw(ctx, ref, []string{"1", "2", "not-a-number", "3"})
+	for i, err := range errs {
+		if err == nil {
+			t.Errorf("call %d of a failed batch: no error", i)
+		}
+	}
 	snap, err := s.Inspect(ctx, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !snap.State.Level.IsZero() {
 		t.Fatalf("level %s after failed batches, want 0", snap.State.Level)
+	}
+	if hs, _, err := s.History(ctx, ref, "", ledger.MaxPage); err != nil || len(hs) != 0 {
+		t.Fatalf("history after failed batches: %d entries, %v", len(hs), err)
+	}
+}
+
+// TestCoalescingHotKeyIdempotent: 200 concurrent Fillups of one bucket, each
+// with an Idempotency-Key, 50 keys sent twice at once (same request): every
+// key is decided once — exactly 100 accepted keys and 100 history entries —
+// and both calls of a doubled key get the same answer, exactly one of them
+// replayed. Calls are coalesced.
+func TestCoalescingHotKeyIdempotent(t *testing.T) {
+	for _, iso := range []string{"read-committed", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			s := open(t, postgres.WithIsolation(iso), postgres.WithClock(clock.Now), postgres.WithMaxConns(8),
+				postgres.WithTimeout(30*time.Second), postgres.WithMaxAttempts(100))
+			ctx := context.Background()
+			if _, err := s.PutLimit(ctx, ledger.Limit{Name: "hot", Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}); err != nil {
+				t.Fatal(err)
+			}
+			ref := ledger.BucketRef{Limit: "hot", Key: "k"}
+			const keys, doubled = 150, 50
+			var mu sync.Mutex
+			answers := map[string][]ledger.FillupOutcome{}
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			var failed error
+			for i := range keys + doubled {
+				k := fmt.Sprint("idem-", i%keys)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					out, err := s.Fillup(ctx, []ledger.Charge{{Bucket: ref, Cost: dec("1")}}, ledger.Idempotency{Scope: "t", Key: k, Hash: "h"})
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						failed = err
+						return
+					}
+					answers[k] = append(answers[k], out)
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if failed != nil {
+				t.Fatal(failed)
+			}
+			accepted := 0
+			for k, outs := range answers {
+				if outs[0].Accepted {
+					accepted++
+				}
+				if len(outs) == 2 {
+					a, b := outs[0], outs[1]
+					if a.Replayed == b.Replayed {
+						t.Fatalf("key %s: replayed %v and %v, want exactly one replay", k, a.Replayed, b.Replayed)
+					}
+					a.Replayed, b.Replayed = false, false
+					if answer(a) != answer(b) {
+						t.Fatalf("key %s: two answers:\n %s\n %s", k, answer(a), answer(b))
+					}
+				}
+			}
+			if len(answers) != keys || accepted != 100 {
+				t.Fatalf("%d keys answered, %d accepted; want %d and 100", len(answers), accepted, keys)
+			}
+			var entries int
+			for cursor := ""; ; {
+				page, next, err := s.History(ctx, ref, cursor, ledger.MaxPage)
+				if err != nil {
+					t.Fatal(err)
+				}
+				entries += len(page)
+				if next == "" {
+					break
+				}
+				cursor = next
+			}
+			if entries != 100 {
+				t.Fatalf("%d history entries, want 100", entries)
+			}
+			st := s.Stats()
+			if st.Batched != keys+doubled || st.Batches >= st.Batched {
+				t.Fatalf("%d calls in %d batches: want all coalesced, in fewer batches than calls", st.Batched, st.Batches)
+			}
+			t.Logf("%d calls in %d batches, %d idempotency retries, %d serialization retries",
+				st.Batched, st.Batches, st.IdempotencyRetries, st.SerializationRetries)
+		})
 	}
 }
 

@@ -28,3 +28,26 @@ func (s *Store) FillupBatchIdem(ctx context.Context, ref ledger.BucketRef, costs
 	}
 	return outs, errs
 }
+
+// FillupBatchRaw is FillupBatch with costs as sent to the database, so that a
+// test can make the batch's statement fail.
+func (s *Store) FillupBatchRaw(ctx context.Context, ref ledger.BucketRef, costs []string) []error {
+	batch := make([]*fillCall, len(costs))
+	for i, c := range costs {
+		batch[i] = &fillCall{ctx: ctx, cost: c, done: make(chan struct{})}
+	}
+	s.runBatch(ref, batch)
+	errs := make([]error, len(batch))
+	for i, c := range batch {
+		<-c.done
+		errs[i] = c.err
+	}
+	return errs
+}
+
+// FillupLegacy is one single-bucket Fillup through budgetd_fillup (the jsonb
+// function of migrations 0001/0002 that multi-bucket calls use), not through
+// budgetd_fillup_batch.
+func (s *Store) FillupLegacy(ctx context.Context, it ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
+	return s.fillupOne(ctx, []string{it.Bucket.Limit}, []string{it.Bucket.Key}, []string{it.Cost.String()}, idem)
+}
