@@ -338,3 +338,38 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 END $$;
+
+-- budgetd_fillup_batches(limits[], keys[], costs[], now, scopes[], idems[],
+-- hashes[]): single-bucket Fillups of any buckets in one call, one
+-- transaction and one commit. The items of each bucket go, in the order given,
+-- to one budgetd_fillup_batch call; the buckets are taken in (limit_id, key)
+-- order, the lock order of budgetd_fillup, so that calls locking several
+-- buckets do not deadlock one another. Each item is decided on its own, as
+-- budgetd_fillup_batch decides it (not all-or-none like a multi-bucket
+-- Fillup). One row per item, r_item its position in the arguments.
+CREATE FUNCTION budgetd_fillup_batches(p_limits text[], p_keys text[], p_costs text[], p_now timestamptz,
+                                       p_scopes text[], p_idems text[], p_hashes text[])
+RETURNS TABLE (r_item int, r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts text[], r_hold_expires bigint[],
+               r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_history boolean,
+               r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT u.l, u.k, array_agg(u.o::int ORDER BY u.o) AS items
+               FROM unnest(p_limits, p_keys) WITH ORDINALITY AS u(l, k, o)
+               LEFT JOIN limits li ON li.name = u.l
+              GROUP BY u.l, u.k, li.id
+              ORDER BY li.id, u.k COLLATE "C", u.l COLLATE "C" LOOP
+        RETURN QUERY
+            SELECT g.items[b.ordinality::int], b.r_fits, b.r_level, b.r_updated_us, b.r_hold_amounts, b.r_hold_expires,
+                   b.r_now_us, b.r_capacity, b.r_leak_amount, b.r_leak_per_us, b.r_history,
+                   b.r_created_us, b.r_limit_updated_us, b.r_doc, b.r_err_code, b.r_err_msg
+              FROM budgetd_fillup_batch(g.l, g.k,
+                       ARRAY(SELECT p_costs[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n), p_now,
+                       ARRAY(SELECT p_scopes[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n),
+                       ARRAY(SELECT p_idems[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n),
+                       ARRAY(SELECT p_hashes[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n))
+                   WITH ORDINALITY AS b;
+    END LOOP;
+END $$;

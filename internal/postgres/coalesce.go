@@ -13,28 +13,27 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// maxBatch is the most Fillups one budgetd_fillup_batch call decides.
+// maxBatch is the most Fillups one database call decides.
 const maxBatch = 256
 
-// coalescer queues the concurrent single-bucket Fillups of one bucket so that
-// one call decides all that are waiting (see migrations/0004_fillup_batch.sql).
-// While a bucket's batch is at the database, the next callers queue; when it
-// returns, everything queued goes as the next batch, in arrival order. An
-// idle bucket's call goes at once, as a batch of one: coalescing adds no
-// round trip and no wait of its own.
+// coalescer queues single-bucket Fillups while every connection the store
+// may use for them is busy, and sends what queued as one call when one comes
+// back: one round trip, one transaction and one commit flush for many
+// callers (see migrations/0004_fillup_batch.sql). The calls of one bucket in
+// a batch are decided under one lock of its row, in arrival order. While a
+// connection is free a call goes at once, as a batch of one: coalescing adds
+// no round trip and no wait of its own.
 type coalescer struct {
-	mu     sync.Mutex
-	queues map[ledger.BucketRef]*fillQueue
-}
-
-// fillQueue is the calls of one bucket waiting for the running batch.
-type fillQueue struct {
-	calls []*fillCall
+	mu       sync.Mutex
+	slots    int // calls to the database at once; the pool's size
+	inFlight int
+	queue    []*fillCall
 }
 
 // fillCall is one queued Fillup and, once done is closed, its answer.
 type fillCall struct {
 	ctx  context.Context
+	ref  ledger.BucketRef
 	cost string
 	idem ledger.Idempotency
 	done chan struct{}
@@ -42,33 +41,30 @@ type fillCall struct {
 	err  error
 }
 
-func newFillCall(ctx context.Context, cost decimal.Decimal, idem ledger.Idempotency) *fillCall {
-	return &fillCall{ctx: ctx, cost: cost.String(), idem: idem, done: make(chan struct{})}
+func newFillCall(ctx context.Context, ref ledger.BucketRef, cost decimal.Decimal, idem ledger.Idempotency) *fillCall {
+	return &fillCall{ctx: ctx, ref: ref, cost: cost.String(), idem: idem, done: make(chan struct{})}
 }
 
-// fillupSingle charges one bucket: through its queue when coalescing is on,
+// fillupSingle charges one bucket: through the queue when coalescing is on,
 // otherwise as a batch of one.
 func (s *Store) fillupSingle(ctx context.Context, it ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
-	c := newFillCall(ctx, it.Cost, idem)
+	c := newFillCall(ctx, it.Bucket, it.Cost, idem)
 	if !s.cfg.coalesce {
-		s.runBatch(it.Bucket, []*fillCall{c})
+		s.runBatch([]*fillCall{c})
 		return c.out, c.err
 	}
 	co := &s.co
 	co.mu.Lock()
-	q, running := co.queues[it.Bucket]
-	if !running {
-		// The first caller of an idle bucket runs its own call at once;
-		// callers that arrive meanwhile queue, and a goroutine started when
-		// it returns sends them.
-		q = &fillQueue{}
-		co.queues[it.Bucket] = q
+	if co.inFlight < co.slots {
+		// A connection is free: go at once, then send what queued meanwhile
+		// (in a goroutine: this caller has its answer).
+		co.inFlight++
 		co.mu.Unlock()
-		s.runBatch(it.Bucket, []*fillCall{c})
-		s.drainQueue(it.Bucket, q, true)
+		s.runBatch([]*fillCall{c})
+		s.drainQueue(true)
 		return c.out, c.err
 	}
-	q.calls = append(q.calls, c)
+	co.queue = append(co.queue, c)
 	co.mu.Unlock()
 	select {
 	case <-c.done:
@@ -80,27 +76,31 @@ func (s *Store) fillupSingle(ctx context.Context, it ledger.Charge, idem ledger.
 	}
 }
 
-// drainQueue sends ref's queued calls as batches until none are left, then
-// forgets the queue. With handOff, a caller whose own call is done starts a
-// goroutine for the queued calls instead of sending them itself.
-func (s *Store) drainQueue(ref ledger.BucketRef, q *fillQueue, handOff bool) {
+// drainQueue is called by the holder of an in-flight slot whose call has
+// returned: it sends the queued calls as batches until none are left, then
+// gives the slot up. With handOff, it starts a goroutine for that instead.
+func (s *Store) drainQueue(handOff bool) {
 	co := &s.co
 	for {
 		co.mu.Lock()
-		if len(q.calls) == 0 {
-			delete(co.queues, ref)
+		if len(co.queue) == 0 {
+			co.inFlight--
 			co.mu.Unlock()
 			return
 		}
 		if handOff {
 			co.mu.Unlock()
-			go s.drainQueue(ref, q, false)
+			go s.drainQueue(false)
 			return
 		}
-		batch := q.calls[:min(len(q.calls), maxBatch)]
-		q.calls = q.calls[len(batch):]
+		n := min(len(co.queue), maxBatch)
+		batch := co.queue[:n:n]
+		co.queue = co.queue[n:]
+		if len(co.queue) == 0 {
+			co.queue = nil // let the backing array go
+		}
 		co.mu.Unlock()
-		s.runBatch(ref, batch)
+		s.runBatch(batch)
 	}
 }
 
@@ -119,13 +119,45 @@ type batchRow struct {
 	createdUS, limUpdated *int64
 	doc                   []byte
 	errCode, errMsg       *string
+	seen                  bool
 }
 
-// runBatch decides batch, skipping calls whose caller has given up, and
-// answers each call. A failed batch fails every call in it: it is one
-// statement, so none of it was charged (or, when the connection broke after
-// sending it, the outcome is unknown to all of them alike).
-func (s *Store) runBatch(ref ledger.BucketRef, batch []*fillCall) {
+// runBatch decides batch in arrival order and answers each call. The calls
+// of different buckets interact only through their Idempotency-Keys (a key
+// is decided by its first call; a later call with it replays or is refused),
+// while one database call decides bucket after bucket in lock order, not in
+// arrival order. So a batch is cut before a call whose key an earlier call of
+// another bucket in it carries, and the parts go one after another.
+func (s *Store) runBatch(batch []*fillCall) {
+	for len(batch) > 0 {
+		n := len(batch)
+		var seen map[[2]string]ledger.BucketRef
+		for i, c := range batch {
+			if c.idem.Key == "" {
+				continue
+			}
+			k := [2]string{c.idem.Scope, c.idem.Key}
+			if ref, ok := seen[k]; ok && ref != c.ref {
+				n = i
+				break
+			}
+			if seen == nil {
+				seen = map[[2]string]ledger.BucketRef{}
+			}
+			seen[k] = c.ref
+		}
+		s.runPart(batch[:n])
+		batch = batch[n:]
+	}
+}
+
+// runPart decides batch, skipping calls whose caller has given up, and
+// answers each call. The calls of one bucket go as one budgetd_fillup_batch
+// call, of several buckets as one budgetd_fillup_batches call. A failed
+// batch fails every call in it: it is one statement, so none of it was
+// charged (or, when the connection broke after sending it, the outcome is
+// unknown to all of them alike).
+func (s *Store) runPart(batch []*fillCall) {
 	live := batch[:0:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
@@ -140,12 +172,16 @@ func (s *Store) runBatch(ref ledger.BucketRef, batch []*fillCall) {
 	}
 	s.stats.batches.Add(1)
 	s.stats.batched.Add(uint64(len(live)))
+	oneBucket := true
+	limits := make([]string, len(live))
+	keys := make([]string, len(live))
 	costs := make([]string, len(live))
 	scopes := make([]*string, len(live))
 	idems := make([]*string, len(live))
 	hashes := make([]*string, len(live))
 	for i, c := range live {
-		costs[i] = c.cost
+		limits[i], keys[i], costs[i] = c.ref.Limit, c.ref.Key, c.cost
+		oneBucket = oneBucket && c.ref == live[0].ref
 		if c.idem.Key != "" {
 			scopes[i], idems[i], hashes[i] = &c.idem.Scope, &c.idem.Key, &c.idem.Hash
 		}
@@ -157,32 +193,52 @@ func (s *Store) runBatch(ref ledger.BucketRef, batch []*fillCall) {
 	if len(live) > 1 {
 		ctx = context.WithoutCancel(ctx)
 	}
-	var got []batchRow
+	got := make([]batchRow, len(live))
 	err := s.do(ctx, "fillup", func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, "SELECT * FROM budgetd_fillup_batch($1, $2, $3, $4, $5, $6, $7)",
-			ref.Limit, ref.Key, costs, s.nowArg(), scopes, idems, hashes)
+		var rows pgx.Rows
+		var err error
+		if oneBucket {
+			rows, err = s.pool.Query(ctx, "SELECT 0, * FROM budgetd_fillup_batch($1, $2, $3, $4, $5, $6, $7) WITH ORDINALITY",
+				live[0].ref.Limit, live[0].ref.Key, costs, s.nowArg(), scopes, idems, hashes)
+		} else {
+			rows, err = s.pool.Query(ctx, "SELECT * FROM budgetd_fillup_batches($1, $2, $3, $4, $5, $6, $7)",
+				limits, keys, costs, s.nowArg(), scopes, idems, hashes)
+		}
 		if err != nil {
 			return err
 		}
-		got = got[:0]
+		clear(got)
+		seen := 0
 		var r batchRow
-		_, err = pgx.ForEachRow(rows, []any{&r.fits, &r.level, &r.updatedUS, &r.amounts, &r.expires, &r.nowUS,
-			&r.capacity, &r.leakAmount, &r.leakPerUS, &r.history, &r.createdUS, &r.limUpdated, &r.doc, &r.errCode, &r.errMsg},
-			func() error {
-				got = append(got, r)
-				r = batchRow{} // nothing of the next row may land in this one's pointers
-				return nil
-			})
+		var item, ord int64
+		dst := []any{&item, &r.fits, &r.level, &r.updatedUS, &r.amounts, &r.expires, &r.nowUS,
+			&r.capacity, &r.leakAmount, &r.leakPerUS, &r.history, &r.createdUS, &r.limUpdated, &r.doc, &r.errCode, &r.errMsg}
+		if oneBucket {
+			dst = append(dst, &ord)
+		}
+		_, err = pgx.ForEachRow(rows, dst, func() error {
+			if oneBucket {
+				item = ord
+			}
+			if item < 1 || int(item) > len(got) || got[item-1].seen {
+				return fmt.Errorf("answer row for call %d of %d: %w", item, len(got), ledger.ErrUnavailable)
+			}
+			r.seen = true
+			got[item-1] = r
+			seen++
+			r = batchRow{} // nothing of the next row may land in this one's pointers
+			return nil
+		})
+		if err == nil && seen != len(got) {
+			err = fmt.Errorf("%d answers for %d calls: %w", seen, len(got), ledger.ErrUnavailable)
+		}
 		return err
 	})
-	if err == nil && len(got) != len(live) {
-		err = fmt.Errorf("postgres fillup: %d answers for %d calls: %w", len(got), len(live), ledger.ErrUnavailable)
-	}
 	for i, c := range live {
 		if err != nil {
 			c.err = err
 		} else {
-			c.out, c.err = s.decodeBatchRow(ctx, ref.Limit, &got[i])
+			c.out, c.err = s.decodeBatchRow(ctx, c.ref.Limit, &got[i])
 		}
 		close(c.done)
 	}

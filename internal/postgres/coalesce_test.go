@@ -353,3 +353,163 @@ func TestCoalescingHotKey(t *testing.T) {
 	}
 	t.Logf("%d calls in %d batches", st.Batched, st.Batches)
 }
+
+// TestCoalescedBucketsEqualSequence: a batch of Fillups of several buckets
+// (two limits, one of them missing, four keys, interleaved) decided by
+// budgetd_fillup_batches answers exactly what the same Fillups sent one by
+// one through budgetd_fillup answer, each on its own (a denial in one bucket
+// changes nothing in another), with Idempotency-Keys fresh, replayed and
+// refused, and leaves the same levels and history.
+func TestCoalescedBucketsEqualSequence(t *testing.T) {
+	for _, iso := range []string{"read-committed", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			s := open(t, postgres.WithIsolation(iso), postgres.WithClock(clock.Now))
+			ctx := context.Background()
+			for _, name := range []string{"p", "q"} {
+				if _, err := s.PutLimit(ctx, ledger.Limit{Name: name, Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: 3 * time.Second, History: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			type pair struct{ bat, seq ledger.BucketRef }
+			var buckets []pair
+			for _, l := range []string{"q", "p", "missing"} {
+				for _, k := range []string{"b", "a"} {
+					buckets = append(buckets, pair{ledger.BucketRef{Limit: l, Key: "bat-" + k}, ledger.BucketRef{Limit: l, Key: "seq-" + k}})
+				}
+			}
+			rng := rand.New(rand.NewPCG(3, 5))
+			costs := []string{"0", "0.5", "1", "2.25", "3", "7", "11"}
+			var used []ledger.Idempotency
+			var replays, refusals, denials int
+			for round := 0; round < 100; round++ {
+				clock.Advance(time.Duration(rng.IntN(2_000_000)) * time.Microsecond)
+				n := 2 + rng.IntN(20)
+				refs := make([]ledger.BucketRef, n)
+				seqs := make([]ledger.BucketRef, n)
+				cs := make([]decimal.Decimal, n)
+				idems := make([]ledger.Idempotency, n)
+				for i := range cs {
+					b := buckets[rng.IntN(len(buckets))]
+					refs[i], seqs[i] = b.bat, b.seq
+					cs[i] = dec(costs[rng.IntN(len(costs))])
+					switch r := rng.IntN(9); {
+					case r < 2 || r < 3 && len(used) == 0:
+						idems[i] = ledger.Idempotency{Key: fmt.Sprintf("r%di%d", round, i), Hash: refs[i].Limit + refs[i].Key + cs[i].String()}
+						used = append(used, idems[i])
+					case r < 3:
+						// The same key for another request (refused), or
+						// for the same bucket and cost (replayed).
+						idems[i] = used[rng.IntN(len(used))]
+						if rng.IntN(3) == 0 {
+							idems[i].Hash = "other"
+						}
+					}
+				}
+				got, errs := s.FillupCalls(ctx, refs, cs, scoped(idems, "batched"))
+				for i, c := range cs {
+					want, err := s.FillupLegacy(ctx, ledger.Charge{Bucket: seqs[i], Cost: c}, scoped(idems, "one-by-one")[i])
+					if (errs[i] == nil) != (err == nil) || err != nil && !(errors.Is(err, ledger.ErrLimitNotFound) && errors.Is(errs[i], ledger.ErrLimitNotFound) ||
+						errors.Is(err, ledger.ErrIdempotencyKeyReused) && errors.Is(errs[i], ledger.ErrIdempotencyKeyReused)) {
+						t.Fatalf("round %d item %d: batched: %v, one by one: %v", round, i, errs[i], err)
+					}
+					switch {
+					case errors.Is(err, ledger.ErrIdempotencyKeyReused):
+						refusals++
+					case got[i].Replayed:
+						replays++
+					case err == nil && !got[i].Accepted:
+						denials++
+					}
+					// The answers name the bucket's key, which differs: compare the rest.
+					if a, b := answer(got[i]), answer(want); a != b {
+						t.Fatalf("round %d item %d (%v cost %s, %+v):\n batch      %s\n one by one %s", round, i, refs[i], c, idems[i], a, b)
+					}
+				}
+			}
+			if replays == 0 || refusals == 0 || denials == 0 {
+				t.Fatalf("%d replays, %d refused reuses, %d denials: the test did not exercise them", replays, refusals, denials)
+			}
+			for _, b := range buckets[:4] {
+				hs, _, err := s.History(ctx, b.seq, "", ledger.MaxPage)
+				if err != nil {
+					t.Fatal(err)
+				}
+				hb, _, err := s.History(ctx, b.bat, "", ledger.MaxPage)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(hs) != len(hb) || len(hs) == 0 {
+					t.Fatalf("%v history: %d entries one by one, %d batched", b.bat, len(hs), len(hb))
+				}
+				for i := range hs {
+					a := fmt.Sprintf("%s %s %d", hs[i].Event, hs[i].Amount, hs[i].Time.UnixMicro())
+					c := fmt.Sprintf("%s %s %d", hb[i].Event, hb[i].Amount, hb[i].Time.UnixMicro())
+					if a != c {
+						t.Fatalf("%v history entry %d: one by one %s, batched %s", b.bat, i, a, c)
+					}
+				}
+			}
+			t.Logf("%d replays, %d refused reuses, %d denials", replays, refusals, denials)
+		})
+	}
+}
+
+// TestCoalescingManyBuckets: 400 concurrent Fillups over 8 buckets through a
+// pool of 2 connections are sent in batches that mix buckets; each bucket
+// accepts exactly ⌊20/1⌋ and has one history entry per accepted call.
+func TestCoalescingManyBuckets(t *testing.T) {
+	for _, iso := range []string{"read-committed", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			s := open(t, postgres.WithIsolation(iso), postgres.WithClock(clock.Now), postgres.WithMaxConns(2),
+				postgres.WithTimeout(30*time.Second), postgres.WithMaxAttempts(100))
+			ctx := context.Background()
+			if _, err := s.PutLimit(ctx, ledger.Limit{Name: "m", Capacity: dec("20"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}); err != nil {
+				t.Fatal(err)
+			}
+			const buckets, per = 8, 50
+			var mu sync.Mutex
+			accepted := map[string]int{}
+			var failed error
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range buckets * per {
+				ref := ledger.BucketRef{Limit: "m", Key: fmt.Sprint("k", i%buckets)}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					out, err := s.Fillup(ctx, []ledger.Charge{{Bucket: ref, Cost: dec("1")}}, ledger.Idempotency{})
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						failed = err
+					} else if out.Accepted {
+						accepted[ref.Key]++
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if failed != nil {
+				t.Fatal(failed)
+			}
+			for i := range buckets {
+				ref := ledger.BucketRef{Limit: "m", Key: fmt.Sprint("k", i)}
+				hs, _, err := s.History(ctx, ref, "", ledger.MaxPage)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if accepted[ref.Key] != 20 || len(hs) != 20 {
+					t.Fatalf("%s: %d accepted, %d history entries; want 20 and 20", ref.Key, accepted[ref.Key], len(hs))
+				}
+			}
+			st := s.Stats()
+			if st.Batched != buckets*per || st.Batches*4 > st.Batched {
+				t.Fatalf("%d calls in %d batches: want all coalesced, at least 4 a batch on average", st.Batched, st.Batches)
+			}
+			t.Logf("%d calls in %d batches, %d serialization and %d deadlock retries", st.Batched, st.Batches, st.SerializationRetries, st.DeadlockRetries)
+		})
+	}
+}

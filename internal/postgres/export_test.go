@@ -17,9 +17,9 @@ func (s *Store) FillupBatch(ctx context.Context, ref ledger.BucketRef, costs []d
 func (s *Store) FillupBatchIdem(ctx context.Context, ref ledger.BucketRef, costs []decimal.Decimal, idems []ledger.Idempotency) ([]ledger.FillupOutcome, []error) {
 	batch := make([]*fillCall, len(costs))
 	for i, c := range costs {
-		batch[i] = newFillCall(ctx, c, idems[i])
+		batch[i] = newFillCall(ctx, ref, c, idems[i])
 	}
-	s.runBatch(ref, batch)
+	s.runBatch(batch)
 	outs := make([]ledger.FillupOutcome, len(batch))
 	errs := make([]error, len(batch))
 	for i, c := range batch {
@@ -34,9 +34,9 @@ func (s *Store) FillupBatchIdem(ctx context.Context, ref ledger.BucketRef, costs
 func (s *Store) FillupBatchRaw(ctx context.Context, ref ledger.BucketRef, costs []string) []error {
 	batch := make([]*fillCall, len(costs))
 	for i, c := range costs {
-		batch[i] = &fillCall{ctx: ctx, cost: c, done: make(chan struct{})}
+		batch[i] = &fillCall{ctx: ctx, ref: ref, cost: c, done: make(chan struct{})}
 	}
-	s.runBatch(ref, batch)
+	s.runBatch(batch)
 	errs := make([]error, len(batch))
 	for i, c := range batch {
 		<-c.done
@@ -50,4 +50,21 @@ func (s *Store) FillupBatchRaw(ctx context.Context, ref ledger.BucketRef, costs 
 // budgetd_fillup_batch.
 func (s *Store) FillupLegacy(ctx context.Context, it ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
 	return s.fillupOne(ctx, []string{it.Bucket.Limit}, []string{it.Bucket.Key}, []string{it.Cost.String()}, idem)
+}
+
+// FillupCalls decides single-bucket Fillups of any buckets as one coalesced
+// batch, as the queue sends them when every connection is busy.
+func (s *Store) FillupCalls(ctx context.Context, refs []ledger.BucketRef, costs []decimal.Decimal, idems []ledger.Idempotency) ([]ledger.FillupOutcome, []error) {
+	batch := make([]*fillCall, len(costs))
+	for i, c := range costs {
+		batch[i] = newFillCall(ctx, refs[i], c, idems[i])
+	}
+	s.runBatch(batch)
+	outs := make([]ledger.FillupOutcome, len(batch))
+	errs := make([]error, len(batch))
+	for i, c := range batch {
+		<-c.done
+		outs[i], errs[i] = c.out, c.err
+	}
+	return outs, errs
 }

@@ -221,7 +221,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("postgres pool: %w", err)
 	}
 	s := &Store{pool: pool, cfg: c, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	s.co.queues = map[ledger.BucketRef]*fillQueue{}
+	s.co.slots = int(pool.Config().MaxConns)
 	if c.pruneInterval > 0 {
 		go s.pruneLoop()
 	} else {
