@@ -32,8 +32,8 @@
 -- executor start beyond its own work: the limit and the locked bucket row in
 -- one statement (a lateral sub-select FOR UPDATE), the holds in one scan
 -- after the lock, the decisions in variables, then the row written once (a
--- bucket never written is inserted with its final level: no placeholder row,
--- and nothing at all when nothing was charged), the history entries of the
+-- bucket never written is inserted with its final level, with no placeholder
+-- row unless nothing was charged), the history entries of the
 -- call in one INSERT and its idempotency records in one INSERT. When the
 -- insert of a new bucket finds that a concurrent call created it first, the
 -- function starts over on that row (at SERIALIZABLE PostgreSQL reports a
@@ -271,6 +271,16 @@ BEGIN
                 -- A concurrent call created the bucket first: start over on it.
                 CONTINUE WHEN NOT FOUND;
             END IF;
+        ELSIF NOT v_bfound THEN
+            -- Nothing charged on a bucket that had no row: a denial is judged
+            -- on a locked state, as everywhere (docs/postgres.md, "Locking").
+            -- An empty placeholder, inserted and deleted, proves that no
+            -- concurrent call created the bucket since this statement's
+            -- snapshot; if one did, start over on its row.
+            INSERT INTO buckets (limit_id, key, level, updated_at) VALUES (v_lid, p_key, 0, NULL)
+            ON CONFLICT DO NOTHING;
+            CONTINUE WHEN NOT FOUND;
+            DELETE FROM buckets WHERE limit_id = v_lid AND key = p_key;
         END IF;
         EXIT;
     END LOOP;

@@ -16,17 +16,21 @@ import (
 // maxBatch is the most Fillups one database call decides.
 const maxBatch = 256
 
-// coalescer queues single-bucket Fillups while every connection the store
-// may use for them is busy, and sends what queued as one call when one comes
-// back: one round trip, one transaction and one commit flush for many
-// callers (see migrations/0004_fillup_batch.sql). The calls of one bucket in
-// a batch are decided under one lock of its row, in arrival order. While a
-// connection is free a call goes at once, as a batch of one: coalescing adds
+// coalescer queues single-bucket Fillups and sends what queued as one
+// database call: one round trip, one transaction and one commit flush for
+// many callers (see migrations/0004_fillup_batch.sql). A call queues when a
+// call of its bucket is at the database (it would wait for that row's lock
+// anyway: a hot bucket) or when every connection the store may use is busy.
+// Whoever's batch returns sends the next one: every queued call whose bucket
+// is not at the database, in arrival order, the calls of one bucket decided
+// one after another under one lock of its row. A call that finds a connection
+// free and its bucket idle goes at once, as a batch of one: coalescing adds
 // no round trip and no wait of its own.
 type coalescer struct {
 	mu       sync.Mutex
 	slots    int // calls to the database at once; the pool's size
 	inFlight int
+	busy     map[ledger.BucketRef]int // calls of a bucket at the database
 	queue    []*fillCall
 }
 
@@ -55,13 +59,15 @@ func (s *Store) fillupSingle(ctx context.Context, it ledger.Charge, idem ledger.
 	}
 	co := &s.co
 	co.mu.Lock()
-	if co.inFlight < co.slots {
-		// A connection is free: go at once, then send what queued meanwhile
-		// (in a goroutine: this caller has its answer).
+	if co.inFlight < co.slots && co.busy[c.ref] == 0 {
 		co.inFlight++
+		co.busy[c.ref]++
 		co.mu.Unlock()
-		s.runBatch([]*fillCall{c})
-		s.drainQueue(true)
+		batch := []*fillCall{c}
+		s.runBatch(batch)
+		// Send what queued meanwhile, in a goroutine: this caller has its
+		// answer.
+		s.sendNext(batch, true)
 		return c.out, c.err
 	}
 	co.queue = append(co.queue, c)
@@ -76,35 +82,76 @@ func (s *Store) fillupSingle(ctx context.Context, it ledger.Charge, idem ledger.
 	}
 }
 
-// drainQueue is called by the holder of an in-flight slot whose call has
-// returned: it sends the queued calls as batches until none are left, then
-// gives the slot up. With handOff, it starts a goroutine for that instead.
-func (s *Store) drainQueue(handOff bool) {
+// sendNext is called with the batch that just returned, by the holder of its
+// connection slot: it sends the next batches until nothing it may send is
+// queued, then gives the slot up. With handOff, a goroutine does the sending.
+func (s *Store) sendNext(done []*fillCall, handOff bool) {
 	co := &s.co
 	for {
 		co.mu.Lock()
-		if len(co.queue) == 0 {
+		for _, c := range done {
+			if co.busy[c.ref]--; co.busy[c.ref] == 0 {
+				delete(co.busy, c.ref)
+			}
+		}
+		next := co.take()
+		if len(next) == 0 {
 			co.inFlight--
 			co.mu.Unlock()
 			return
 		}
+		co.mu.Unlock()
 		if handOff {
-			co.mu.Unlock()
-			go s.drainQueue(false)
+			go func() {
+				s.runBatch(next)
+				s.sendNext(next, false)
+			}()
 			return
 		}
-		n := min(len(co.queue), maxBatch)
-		batch := co.queue[:n:n]
-		co.queue = co.queue[n:]
-		if len(co.queue) == 0 {
-			co.queue = nil // let the backing array go
-		}
-		co.mu.Unlock()
-		s.runBatch(batch)
+		s.runBatch(next)
+		done = next
 	}
 }
 
-// batchRow is one row of budgetd_fillup_batch: an answer in columns, an
+// take removes from the queue and returns, in arrival order, up to maxBatch
+// calls whose bucket is not at the database, and marks their buckets busy.
+// A call left in the queue holds back the later calls with its
+// Idempotency-Key, so that a key is always decided by its first call. The
+// caller holds co.mu.
+func (co *coalescer) take() []*fillCall {
+	var batch []*fillCall
+	var blocked map[[2]string]bool
+	rest := co.queue[:0]
+	for i, c := range co.queue {
+		k := [2]string{c.idem.Scope, c.idem.Key}
+		if len(batch) == maxBatch {
+			rest = append(rest, co.queue[i:]...)
+			break
+		}
+		if co.busy[c.ref] > 0 || c.idem.Key != "" && blocked[k] {
+			if c.idem.Key != "" {
+				if blocked == nil {
+					blocked = map[[2]string]bool{}
+				}
+				blocked[k] = true
+			}
+			rest = append(rest, c)
+			continue
+		}
+		batch = append(batch, c)
+	}
+	clear(co.queue[len(rest):])
+	co.queue = rest
+	if len(co.queue) == 0 {
+		co.queue = nil // let the backing array go
+	}
+	for _, c := range batch {
+		co.busy[c.ref]++
+	}
+	return batch
+}
+
+// batchRow is one row of budgetd_fillup_batch(es): an answer in columns, an
 // idempotent replay (doc) or a refusal of that one call (errCode).
 type batchRow struct {
 	fits                  *bool

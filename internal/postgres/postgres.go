@@ -110,9 +110,10 @@ func WithPruneInterval(d time.Duration) Option { return func(c *config) { c.prun
 // the URL).
 func WithMaxConns(n int32) Option { return func(c *config) { c.maxConns = n } }
 
-// WithCoalescing turns the queueing of concurrent single-bucket Fillups of
-// one bucket into one database call on or off (default on; see coalesce.go
-// and docs/postgres.md). Multi-bucket Fillups always go on their own.
+// WithCoalescing turns on or off the queueing of single-bucket Fillups while
+// every pool connection is busy, to send what queued as one database call
+// (default on; see coalesce.go and docs/postgres.md). Multi-bucket Fillups
+// always go on their own.
 func WithCoalescing(on bool) Option { return func(c *config) { c.coalesce = on } }
 
 // WithTracer installs a pgx query tracer on every connection (tests count
@@ -222,6 +223,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	}
 	s := &Store{pool: pool, cfg: c, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	s.co.slots = int(pool.Config().MaxConns)
+	s.co.busy = map[ledger.BucketRef]int{}
 	if c.pruneInterval > 0 {
 		go s.pruneLoop()
 	} else {
