@@ -26,6 +26,20 @@ func BenchmarkFillup(b *testing.B) {
 	}
 }
 
+// BenchmarkFillupPool2 is BenchmarkFillup at READ COMMITTED through a pool
+// of 2 connections, so that calls queue for connections as they do behind a
+// loaded HTTP server (more requests than connections): coalescing then also
+// batches calls of different buckets.
+func BenchmarkFillupPool2(b *testing.B) {
+	for _, hot := range []bool{false, true} {
+		for _, co := range []bool{true, false} {
+			b.Run(fmt.Sprintf("hot=%v/coalesce=%v", hot, co), func(b *testing.B) {
+				benchFillup(b, hot, postgres.WithCoalescing(co), postgres.WithMaxConns(2))
+			})
+		}
+	}
+}
+
 func benchFillup(b *testing.B, hot bool, opts ...postgres.Option) {
 	s := open(b, append([]postgres.Option{postgres.WithMaxConns(16), postgres.WithMaxAttempts(100), postgres.WithTimeout(time.Minute)}, opts...)...)
 	ctx := context.Background()
