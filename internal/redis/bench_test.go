@@ -37,18 +37,23 @@ func benchStore(b *testing.B, history bool) (*ledger.Service, func()) {
 }
 
 // BenchmarkFillup measures accepted Fillups of 12.37 from parallel clients,
-// on one hot bucket and spread over many.
+// on one hot bucket and spread over many: GOMAXPROCS clients, and 64 per
+// GOMAXPROCS ("-c64"), where calls queue and go to Redis in pipelines
+// (batch.go).
 func BenchmarkFillup(b *testing.B) {
 	for _, c := range []struct {
 		name    string
 		keys    int64
 		history bool
-	}{{"hot", 1, false}, {"spread", 100000, false}, {"spread-history", 100000, true}} {
+		par     int
+	}{{"hot", 1, false, 1}, {"spread", 100000, false, 1}, {"spread-history", 100000, true, 1},
+		{"hot-c64", 1, false, 64}, {"spread-c64", 100000, false, 64}} {
 		b.Run(c.name, func(b *testing.B) {
 			svc, done := benchStore(b, c.history)
 			defer done()
 			var n atomic.Int64
 			cost := decimal.RequireFromString("12.37")
+			b.SetParallelism(c.par)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					key := fmt.Sprint(n.Add(1) % c.keys)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 )
 
@@ -30,8 +29,8 @@ var (
 	limitsLua string
 )
 
-func bucketScript(op string) *goredis.Script {
-	return goredis.NewScript(bigintLua + "\n" + fastLua + "\n" + bucketLua + "\nreturn " + op + "()\n")
+func bucketScript(op string) *script {
+	return newScript(bigintLua + "\n" + fastLua + "\n" + bucketLua + "\nreturn " + op + "()\n")
 }
 
 var (
@@ -179,14 +178,8 @@ func withFreshLimits[T any](s *Store, op func() (T, error)) (T, error) {
 
 // run runs a script and returns its JSON body and whether it was replayed.
 // Domain errors reported by the script become the matching sentinel.
-func (s *Store) run(ctx context.Context, op string, sc *goredis.Script, ro bool, keys []string, args ...any) (string, bool, error) {
-	var cmd *goredis.Cmd
-	if ro {
-		cmd = sc.RunRO(ctx, s.client, keys, args...)
-	} else {
-		cmd = sc.Run(ctx, s.client, keys, args...)
-	}
-	res, err := cmd.StringSlice()
+func (s *Store) run(ctx context.Context, op string, sc *script, ro bool, keys []string, args ...any) (string, bool, error) {
+	res, err := s.batch.do(ctx, &scriptCall{sc: sc, ro: ro, keys: keys, args: args}).StringSlice()
 	if err != nil {
 		if strings.Contains(err.Error(), "BUDGETD_STALE_LIMIT") {
 			return "", false, errStale

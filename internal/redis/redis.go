@@ -50,11 +50,15 @@ type rediser interface {
 	HGet(ctx context.Context, key, field string) *goredis.StringCmd
 	Ping(ctx context.Context) *goredis.StatusCmd
 	Close() error
+	// Process and Pipeline carry the bucket scripts (batch.go).
+	Process(ctx context.Context, cmd goredis.Cmder) error
+	Pipeline() goredis.Pipeliner
 }
 
 // Store is the Redis store. Open returns one; it is safe for concurrent use.
 type Store struct {
 	client  rediser
+	batch   *batcher // every bucket script call goes through it
 	cluster bool
 	// slotCheck: refuse multi-bucket calls across slots (always in a cluster).
 	slotCheck bool
@@ -147,6 +151,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if err := s.connect(url); err != nil {
 		return nil, err
 	}
+	s.batch = newBatcher(s.client)
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		s.client.Close()
 		return nil, s.fail(ctx, "ping", err)
