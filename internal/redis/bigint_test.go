@@ -21,6 +21,8 @@ import (
 // "level" runs the whole leak rule: a = "level|updated|now", b =
 // "amount|per", all in the scripts' units.
 var bigintProbe = goredis.NewScript(bigintLua + "\n" + fastLua + "\n" + bucketLua + `
+big()
+local bn, bs, bn_add, bn_sub, bn_mul, bn_cmp, bn_divsmall = B.bn, B.bs, B.bn_add, B.bn_sub, B.bn_mul, B.bn_cmp, B.bn_divsmall
 local out = {}
 for i = 1, #ARGV, 3 do
   local op, x, y = ARGV[i], ARGV[i + 1], ARGV[i + 2]

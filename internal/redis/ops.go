@@ -25,22 +25,30 @@ var (
 	fastLua string
 	//go:embed lua/bucket.lua
 	bucketLua string
+	//go:embed lua/fillup.lua
+	fillupLua string
+	//go:embed lua/ops.lua
+	opsLua string
 	//go:embed lua/limits.lua
 	limitsLua string
 )
 
-func bucketScript(op string) *script {
-	return newScript(bigintLua + "\n" + fastLua + "\n" + bucketLua + "\nreturn " + op + "()\n")
+// bucketScript is the entry script of an operation: the shared parts, the
+// file that holds op and a call of it. Each script defines only the Lua
+// functions its operations may use, since defining one costs time on every
+// call.
+func bucketScript(file, op string) *script {
+	return newScript(bigintLua + "\n" + fastLua + "\n" + bucketLua + "\n" + file + "\nreturn " + op + "()\n")
 }
 
 var (
-	fillupScript      = bucketScript("op_fillup")
-	inspectScript     = bucketScript("op_inspect")
-	drainScript       = bucketScript("op_drain")
-	reserveScript     = bucketScript("op_reserve")
-	resolveScript     = bucketScript("op_resolve")
-	reservationScript = bucketScript("op_reservation")
-	historyScript     = bucketScript("op_history")
+	fillupScript      = bucketScript(fillupLua, "op_fillup")
+	inspectScript     = bucketScript(opsLua, "op_inspect")
+	drainScript       = bucketScript(opsLua, "op_drain")
+	reserveScript     = bucketScript(opsLua, "op_reserve")
+	resolveScript     = bucketScript(opsLua, "op_resolve")
+	reservationScript = bucketScript(opsLua, "op_reservation")
+	historyScript     = bucketScript(opsLua, "op_history")
 )
 
 // units is an amount as an integer number of 10^-12, the scripts' unit.
@@ -179,33 +187,44 @@ func withFreshLimits[T any](s *Store, op func() (T, error)) (T, error) {
 // run runs a script and returns its JSON body and whether it was replayed.
 // Domain errors reported by the script become the matching sentinel.
 func (s *Store) run(ctx context.Context, op string, sc *script, ro bool, keys []string, args ...any) (string, bool, error) {
-	res, err := s.batch.do(ctx, &scriptCall{sc: sc, ro: ro, keys: keys, args: args}).StringSlice()
+	res, err := s.call(ctx, op, sc, ro, keys, args...)
 	if err != nil {
-		if strings.Contains(err.Error(), "BUDGETD_STALE_LIMIT") {
-			return "", false, errStale
-		}
-		return "", false, s.fail(ctx, op, err)
+		return "", false, err
 	}
 	if len(res) != 2 {
 		return "", false, fmt.Errorf("redis %s: unexpected reply %q", op, res)
 	}
-	switch res[0] {
-	case "ok":
-		return res[1], false, nil
-	case "replay":
-		return res[1], true, nil
+	return res[1], res[0] == "replay", nil
+}
+
+// call runs a script and returns its reply: "ok" and the answer, or
+// "replay" and the stored JSON body. Domain errors reported by the script
+// become the matching sentinel.
+func (s *Store) call(ctx context.Context, op string, sc *script, ro bool, keys []string, args ...any) ([]string, error) {
+	res, err := s.batch.do(ctx, &scriptCall{sc: sc, ro: ro, keys: keys, args: args}).StringSlice()
+	if err != nil {
+		if strings.Contains(err.Error(), "BUDGETD_STALE_LIMIT") {
+			return nil, errStale
+		}
+		return nil, s.fail(ctx, op, err)
+	}
+	if len(res) < 2 {
+		return nil, fmt.Errorf("redis %s: unexpected reply %q", op, res)
+	}
+	if res[0] == "ok" || res[0] == "replay" {
+		return res, nil
 	}
 	switch res[1] {
 	case "reused":
-		return "", false, ledger.ErrIdempotencyKeyReused
+		return nil, ledger.ErrIdempotencyKeyReused
 	case "not_found":
-		return "", false, ledger.ErrReservationNotFound
+		return nil, ledger.ErrReservationNotFound
 	case "too_many_holds":
-		return "", false, ledger.ErrTooManyHolds
+		return nil, ledger.ErrTooManyHolds
 	case "level_overflow":
-		return "", false, ledger.ErrLevelOverflow
+		return nil, ledger.ErrLevelOverflow
 	}
-	return "", false, fmt.Errorf("redis %s: script error %q", op, res[1])
+	return nil, fmt.Errorf("redis %s: script error %q", op, res[1])
 }
 
 // snapJSON is a bucket as a script reports it.
@@ -228,11 +247,11 @@ func parseMicros(s string) (time.Time, error) {
 
 // snapshot converts a script's bucket into a ledger.Snapshot, as the memory
 // store would build it. known is the limit the call was made with: when the
-// script reports that very limit (always, except for a replayed outcome), it
-// is used as is instead of decoding the document again.
+// script reports that very limit, or none (the flat answer of a Fillup), it
+// is used as is; only a replayed outcome may carry another one to decode.
 func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, error) {
 	l := known.l
-	if known.args.doc == "" || j.Lim != known.args.doc {
+	if j.Lim != "" && j.Lim != known.args.doc {
 		var err error
 		if l, err = decodeLimit(j.Lim); err != nil {
 			return ledger.Snapshot{}, err
@@ -329,7 +348,7 @@ func (s *Store) fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 	} else {
 		args[1] = ""
 	}
-	body, replayed, err := s.run(ctx, "fillup", fillupScript, false, keys, args...)
+	res, err := s.call(ctx, "fillup", fillupScript, false, keys, args...)
 	if err != nil {
 		return ledger.FillupOutcome{}, err
 	}
@@ -338,8 +357,24 @@ func (s *Store) fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		Acc   bool       `json:"acc"`
 		Items []snapJSON `json:"items"`
 	}
-	if err := json.Unmarshal([]byte(body), &j); err != nil {
-		return ledger.FillupOutcome{}, fmt.Errorf("redis fillup: %w", err)
+	replayed := res[0] == "replay"
+	if replayed {
+		if err := json.Unmarshal([]byte(res[1]), &j); err != nil {
+			return ledger.FillupOutcome{}, fmt.Errorf("redis fillup: %w", err)
+		}
+	} else {
+		// The flat answer of fillup.lua: now, accepted, then level,
+		// updated, holds and fits per item, each decided with the limit
+		// passed in (Lim stays empty: snapshot uses the known one).
+		if len(res) != 3+4*len(ts) {
+			return ledger.FillupOutcome{}, fmt.Errorf("redis fillup: unexpected reply %q", res)
+		}
+		j.Now, j.Acc = res[1], res[2] == "1"
+		j.Items = make([]snapJSON, len(ts))
+		for i := range j.Items {
+			f := res[3+4*i:]
+			j.Items[i] = snapJSON{L: f[0], U: f[1], H: f[2], Fits: f[3] == "1"}
+		}
 	}
 	now, err := parseMicros(j.Now)
 	if err != nil {

@@ -1,6 +1,8 @@
 -- bucket.lua: the leaky-bucket rule of internal/bucket, in exact integers, and
--- the operations of the Redis store. Each entry script is this file plus one
--- "return op_x()" line, so every operation is one atomic script call.
+-- the parts every operation of the Redis store shares. An entry script is
+-- bigint.lua, fast.lua, this file, the file of its operation (fillup.lua, or
+-- ops.lua for the others) and one "return op_x()" line, so every operation is
+-- one atomic script call, and a script defines only the functions it may use.
 --
 -- Amounts are integers in units of 10^-12 stored as decimal strings; times are
 -- integer microseconds since the Unix epoch (exact doubles, < 2^53).
@@ -10,8 +12,6 @@ local HIST_MS = 30 * 86400000                 -- history retention: 30 days
 local HIST_US = 30 * 86400 * 1000000
 local HIST_MAX = 10000                        -- entries per bucket
 local SLACK_MS = 60000                        -- margin on every bucket TTL
-local MAX_HOLDS = 1000
-local MAX_LEVEL = { h = 1000000000000000, l = 0 } -- 10^15 in 10^-12 units (a pair, fast.lua)
 
 local function clock(arg)
   if arg ~= nil and arg ~= '' then return tonumber(arg) end
@@ -93,12 +93,6 @@ local function held_at(st, now)
   return sum
 end
 
-local function active_count(st, now)
-  local n = 0
-  for _, h in ipairs(st.holds) do if h.e > now then n = n + 1 end end
-  return n
-end
-
 -- fits: bucket.CanAccept's accept test.
 local function fits(c, st, now, cost)
   if vzero(cost) then return true end
@@ -178,6 +172,7 @@ local function finish(c, st, now)
 end
 
 local function holds_str(st)
+  if #st.holds == 0 then return '' end
   local t = {}
   for _, h in ipairs(st.holds) do t[#t + 1] = h.raw or (h.a .. ':' .. fmt(h.e)) end
   return table.concat(t, ',')
@@ -185,229 +180,4 @@ end
 
 local function snap(c, st)
   return { l = vs(st.l), u = fmt(st.u), h = holds_str(st), lim = c.lim }
-end
-
-local function hold_doc(rk)
-  local f = redis.call('HGETALL', rk)
-  local r = {}
-  for i = 1, #f, 2 do r[f[i]] = f[i + 1] end
-  return r
-end
-
--- op_fillup: KEYS = bk1, hk1, ..., bkN, hkN [, idem]; ARGV = now, idem hash,
--- N, then per item a descriptor (DESC) and the cost.
-local function op_fillup()
-  local n = tonumber(ARGV[3])
-  local ik
-  if ARGV[2] ~= '' then
-    ik = KEYS[2 * n + 1]
-    local r = idem_get(ik, ARGV[2])
-    if r then return r end
-  end
-  local now = clock(ARGV[1])
-  local items, accepted = {}, true
-  for i = 1, n do
-    local base = 4 + (i - 1) * (DESC + 1)
-    local c = desc(KEYS[2 * i - 1], KEYS[2 * i], base)
-    local cost = nv(ARGV[base + DESC])
-    local st = load(c)
-    local ok = fits(c, st, now, cost)
-    accepted = accepted and ok
-    items[i] = { c = c, st = st, cost = cost, fits = ok }
-  end
-  local out = { now = fmt(now), acc = accepted, items = {} }
-  for i, it in ipairs(items) do
-    local c, st = it.c, it.st
-    if accepted and not vzero(it.cost) then
-      settle(c, st, now)
-      st.l = vadd(st.l, it.cost)
-      record(c, st, now, 'fillup', vs(it.cost), '')
-      finish(c, st, now)
-    end
-    local s = snap(c, st)
-    s.fits = it.fits
-    out.items[i] = s
-  end
-  local body = cjson.encode(out)
-  idem_put(ik, ARGV[2], body)
-  return { 'ok', body }
-end
-
--- op_inspect: KEYS = bk; ARGV = now, descriptor. Reads only.
-local function op_inspect()
-  local now = clock(ARGV[1])
-  local c = desc(KEYS[1], nil, 2)
-  local st = load(c)
-  local s = snap(c, st)
-  s.now = fmt(now)
-  return { 'ok', cjson.encode(s) }
-end
-
--- op_drain: KEYS = bk, hk [, idem]; ARGV = now, idem hash, descriptor, amount.
-local function op_drain()
-  local ik
-  if ARGV[2] ~= '' then
-    ik = KEYS[3]
-    local r = idem_get(ik, ARGV[2])
-    if r then return r end
-  end
-  local now = clock(ARGV[1])
-  local c = desc(KEYS[1], KEYS[2], 3)
-  local amount = nv(ARGV[3 + DESC])
-  local st = load(c)
-  local removed = pair(0, 0)
-  if not vzero(amount) then
-    settle(c, st, now)
-    removed = vmin(amount, st.l)
-    st.l = vsub(st.l, removed)
-    record(c, st, now, 'drain', vs(removed), '')
-    finish(c, st, now)
-  end
-  local out = snap(c, st)
-  out.now = fmt(now)
-  out.removed = vs(removed)
-  local body = cjson.encode(out)
-  idem_put(ik, ARGV[2], body)
-  return { 'ok', body }
-end
-
--- op_reserve: KEYS = bk, hk [, idem]; ARGV = now, idem hash, descriptor,
--- amount, ttl (µs), hold id, limit name, encoded bucket key.
-local function op_reserve()
-  local ik
-  if ARGV[2] ~= '' then
-    ik = KEYS[3]
-    local r = idem_get(ik, ARGV[2])
-    if r then return r end
-  end
-  local now = clock(ARGV[1])
-  local c = desc(KEYS[1], KEYS[2], 3)
-  local amount = nv(ARGV[3 + DESC])
-  local ttl, id = tonumber(ARGV[4 + DESC]), ARGV[5 + DESC]
-  local st = load(c)
-  if active_count(st, now) >= MAX_HOLDS then return { 'err', 'too_many_holds' } end
-  local out = { now = fmt(now), acc = false }
-  if fits(c, st, now, amount) then
-    settle(c, st, now)
-    local exp = now + ttl
-    local rk = c.rbase .. id
-    redis.call('HSET', rk, 'id', id, 'lim', ARGV[6 + DESC], 'e', ARGV[7 + DESC], 'a', vs(amount), 's', 'a',
-      't0', fmt(now), 'te', fmt(exp))
-    redis.call('PEXPIRE', rk, fmt(math.ceil(ttl / 1000) + 86400000 + SLACK_MS))
-    redis.call('HSET', c.bk, 'h' .. id, vs(amount) .. ':' .. fmt(exp))
-    st.holds[#st.holds + 1] = { id = id, a = vs(amount), e = exp }
-    record(c, st, now, 'reserved', vs(amount), id)
-    finish(c, st, now)
-    out.acc = true
-    out.res = hold_doc(rk)
-  end
-  out.b = snap(c, st)
-  local body = cjson.encode(out)
-  idem_put(ik, ARGV[2], body)
-  return { 'ok', body }
-end
-
--- op_resolve: KEYS = hold record [, idem]; ARGV = now, idem hash, mode ('c'
--- commit, 'r' release), amount ('' = the held amount), overrun ('1'), key base
--- of the limit's generation, then the descriptor (DESC).
-local function op_resolve()
-  local rk = KEYS[1]
-  local ik
-  if ARGV[2] ~= '' then
-    ik = KEYS[2]
-    local r = idem_get(ik, ARGV[2])
-    if r then return r end
-  end
-  local h = hold_doc(rk)
-  if not h.id then return { 'err', 'not_found' } end
-  local now = clock(ARGV[1])
-  local base = ARGV[6]
-  local c = desc(base .. ':b:' .. h.e, base .. ':x:' .. h.e, 7)
-  local st = load(c)
-  local refusal = ''
-  local te = tonumber(h.te)
-  local mode = ARGV[3]
-  local function drop_hold()
-    redis.call('HDEL', c.bk, 'h' .. h.id)
-    local kept = {}
-    for _, x in ipairs(st.holds) do if x.id ~= h.id then kept[#kept + 1] = x end end
-    st.holds = kept
-  end
-  if h.s == 'e' or (h.s == 'a' and now >= te) then
-    c.touched = false
-    expire_holds(c, st, now)
-    if c.touched then finish(c, st, now) end
-    refusal = 'reservation_expired'
-  elseif mode == 'c' then
-    local charge = nv(h.a)
-    if ARGV[4] ~= '' then charge = nv(ARGV[4]) end
-    if h.s == 'c' then
-      if vcmp(nv(h.c), charge) ~= 0 then refusal = 'reservation_closed' end
-    elseif h.s == 'r' then
-      refusal = 'reservation_closed'
-    elseif vcmp(charge, nv(h.a)) > 0 and ARGV[5] ~= '1' then
-      refusal = 'exceeds_hold'
-    else
-      local lvl = vadd(level_at(c, st, now), charge)
-      if vcmp(lvl, MAX_LEVEL) > 0 then return { 'err', 'level_overflow' } end
-      settle(c, st, now)
-      st.l = vadd(st.l, charge)
-      drop_hold()
-      redis.call('HSET', rk, 's', 'c', 'c', vs(charge), 'tr', fmt(now))
-      record(c, st, now, 'committed', vs(charge), h.id)
-      finish(c, st, now)
-    end
-  else
-    if h.s == 'c' then
-      refusal = 'reservation_closed'
-    elseif h.s == 'a' then
-      settle(c, st, now)
-      drop_hold()
-      redis.call('HSET', rk, 's', 'r', 'tr', fmt(now))
-      record(c, st, now, 'released', h.a, h.id)
-      finish(c, st, now)
-    end
-  end
-  local out = { now = fmt(now), refusal = refusal, res = hold_doc(rk), b = snap(c, st) }
-  local body = cjson.encode(out)
-  idem_put(ik, ARGV[2], body)
-  return { 'ok', body }
-end
-
--- op_reservation: KEYS = hold record; ARGV = now. Reads only.
-local function op_reservation()
-  local now = clock(ARGV[1])
-  local h = hold_doc(KEYS[1])
-  if not h.id then return { 'err', 'not_found' } end
-  return { 'ok', cjson.encode({ now = fmt(now), res = h }) }
-end
-
--- op_history: KEYS = bk, hk; ARGV = now, descriptor, cursor time ('' for
--- the first page), cursor id, n. Records due expiries, then lists newest
--- first by (time, id).
-local function op_history()
-  local now = clock(ARGV[1])
-  local c = desc(KEYS[1], KEYS[2], 2)
-  local st = load(c)
-  c.touched = false
-  expire_holds(c, st, now)
-  if c.touched then finish(c, st, now) end
-  local ct, cid, n = ARGV[2 + DESC], ARGV[3 + DESC], tonumber(ARGV[4 + DESC])
-  local out = {}
-  if ct ~= '' then
-    local same = redis.call('ZRANGEBYSCORE', c.hk, ct, ct)
-    local pad = string.format('%012.0f', tonumber(cid))
-    for i = #same, 1, -1 do
-      if string.sub(same[i], 1, 12) < pad and #out <= n then out[#out + 1] = ct .. '|' .. same[i] end
-    end
-  end
-  if #out <= n then
-    local max = '+inf'
-    if ct ~= '' then max = '(' .. ct end
-    local rest = redis.call('ZREVRANGEBYSCORE', c.hk, max, '-inf', 'WITHSCORES', 'LIMIT', 0, n + 1 - #out)
-    for i = 1, #rest, 2 do
-      out[#out + 1] = fmt(tonumber(rest[i + 1])) .. '|' .. rest[i]
-    end
-  end
-  return { 'ok', cjson.encode({ now = fmt(now), e = table.concat(out, '\n') }) }
 end

@@ -26,31 +26,31 @@ local function nv(s)
     local h = tonumber(string.sub(s, 1, n - 12))
     if h < HMAX then return pair(h, tonumber(string.sub(s, n - 11))) end
   end
-  return bn(s)
+  return big().bn(s)
 end
 
 -- vs formats a value as a decimal string.
 local function vs(a)
-  if a.h == nil then return bs(a) end
+  if a.h == nil then return big().bs(a) end
   if a.h == 0 then return fmt(a.l) end
   return fmt(a.h) .. string.format('%012.0f', a.l)
 end
 
 local function vbig(a)
   if a.h == nil then return a end
-  return bn(vs(a))
+  return big().bn(vs(a))
 end
 
 -- norm turns a bigint result back into a pair when it fits.
-local function norm(a) return nv(bs(a)) end
+local function norm(a) return nv(big().bs(a)) end
 
 local function vzero(a)
-  if a.h == nil then return bn_zero(a) end
+  if a.h == nil then return big().bn_zero(a) end
   return a.h == 0 and a.l == 0
 end
 
 local function vcmp(a, b)
-  if a.h == nil or b.h == nil then return bn_cmp(vbig(a), vbig(b)) end
+  if a.h == nil or b.h == nil then return big().bn_cmp(vbig(a), vbig(b)) end
   if a.h ~= b.h then return (a.h < b.h) and -1 or 1 end
   if a.l ~= b.l then return (a.l < b.l) and -1 or 1 end
   return 0
@@ -62,7 +62,7 @@ local function vadd(a, b)
     if l >= E12 then l = l - E12; h = h + 1 end
     if h < HMAX then return pair(h, l) end
   end
-  return bn_add(vbig(a), vbig(b))
+  return big().bn_add(vbig(a), vbig(b))
 end
 
 -- vsub returns a - b for a >= b.
@@ -72,7 +72,7 @@ local function vsub(a, b)
     if l < 0 then l = l + E12; h = h - 1 end
     return pair(h, l)
   end
-  return norm(bn_sub(vbig(a), vbig(b)))
+  return norm(big().bn_sub(vbig(a), vbig(b)))
 end
 
 local function vmin(a, b)
@@ -82,7 +82,7 @@ end
 
 -- vnum is a value as a double, rounded: only for TTL estimates.
 local function vnum(a)
-  if a.h == nil then return tonumber(bs(a)) end
+  if a.h == nil then return tonumber(big().bs(a)) end
   return a.h * E12 + a.l
 end
 
@@ -90,9 +90,9 @@ end
 -- by their greatest common divisor on the Go side: floor(A*dt/P) equals
 -- floor(ra*dt/rp) since A/P = ra/rp. rp <= P <= 9*10^14 (bn_divsmall's bound).
 -- ran is ra as a Lua number when it has at most 15 digits (< 10^15 < 2^53,
--- exact), else nil.
+-- exact), else nil. ras, the decimal string, is for the big-integer fallback.
 local function leak_params(ras, rps)
-  local p = { ra = bn(ras), rp = tonumber(rps), raf = tonumber(ras) }
+  local p = { ras = ras, rp = tonumber(rps), raf = tonumber(ras) }
   if #ras <= 15 then p.ran = p.raf end
   return p
 end
@@ -125,8 +125,9 @@ local function leak(lp, level, dt)
       if ln < LIM and ln * lp.rp < LIM then return pair(0, 0) end
     end
   end
-  local lk = bn_divsmall(bn_mul(lp.ra, bnum(dt)), lp.rp)
+  local B = big()
+  local lk = B.bn_divsmall(B.bn_mul(B.bn(lp.ras), B.bnum(dt)), lp.rp)
   local lb = vbig(level)
-  if bn_cmp(lk, lb) >= 0 then return pair(0, 0) end
-  return norm(bn_sub(lb, lk))
+  if B.bn_cmp(lk, lb) >= 0 then return pair(0, 0) end
+  return norm(B.bn_sub(lb, lk))
 end
