@@ -240,6 +240,14 @@ func TestBadInput(t *testing.T) {
 			{"POST", "/v1/fillup", `{"items":[{"limit":"spend","key":"k","cost":"1"},{"limit":"spend","key":"","cost":"1"}]}`, 400, "invalid_key", "items[1].key"},
 			{"POST", "/v1/fillup", `{"items":[{"limit":"spend","key":"k","cost":"x"}]}`, 400, "invalid_amount", "items[0].cost"},
 			{"POST", "/v1/fillup", `{"items":[{"limit":"Spend","key":"k","cost":"1"}]}`, 400, "invalid_name", "items[0].limit"},
+			{"POST", "/v1/fillup", `{"items":[{"limit":"spend","key":"\ud800","cost":"1"}]}`, 400, "invalid_key", "items[0].key"},
+			{"POST", "/v1/fillup", `{"items":[{"limit":"spend","key":"k","cost":"1"},{"limit":"spend","key":"a\udc00b","cost":"1"}]}`, 400, "invalid_key", "items[1].key"},
+			{"POST", "/v1/fillup", `{"items":[{"limit":"spend","key":"\ud800\u0041","cost":"1"}]}`, 400, "invalid_key", "items[0].key"},
+			{"POST", "/v1/fillup", "{\"items\":[{\"limit\":\"spend\",\"key\":\"a\xc3\",\"cost\":\"1\"}]}", 400, "invalid_key", "items[0].key"},
+			{"POST", "/v1/fillup", `{"items":[{"limit":"spend","key":2,"cost":"1"}]}`, 400, "invalid_request", "items[0].key"},
+			{"POST", "/v1/fillup", `{"items":[{"limit":1,"key":"k","cost":"1"}]}`, 400, "invalid_request", "items[0].limit"},
+			{"POST", "/v1/fillup", `{"items":[{"limit":"spend","key":"k","cost":"1"},"x"]}`, 400, "invalid_request", "items[1]"},
+			{"POST", "/v1/fillup", `{"items":[{"limit":"spend","key":"k","cost":"1","x":1}]}`, 400, "invalid_request", "items[0].x"},
 			{"POST", "/v1/fillup", `{"items":[{"limit":"spend","key":"k","cost":"1"},{"limit":"nope","key":"k","cost":"1"}]}`, 404, "limit_not_found", ""},
 			{"POST", "/v1/reservations/" + hold + "/commit", `{"amount":"1.1234567"}`, 400, "invalid_amount", "amount"},
 			{"POST", "/v1/reservations/" + hold + "/commit", `{"amount":"6"}`, 422, "exceeds_hold", ""},
@@ -479,6 +487,10 @@ func TestMultiBucket(t *testing.T) {
 		if _, ok := r.header["Retry-After"]; ok {
 			t.Fatalf("Retry-After with a never-fitting item: %v", r.header)
 		}
+		// A key written with a surrogate-pair escape names the same bucket
+		// as its UTF-8 spelling in the path.
+		a.expect("POST", "/v1/fillup", `{"items":[{"limit":"user","key":"{a}\ud83d\ude00","cost":"3"}]}`, 200)
+		decEq(t, "escaped key level", a.expect("GET", "/v1/limits/user/buckets/%7Ba%7D%F0%9F%98%80", "", 200).str("level"), "3")
 	})
 }
 

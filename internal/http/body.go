@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/labstack/echo/v4"
@@ -42,10 +44,18 @@ func readJSON(c echo.Context, dst any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
+	return decodeStrict(body, dst, "")
+}
+
+// decodeStrict decodes one JSON value from data into dst, refusing unknown
+// fields and trailing data. Errors name fields with prefix in front (e.g.
+// "items[2]."), so a nested object decoded on its own is named as the client
+// sent it.
+func decodeStrict(data []byte, dst any, prefix string) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return decodeError(err)
+		return decodeError(err, prefix)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return invalidRequest("body", "unexpected data after the JSON object")
@@ -53,8 +63,9 @@ func readJSON(c echo.Context, dst any) error {
 	return nil
 }
 
-// decodeError names what is wrong with a body encoding/json refused.
-func decodeError(err error) error {
+// decodeError names what is wrong with a body encoding/json refused; field
+// names get prefix in front.
+func decodeError(err error, prefix string) error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
@@ -62,16 +73,89 @@ func decodeError(err error) error {
 		return invalidRequest("body", fmt.Sprintf("malformed JSON at byte %d: %v", syn.Offset, syn))
 	case errors.As(err, &typ):
 		if typ.Field == "" {
+			if prefix != "" {
+				field := strings.TrimSuffix(prefix, ".")
+				return invalidRequest(field, field+" must be a JSON object")
+			}
 			return invalidRequest("body", "the body must be a JSON object")
 		}
-		return invalidRequest(typ.Field, fmt.Sprintf("%s must be a JSON %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value))
+		field := prefix + typ.Field
+		return invalidRequest(field, fmt.Sprintf("%s must be a JSON %s, not %s", field, jsonKind(typ.Type.Kind().String()), typ.Value))
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
 		return invalidRequest("body", "the JSON body ends too early")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		field := prefix + strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return invalidRequest(field, fmt.Sprintf("unknown field %q", field))
 	}
 	return invalidRequest("body", "malformed JSON: "+err.Error())
+}
+
+// jsonText is a JSON string kept exactly as sent. encoding/json would turn
+// invalid UTF-8 and lone surrogate escapes (\ud800) into U+FFFD, silently
+// naming another key than the client's; jsonText marks them instead.
+type jsonText struct {
+	text    string
+	notText bool // present but not a string
+	badUTF8 bool // a string that is not valid UTF-8
+}
+
+func (t *jsonText) UnmarshalJSON(b []byte) error {
+	*t = jsonText{}
+	switch {
+	case string(b) == "null":
+	case b[0] != '"':
+		t.notText = true
+	case !utf8.Valid(b) || loneSurrogate(b):
+		t.badUTF8 = true
+	default:
+		return json.Unmarshal(b, &t.text)
+	}
+	return nil
+}
+
+// loneSurrogate reports whether the JSON string literal b has a \u escape of
+// a UTF-16 surrogate that is not part of a valid pair. b is well-formed JSON.
+func loneSurrogate(b []byte) bool {
+	hex4 := func(i int) (uint64, bool) {
+		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 32)
+		return v, err == nil
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		v, ok := hex4(i)
+		switch {
+		case !ok:
+			i++ // a two-character escape such as \\ or \"
+		case v >= 0xd800 && v < 0xdc00:
+			lo, ok := hex4(i + 6)
+			if !ok || lo < 0xdc00 || lo >= 0xe000 {
+				return true
+			}
+			i += 11
+		case v >= 0xdc00 && v < 0xe000:
+			return true
+		default:
+			i += 5
+		}
+	}
+	return false
+}
+
+// string returns the text, or an error naming field when it was not a
+// string or not valid UTF-8; code is the error code for the latter.
+func (t jsonText) string(field, code string) (string, error) {
+	switch {
+	case t.notText:
+		return "", invalidRequest(field, field+" must be a JSON string")
+	case t.badUTF8:
+		return "", &ledger.InvalidError{Code: code, Field: field, Reason: field + " is not valid UTF-8"}
+	}
+	return t.text, nil
 }
 
 func jsonKind(goKind string) string {

@@ -1,6 +1,7 @@
 package http
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -72,12 +73,39 @@ func (s *server) fillup(c echo.Context) error {
 	return nil
 }
 
+// multiBody is decoded in two steps, the items one by one, so that an error
+// names the item it is in (items[2].key).
 type multiBody struct {
-	Items []struct {
-		Limit string     `json:"limit"`
-		Key   string     `json:"key"`
-		Cost  jsonAmount `json:"cost"`
-	} `json:"items"`
+	Items []json.RawMessage `json:"items"`
+}
+
+type multiItem struct {
+	Limit jsonText   `json:"limit"`
+	Key   jsonText   `json:"key"`
+	Cost  jsonAmount `json:"cost"`
+}
+
+// item decodes and checks the i-th item of a multi-bucket call; the service
+// validates the name and key.
+func (b multiBody) item(i int) (ledger.Item, error) {
+	at := "items[" + strconv.Itoa(i) + "]."
+	var it multiItem
+	if err := decodeStrict(b.Items[i], &it, at); err != nil {
+		return ledger.Item{}, err
+	}
+	limit, err := it.Limit.string(at+"limit", "invalid_name")
+	if err != nil {
+		return ledger.Item{}, err
+	}
+	key, err := it.Key.string(at+"key", "invalid_key")
+	if err != nil {
+		return ledger.Item{}, err
+	}
+	cost, err := it.Cost.required(at + "cost")
+	if err != nil {
+		return ledger.Item{}, err
+	}
+	return ledger.Item{Bucket: ledger.BucketRef{Limit: limit, Key: key}, Cost: cost}, nil
 }
 
 // itemView is one decision of a multi-bucket Fillup, with its bucket.
@@ -102,13 +130,13 @@ func (s *server) multiFillup(c echo.Context) error {
 	}
 	items := make([]ledger.Item, len(body.Items))
 	var canon strings.Builder
-	for i, it := range body.Items {
-		cost, err := it.Cost.required("items[" + strconv.Itoa(i) + "].cost")
+	for i := range body.Items {
+		it, err := body.item(i)
 		if err != nil {
 			return err
 		}
-		items[i] = ledger.Item{Bucket: ledger.BucketRef{Limit: it.Limit, Key: it.Key}, Cost: cost}
-		canon.WriteString(it.Limit + "\x00" + it.Key + "\x00" + cost.String() + "\n")
+		items[i] = it
+		canon.WriteString(it.Bucket.Limit + "\x00" + it.Bucket.Key + "\x00" + it.Cost.String() + "\n")
 	}
 	idem, err := idempotency(c, "multi-fillup", canon.String())
 	if err != nil {
