@@ -168,8 +168,12 @@ func TestSIGTERM(t *testing.T) {
 	if res, err := http.Get(url + "/healthz"); err != nil || res.StatusCode != 200 {
 		t.Fatalf("/healthz: %v %v", res, err)
 	}
-	if !strings.Contains(stderr.String(), "lost when budgetd stops") {
-		t.Errorf("no warning that memory state is lost: %q", stderr.String())
+	// The warning follows the start-up line on another pipe: give it time.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(stderr.String(), "lost when budgetd stops"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning that memory state is lost: %q", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

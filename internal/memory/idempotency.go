@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ type idemRecord struct {
 	ok      bool
 	stored  time.Time
 	elem    *list.Element
+	limits  []string // the limits the outcome touched (DeleteLimit forgets it)
 }
 
 // idemTable keeps records for ledger.IdempotencyTTL, oldest first in order so
@@ -57,6 +59,7 @@ func replay[T any](s *Store, ctx context.Context, idem ledger.Idempotency, mark 
 				delete(t.records, k)
 			} else {
 				rec.outcome, rec.ok, rec.stored = out, true, s.clock()
+				rec.limits = limitsOf(out)
 				rec.elem = t.order.PushBack(k)
 			}
 			close(rec.done)
@@ -97,6 +100,38 @@ func (t *idemTable) expire(now time.Time) {
 		t.order.Remove(e)
 		if rec != nil && rec.elem == e {
 			delete(t.records, k)
+		}
+	}
+}
+
+// limitsOf names the limits an outcome touched.
+func limitsOf(out any) []string {
+	switch o := out.(type) {
+	case ledger.FillupOutcome:
+		names := make([]string, len(o.Items))
+		for i, it := range o.Items {
+			names[i] = it.Snapshot.Limit.Name
+		}
+		return names
+	case ledger.DrainOutcome:
+		return []string{o.Snapshot.Limit.Name}
+	case ledger.ReserveOutcome:
+		return []string{o.Snapshot.Limit.Name}
+	case ledger.ResolveOutcome:
+		return []string{o.Snapshot.Limit.Name}
+	}
+	return nil
+}
+
+// forget drops the finished records whose outcome touched the limit name, so
+// that a limit deleted and created again starts without them, as it does on
+// the database stores.
+func (t *idemTable) forget(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, rec := range t.records {
+		if rec.ok && slices.Contains(rec.limits, name) {
+			delete(t.records, k) // its element in t.order goes at expiry
 		}
 	}
 }

@@ -178,6 +178,7 @@ func (s *Store) DeleteLimit(_ context.Context, name string) error {
 		}
 		sh.mu.Unlock()
 	}
+	s.idem.forget(name)
 	return nil
 }
 
@@ -393,7 +394,9 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 			s.settle(l, b, now)
 			out.Removed = decimal.Min(amount, b.level)
 			b.level = b.level.Sub(out.Removed)
-			s.record(l, b, now, ledger.EventDrain, out.Removed, "")
+			if out.Removed.Sign() > 0 {
+				s.record(l, b, now, ledger.EventDrain, out.Removed, "")
+			}
 			s.wrote(sh, now)
 		}
 		out.Snapshot = snapshot(l, sh.buckets[ref], now)

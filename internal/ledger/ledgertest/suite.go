@@ -194,8 +194,12 @@ func testLimitUpdateKeepsBuckets(t *testing.T, e *env) {
 func testDeleteLimitStartsEmpty(t *testing.T, e *env) {
 	e.limit("l", "10", "1", time.Hour, true)
 	r := ref("l", "k")
-	e.fillup(r, "9")
+	e.fillup(r, "8")
 	hold := e.reserve(r, "1", time.Minute)
+	charged := []ledger.Item{{Bucket: r, Cost: dec("0.5")}}
+	if res, err := e.svc.Fillup(e.ctx, charged, idem("before-delete", "h")); err != nil || !res.Accepted {
+		t.Fatalf("fillup with a key: %+v %v", res, err)
+	}
 	if err := e.svc.DeleteLimit(e.ctx, "l"); err != nil {
 		t.Fatal(err)
 	}
@@ -216,6 +220,12 @@ func testDeleteLimitStartsEmpty(t *testing.T, e *env) {
 	if err != nil || len(entries) != 0 {
 		t.Errorf("history after re-create = %v, %v", entries, err)
 	}
+	// Idempotency records went with the limit: the same key charges anew.
+	res, err := e.svc.Fillup(e.ctx, charged, idem("before-delete", "h"))
+	if err != nil || res.Replayed || !res.Accepted {
+		t.Fatalf("key used before the delete: %+v %v", res, err)
+	}
+	eq(t, "level charged after re-create", res.Items[0].Level, "0.5")
 }
 
 // testSeedScenario: capacity 10, leak 1/s: 10 accepted, the 11th denied, 4
@@ -487,6 +497,16 @@ func testDrain(t *testing.T, e *env) {
 	}
 	if fmt.Sprint(drains) != "[2 3]" {
 		t.Errorf("drain entries (newest first) = %v, want [2 3]", drains)
+	}
+	// A drain of an empty bucket removes nothing and records nothing.
+	empty := ref("l", "empty")
+	res, err = e.svc.Drain(e.ctx, empty, dec("4"), ledger.Idempotency{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "removed from an empty bucket", res.Removed, "0")
+	if entries, _, err := e.svc.History(e.ctx, empty, "", 10); err != nil || len(entries) != 0 {
+		t.Errorf("history of a drain that removed nothing = %v, %v", entries, err)
 	}
 }
 

@@ -1,0 +1,36 @@
+-- A drain that removes nothing (the bucket is empty) records no history entry:
+-- like a drain of 0, it is a no-op in the bucket's history. The rest of
+-- budgetd_drain is as in 0001.
+CREATE OR REPLACE FUNCTION budgetd_drain(p_limit text, p_key text, p_amount text, p_now timestamptz,
+                                         p_scope text, p_idem text, p_hash text)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_amount  numeric := p_amount::numeric;
+    v_removed numeric := 0;
+    v_out     jsonb;
+    v_now     timestamptz;
+    v_l       limits;
+    v_level   numeric;
+BEGIN
+    v_out := budgetd_idem_get(p_scope, p_idem, p_hash, coalesce(p_now, budgetd_clock()));
+    IF v_out IS NOT NULL THEN
+        RETURN v_out;
+    END IF;
+    v_l := budgetd_limit(p_limit);
+    IF v_amount > 0 THEN
+        PERFORM budgetd_lock_bucket(v_l.id, p_key);
+        v_now := coalesce(p_now, budgetd_clock());
+        v_level := budgetd_settle(v_l, p_key, v_now);
+        v_removed := least(v_amount, v_level);
+        PERFORM budgetd_write(v_l.id, p_key, v_level - v_removed, v_now);
+        IF v_removed > 0 THEN
+            PERFORM budgetd_record(v_l, p_key, v_now, 'drain', v_removed, NULL);
+        END IF;
+    ELSE
+        v_now := coalesce(p_now, budgetd_clock());
+    END IF;
+    v_out := jsonb_build_object('removed', v_removed::text, 'limit', budgetd_limit_json(v_l),
+                                'state', budgetd_state_json(v_l.id, p_key), 'now_us', budgetd_us(v_now));
+    PERFORM budgetd_idem_put(p_scope, p_idem, p_hash, ARRAY[v_l.id], v_out, v_now);
+    RETURN v_out;
+END $$;
