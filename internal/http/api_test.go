@@ -652,3 +652,20 @@ func readFile(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	return string(b), err
 }
+
+// TestDefaultTTLWithinMaxTTL: with --max-ttl shorter than the 5m default, a
+// Reserve without ttl gets the longest hold allowed instead of a 400.
+func TestDefaultTTLWithinMaxTTL(t *testing.T) {
+	clock := ledgertest.NewClock()
+	store := memory.New(memory.WithClock(clock.Now))
+	svc := ledger.NewService(store, ledger.WithMaxTTL(2*time.Minute))
+	srv := httptest.NewServer(budgethttp.New(svc, budgethttp.WithMaxTTL(2*time.Minute)))
+	t.Cleanup(srv.Close)
+	a := &api{t: t, url: srv.URL, clock: clock, store: store}
+	a.limit("spend", "10", "1", "1h")
+	r := a.expect("POST", "/v1/limits/spend/buckets/k/reservations", `{"amount":"1"}`, 201)
+	if want := clock.Now().Add(2 * time.Minute).UTC().Format("2006-01-02T15:04:05.000000Z"); r.str("expires_at") != want {
+		t.Fatalf("expires_at %s, want %s", r.str("expires_at"), want)
+	}
+	a.expect("POST", "/v1/limits/spend/buckets/k/reservations", `{"amount":"1","ttl":"3m"}`, 400)
+}

@@ -236,7 +236,8 @@ type ReserveResult struct {
 	Replayed    bool
 }
 
-// Reserve holds amount in a bucket for ttl (DefaultTTL when zero).
+// Reserve holds amount in a bucket for ttl (when zero, DefaultTTL or the
+// longest TTL allowed, whichever is shorter).
 func (s *Service) Reserve(ctx context.Context, ref BucketRef, amount decimal.Decimal, ttl time.Duration, idem Idempotency) (ReserveResult, error) {
 	if err := validateRef(ref); err != nil {
 		return ReserveResult{}, err
@@ -245,7 +246,7 @@ func (s *Service) Reserve(ctx context.Context, ref BucketRef, amount decimal.Dec
 		return ReserveResult{}, err
 	}
 	if ttl == 0 {
-		ttl = s.defaultTTL
+		ttl = min(s.defaultTTL, s.maxTTL) // --max-ttl may be shorter than the default
 	}
 	if ttl < MinTTL || ttl > s.maxTTL || ttl%time.Microsecond != 0 {
 		return ReserveResult{}, invalid("invalid_duration", "ttl", "must be a whole number of microseconds between %s and %s", MinTTL, s.maxTTL)

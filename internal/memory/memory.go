@@ -580,6 +580,14 @@ func (s *Store) Reservation(_ context.Context, id string) (ledger.Reservation, t
 
 // History lists a bucket's entries newest first, recording due expiries.
 func (s *Store) History(_ context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
+	var after *ledger.Entry
+	if cursor != "" {
+		e, err := parseCursor(cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		after = &e
+	}
 	s.limitsMu.RLock()
 	defer s.limitsMu.RUnlock()
 	l, err := s.limit(ref.Limit)
@@ -588,14 +596,6 @@ func (s *Store) History(_ context.Context, ref ledger.BucketRef, cursor string, 
 	}
 	if !l.History {
 		return nil, "", nil
-	}
-	var after *ledger.Entry
-	if cursor != "" {
-		e, err := parseCursor(cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		after = &e
 	}
 	now := s.clock()
 	sh := &s.shards[s.shardOf(ref)]

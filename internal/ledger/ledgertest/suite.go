@@ -845,6 +845,11 @@ func testHistoryOff(t *testing.T, e *env) {
 	if err != nil || len(entries) != 0 || next != "" {
 		t.Fatalf("history with history off = %v %q %v", entries, next, err)
 	}
+	// A malformed cursor is refused all the same.
+	var inv *ledger.InvalidError
+	if _, _, err := e.svc.History(e.ctx, r, "zzz", 10); !errors.As(err, &inv) || inv.Field != "cursor" {
+		t.Errorf("history off, malformed cursor: %v", err)
+	}
 }
 
 func idem(key, hash string) ledger.Idempotency {
