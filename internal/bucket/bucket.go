@@ -193,9 +193,10 @@ func Resolve(l Limit, s State, now time.Time, i int, charge decimal.Decimal) Sta
 }
 
 // Drain lowers the level by amount, clamped at zero, and returns what was
-// actually removed and the new state. A zero amount changes nothing.
+// actually removed and the new state. A zero amount, or a bucket whose level
+// is zero now, changes nothing.
 func Drain(l Limit, s State, now time.Time, amount decimal.Decimal) (decimal.Decimal, State) {
-	if amount.Sign() <= 0 {
+	if amount.Sign() <= 0 || LevelAt(l, s, now).Sign() == 0 {
 		return decimal.Zero, s
 	}
 	ns := settle(l, s, now)

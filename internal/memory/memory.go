@@ -122,9 +122,28 @@ func (s *Store) PutLimit(_ context.Context, l ledger.Limit) (ledger.Limit, error
 	l.CreatedAt, l.UpdatedAt = now, now
 	if old, ok := s.limits[l.Name]; ok {
 		l.CreatedAt = old.CreatedAt
+		if !old.LeakAmount.Equal(l.LeakAmount) || old.LeakPer != l.LeakPer {
+			s.settleLimit(old, now)
+		}
 	}
 	s.limits[l.Name] = l
 	return l, nil
+}
+
+// settleLimit settles every non-empty bucket of l to now at l's leak rate, so
+// that a new rate applies from now on only and every level is kept. The
+// caller holds limitsMu for writing.
+func (s *Store) settleLimit(l ledger.Limit, now time.Time) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for ref, b := range sh.buckets {
+			if ref.Limit == l.Name && (b.level.Sign() > 0 || len(b.active) > 0) {
+				s.settle(l, b, now)
+			}
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // GetLimit returns a limit or ledger.ErrLimitNotFound.
@@ -389,14 +408,12 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		out := ledger.DrainOutcome{Removed: decimal.Zero}
-		if amount.Sign() > 0 {
-			b := sh.bucketFor(ref)
+		// A drain that can remove nothing is a no-op, like a drain of 0.
+		if b := sh.buckets[ref]; amount.Sign() > 0 && b != nil && bucket.LevelAt(l.Rule(), b.state(), now).Sign() > 0 {
 			s.settle(l, b, now)
 			out.Removed = decimal.Min(amount, b.level)
 			b.level = b.level.Sub(out.Removed)
-			if out.Removed.Sign() > 0 {
-				s.record(l, b, now, ledger.EventDrain, out.Removed, "")
-			}
+			s.record(l, b, now, ledger.EventDrain, out.Removed, "")
 			s.wrote(sh, now)
 		}
 		out.Snapshot = snapshot(l, sh.buckets[ref], now)

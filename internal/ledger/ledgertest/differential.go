@@ -113,7 +113,7 @@ func testDifferential(t *testing.T, e *env) {
 					if !got.Removed.Equal(removed) {
 						t.Fatalf("%s drain %s removed %s, want %s", where, amount, got.Removed, removed)
 					}
-					if amount.Sign() > 0 {
+					if removed.Sign() > 0 {
 						m.set(ns, now)
 					}
 				case op == 6:

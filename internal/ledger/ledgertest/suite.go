@@ -189,6 +189,22 @@ func testLimitUpdateKeepsBuckets(t *testing.T, e *env) {
 	if d := e.fillup(r, "0.000001"); d.Accepted {
 		t.Error("fillup accepted over a lowered capacity")
 	}
+
+	// A new leak rate applies from the PUT on: the time before it leaks at
+	// the old rate, whenever the bucket is next written.
+	e.limit("rate", "100", "1", time.Second, true)
+	fast, idle := ref("rate", "fast"), ref("rate", "idle")
+	e.fillup(fast, "50")
+	e.fillup(idle, "50")
+	e.clock.Advance(2 * time.Second)
+	e.limit("rate", "100", "1", time.Hour, true) // slower
+	eq(t, "level kept across a rate change", e.state(fast).Level, "48")
+	e.clock.Advance(time.Hour)
+	eq(t, "level an hour after the change", e.state(fast).Level, "47")
+	e.limit("rate", "100", "3600", time.Second, true) // much faster
+	eq(t, "level kept across a second change", e.state(idle).Level, "47")
+	e.clock.Advance(10 * time.Millisecond)
+	eq(t, "level after the second change", e.state(idle).Level, "11")
 }
 
 func testDeleteLimitStartsEmpty(t *testing.T, e *env) {
@@ -505,6 +521,9 @@ func testDrain(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	eq(t, "removed from an empty bucket", res.Removed, "0")
+	if st := e.state(empty); !st.UpdatedAt.IsZero() {
+		t.Errorf("a drain of an empty bucket wrote it: updated_at %v", st.UpdatedAt)
+	}
 	if entries, _, err := e.svc.History(e.ctx, empty, "", 10); err != nil || len(entries) != 0 {
 		t.Errorf("history of a drain that removed nothing = %v, %v", entries, err)
 	}
