@@ -195,7 +195,7 @@ func TestBadInput(t *testing.T) {
 			{"POST", bucketURL + "/fillup", `{"cost":""}`, 400, "invalid_amount", "cost"},
 			{"POST", bucketURL + "/fillup", `{"cost":"abc"}`, 400, "invalid_amount", "cost"},
 			{"POST", bucketURL + "/fillup", `{"cost":"1000000000000.000001"}`, 400, "invalid_amount", "cost"},
-			{"POST", bucketURL + "/fillup", `{"cost":true}`, 400, "invalid_amount", "cost"},
+			{"POST", bucketURL + "/fillup", `{"cost":true}`, 400, "invalid_request", "cost"},
 			{"POST", bucketURL + "/fillup", `{}`, 400, "invalid_amount", "cost"},
 			{"POST", bucketURL + "/fillup", ``, 400, "invalid_amount", "cost"},
 			{"POST", bucketURL + "/fillup", `{"cost":"1"`, 400, "invalid_request", "body"},
@@ -208,7 +208,7 @@ func TestBadInput(t *testing.T) {
 			{"POST", bucketURL + "/reservations", `{"amount":"1","ttl":"10"}`, 400, "invalid_duration", "ttl"},
 			{"POST", bucketURL + "/reservations", `{"amount":"1","ttl":"0.5s"}`, 400, "invalid_duration", "ttl"},
 			{"POST", bucketURL + "/reservations", `{"amount":"1","ttl":"25h"}`, 400, "invalid_duration", "ttl"},
-			{"POST", bucketURL + "/reservations", `{"amount":"1","ttl":60}`, 400, "invalid_duration", "ttl"},
+			{"POST", bucketURL + "/reservations", `{"amount":"1","ttl":60}`, 400, "invalid_request", "ttl"},
 			{"GET", bucketURL + "?cost=", "", 400, "invalid_amount", "cost"},
 			{"GET", bucketURL + "?cost=1e3", "", 400, "invalid_amount", "cost"},
 			{"GET", "/v1/limits/spend/buckets/" + strings.Repeat("k", 257), "", 400, "invalid_key", "key"},
@@ -234,6 +234,14 @@ func TestBadInput(t *testing.T) {
 			{"GET", "/v1/limits?limit=0", "", 400, "invalid_request", "limit"},
 			{"GET", "/v1/limits?limit=1001", "", 400, "invalid_request", "limit"},
 			{"GET", "/v1/limits?limit=x", "", 400, "invalid_request", "limit"},
+			{"GET", "/v1/limits?limit=%2B5", "", 400, "invalid_request", "limit"},
+			{"GET", "/v1/limits?limit=%zz", "", 400, "invalid_request", "limit"},
+			{"GET", bucketURL + "?cost=%zz", "", 400, "invalid_amount", "cost"},
+			{"GET", bucketURL + "?cost=1;2", "", 400, "invalid_amount", "cost"},
+			{"GET", "/v1/limits/nope/buckets/k?cost=%zz", "", 400, "invalid_amount", "cost"},
+			{"GET", bucketURL + "/history?cursor=%zz", "", 400, "invalid_request", "cursor"},
+			{"GET", "/v1/limits/spend/buckets/", "", 400, "invalid_key", "key"},
+			{"GET", "/v1/limits/spend/buckets/?cost=1", "", 400, "invalid_key", "key"},
 			{"GET", bucketURL + "/history?cursor=zzz", "", 400, "invalid_request", "cursor"},
 			{"POST", "/v1/fillup", `{"items":[]}`, 400, "invalid_request", "items"},
 			{"POST", "/v1/fillup", `{"items":[` + strings.Repeat(`{"limit":"spend","key":"k","cost":"1"},`, 64) + `{"limit":"spend","key":"k","cost":"1"}]}`, 400, "invalid_request", "items"},
@@ -635,6 +643,9 @@ func TestOpenAPI(t *testing.T) {
 	}
 	for _, route := range budgethttp.Routes() {
 		p := route.Path
+		if strings.HasSuffix(p, "/buckets/") {
+			continue // the empty key, only there to answer 400 invalid_key
+		}
 		for _, name := range []string{"name", "key", "id"} {
 			p = strings.ReplaceAll(p, ":"+name, "{"+name+"}")
 		}

@@ -206,8 +206,8 @@ func (a *jsonAmount) UnmarshalJSON(b []byte) error {
 // an error when required, and reported as not valid otherwise.
 func (a jsonAmount) parse(field string, required bool) (decimal.NullDecimal, error) {
 	switch {
-	case a.bad:
-		return decimal.NullDecimal{}, &ledger.InvalidError{Code: "invalid_amount", Field: field, Reason: "must be a decimal string like \"12.37\""}
+	case a.bad: // a wrong JSON type: SPEC's invalid_request
+		return decimal.NullDecimal{}, invalidRequest(field, field+" must be a decimal string like \"12.37\" (or a JSON number)")
 	case !a.set && required:
 		return decimal.NullDecimal{}, &ledger.InvalidError{Code: "invalid_amount", Field: field, Reason: "is required"}
 	case !a.set:
@@ -253,8 +253,8 @@ func (d *jsonDuration) UnmarshalJSON(b []byte) error {
 // required.
 func (d jsonDuration) parse(field string, required bool, min, max time.Duration) (time.Duration, error) {
 	switch {
-	case d.bad:
-		return 0, &ledger.InvalidError{Code: "invalid_duration", Field: field, Reason: "must be a Go duration string like \"10m\" or \"720h\""}
+	case d.bad: // a wrong JSON type: SPEC's invalid_request
+		return 0, invalidRequest(field, field+" must be a Go duration string like \"10m\" or \"720h\"")
 	case !d.set && required:
 		return 0, &ledger.InvalidError{Code: "invalid_duration", Field: field, Reason: "is required"}
 	case !d.set:
@@ -280,6 +280,40 @@ func idempotency(c echo.Context, scope, canon string) (ledger.Idempotency, error
 	}
 	sum := sha256.Sum256([]byte(canon))
 	return ledger.Idempotency{Scope: scope, Key: key, Hash: hex.EncodeToString(sum[:])}, nil
+}
+
+// query parses the query string strictly: Go's URL.Query drops a malformed
+// pair (?cost=%zz, ?cost=1;2) silently, which would turn a CanAccept into a
+// state read. A malformed pair is a 400 naming its parameter.
+func query(c echo.Context) (url.Values, error) {
+	raw := c.Request().URL.RawQuery
+	q, err := url.ParseQuery(raw)
+	if err == nil {
+		return q, nil
+	}
+	for _, pair := range strings.Split(raw, "&") {
+		if _, err := url.ParseQuery(pair); err == nil {
+			continue
+		}
+		name, _, _ := strings.Cut(pair, "=")
+		name, _, _ = strings.Cut(name, ";")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
+		}
+		if name == "cost" {
+			return nil, &ledger.InvalidError{Code: "invalid_amount", Field: "cost", Reason: "cost is not a valid query-string value"}
+		}
+		return nil, invalidRequest(name, fmt.Sprintf("the query parameter %q is malformed", clipText(name)))
+	}
+	return nil, invalidRequest("query", "the query string is malformed")
+}
+
+// clipText shortens s for an error message.
+func clipText(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
 }
 
 // bucketScope is the idempotency scope of a route on one bucket.

@@ -17,8 +17,12 @@ func (s *server) getBucket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	q, err := query(c)
+	if err != nil {
+		return err
+	}
 	ctx := c.Request().Context()
-	costs, asked := c.Request().URL.Query()["cost"]
+	costs, asked := q["cost"]
 	if !asked {
 		b, err := s.svc.Bucket(ctx, ref)
 		if err != nil {

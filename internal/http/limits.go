@@ -133,11 +133,14 @@ const (
 
 // pageParams reads ?limit=N&cursor=C.
 func pageParams(c echo.Context) (int, string, error) {
-	q := c.Request().URL.Query()
+	q, err := query(c)
+	if err != nil {
+		return 0, "", err
+	}
 	n := defaultPage
 	if vs, ok := q["limit"]; ok {
 		v, err := strconv.Atoi(vs[0])
-		if err != nil || v < 1 || v > maxPage || len(vs[0]) > 4 {
+		if err != nil || v < 1 || v > maxPage || len(vs[0]) > 4 || vs[0][0] < '0' || vs[0][0] > '9' {
 			return 0, "", invalidRequest("limit", "limit must be a whole number from 1 to 1000")
 		}
 		n = v
