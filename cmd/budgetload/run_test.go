@@ -60,8 +60,10 @@ func TestRunAndVerify(t *testing.T) {
 		if acc != s.Ops {
 			t.Fatalf("%v: %d accepted of %d with a huge capacity", args, acc, s.Ops)
 		}
-		if s.Model == "open" && (s.Ops < 100 || s.Ops > 130) {
-			t.Fatalf("open model at 400/s for 300ms ran %d ops", s.Ops)
+		// The open model schedules 400 calls in the second: each was either
+		// made or reported unsent (a busy machine may fall behind).
+		if due := int64(s.Ops) + s.Unsent; s.Model == "open" && (due < 380 || due > 430) {
+			t.Fatalf("open model at 400/s for 1s: %d ops + %d unsent", s.Ops, s.Unsent)
 		}
 	}
 }
