@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -70,7 +71,24 @@ func boolArg(b bool) string {
 }
 
 // PutLimit creates the limit or updates it in place, keeping its buckets.
+// A new leak rate applies from the PUT on: every bucket is first settled at
+// the old rate (one script call per non-empty bucket, see settleLimit).
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
+	_, err := withFreshLimits(s, func() (struct{}, error) {
+		prev, err := s.fetchLimit(ctx, l.Name)
+		switch {
+		case errors.Is(err, ledger.ErrLimitNotFound):
+			return struct{}{}, nil
+		case err != nil:
+			return struct{}{}, err
+		case !prev.l.LeakAmount.Equal(l.LeakAmount) || prev.l.LeakPer != l.LeakPer:
+			return struct{}{}, s.settleLimit(ctx, prev)
+		}
+		return struct{}{}, nil
+	})
+	if err != nil {
+		return ledger.Limit{}, err
+	}
 	res, err := putLimitScript.Run(ctx, s.client,
 		[]string{s.k.limitDef(l.Name), s.k.limitIdx(), s.k.limitGen(), s.k.limitGens()},
 		s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History),
@@ -105,6 +123,32 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 		}
 	}
 	return cl.l, nil
+}
+
+// settleLimit settles every bucket of cl to now at cl's leak rate. A bucket
+// written between its settle and the new definition is settled again by that
+// write at the old rate, so at most the time between the last settle and the
+// definition's switch (the length of the scan) leaks at the new rate.
+func (s *Store) settleLimit(ctx context.Context, cl cachedLimit) error {
+	base := s.k.gen(cl.gen) + ":b:"
+	var scriptErr error
+	err := s.scanKeys(ctx, base+"*", func(ctx context.Context, _ goredis.Cmdable, ks []string) error {
+		for _, bk := range ks {
+			t := target{lim: cl, bk: bk, hk: s.k.gen(cl.gen) + ":x:" + strings.TrimPrefix(bk, base), slot: slotOf(bk)}
+			if _, _, err := s.run(ctx, "settle", settleScript, false, []string{t.bk, t.hk}, append([]any{s.nowArg()}, s.desc(t)...)...); err != nil {
+				scriptErr = err // already translated (errStale, ErrUnavailable)
+				return err
+			}
+		}
+		return nil
+	})
+	if scriptErr != nil {
+		return scriptErr
+	}
+	if err != nil {
+		return s.fail(ctx, "put limit", err)
+	}
+	return nil
 }
 
 // slowerLeak reports whether b leaks more slowly than a.

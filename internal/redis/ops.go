@@ -45,6 +45,7 @@ var (
 	fillupScript      = bucketScript(fillupLua, "op_fillup")
 	inspectScript     = bucketScript(opsLua, "op_inspect")
 	drainScript       = bucketScript(opsLua, "op_drain")
+	settleScript      = bucketScript(opsLua, "op_settle")
 	reserveScript     = bucketScript(opsLua, "op_reserve")
 	resolveScript     = bucketScript(opsLua, "op_resolve")
 	reservationScript = bucketScript(opsLua, "op_reservation")
@@ -641,13 +642,6 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 
 // history is one attempt of History.
 func (s *Store) history(ctx context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
-	t, err := s.target(ctx, ref)
-	if err != nil {
-		return nil, "", err
-	}
-	if !t.lim.l.History {
-		return nil, "", nil
-	}
 	ct, cid := "", "0"
 	if cursor != "" {
 		var ok bool
@@ -657,6 +651,13 @@ func (s *Store) history(ctx context.Context, ref ledger.BucketRef, cursor string
 		if !ok || err1 != nil || err2 != nil {
 			return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "cursor", Reason: "malformed cursor"}
 		}
+	}
+	t, err := s.target(ctx, ref)
+	if err != nil {
+		return nil, "", err
+	}
+	if !t.lim.l.History {
+		return nil, "", nil
 	}
 	if n < 0 {
 		n = 0

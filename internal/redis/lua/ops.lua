@@ -26,6 +26,19 @@ local function op_inspect()
   return { 'ok', cjson.encode(s) }
 end
 
+-- op_settle: KEYS = bk, hk; ARGV = now, descriptor. Settles a bucket to now
+-- at the descriptor's leak rate (a PUT that changes the rate calls it on every
+-- bucket of the limit first, so the old rate applies up to the change).
+local function op_settle()
+  local now = clock(ARGV[1])
+  local c = desc(KEYS[1], KEYS[2], 2)
+  local st = load(c)
+  if vzero(st.l) or st.u == 0 or now <= st.u then return { 'ok', '' } end
+  settle(c, st, now)
+  finish(c, st, now)
+  return { 'ok', '' }
+end
+
 -- op_drain: KEYS = bk, hk [, idem]; ARGV = now, idem hash, descriptor, amount.
 local function op_drain()
   local ik
@@ -39,7 +52,8 @@ local function op_drain()
   local amount = nv(ARGV[3 + DESC])
   local st = load(c)
   local removed = pair(0, 0)
-  if not vzero(amount) then
+  -- A drain that can remove nothing (the level is zero now) is a no-op.
+  if not vzero(amount) and not vzero(level_at(c, st, now)) then
     settle(c, st, now)
     removed = vmin(amount, st.l)
     st.l = vsub(st.l, removed)
