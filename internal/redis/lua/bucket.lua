@@ -29,6 +29,14 @@ local function idem_get(ik, ih)
   return { 'replay', string.sub(v, colon + n + 1) }
 end
 
+-- idem_begin is the Idempotency-Key prologue of an operation whose record key
+-- is KEYS[i]: that key (nil when the call has no key, ARGV[2] = '') and the
+-- stored reply to return instead of running, if there is one.
+local function idem_begin(i)
+  if ARGV[2] == '' then return nil, nil end
+  return KEYS[i], idem_get(KEYS[i], ARGV[2])
+end
+
 local function idem_put(ik, ih, body)
   if ik then redis.call('SET', ik, #ih .. ':' .. ih .. body, 'PX', IDEM_MS) end
 end

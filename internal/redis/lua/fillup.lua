@@ -12,12 +12,8 @@
 -- document.
 local function op_fillup()
   local n = tonumber(ARGV[3])
-  local ik
-  if ARGV[2] ~= '' then
-    ik = KEYS[2 * n + 1]
-    local r = idem_get(ik, ARGV[2])
-    if r then return r end
-  end
+  local ik, replay = idem_begin(2 * n + 1)
+  if replay then return replay end
   local now = clock(ARGV[1])
   local items, accepted = {}, true
   for i = 1, n do

@@ -41,12 +41,8 @@ end
 
 -- op_drain: KEYS = bk, hk [, idem]; ARGV = now, idem hash, descriptor, amount.
 local function op_drain()
-  local ik
-  if ARGV[2] ~= '' then
-    ik = KEYS[3]
-    local r = idem_get(ik, ARGV[2])
-    if r then return r end
-  end
+  local ik, replay = idem_begin(3)
+  if replay then return replay end
   local now = clock(ARGV[1])
   local c = desc(KEYS[1], KEYS[2], 3)
   local amount = nv(ARGV[3 + DESC])
@@ -71,12 +67,8 @@ end
 -- op_reserve: KEYS = bk, hk [, idem]; ARGV = now, idem hash, descriptor,
 -- amount, ttl (µs), hold id, limit name, encoded bucket key.
 local function op_reserve()
-  local ik
-  if ARGV[2] ~= '' then
-    ik = KEYS[3]
-    local r = idem_get(ik, ARGV[2])
-    if r then return r end
-  end
+  local ik, replay = idem_begin(3)
+  if replay then return replay end
   local now = clock(ARGV[1])
   local c = desc(KEYS[1], KEYS[2], 3)
   local amount = nv(ARGV[3 + DESC])
@@ -109,12 +101,8 @@ end
 -- of the limit's generation, then the descriptor (DESC).
 local function op_resolve()
   local rk = KEYS[1]
-  local ik
-  if ARGV[2] ~= '' then
-    ik = KEYS[2]
-    local r = idem_get(ik, ARGV[2])
-    if r then return r end
-  end
+  local ik, replay = idem_begin(2)
+  if replay then return replay end
   local h = hold_doc(rk)
   if not h.id then return { 'err', 'not_found' } end
   local now = clock(ARGV[1])
