@@ -61,6 +61,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
+	// SIGHUP is caught from here on, so it reloads rather than kills.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	var keys atomic.Pointer[auth.Keys]
 	if cfg.authFile != "" {
 		ks, err := auth.ParseFile(cfg.authFile)
@@ -123,9 +128,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Warn("the memory store keeps state in this process only: every bucket, hold and history is lost when budgetd stops")
 	}
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	served := make(chan error, 1)
 	go func() { served <- serve() }()
 	for {

@@ -202,8 +202,20 @@ func TestWrongTokensAreCounted(t *testing.T) {
 	if rec.Code != 200 {
 		t.Fatalf("good token after the flood: %d %s", rec.Code, rec.Body)
 	}
+	// A token with anything around it is another token. (On the wire,
+	// HTTP strips spaces around a field value and ends the field at a line
+	// break, so these arrive only through a proxy that passes them.)
+	for _, v := range []string{"Bearer " + readToken + " ", "Bearer " + readToken + "\n", "Bearer " + readToken + "\r\n", "Bearer  " + readToken, "Bearer\t" + readToken} {
+		req := httptest.NewRequest("GET", "/v1/limits", nil)
+		req.Header["Authorization"] = []string{v}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 401 {
+			t.Errorf("Authorization %q: %d", v, rec.Code)
+		}
+	}
 	m := scrape(t, h, readToken)
-	for _, want := range []string{`budgetd_auth_failures_total{reason="unknown"} 10000`, `budgetd_auth_failures_total{reason="scope"} 0`} {
+	for _, want := range []string{`budgetd_auth_failures_total{reason="unknown"} 10004`, `budgetd_auth_failures_total{reason="scope"} 0`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)
 		}
