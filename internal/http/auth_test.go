@@ -64,7 +64,9 @@ func authAPI(t *testing.T, clock *ledgertest.Clock, store ledger.Store, opts ...
 
 func bearer(token string) []string { return []string{"Authorization", "Bearer " + token} }
 
-func with(headers []string, more ...string) []string { return append(append([]string{}, headers...), more...) }
+func with(headers []string, more ...string) []string {
+	return append(append([]string{}, headers...), more...)
+}
 
 func TestAuthentication(t *testing.T) {
 	eachStoreRaw(t, func(t *testing.T, clock *ledgertest.Clock, store ledger.Store) {
