@@ -42,7 +42,7 @@ func start(t *testing.T, args ...string) *started {
 		cancel()
 		select {
 		case <-s.done:
-		case <-time.After(15 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Error("run did not stop")
 		}
 	})
@@ -306,5 +306,53 @@ func TestTLS(t *testing.T) {
 		if err := run(context.Background(), append([]string{"--addr", "127.0.0.1:0"}, args...), env(nil), io.Discard, io.Discard); err == nil {
 			t.Errorf("%v started", args)
 		}
+	}
+}
+
+// TestConnectionCap fills the two slots of --max-conns 2 with an idle
+// keep-alive connection and a connection that sends nothing: a new client
+// is still answered, because the idle connection gives up its slot.
+func TestConnectionCap(t *testing.T) {
+	s := start(t, "--addr", "127.0.0.1:0", "--max-conns", "2")
+	addr := strings.TrimPrefix(s.url, "http://")
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	idle.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+	idle.SetDeadline(time.Now().Add(10 * time.Second))
+	if status, _ := bufio.NewReader(idle).ReadString('\n'); !strings.Contains(status, " 200 ") {
+		t.Fatalf("first connection: %q", status)
+	}
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	if code := call(t, c, "GET", s.url+"/healthz", ""); code != 200 {
+		t.Fatalf("third client: %d", code)
+	}
+}
+
+// TestReadyzDuringShutdown: once shutdown begins /readyz answers 503 while
+// the listener still accepts, for --shutdown-delay; then budgetd stops.
+func TestReadyzDuringShutdown(t *testing.T) {
+	s := start(t, "--addr", "127.0.0.1:0", "--shutdown-delay", "8s")
+	if code := call(t, http.DefaultClient, "GET", s.url+"/readyz", ""); code != 200 {
+		t.Fatalf("/readyz: %d", code)
+	}
+	s.cancel()
+	s.waitLog(t, "shutting down")
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	if code := call(t, c, "GET", s.url+"/readyz", ""); code != 503 {
+		t.Fatalf("/readyz while shutting down: %d", code)
+	}
+	if code := call(t, c, "GET", s.url+"/healthz", ""); code != 200 {
+		t.Fatalf("/healthz while shutting down: %d", code)
+	}
+	if code := call(t, c, "HEAD", s.url+"/readyz", ""); code != 503 {
+		t.Fatalf("HEAD /readyz while shutting down: %d", code)
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/memory"
 	"github.com/budgetd/budgetd/internal/storemetrics"
-	"golang.org/x/net/netutil"
 )
 
 // run is budgetd: it parses args and the environment, opens the store and
@@ -103,7 +102,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
-	ln = netutil.LimitListener(ln, cfg.maxConns)
+	conns := newConnCap(cfg.maxConns)
+	ln = conns.listener(ln)
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -112,6 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ConnState:         conns.track,
 	}
 	scheme, serve := "http", func() error { return srv.Serve(ln) }
 	if certs != nil {
