@@ -70,7 +70,7 @@ func (s *server) putLimit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s.audit(c, "put_limit", slog.String("limit", name), slog.Any("before", optLimit(before)), slog.Any("after", viewLimit(l)))
+	s.audit(c, "put_limit", slog.String("limit", name), slog.Any("before", jsonValue(optLimit(before))), slog.Any("after", jsonValue(viewLimit(l))))
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewLimit(l))
 	return nil
 }
@@ -102,7 +102,7 @@ func (s *server) deleteLimit(c echo.Context) error {
 		return err
 	}
 	s.m.forget(name)
-	s.audit(c, "delete_limit", slog.String("limit", name), slog.Any("before", viewLimit(before)), slog.Any("after", nil))
+	s.audit(c, "delete_limit", slog.String("limit", name), slog.Any("before", jsonValue(viewLimit(before))), slog.Any("after", jsonValue(nil)))
 	return c.NoContent(http.StatusNoContent)
 }
 

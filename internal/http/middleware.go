@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -307,4 +308,14 @@ func (s *server) audit(c echo.Context, action string, attrs ...slog.Attr) {
 	}
 	all := append([]slog.Attr{slog.String("action", action), slog.String("key", who), slog.Any("request_id", c.Get(ctxRequestID))}, attrs...)
 	s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, "audit", all...)
+}
+
+// jsonValue is v as JSON for a log line: an object in the JSON format, a
+// quoted JSON text in the text format.
+func jsonValue(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage(`null`)
+	}
+	return b
 }
