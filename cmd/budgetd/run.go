@@ -122,6 +122,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stdout, "budgetd: serving on %s://%s with the %s\n", scheme, ln.Addr(), st.describe)
 	if cfg.authFile != "" {
 		log.Info("authentication is on", "auth_file", cfg.authFile, "keys", keys.Load().Len())
+		if keys.Load().Len() == 0 {
+			log.Warn("the key file holds no keys: every request that needs a token is refused")
+		}
 	} else {
 		log.Warn("authentication is off: anyone who reaches " + ln.Addr().String() + " may change every limit (give --auth-file to turn it on)")
 	}
@@ -174,6 +177,9 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 // reload re-reads the key file and the TLS files on SIGHUP. Whatever fails
 // to load keeps what is in force, and the log says why.
 func reload(cfg config, keys *atomic.Pointer[auth.Keys], certs *certReloader, log *slog.Logger) {
+	if cfg.authFile == "" && certs == nil {
+		log.Info("SIGHUP: nothing to reload (no --auth-file, no --tls-cert)")
+	}
 	if cfg.authFile != "" {
 		ks, err := auth.ParseFile(cfg.authFile)
 		if err != nil {

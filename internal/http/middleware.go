@@ -157,7 +157,7 @@ func publicRoute(route string) bool {
 	case "/healthz", "/readyz", "/openapi.json":
 		return true
 	}
-	return route == "/ui" || strings.HasPrefix(route, "/ui/")
+	return strings.HasPrefix(route, "/ui")
 }
 
 // chargeRoutes are the POST routes the charge scope allows; every other
