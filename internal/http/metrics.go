@@ -31,7 +31,7 @@ func newMetrics() *metrics {
 		}, []string{"method", "route", "code"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "budgetd_decisions_total",
-			Help: "Decisions made, by limit, operation (fillup, multi_fillup, reserve, check) and result (accepted, denied, never_fits). Replays are not counted again.",
+			Help: "Decisions made, by limit, operation (fillup, multi_fillup, reserve, check) and result (accepted, denied, never_fits); a multi-bucket item counts by whether its bucket could take it. Replays are not counted again.",
 		}, []string{"limit", "op", "result"}),
 		charged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "budgetd_charged_total",

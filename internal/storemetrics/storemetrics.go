@@ -33,6 +33,10 @@ func Wrap(st ledger.Store) *Store {
 	}, []string{"op", "outcome"})}
 }
 
+// Unwrap returns the store being measured, for code that looks for an
+// optional interface of a concrete store.
+func (s *Store) Unwrap() ledger.Store { return s.Store }
+
 // Collector exports the store's figures.
 func (s *Store) Collector() prometheus.Collector { return s.seconds }
 
