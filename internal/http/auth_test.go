@@ -49,8 +49,9 @@ const (
 func authAPI(t *testing.T, clock *ledgertest.Clock, store ledger.Store, opts ...budgethttp.Option) (*api, *logBuffer, http.Handler) {
 	t.Helper()
 	logs := &logBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, nil))
 	opts = append([]budgethttp.Option{
-		budgethttp.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))),
+		budgethttp.WithLogger(log), budgethttp.WithAccessLog(log),
 		budgethttp.WithAuth(keysOf(t,
 			auth.Line("ops", adminToken, auth.Admin, nil),
 			auth.Line("team-svc", chargeToken, auth.Charge, []string{"team-*"}),

@@ -127,6 +127,9 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			mlabel = "other"
 		}
 		s.m.requests.WithLabelValues(mlabel, route, statusLabel(status)).Observe(elapsed.Seconds())
+		if s.access == nil {
+			return nil
+		}
 		keyName := "-"
 		if k, ok := c.Get(ctxKey).(*auth.Key); ok {
 			keyName = k.Name
@@ -134,7 +137,7 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if len(method) > 16 {
 			method = method[:16] + "…"
 		}
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+		s.access.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("method", method), slog.String("route", route), slog.Int("status", status),
 			slog.Duration("duration", elapsed), slog.Any("request_id", c.Get(ctxRequestID)), slog.String("key", keyName))
 		return nil

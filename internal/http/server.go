@@ -36,6 +36,10 @@ type Option func(*server)
 // WithLogger sets where failures are logged (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *server) { s.log = l } }
 
+// WithAccessLog writes one line per request to l (method, route, status,
+// duration, request id, key name). Without it there is no access log.
+func WithAccessLog(l *slog.Logger) Option { return func(s *server) { s.access = l } }
+
 // WithMaxTTL sets the longest hold accepted; it must match the service's
 // (ledger.WithMaxTTL). Default 24h.
 func WithMaxTTL(d time.Duration) Option { return func(s *server) { s.maxTTL = d } }
@@ -58,6 +62,7 @@ func WithDraining(draining <-chan struct{}) Option { return func(s *server) { s.
 type server struct {
 	svc      *ledger.Service
 	log      *slog.Logger
+	access   *slog.Logger
 	maxTTL   time.Duration
 	extra    []prometheus.Collector
 	keys     func() *auth.Keys
