@@ -356,3 +356,23 @@ func TestReadyzDuringShutdown(t *testing.T) {
 		t.Fatalf("HEAD /readyz while shutting down: %d", code)
 	}
 }
+
+func TestNewOptions(t *testing.T) {
+	cfg, words, err := parseConfig([]string{"--max-conns", "10", "migrate"}, env(map[string]string{
+		"BUDGETD_INSECURE_NO_AUTH": "true", "BUDGETD_LOG_FORMAT": "json", "BUDGETD_IDLE_TIMEOUT": "5s", "BUDGETD_AUTH_FILE": "/k",
+	}), io.Discard)
+	if err != nil || !cfg.insecureNoAuth || cfg.logFormat != "json" || cfg.maxConns != 10 || cfg.idleTimeout != 5*time.Second ||
+		cfg.authFile != "/k" || len(words) != 1 || words[0] != "migrate" {
+		t.Fatalf("%+v %v %v", cfg, words, err)
+	}
+	if cfg, _, _ := parseConfig(nil, env(nil), io.Discard); cfg.insecureNoAuth || cfg.maxConns != 4096 || cfg.idleTimeout != 30*time.Second || cfg.logFormat != "text" {
+		t.Fatalf("defaults %+v", cfg)
+	}
+	for _, args := range [][]string{{"--log-format", "xml"}, {"--max-conns", "0"}, {"--idle-timeout", "0s"}, {"--tls-key", "k"},
+		{"--insecure-no-auth=maybe"}, {"--shutdown-delay", "-1s"}} {
+		var ue usageError
+		if _, _, err := parseConfig(args, env(nil), io.Discard); !errors.As(err, &ue) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+}
