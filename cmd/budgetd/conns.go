@@ -1,9 +1,11 @@
 package main
 
 import (
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 
 	"golang.org/x/net/netutil"
 )
@@ -56,5 +58,22 @@ func (cc *connCap) forget(c net.Conn) {
 			cc.idle = append(cc.idle[:i], cc.idle[i+1:]...)
 			return
 		}
+	}
+}
+
+// fdReserve is the file descriptors kept for the store's pool, the key and
+// TLS files and the process itself.
+const fdReserve = 128
+
+// checkFDLimit warns when the cap does not fit in the file descriptors the
+// process may open (Go has already raised the soft limit to the hard one).
+func checkFDLimit(maxConns int, log *slog.Logger) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	if uint64(maxConns)+fdReserve > lim.Cur {
+		log.Warn("--max-conns is close to the open-file limit: a flood of connections could leave none for the store; lower --max-conns or raise the limit (ulimit -n, LimitNOFILE=)",
+			"max_conns", maxConns, "open_file_limit", lim.Cur)
 	}
 }

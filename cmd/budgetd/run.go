@@ -103,6 +103,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
 	conns := newConnCap(cfg.maxConns)
+	checkFDLimit(cfg.maxConns, log)
 	ln = conns.listener(ln)
 	srv := &http.Server{
 		Handler:           handler,
