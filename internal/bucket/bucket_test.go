@@ -156,6 +156,44 @@ func TestHolds(t *testing.T) {
 	}
 }
 
+// TestSettleReportsExpired: Settle and Expire drop exactly the holds that
+// have expired by now (expires_at ≤ now), report them in stored order, and a
+// writing transition drops the same holds, keeping every id.
+func TestSettleReportsExpired(t *testing.T) {
+	l := Limit{Capacity: d("100"), LeakAmount: d("1"), LeakPer: time.Second}
+	s := State{Level: d("10"), Updated: t0, Holds: []Hold{
+		{ID: "a", Amount: d("1"), ExpiresAt: t0.Add(3 * time.Second)},
+		{ID: "b", Amount: d("2"), ExpiresAt: t0.Add(2 * time.Second)},
+		{ID: "c", Amount: d("3"), ExpiresAt: t0.Add(5 * time.Second)},
+	}}
+	now := t0.Add(3 * time.Second)
+	ns, expired := Settle(l, s, now)
+	if len(expired) != 2 || expired[0].ID != "a" || expired[1].ID != "b" {
+		t.Fatalf("Settle expired %+v, want a and b", expired)
+	}
+	if len(ns.Holds) != 1 || ns.Holds[0].ID != "c" || !ns.Level.Equal(d("7")) || !ns.Updated.Equal(now) {
+		t.Fatalf("Settle state %+v", ns)
+	}
+	es, expired2 := Expire(s, now)
+	if len(expired2) != 2 || len(es.Holds) != 1 || !es.Level.Equal(d("10")) || !es.Updated.Equal(t0) {
+		t.Fatalf("Expire: %+v, %+v", es, expired2)
+	}
+	if _, none := Expire(s, t0); none != nil {
+		t.Fatalf("Expire at t0 expired %+v", none)
+	}
+	_, fs := Fillup(l, s, now, d("1"))
+	if len(fs.Holds) != 1 || fs.Holds[0].ID != "c" {
+		t.Fatalf("Fillup kept %+v, want c", fs.Holds)
+	}
+	_, rs := Reserve(l, s, now, d("1"), now.Add(time.Second))
+	if len(rs.Holds) != 2 || rs.Holds[0].ID != "c" || rs.Holds[1].ID != "" {
+		t.Fatalf("Reserve holds %+v, want c and the new one last", rs.Holds)
+	}
+	if got := Resolve(l, s, now, 2, d("1")); len(got.Holds) != 0 || !got.Level.Equal(d("8")) {
+		t.Fatalf("Resolve: %+v", got)
+	}
+}
+
 // FuzzFillup checks the bucket invariants on arbitrary sequences: the level
 // is never negative, an accepted fillup never passes capacity, and a denied
 // one changes nothing.
