@@ -61,6 +61,23 @@ type Store struct {
 // Option configures a Store.
 type Option func(*Store)
 
+// WithIdempotencyLimits bounds the Idempotency-Key records the store keeps
+// (ledger.IdempotencyTTL each): at most records of them, estimated at most
+// bytes of heap together (DefaultIdempotencyRecords, DefaultIdempotencyBytes).
+// When they are full a call with a new key fails with
+// ledger.ErrIdempotencyFull and changes nothing; calls without a key, and
+// replays of stored keys, still work. Values ≤ 0 keep the default.
+func WithIdempotencyLimits(records int, bytes int64) Option {
+	return func(s *Store) {
+		if records > 0 {
+			s.idem.maxRecords = records
+		}
+		if bytes > 0 {
+			s.idem.maxBytes = bytes
+		}
+	}
+}
+
 // WithClock replaces the clock (time.Now). Tests pin time with it.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
@@ -72,6 +89,7 @@ func New(opts ...Option) *Store {
 		s.shards[i].holds = map[string]*holdRec{}
 	}
 	s.idem.records = map[idemKey]*idemRecord{}
+	s.idem.maxRecords, s.idem.maxBytes = DefaultIdempotencyRecords, DefaultIdempotencyBytes
 	for _, o := range opts {
 		o(s)
 	}
