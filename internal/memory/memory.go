@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"slices"
 	"sort"
 	"strconv"
@@ -46,7 +47,7 @@ const (
 
 // Store is the memory store. The zero value is not usable; call New.
 type Store struct {
-	now func() time.Time
+	clk storeClock
 
 	limitsMu sync.RWMutex
 	limits   map[string]ledger.Limit
@@ -78,12 +79,31 @@ func WithIdempotencyLimits(records int, bytes int64) Option {
 	}
 }
 
-// WithClock replaces the clock (time.Now). Tests pin time with it.
-func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+// WithClock replaces the clock (time.Now): its readings are the store's
+// time, and elapsed time is measured on them alone. Tests pin time with it.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) { s.clk.read = pinnedClock(now, now()) }
+}
+
+// WithClocks gives the store a wall clock and a monotonic one separately:
+// wall says where the store's timeline starts and is watched for steps;
+// elapsed (the time since any fixed origin, never going back) advances the
+// timeline. By default both come from time.Now. Tests step one without the
+// other with it.
+func WithClocks(wall func() time.Time, elapsed func() time.Duration) Option {
+	return func(s *Store) {
+		s.clk.read = func() (time.Time, time.Duration) { return wall(), elapsed() }
+	}
+}
+
+// WithLogger sets where the store logs what operators should know, such as a
+// step of the wall clock (slog.Default by default).
+func WithLogger(log *slog.Logger) Option { return func(s *Store) { s.clk.log = log } }
 
 // New returns an empty memory store.
 func New(opts ...Option) *Store {
-	s := &Store{now: time.Now, limits: map[string]ledger.Limit{}, seed: maphash.MakeSeed()}
+	s := &Store{limits: map[string]ledger.Limit{}, seed: maphash.MakeSeed()}
+	s.clk.read, s.clk.log = systemClock(time.Now()), slog.Default()
 	for i := range s.shards {
 		s.shards[i].buckets = map[ledger.BucketRef]*bucketRec{}
 		s.shards[i].holds = map[string]*holdRec{}
@@ -93,6 +113,7 @@ func New(opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.clk.start()
 	return s
 }
 
@@ -116,7 +137,7 @@ type holdRec struct {
 }
 
 // clock reads the clock once for an operation, in whole microseconds.
-func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+func (s *Store) clock() time.Time { return s.clk.now() }
 
 func (s *Store) shardOf(ref ledger.BucketRef) int {
 	var h maphash.Hash
