@@ -265,3 +265,65 @@ func BenchmarkRetryAfter(b *testing.B) {
 		CanAccept(l, s, t0, cost)
 	}
 }
+
+// The benchmarks below, with the three above, are the baseline of the rule
+// in decimal arithmetic that an exact fixed-point core must beat without
+// changing one answer: every transition a store applies, at everyday and at
+// extreme magnitudes.
+
+func BenchmarkLeakedExtreme(b *testing.B) {
+	l := Limit{Capacity: d("1000000000000"), LeakAmount: d("999999999999.999999"), LeakPer: 87600 * time.Hour}
+	dt := 10 * 365 * 24 * time.Hour
+	b.ReportAllocs()
+	for b.Loop() {
+		Leaked(l, dt)
+	}
+}
+
+func BenchmarkFillupExtreme(b *testing.B) {
+	l := Limit{Capacity: d("1000000000000"), LeakAmount: d("0.000001"), LeakPer: 87600 * time.Hour}
+	_, s := Fillup(l, State{}, t0, d("999999999999.999999"))
+	now := t0.Add(3 * 365 * 24 * time.Hour)
+	cost := d("0.000001")
+	b.ReportAllocs()
+	for b.Loop() {
+		Fillup(l, s, now, cost)
+	}
+}
+
+func BenchmarkDrain(b *testing.B) {
+	l := Limit{Capacity: d("5000.00"), LeakAmount: d("5000.00"), LeakPer: 720 * time.Hour}
+	_, s := Fillup(l, State{}, t0, d("1234.56"))
+	now := t0.Add(time.Hour)
+	amount := d("3")
+	b.ReportAllocs()
+	for b.Loop() {
+		Drain(l, s, now, amount)
+	}
+}
+
+func BenchmarkReserveResolve(b *testing.B) {
+	l := Limit{Capacity: d("5000.00"), LeakAmount: d("5000.00"), LeakPer: 720 * time.Hour}
+	_, s := Fillup(l, State{}, t0, d("1234.56"))
+	now := t0.Add(time.Hour)
+	amount, charge := d("80"), d("61.20")
+	b.ReportAllocs()
+	for b.Loop() {
+		_, ns := Reserve(l, s, now, amount, now.Add(10*time.Minute))
+		Resolve(l, ns, now.Add(time.Minute), len(ns.Holds)-1, charge)
+	}
+}
+
+// BenchmarkSettleHolds settles a bucket with 100 holds, half of them expired.
+func BenchmarkSettleHolds(b *testing.B) {
+	l := Limit{Capacity: d("1000000"), LeakAmount: d("1"), LeakPer: time.Second}
+	s := State{Level: d("500"), Updated: t0}
+	for i := range 100 {
+		s.Holds = append(s.Holds, Hold{ID: "h", Amount: d("1.5"), ExpiresAt: t0.Add(time.Duration(i) * time.Second)})
+	}
+	now := t0.Add(50 * time.Second)
+	b.ReportAllocs()
+	for b.Loop() {
+		Settle(l, s, now)
+	}
+}
