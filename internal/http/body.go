@@ -2,6 +2,7 @@ package http
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -109,6 +110,9 @@ func duplicateMember(data []byte) error {
 			f := foldName(name)
 			if first, dup := top.seen[f]; dup {
 				field := joinPath(top.path, first)
+				if first == "" { // an empty name: name the object instead
+					field = cmp.Or(top.path, "body")
+				}
 				return invalidRequest(field, fmt.Sprintf("%s is given twice (as %q and %q); member names are matched case-insensitively, so each may appear once", field, first, name))
 			}
 			top.seen[f] = name
