@@ -8,6 +8,8 @@ func (s *server) routes(e *echo.Echo) {
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.json", s.openapi)
 	e.GET("/metrics", s.metrics)
+	e.GET("/ui", uiRedirect)
+	e.GET("/ui/*", uiHandler())
 
 	v1 := e.Group("/v1")
 	v1.GET("/limits", s.listLimits)
