@@ -372,7 +372,7 @@ func testDashboardPhone(t *testing.T, b context.Context) {
 	a := newAPI(t)
 	dashboardData(t, a)
 	tb := openTab(t, b, a.url)
-	tb.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	tb.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(1), chromedp.EmulateMobile))
 	for _, page := range []struct{ hash, ready, shot string }{
 		{"", "#limits", "dashboard-phone-limits"},
 		{"#/l/team-spend", "#buckets", "dashboard-phone-buckets"},
