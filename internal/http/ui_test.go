@@ -219,6 +219,7 @@ func TestDashboard(t *testing.T) {
 	t.Run("pages", func(t *testing.T) { testDashboardPages(t, b) })
 	t.Run("phone", func(t *testing.T) { testDashboardPhone(t, b) })
 	t.Run("token", func(t *testing.T) { testDashboardToken(t, b) })
+	t.Run("meta", func(t *testing.T) { testDashboardMeta(t, b) })
 }
 
 // testDashboardPages opens each page of the dashboard over every store and
@@ -446,5 +447,61 @@ func testDashboardToken(t *testing.T, b context.Context) {
 		if strings.Contains(u, secret) || strings.Contains(u, "wrong") {
 			t.Errorf("a token in a URL: %s", u)
 		}
+	}
+}
+
+// testDashboardMeta gives history entries a meta object (as the API does for
+// charges that carry one) and checks the history table's meta column: every
+// key and value shown as text, markup included.
+func testDashboardMeta(t *testing.T, b context.Context) {
+	clock := ledgertest.NewClock()
+	clock.Set(time.Now().Truncate(time.Second))
+	store := memory.New(memory.WithClock(clock.Now))
+	handler := budgethttp.New(ledger.NewService(store))
+	meta := map[string]string{"order": "o-17", "note": `<script>window.__xss=3</script><b>bold</b>`}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/history") {
+			handler.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, r)
+		var page map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil {
+			t.Errorf("history answer: %v", err)
+			return
+		}
+		items, _ := page["items"].([]any)
+		for i, it := range items {
+			if i%2 == 0 { // every other entry carries meta
+				it.(map[string]any)["meta"] = meta
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(page)
+	}))
+	t.Cleanup(srv.Close)
+	a := &api{t: t, url: srv.URL, clock: clock, store: store}
+	a.limit("team-spend", "100", "1", "1s")
+	for _, cost := range []string{"1", "2", "3"} {
+		a.expect("POST", "/v1/limits/team-spend/buckets/k/fillup", `{"cost":"`+cost+`"}`, 200)
+		clock.Advance(time.Second)
+	}
+	tb := openTab(t, b, srv.URL)
+	tb.open("#/l/team-spend/b/k")
+	tb.wait(`document.querySelector('#history td.meta')`)
+	var got struct {
+		Header  bool
+		Cells   []string
+		Scripts int
+		Bold    int
+		Flag    any
+	}
+	tb.eval(`({Header: [...document.querySelectorAll('#history th')].some(th => th.textContent === 'meta'),
+		Cells: [...document.querySelectorAll('#history tbody td.meta')].map(td => td.textContent),
+		Scripts: document.scripts.length, Bold: document.querySelectorAll('#history b').length, Flag: window.__xss ?? null})`, &got)
+	want := []string{"note=" + meta["note"] + "order=o-17", "", "note=" + meta["note"] + "order=o-17"}
+	if !got.Header || !slices.Equal(got.Cells, want) || got.Scripts != 1 || got.Bold != 0 || got.Flag != nil {
+		t.Errorf("meta column: %+v, want cells %q", got, want)
 	}
 }
