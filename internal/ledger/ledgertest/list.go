@@ -1,7 +1,9 @@
 package ledgertest
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/shopspring/decimal"
+	"golang.org/x/sync/errgroup"
 )
 
 // testListing covers ListBuckets and ListHolds: byte order of keys (with
@@ -260,4 +263,37 @@ func testListHolds(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	check("one released", h3)
+}
+
+// BenchListBuckets measures ListBuckets pages of 100 (the first, and one from
+// the middle) of a limit with n buckets, beside another limit with n buckets
+// of its own, on store. The store's clock may be the real one.
+func BenchListBuckets(b *testing.B, store ledger.Store, n int) {
+	ctx := context.Background()
+	for _, name := range []string{"bench-list", "bench-other"} {
+		if _, err := store.PutLimit(ctx, ledger.Limit{Name: name, Capacity: dec("1000"), LeakAmount: dec("1"), LeakPer: time.Hour, History: false}); err != nil {
+			b.Fatal(err)
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(16)
+		for i := range n {
+			g.Go(func() error {
+				_, err := store.Fillup(gctx, []ledger.Charge{{Bucket: ref(name, fmt.Sprintf("tenant-%07d", i)), Cost: dec("1")}}, ledger.Idempotency{})
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, after := range []string{"", fmt.Sprintf("tenant-%07d", n/2)} {
+		b.Run("after="+after, func(b *testing.B) {
+			for b.Loop() {
+				page, err := store.ListBuckets(ctx, "bench-list", after, 100)
+				if err != nil || len(page) != 100 {
+					b.Fatalf("page of %d: %v", len(page), err)
+				}
+			}
+		})
+	}
 }
