@@ -3,7 +3,11 @@
 // (textContent, attribute values), never parsed as HTML.
 "use strict";
 
-const POLL_MS = 2000;
+// A bucket's page is cheap to read and polls often; listing buckets costs
+// more (on Redis a page scans the keyspace), so list pages poll less often
+// and bucket counts are kept for a while.
+const POLL_MS = { bucket: 2000, limit: 5000, limits: 5000 };
+const COUNT_TTL_MS = 30000;
 const TOKEN_KEY = "budgetd.token";
 const SCALE = 12; // fractional digits of a level, as in package bucket
 const ONE = 10n ** BigInt(SCALE);
@@ -16,6 +20,7 @@ let busy = false;
 let view = null; // {page, name, key}
 let cursors = [""]; // cursor of each page of a limit's buckets seen so far
 let pageIndex = 0;
+const counts = new Map(); // limit name → {text, at}
 
 // ---- DOM helpers -------------------------------------------------------
 
@@ -264,14 +269,13 @@ function bar(b) {
 async function limitsPage() {
   crumbs({ text: "limits" });
   const page = await api("/v1/limits?limit=1000");
-  const counts = await Promise.all(page.items.map((l) =>
-    api(limitPath(l.name) + "/buckets?limit=100").then((p) => (p.next_cursor ? "100+" : String(p.items.length))).catch(() => "?")));
+  const shown = await Promise.all(page.items.map((l) => bucketCount(l.name)));
   const rows = page.items.map((l, i) => el("tr", { "data-limit": l.name },
     el("td", { class: "key" }, el("a", { href: "#/l/" + enc(l.name) }, l.name)),
     el("td", { class: "num", "data-field": "capacity" }, l.capacity),
     el("td", { "data-field": "rule" }, rule(l)),
     el("td", { class: "hide-narrow", "data-field": "history" }, l.history ? "on" : "off"),
-    el("td", { class: "num", "data-field": "buckets" }, counts[i])));
+    el("td", { class: "num", "data-field": "buckets" }, shown[i])));
   return [
     el("h1", {}, "Limits"),
     page.items.length === 0 ? el("p", { class: "note" }, "No limits yet. Create one with PUT /v1/limits/{name}.") :
@@ -281,6 +285,22 @@ async function limitsPage() {
         el("tbody", {}, rows))),
     page.next_cursor ? el("p", { class: "note" }, "Showing the first 1000 limits.") : null,
   ];
+}
+
+// bucketCount is the number of a limit's buckets as the limits page shows
+// it: up to 100, then "100+"; kept for COUNT_TTL_MS.
+async function bucketCount(name) {
+  const c = counts.get(name);
+  if (c && Date.now() - c.at < COUNT_TTL_MS) return c.text;
+  let text = "?";
+  try {
+    const p = await api(limitPath(name) + "/buckets?limit=100");
+    text = p.next_cursor ? "100+" : String(p.items.length);
+  } catch (e) {
+    if (e instanceof AuthError) throw e;
+  }
+  counts.set(name, { text, at: Date.now() });
+  return text;
 }
 
 async function limitPage(name) {
@@ -428,7 +448,7 @@ function showAuth(msg) {
 function start() {
   stop();
   refresh();
-  timer = setInterval(refresh, POLL_MS);
+  timer = setInterval(refresh, POLL_MS[view.page]);
 }
 function stop() { if (timer) clearInterval(timer); timer = null; }
 
@@ -444,6 +464,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("auth-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     token = $("token").value.trim();
+    counts.clear();
     $("token").value = "";
     if (token) sessionStorage.setItem(TOKEN_KEY, token); else sessionStorage.removeItem(TOKEN_KEY);
     start();
