@@ -220,6 +220,7 @@ func TestDashboard(t *testing.T) {
 	t.Run("phone", func(t *testing.T) { testDashboardPhone(t, b) })
 	t.Run("token", func(t *testing.T) { testDashboardToken(t, b) })
 	t.Run("meta", func(t *testing.T) { testDashboardMeta(t, b) })
+	t.Run("pages of buckets", func(t *testing.T) { testDashboardPager(t, b) })
 }
 
 // testDashboardPages opens each page of the dashboard over every store and
@@ -504,4 +505,42 @@ func testDashboardMeta(t *testing.T, b context.Context) {
 	if !got.Header || !slices.Equal(got.Cells, want) || got.Scripts != 1 || got.Bold != 0 || got.Flag != nil {
 		t.Errorf("meta column: %+v, want cells %q", got, want)
 	}
+}
+
+// testDashboardPager pages through a limit's buckets with the page's
+// buttons: 50 to a page, in the API's key order.
+func testDashboardPager(t *testing.T, b context.Context) {
+	a := newAPI(t)
+	a.limit("wide", "100", "1", "1h")
+	var keys []string
+	for i := range 55 {
+		k := "tenant-" + jsonInt(100+i)
+		keys = append(keys, k)
+		a.expect("POST", "/v1/limits/wide/buckets/"+k+"/fillup", `{"cost":"`+jsonInt(1+i%7)+`"}`, 200)
+	}
+	tb := openTab(t, b, a.url)
+	tb.open("#/l/wide")
+	tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 50`)
+	first := tb.rows("#buckets")
+	tb.do(chromedp.Click(chromedp.CSS("#next-page")))
+	tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 5`)
+	second := tb.rows("#buckets")
+	var got []string
+	for _, r := range append(first, second...) {
+		got = append(got, r["_"])
+	}
+	sort.Strings(got)
+	if !slices.Equal(got, keys) {
+		t.Errorf("two pages show %q, want %q", got, keys)
+	}
+	var lastPage []string
+	for _, r := range second {
+		lastPage = append(lastPage, r["_"])
+	}
+	sort.Strings(lastPage)
+	if !slices.Equal(lastPage, keys[50:]) {
+		t.Errorf("second page %q, want the last keys %q", lastPage, keys[50:])
+	}
+	tb.do(chromedp.Click(chromedp.CSS(".pager button")))
+	tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 50`)
 }

@@ -409,9 +409,12 @@ function route() {
   return { page: "limits" };
 }
 
+let again = false; // a refresh was asked for while one was running
+
 async function refresh() {
-  if (busy) return;
+  if (busy) { again = true; return; }
   busy = true;
+  again = false;
   try {
     let nodes;
     if (view.page === "bucket") nodes = await bucketPage(view.name, view.key);
@@ -432,6 +435,7 @@ async function refresh() {
     }
   } finally {
     busy = false;
+    if (again && timer) refresh(); // a click or a hash change during the last one
   }
 }
 
