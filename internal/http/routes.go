@@ -8,6 +8,8 @@ func (s *server) routes(e *echo.Echo) {
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.json", s.openapi)
 	e.GET("/metrics", s.metrics)
+	e.GET("/ui", uiRedirect)
+	e.GET("/ui/*", uiHandler())
 
 	v1 := e.Group("/v1")
 	v1.GET("/limits", s.listLimits)
@@ -15,11 +17,13 @@ func (s *server) routes(e *echo.Echo) {
 	v1.GET("/limits/:name", s.getLimit)
 	v1.DELETE("/limits/:name", s.deleteLimit)
 
+	v1.GET("/limits/:name/buckets", s.listBuckets)
 	v1.GET("/limits/:name/buckets/:key", s.getBucket)
 	v1.GET("/limits/:name/buckets/", s.getBucket) // an empty key: 400 invalid_key, not 404
 	v1.POST("/limits/:name/buckets/:key/fillup", s.fillup)
 	v1.POST("/limits/:name/buckets/:key/drain", s.drain)
 	v1.POST("/limits/:name/buckets/:key/reservations", s.reserve)
+	v1.GET("/limits/:name/buckets/:key/reservations", s.listHolds)
 	v1.GET("/limits/:name/buckets/:key/history", s.history)
 	v1.POST("/fillup", s.multiFillup)
 

@@ -97,6 +97,27 @@ type Store interface {
 	// listing. A limit with history off answers an empty list.
 	History(ctx context.Context, ref BucketRef, cursor string, n int) ([]Entry, string, error)
 
+	// ListBuckets lists up to n of the limit's buckets that the store holds,
+	// ordered by the bytes of their keys, with keys > after ("" for the
+	// first page). Each is a Snapshot at the store's clock, so that the
+	// caller derives its level, held and remaining with package bucket. A
+	// bucket that leaked empty may be listed (level 0) until the store prunes
+	// it; a bucket never written is not. It writes nothing, not even an
+	// expiry, and may be retried. Returns ErrLimitNotFound when the limit
+	// does not exist (a deleted limit's buckets are never listed, also not
+	// under a re-created limit of the same name). The work of one call is
+	// bounded by n on every store except Redis, which scans the keyspace of
+	// every master (docs/architecture.md, "Listing").
+	ListBuckets(ctx context.Context, limit, after string, n int) ([]BucketSnapshot, error)
+
+	// ListHolds returns the bucket's active holds (state active and not
+	// expired at the store's clock), at most MaxHolds, oldest first (by
+	// CreatedAt, then ID), each as Reservation returns it. A bucket with no
+	// holds, or never written, has none. It writes nothing (an expired hold
+	// is left for the next write to record) and may be retried. Returns
+	// ErrLimitNotFound when the limit does not exist.
+	ListHolds(ctx context.Context, ref BucketRef) ([]Reservation, error)
+
 	// Ping reports whether the store answers; it backs /readyz.
 	Ping(ctx context.Context) error
 	// Close releases the store's resources.
@@ -108,6 +129,12 @@ const MaxHolds = 1000
 
 // MaxLevel bounds a level: an overrun commit may not lift it further.
 var MaxLevel = decimal.New(1, 15)
+
+// BucketSnapshot is one bucket of a listing: its key and a Snapshot of it.
+type BucketSnapshot struct {
+	Key string
+	Snapshot
+}
 
 // Charge is one multi-bucket item as a store sees it: a distinct bucket and
 // the total cost to add to it.

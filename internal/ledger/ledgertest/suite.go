@@ -50,6 +50,7 @@ func Run(t *testing.T, factory Factory) {
 		{"NotFound", testNotFound},
 		{"Differential", testDifferential},
 		{"LevelOverflow", testLevelOverflow},
+		{"Listing", testListing},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

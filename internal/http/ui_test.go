@@ -1,0 +1,546 @@
+package http_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	budgethttp "github.com/budgetd/budgetd/internal/http"
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	"github.com/budgetd/budgetd/internal/memory"
+	"github.com/chromedp/chromedp"
+	"github.com/shopspring/decimal"
+)
+
+// The dashboard tests open /ui/ in headless Chromium (Debian's chromium
+// package), driven over the DevTools protocol with chromedp, against budgetd
+// on each store. They read what a person sees (text of the page) and compare
+// it with the API's answers at the same pinned clock.
+//
+// Without a browser they skip locally and fail under CI=true. Set
+// BUDGETD_SCREENSHOTS to a directory to save a PNG of each page there
+// (docs/ keeps the ones in the README).
+
+// xssKey is a bucket key that would run script if the page parsed it as HTML.
+const xssKey = `<script>window.__xss=1</script><img src=x onerror="window.__xss=2">`
+
+// browser starts one headless Chromium for the test and returns a context
+// whose tabs share it.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := os.Getenv("BUDGETD_TEST_CHROMIUM")
+	if path == "" {
+		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+			if p, err := exec.LookPath(name); err == nil {
+				path = p
+				break
+			}
+		}
+	}
+	if path == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("chromium is not installed; scripts/install-deps installs it")
+		}
+		t.Skip("chromium is not installed; scripts/install-deps installs it")
+	}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1100, 900),
+	)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil { // start the browser now, without a deadline
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// tab is one browser tab on a budgetd.
+type tab struct {
+	t    *testing.T
+	ctx  context.Context
+	base string
+}
+
+func openTab(t *testing.T, b context.Context, base string) *tab {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(b)
+	t.Cleanup(cancel)
+	// The first call on a context makes its tab, which lives as long as the
+	// context of that call: no deadline here.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("open a tab: %v", err)
+	}
+	return &tab{t: t, ctx: ctx, base: base}
+}
+
+func (tb *tab) do(actions ...chromedp.Action[chromedp.Void]) {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		tb.t.Fatalf("browser: %v", err)
+	}
+}
+
+func (tb *tab) open(hash string) {
+	tb.t.Helper()
+	tb.do(chromedp.Navigate(tb.base + "/ui/" + hash))
+}
+
+// wait waits until the JavaScript expression is truthy.
+func (tb *tab) wait(expr string) {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 15*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		text, _ := chromedp.Run(tb.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		tb.t.Fatalf("waiting for %s: %v\npage text:\n%s", expr, err, text)
+	}
+}
+
+// eval evaluates expr and decodes its JSON value into out.
+func (tb *tab) eval(expr string, out any) {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 10*time.Second)
+	defer cancel()
+	raw, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(`+expr+`)`))
+	if err != nil {
+		tb.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	if err := json.Unmarshal([]byte(raw), out); err != nil {
+		tb.t.Fatalf("evaluate %s: %v in %s", expr, err, raw)
+	}
+}
+
+// screenshot saves the viewport as name.png under $BUDGETD_SCREENSHOTS.
+func (tb *tab) screenshot(name string) {
+	dir := os.Getenv("BUDGETD_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	tb.t.Helper()
+	png, err := chromedp.Run(tb.ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		tb.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		tb.t.Fatal(err)
+	}
+}
+
+// rows reads a table's body rows as maps of data-field → text, with the
+// row's data-key / data-id / data-limit under "_".
+func (tb *tab) rows(table string) []map[string]string {
+	tb.t.Helper()
+	var out []map[string]string
+	tb.eval(`[...document.querySelectorAll(`+jsString(table+` tbody tr`)+`)].map(tr => {
+		const r = {_: tr.dataset.key ?? tr.dataset.id ?? tr.dataset.limit};
+		tr.querySelectorAll('[data-field]').forEach(td => r[td.dataset.field] = td.textContent);
+		const a = tr.querySelector('a'); if (a) r.link = a.textContent;
+		return r;
+	})`, &out)
+	return out
+}
+
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// dashboardData creates two limits and charges over the API at known
+// instants, and returns, oldest first, the level that the API reported after
+// each history entry of team/a.
+func dashboardData(t *testing.T, a *api) []string {
+	// Pin the store's clock near the real one, so the chart's "now" (the
+	// browser's clock) is close to the entries.
+	a.clock.Set(time.Now().Add(-time.Minute).Truncate(time.Second))
+	a.limit("team-spend", "100", "1", "1s")
+	a.limit("rows", "5000", "5000", "720h")
+	a.expect("PUT", "/v1/limits/quiet", `{"capacity":"10","leak":{"amount":"1","per":"1m"},"history":false}`, 200)
+	team := "/v1/limits/team-spend/buckets/team%2Fa"
+	var levels []string
+	charge := func(path, body string, status int) {
+		levels = append(levels, a.expect("POST", path, body, status).str("level"))
+	}
+	charge(team+"/fillup", `{"cost":"30"}`, 200)
+	a.clock.Advance(10 * time.Second)
+	charge(team+"/fillup", `{"cost":"12.5"}`, 200)
+	a.clock.Advance(4 * time.Second)
+	charge(team+"/reservations", `{"amount":"20","ttl":"1h"}`, 201)
+	a.clock.Advance(50 * time.Second) // leaks to zero on the way
+	charge(team+"/fillup", `{"cost":"7.25"}`, 200)
+	a.clock.Advance(time.Second)
+	charge(team+"/drain", `{"amount":"2"}`, 200)
+	a.expect("POST", "/v1/limits/team-spend/buckets/team%2Fb/fillup", `{"cost":"90"}`, 200)
+	a.expect("POST", "/v1/limits/team-spend/buckets/%C3%A9t%C3%A9/fillup", `{"cost":"50"}`, 200)
+	a.expect("POST", "/v1/limits/team-spend/buckets/"+url.PathEscape(xssKey)+"/fillup", `{"cost":"5"}`, 200)
+	a.expect("POST", "/v1/limits/rows/buckets/job-1/fillup", `{"cost":"1200"}`, 200)
+	return levels
+}
+
+type listed struct {
+	Items []struct {
+		Key       string  `json:"key"`
+		Level     string  `json:"level"`
+		Held      string  `json:"held"`
+		Remaining string  `json:"remaining"`
+		Capacity  string  `json:"capacity"`
+		UpdatedAt *string `json:"updated_at"`
+	} `json:"items"`
+}
+
+// TestDashboard runs the browser tests with one Chromium for all of them.
+func TestDashboard(t *testing.T) {
+	b := browser(t)
+	t.Run("pages", func(t *testing.T) { testDashboardPages(t, b) })
+	t.Run("phone", func(t *testing.T) { testDashboardPhone(t, b) })
+	t.Run("token", func(t *testing.T) { testDashboardToken(t, b) })
+	t.Run("meta", func(t *testing.T) { testDashboardMeta(t, b) })
+	t.Run("pages of buckets", func(t *testing.T) { testDashboardPager(t, b) })
+}
+
+// testDashboardPages opens each page of the dashboard over every store and
+// checks what it shows against the API.
+func testDashboardPages(t *testing.T, b context.Context) {
+	eachStore(t, func(t *testing.T, a *api) {
+		levels := dashboardData(t, a)
+		tb := openTab(t, b, a.url)
+
+		// Limits: capacity, rule and number of buckets.
+		tb.open("")
+		tb.wait(`document.querySelector('#limits tr[data-limit="team-spend"]')`)
+		limits := tb.rows("#limits")
+		if len(limits) != 3 {
+			t.Fatalf("limits page rows: %v", limits)
+		}
+		want := map[string][3]string{"quiet": {"10", "1 per 1m", "0"}, "rows": {"5000", "5000 per 720h", "1"}, "team-spend": {"100", "1 per 1s", "4"}}
+		for _, r := range limits {
+			w := want[r["_"]]
+			if r["capacity"] != w[0] || r["rule"] != w[1] || r["buckets"] != w[2] || r["link"] != r["_"] {
+				t.Errorf("limit row %v, want capacity, rule, buckets %v", r, w)
+			}
+		}
+		tb.screenshot("dashboard-limits")
+
+		// A limit's buckets: the API's numbers, fullest first, keys as text.
+		tb.open("#/l/team-spend")
+		tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 4`)
+		var list listed
+		if err := json.Unmarshal([]byte(a.expect("GET", "/v1/limits/team-spend/buckets", "", 200).raw), &list); err != nil {
+			t.Fatal(err)
+		}
+		byKey := map[string]int{}
+		for i, it := range list.Items {
+			byKey[it.Key] = i
+		}
+		rows := tb.rows("#buckets")
+		var fill []decimal.Decimal
+		for _, r := range rows {
+			i, ok := byKey[r["_"]]
+			if !ok {
+				t.Fatalf("row for unknown key %q", r["_"])
+			}
+			it := list.Items[i]
+			if r["link"] != it.Key || r["level"] != it.Level || r["held"] != it.Held || r["remaining"] != it.Remaining {
+				t.Errorf("bucket row %v, API %+v", r, it)
+			}
+			used := decimal.RequireFromString(it.Level).Add(decimal.RequireFromString(it.Held))
+			fill = append(fill, used.Div(decimal.RequireFromString(it.Capacity)))
+		}
+		if !sort.SliceIsSorted(fill, func(i, j int) bool { return fill[i].GreaterThan(fill[j]) }) {
+			t.Errorf("rows not fullest first: %v", fill)
+		}
+		var bars []string
+		tb.eval(`[...document.querySelectorAll('#buckets .bar')].map(b => b.dataset.fill)`, &bars)
+		if len(bars) != 4 {
+			t.Errorf("bars: %v", bars)
+		}
+		var xss struct {
+			Scripts, Imgs int
+			Flag          any
+			Text          string
+		}
+		tb.eval(`({Scripts: document.scripts.length, Imgs: document.images.length, Flag: window.__xss ?? null,
+			Text: document.querySelector('#buckets tr[data-key^="<script>"] a')?.textContent ?? ""})`, &xss)
+		if xss.Scripts != 1 || xss.Imgs != 0 || xss.Flag != nil || xss.Text != xssKey {
+			t.Errorf("a key with markup was not rendered as text: %+v", xss)
+		}
+		tb.screenshot("dashboard-buckets")
+
+		// A bucket: numbers, chart points, holds and history; a new charge
+		// shows up without a reload.
+		tb.open("#/l/team-spend/b/" + url.PathEscape("team/a"))
+		tb.wait(`document.querySelector('#history') && document.querySelector('svg.chart')`)
+		state := a.expect("GET", "/v1/limits/team-spend/buckets/team%2Fa", "", 200)
+		var stats map[string]string
+		tb.eval(`Object.fromEntries([...document.querySelectorAll('#bucket-stats dd')].map(d => [d.dataset.field, d.textContent]))`, &stats)
+		for _, f := range []string{"level", "held", "remaining", "capacity"} {
+			if stats[f] != state.str(f) {
+				t.Errorf("bucket %s shows %q, API %q", f, stats[f], state.str(f))
+			}
+		}
+		var points []struct{ Time, Event, Level string }
+		tb.eval(`[...document.querySelectorAll('svg.chart circle.point')].map(c => ({Time: c.dataset.time, Event: c.dataset.event, Level: c.dataset.level}))`, &points)
+		var hist struct {
+			Items []struct{ ID, Time, Event, Amount string } `json:"items"`
+		}
+		if err := json.Unmarshal([]byte(a.expect("GET", "/v1/limits/team-spend/buckets/team%2Fa/history", "", 200).raw), &hist); err != nil {
+			t.Fatal(err)
+		}
+		if len(points) != len(hist.Items) || len(points) != len(levels) {
+			t.Fatalf("chart has %d points, history %d entries, %d charges: %+v", len(points), len(hist.Items), len(levels), points)
+		}
+		for i, p := range points {
+			e := hist.Items[len(hist.Items)-1-i]
+			if p.Time != e.Time || p.Event != e.Event || !decimal.RequireFromString(p.Level).Equal(decimal.RequireFromString(levels[i])) {
+				t.Errorf("chart point %d = %+v; history %+v, level after it %s", i, p, e, levels[i])
+			}
+		}
+		var capLine string
+		tb.eval(`document.querySelector('svg.chart line.cap').dataset.level`, &capLine)
+		if capLine != "100" {
+			t.Errorf("capacity line at %q", capLine)
+		}
+		holdsAPI := a.expect("GET", "/v1/limits/team-spend/buckets/team%2Fa/reservations", "", 200)
+		var holds struct {
+			Items []struct{ ID, Amount string } `json:"items"`
+		}
+		_ = json.Unmarshal([]byte(holdsAPI.raw), &holds)
+		hr := tb.rows("#holds")
+		if len(holds.Items) != 1 || len(hr) != 1 || hr[0]["_"] != holds.Items[0].ID || hr[0]["amount"] != holds.Items[0].Amount {
+			t.Errorf("holds shown %v, API %s", hr, holdsAPI.raw)
+		}
+		histRows := tb.rows("#history")
+		if len(histRows) != len(hist.Items) {
+			t.Fatalf("history rows %v", histRows)
+		}
+		for i, r := range histRows {
+			if r["_"] != hist.Items[i].ID || r["event"] != hist.Items[i].Event || r["amount"] != hist.Items[i].Amount {
+				t.Errorf("history row %d = %v, API %+v", i, r, hist.Items[i])
+			}
+		}
+		var metaHeader bool
+		tb.eval(`[...document.querySelectorAll('#history th')].some(th => th.textContent === 'meta')`, &metaHeader)
+		if metaHeader {
+			t.Error("a meta column without any meta")
+		}
+		tb.screenshot("dashboard-bucket")
+
+		a.clock.Advance(time.Second)
+		fresh := a.expect("POST", "/v1/limits/team-spend/buckets/team%2Fa/fillup", `{"cost":"3"}`, 200)
+		tb.wait(`document.querySelectorAll('#history tbody tr').length === ` + jsonInt(len(hist.Items)+1) +
+			` && document.querySelector('#bucket-stats [data-field=level]').textContent === ` + jsString(fresh.str("level")))
+
+		// The xss key's own page.
+		tb.open("#/l/team-spend/b/" + url.PathEscape(xssKey))
+		tb.wait(`document.querySelector('#bucket-key')`)
+		tb.eval(`({Scripts: document.scripts.length, Imgs: document.images.length, Flag: window.__xss ?? null,
+			Text: document.querySelector('#bucket-key').textContent})`, &xss)
+		if xss.Scripts != 1 || xss.Imgs != 0 || xss.Flag != nil || xss.Text != xssKey {
+			t.Errorf("a key with markup was not rendered as text on its page: %+v", xss)
+		}
+	})
+}
+
+func jsonInt(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// testDashboardPhone checks that the pages fit a 390-pixel-wide screen: no
+// sideways scrolling of the page (wide tables scroll inside their box).
+func testDashboardPhone(t *testing.T, b context.Context) {
+	a := newAPI(t)
+	dashboardData(t, a)
+	tb := openTab(t, b, a.url)
+	tb.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(1), chromedp.EmulateMobile))
+	for _, page := range []struct{ hash, ready, shot string }{
+		{"", "#limits", "dashboard-phone-limits"},
+		{"#/l/team-spend", "#buckets", "dashboard-phone-buckets"},
+		{"#/l/team-spend/b/team%2Fa", "#history", "dashboard-phone-bucket"},
+	} {
+		tb.open(page.hash)
+		tb.wait(`document.querySelector(` + jsString(page.ready) + `)`)
+		var w struct{ Scroll, Inner int }
+		tb.eval(`({Scroll: document.documentElement.scrollWidth, Inner: window.innerWidth})`, &w)
+		if w.Scroll > w.Inner {
+			t.Errorf("%s: page is %d px wide on a %d px screen", page.hash, w.Scroll, w.Inner)
+		}
+		tb.screenshot(page.shot)
+	}
+}
+
+// testDashboardToken runs the dashboard with authentication on: it asks for
+// a token, says clearly when one is refused, sends it as a bearer token and
+// never puts it in a URL.
+func testDashboardToken(t *testing.T, b context.Context) {
+	const secret = "s3cret-token"
+	clock := ledgertest.NewClock()
+	store := memory.New(memory.WithClock(clock.Now))
+	handler := budgethttp.New(ledger.NewService(store))
+	var (
+		mu   sync.Mutex
+		seen []string // every request URL the browser made
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.String())
+		mu.Unlock()
+		if strings.HasPrefix(r.URL.Path, "/v1/") && r.Header.Get("Authorization") != "Bearer "+secret {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"type":"about:blank","title":"Unauthorized","status":401,"code":"unauthorized"}`))
+			return
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	a := &api{t: t, url: srv.URL, clock: clock, store: store}
+	a.do("PUT", "/v1/limits/team-spend", `{"capacity":"100","leak":{"amount":"1","per":"1s"}}`, "Authorization", "Bearer "+secret)
+
+	tb := openTab(t, b, srv.URL)
+	tb.open("")
+	tb.wait(`!document.querySelector('#auth').hidden`)
+	var msg string
+	tb.eval(`document.querySelector('#auth-msg').textContent`, &msg)
+	if !strings.Contains(msg, "requires a bearer token") {
+		t.Errorf("without a token the page says %q", msg)
+	}
+	tb.screenshot("dashboard-token")
+	tb.do(chromedp.SendKeys(chromedp.CSS("#token"), "wrong"), chromedp.Click(chromedp.CSS(`#auth-form button`)))
+	tb.wait(`document.querySelector('#auth-msg').textContent.includes('refused')`)
+	tb.do(chromedp.SendKeys(chromedp.CSS("#token"), secret), chromedp.Click(chromedp.CSS(`#auth-form button`)))
+	tb.wait(`document.querySelector('#limits tr[data-limit="team-spend"]') && document.querySelector('#auth').hidden`)
+	var stored string
+	tb.eval(`sessionStorage.getItem('budgetd.token')`, &stored)
+	if stored != secret {
+		t.Errorf("token kept as %q", stored)
+	}
+	loc, err := chromedp.Run(tb.ctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	urls := append(slices.Clone(seen), loc)
+	mu.Unlock()
+	for _, u := range urls {
+		if strings.Contains(u, secret) || strings.Contains(u, "wrong") {
+			t.Errorf("a token in a URL: %s", u)
+		}
+	}
+}
+
+// testDashboardMeta gives history entries a meta object (as the API does for
+// charges that carry one) and checks the history table's meta column: every
+// key and value shown as text, markup included.
+func testDashboardMeta(t *testing.T, b context.Context) {
+	clock := ledgertest.NewClock()
+	clock.Set(time.Now().Truncate(time.Second))
+	store := memory.New(memory.WithClock(clock.Now))
+	handler := budgethttp.New(ledger.NewService(store))
+	meta := map[string]string{"order": "o-17", "note": `<script>window.__xss=3</script><b>bold</b>`}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/history") {
+			handler.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, r)
+		var page map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil {
+			t.Errorf("history answer: %v", err)
+			return
+		}
+		items, _ := page["items"].([]any)
+		for i, it := range items {
+			if i%2 == 0 { // every other entry carries meta
+				it.(map[string]any)["meta"] = meta
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(page)
+	}))
+	t.Cleanup(srv.Close)
+	a := &api{t: t, url: srv.URL, clock: clock, store: store}
+	a.limit("team-spend", "100", "1", "1s")
+	for _, cost := range []string{"1", "2", "3"} {
+		a.expect("POST", "/v1/limits/team-spend/buckets/k/fillup", `{"cost":"`+cost+`"}`, 200)
+		clock.Advance(time.Second)
+	}
+	tb := openTab(t, b, srv.URL)
+	tb.open("#/l/team-spend/b/k")
+	tb.wait(`document.querySelector('#history td.meta')`)
+	var got struct {
+		Header  bool
+		Cells   []string
+		Scripts int
+		Bold    int
+		Flag    any
+	}
+	tb.eval(`({Header: [...document.querySelectorAll('#history th')].some(th => th.textContent === 'meta'),
+		Cells: [...document.querySelectorAll('#history tbody td.meta')].map(td => td.textContent),
+		Scripts: document.scripts.length, Bold: document.querySelectorAll('#history b').length, Flag: window.__xss ?? null})`, &got)
+	want := []string{"note=" + meta["note"] + "order=o-17", "", "note=" + meta["note"] + "order=o-17"}
+	if !got.Header || !slices.Equal(got.Cells, want) || got.Scripts != 1 || got.Bold != 0 || got.Flag != nil {
+		t.Errorf("meta column: %+v, want cells %q", got, want)
+	}
+}
+
+// testDashboardPager pages through a limit's buckets with the page's
+// buttons: 50 to a page, in the API's key order.
+func testDashboardPager(t *testing.T, b context.Context) {
+	a := newAPI(t)
+	a.limit("wide", "100", "1", "1h")
+	var keys []string
+	for i := range 55 {
+		k := "tenant-" + jsonInt(100+i)
+		keys = append(keys, k)
+		a.expect("POST", "/v1/limits/wide/buckets/"+k+"/fillup", `{"cost":"`+jsonInt(1+i%7)+`"}`, 200)
+	}
+	tb := openTab(t, b, a.url)
+	tb.open("#/l/wide")
+	tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 50`)
+	first := tb.rows("#buckets")
+	tb.do(chromedp.Click(chromedp.CSS("#next-page")))
+	tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 5`)
+	second := tb.rows("#buckets")
+	var got []string
+	for _, r := range append(first, second...) {
+		got = append(got, r["_"])
+	}
+	sort.Strings(got)
+	if !slices.Equal(got, keys) {
+		t.Errorf("two pages show %q, want %q", got, keys)
+	}
+	var lastPage []string
+	for _, r := range second {
+		lastPage = append(lastPage, r["_"])
+	}
+	sort.Strings(lastPage)
+	if !slices.Equal(lastPage, keys[50:]) {
+		t.Errorf("second page %q, want the last keys %q", lastPage, keys[50:])
+	}
+	tb.do(chromedp.Click(chromedp.CSS(".pager button")))
+	tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 50`)
+}

@@ -1,0 +1,163 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/shopspring/decimal"
+)
+
+// The listing statements read the tables directly and write nothing. Each is
+// one statement, so it sees the limit, its buckets and their holds in one
+// snapshot; a limit that does not exist yields no row at all. Keys are
+// COLLATE "C", so the primary key (limit_id, key) gives byte order and a page
+// costs one index range scan of n rows.
+
+const listBucketsSQL = `
+WITH l AS (SELECT * FROM limits WHERE name = $1),
+     t AS (SELECT coalesce($4::timestamptz, date_trunc('microseconds', clock_timestamp())) AS now)
+SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.history, l.created_at, l.updated_at, t.now,
+       b.key, b.level::text, b.updated_at, hs.amounts, hs.expires
+  FROM l CROSS JOIN t
+  LEFT JOIN LATERAL (
+        SELECT b.key, b.level, b.updated_at
+          FROM buckets b
+         WHERE b.limit_id = l.id AND b.key > $2::text COLLATE "C" AND b.updated_at IS NOT NULL
+         ORDER BY b.key
+         LIMIT $3) b ON true
+  LEFT JOIN LATERAL (
+        SELECT array_agg(h.amount::text ORDER BY h.expires_at, h.id) AS amounts,
+               array_agg(h.expires_at ORDER BY h.expires_at, h.id) AS expires
+          FROM holds h
+         WHERE h.limit_id = l.id AND h.key = b.key AND h.state = 'active') hs ON true
+ ORDER BY b.key`
+
+// ListBuckets lists up to n of the limit's buckets with keys after after, in
+// byte order, each with its active holds, at the database clock.
+func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
+	var out []ledger.BucketSnapshot
+	found := false
+	err := s.do(ctx, "list buckets", func(ctx context.Context) error {
+		out, found = out[:0], false
+		rows, err := s.pool.Query(ctx, listBucketsSQL, limit, after, n, s.nowArg())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				l                ledger.Limit
+				capacity, amount string
+				perUS            int64
+				now              time.Time
+				key, level       *string
+				updated          *time.Time
+				amounts          []string
+				expires          []time.Time
+			)
+			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &l.History, &l.CreatedAt, &l.UpdatedAt, &now,
+				&key, &level, &updated, &amounts, &expires); err != nil {
+				return err
+			}
+			found = true
+			if key == nil {
+				continue // the limit has no bucket after after
+			}
+			var p numParser
+			l.Capacity, l.LeakAmount, l.LeakPer = p.num(capacity), p.num(amount), time.Duration(perUS)*time.Microsecond
+			l.CreatedAt, l.UpdatedAt = l.CreatedAt.UTC(), l.UpdatedAt.UTC()
+			st := bucket.State{Level: p.num(*level)}
+			if updated != nil {
+				st.Updated = updated.UTC()
+			}
+			for i := range amounts {
+				st.Holds = append(st.Holds, bucket.Hold{Amount: p.num(amounts[i]), ExpiresAt: expires[i].UTC()})
+			}
+			if p.err != nil {
+				return p.err
+			}
+			out = append(out, ledger.BucketSnapshot{Key: *key, Snapshot: ledger.Snapshot{Limit: l, State: st, Now: now.UTC()}})
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("limit %q: %w", limit, ledger.ErrLimitNotFound)
+	}
+	return out, nil
+}
+
+const listHoldsSQL = `
+WITH l AS (SELECT id, name FROM limits WHERE name = $1),
+     t AS (SELECT coalesce($3::timestamptz, date_trunc('microseconds', clock_timestamp())) AS now)
+SELECT l.name, h.id, h.amount::text, h.created_at, h.expires_at
+  FROM l CROSS JOIN t
+  LEFT JOIN LATERAL (
+        SELECT h.id, h.amount, h.created_at, h.expires_at
+          FROM holds h
+         WHERE h.limit_id = l.id AND h.key = $2::text COLLATE "C" AND h.state = 'active' AND h.expires_at > t.now
+         ORDER BY h.created_at, h.id
+         LIMIT $4) h ON true
+ ORDER BY h.created_at, h.id`
+
+// ListHolds returns the bucket's holds that are active at the database
+// clock, oldest first. The holds_bucket index (limit_id, key, state) finds
+// them.
+func (s *Store) ListHolds(ctx context.Context, ref ledger.BucketRef) ([]ledger.Reservation, error) {
+	var out []ledger.Reservation
+	found := false
+	err := s.do(ctx, "list holds", func(ctx context.Context) error {
+		out, found = []ledger.Reservation{}, false
+		rows, err := s.pool.Query(ctx, listHoldsSQL, ref.Limit, ref.Key, s.nowArg(), ledger.MaxHolds)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				name             string
+				id, amount       *string
+				created, expires *time.Time
+			)
+			if err := rows.Scan(&name, &id, &amount, &created, &expires); err != nil {
+				return err
+			}
+			found = true
+			if id == nil {
+				continue
+			}
+			var p numParser
+			out = append(out, ledger.Reservation{
+				ID: *id, Bucket: ref, Amount: p.num(*amount), State: ledger.Active,
+				CreatedAt: created.UTC(), ExpiresAt: expires.UTC(),
+			})
+			if p.err != nil {
+				return p.err
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("limit %q: %w", ref.Limit, ledger.ErrLimitNotFound)
+	}
+	return out, nil
+}
+
+// numParser parses numeric text and keeps the first error.
+type numParser struct{ err error }
+
+func (p *numParser) num(s string) decimal.Decimal {
+	d, err := decimal.NewFromString(s)
+	if err != nil && p.err == nil {
+		p.err = fmt.Errorf("postgres: numeric %q: %w", s, err)
+	}
+	return d
+}
