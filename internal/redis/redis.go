@@ -106,6 +106,11 @@ func WithEvictionCheck(mode string) Option { return func(s *Store) { s.eviction 
 // Cluster always checks.
 func WithSlotCheck() Option { return func(s *Store) { s.slotCheck = true } }
 
+// WithCallTimeout sets the one deadline of each store call (default 2s): its
+// limit lookup, its wait in the pipeline queue and at Redis. A call that
+// reaches it fails with ledger.ErrUnavailable.
+func WithCallTimeout(d time.Duration) Option { return func(s *Store) { s.callTimeout = d } }
+
 // WithLogger sets the logger for warnings (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 
