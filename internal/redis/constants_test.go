@@ -37,7 +37,7 @@ func TestLibraryConstants(t *testing.T) {
 		if v != 1000 && regexp.MustCompile(`\b`+strconv.FormatInt(v, 10)+`\b`).MatchString(code) {
 			t.Errorf("the Lua spells out %d (%s) instead of using the constant", v, name)
 		}
-		if regexp.MustCompile(`local\s+`+name+`\b`).MatchString(code) {
+		if regexp.MustCompile(`local\s+` + name + `\b`).MatchString(code) {
 			t.Errorf("the Lua declares %s again", name)
 		}
 	}
