@@ -104,9 +104,15 @@ func newLimitArgs(k keys, l ledger.Limit, gen int64, version string) limitArgs {
 		version: strconv.FormatInt(gen, 10) + ":" + version, doc: encodeLimit(l), defKey: k.limitDef(l.Name)}
 }
 
-// list is the limit's arguments in the order the functions read them.
-func (a *limitArgs) list() []any {
-	return []any{a.capacity, a.leakAmount, a.leakPer, a.history, a.version, a.doc}
+// list is the limit's arguments in the order the functions read them. The
+// limit document goes only into idempotency records, so a call without a
+// key passes none.
+func (a *limitArgs) list(idem ledger.Idempotency) []any {
+	doc := ""
+	if idem.Key != "" {
+		doc = a.doc
+	}
+	return []any{a.capacity, a.leakAmount, a.leakPer, a.history, a.version, doc}
 }
 
 // leakRatio returns the leak amount (units) and period (µs) divided by their
@@ -169,7 +175,7 @@ func (s *Store) call(ctx context.Context, op string, ro bool, pre []string, t ta
 		keys = append(keys, ik)
 		ih = idem.Hash
 	}
-	args := append([]any{s.nowArg(), ih, check}, t.lim.args.list()...)
+	args := append([]any{s.nowArg(), ih, check}, t.lim.args.list(idem)...)
 	return s.fcall(ctx, op, ro, keys, append(args, extra...)...)
 }
 
@@ -392,7 +398,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		args := make([]any, 0, 4+7*len(ts))
 		args = append(args, s.nowArg(), ih, check, len(ts))
 		for i, t := range ts {
-			args = append(append(args, t.lim.args.list()...), units(items[i].Cost))
+			args = append(append(args, t.lim.args.list(idem)...), units(items[i].Cost))
 		}
 		r, err := s.fcall(ctx, "fillup", false, keys, args...)
 		if err != nil {

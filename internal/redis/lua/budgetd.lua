@@ -70,10 +70,12 @@ local function level_at(c, st, now)
   return leak(c.lp, st.l, now - st.u)
 end
 
--- fits: bucket.CanAccept's accept test.
+-- fits: bucket.CanAccept's accept test. It keeps the level at now in st.lv
+-- for settle, which follows at the same now.
 local function fits(c, st, now, cost)
   if vzero(cost) then return true end
   local used = level_at(c, st, now)
+  st.lv = used
   if #st.holds > 0 then used = vadd(used, held_sum(st.holds, now)) end
   return vcmp(vadd(used, cost), c.cap) <= 0
 end
@@ -106,7 +108,7 @@ end
 
 -- settle: bucket.Settled plus the expiry records of memory's settle.
 local function settle(c, st, now)
-  st.l = level_at(c, st, now)
+  st.l = st.lv or level_at(c, st, now)
   if now > st.u then st.u = now end
   expire_holds(c, st, now)
 end
