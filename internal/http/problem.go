@@ -40,6 +40,7 @@ var sentinels = []struct {
 	{ledger.ErrTooManyHolds, http.StatusConflict, "too_many_holds"},
 	{ledger.ErrCrossSlot, http.StatusBadRequest, "cross_slot"},
 	{ledger.ErrLevelOverflow, http.StatusUnprocessableEntity, "level_overflow"},
+	{ledger.ErrIdempotencyFull, http.StatusServiceUnavailable, "idempotency_store_full"},
 	{ledger.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable"},
 	{context.DeadlineExceeded, http.StatusServiceUnavailable, "store_unavailable"},
 	{context.Canceled, http.StatusServiceUnavailable, "store_unavailable"},
@@ -61,6 +62,14 @@ func toProblem(err error, log *slog.Logger, r *http.Request) problem {
 	var inv *ledger.InvalidError
 	if errors.As(err, &inv) {
 		return newProblem(http.StatusBadRequest, inv.Code, inv.Error(), inv.Field)
+	}
+	var ae *authError
+	if errors.As(err, &ae) {
+		code := "forbidden"
+		if ae.status == http.StatusUnauthorized {
+			code = "unauthorized"
+		}
+		return newProblem(ae.status, code, ae.detail, ae.field)
 	}
 	var ref *ledger.Refusal
 	if errors.As(err, &ref) {
@@ -87,6 +96,8 @@ func toProblem(err error, log *slog.Logger, r *http.Request) problem {
 			return newProblem(he.Code, "not_found", "no such path", "")
 		case http.StatusMethodNotAllowed:
 			return newProblem(he.Code, "method_not_allowed", "this path does not accept "+r.Method, "")
+		case http.StatusServiceUnavailable:
+			return newProblem(he.Code, "shutting_down", "budgetd is shutting down", "")
 		case http.StatusRequestEntityTooLarge:
 			return newProblem(he.Code, "payload_too_large", "the request body is larger than 64 KiB", "")
 		}
@@ -116,6 +127,9 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			return
 		}
 		p := toProblem(err, log, c.Request())
+		if p.Status == http.StatusUnauthorized {
+			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="budgetd"`)
+		}
 		if c.Request().Method == http.MethodHead {
 			_ = c.NoContent(p.Status)
 			return
