@@ -63,6 +63,29 @@ func TestMultiBucketIdempotencyKeyedByCall(t *testing.T) {
 				!again.Items[1].Snapshot.State.Level.Equal(out.Items[1].Snapshot.State.Level) {
 				t.Fatalf("retry with the same body: %+v %v, want the first answer replayed", again, err)
 			}
+			// A record an earlier version kept with the call's first item
+			// replays: a retry across the upgrade is not charged again.
+			cl, err := s.limitFor(ctx, "l")
+			if err != nil {
+				t.Fatal(err)
+			}
+			doc := `{"now":"1799999999000000","acc":true,"items":[` +
+				`{"l":"30000000000000","u":"1799999999000000","h":"","lim":"","fits":true},` +
+				`{"l":"40000000000000","u":"1799999999000000","h":"","lim":"","fits":true}]}`
+			old := ledger.Idempotency{Scope: "multi-fillup", Key: "old", Hash: "h4"}
+			if err := s.client.Set(ctx, s.k.idemMultiLegacy("{u}c", old.Scope, old.Key), "2:h4"+doc, time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+			before = levels()
+			rep, err := s.Fillup(ctx, charge("{u}c", "{u}d"), old)
+			if err != nil || !rep.Replayed || !rep.Accepted || len(rep.Items) != 2 ||
+				!rep.Items[1].Snapshot.State.Level.Equal(decimal.NewFromInt(40)) || !rep.Items[1].Snapshot.Limit.Capacity.Equal(cl.l.Capacity) {
+				t.Fatalf("retry of a call an earlier version recorded: %+v %v, want its record replayed", rep, err)
+			}
+			if after := levels(); !maps.Equal(before, after) {
+				t.Errorf("levels changed by a replay: %v, then %v", before, after)
+			}
+
 			// The same key on another route is another target.
 			elsewhere := ledger.Idempotency{Scope: "fillup:l/{u}c", Key: "k", Hash: "h3"}
 			if res, err := s.Fillup(ctx, charge("{u}c"), elsewhere); err != nil || res.Replayed || !res.Accepted {

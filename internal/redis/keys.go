@@ -23,6 +23,7 @@ import (
 //	P:<g>:i:{<s>}<id>:<sha>     idempotency record of a commit or release
 //	P:m:i:<sha>          string idempotency record of a multi-bucket call (in Redis Cluster: its claim)
 //	P:m:i:{<s>}<sha>     string Redis Cluster: idempotency record of a multi-bucket call, in its buckets' slot
+//	P:m:i:<k>:<sha>      string idempotency record of a multi-bucket call kept by earlier versions (read only)
 //
 // <k> is the caller's key made into a hash tag: "=" + key when the key has a
 // Redis hash tag of its own ("{t1}u1"), otherwise "{" + key + "}". So all
@@ -137,6 +138,13 @@ func (k keys) idemHold(g int64, slot int, id, scope, ikey string) string {
 // hash, as a claim, and the record proper is idemCallIn the buckets' slot.
 func (k keys) idemCall(scope, ikey string) string {
 	return k.prefix + ":m:i:" + idemDigest(scope, ikey)
+}
+
+// idemMultiLegacy is where earlier versions kept the record of a
+// multi-bucket call: with its first item, in the buckets' slot. Fillup
+// replays from it, so a retry across an upgrade is not charged again.
+func (k keys) idemMultiLegacy(first, scope, ikey string) string {
+	return k.prefix + ":m:i:" + encodeKey(first) + ":" + idemDigest(scope, ikey)
 }
 
 func (k keys) idemCallIn(slot int, scope, ikey string) string {

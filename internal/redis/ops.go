@@ -393,6 +393,9 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			if err != nil {
 				return ledger.FillupOutcome{}, err
 			}
+			if len(ts) > 1 {
+				keys = append(keys, s.k.idemMultiLegacy(ts[0].ref.Key, idem.Scope, idem.Key))
+			}
 			keys, ih = append(keys, ik), idem.Hash
 		}
 		args := make([]any, 0, 4+7*len(ts))

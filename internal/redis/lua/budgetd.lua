@@ -184,14 +184,15 @@ local function reply(now, x, rk, items, ik, ih)
 end
 
 -- fillup: KEYS = bucket, history per item, then (standalone) each item's
--- limit definition, then the idempotency record when ih ~= ''.
+-- limit definition, then, when ih ~= '', the idempotency record, which a
+-- call of several items precedes with where an earlier version kept it.
 -- ARGV = now, ih, check ('1': the definitions are in KEYS), n, then per
 -- item 7 arguments: capacity, leak amount, leak period, history flag,
 -- version, limit document, cost.
 local function fillup(keys, args)
   local now_arg, ih, check, n = args[1], args[2], args[3] == '1', tonumber(args[4])
   local ik = ih ~= '' and keys[#keys] or nil
-  local rec = idem_get(ik, ih)
+  local rec = idem_get(ik, ih) or (ik and n > 1 and idem_get(keys[#keys - 1], ih))
   if rec then return rec end
   local now = clock(now_arg)
   local items, accepted = {}, true
