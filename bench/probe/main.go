@@ -238,7 +238,8 @@ func redisstats(ctx context.Context, url string) error {
 	})
 }
 
-// evalsha prints the arguments of the last EVALSHA in a MONITOR capture,
+// evalsha prints the arguments of the last EVALSHA (or FCALL: budgetd calls
+// a Redis function) in a MONITOR capture,
 // each followed by a NUL byte, so that scripts/bench can hand exactly the call
 // a service made to redis-benchmark.
 func evalsha(path string) error {
@@ -249,13 +250,13 @@ func evalsha(path string) error {
 	var last []string
 	for line := range strings.SplitSeq(string(data), "\n") {
 		args, err := monitorArgs(line)
-		if err != nil || len(args) < 3 || !strings.EqualFold(args[0], "evalsha") {
+		if err != nil || len(args) < 3 || !strings.EqualFold(args[0], "evalsha") && !strings.EqualFold(args[0], "fcall") {
 			continue
 		}
 		last = args
 	}
 	if last == nil {
-		return errors.New("no EVALSHA in " + path)
+		return errors.New("no EVALSHA or FCALL in " + path)
 	}
 	for _, a := range last {
 		fmt.Print(a, "\x00")

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -55,26 +56,53 @@ func (l *pipelineLog) ProcessPipelineHook(next goredis.ProcessPipelineHook) gore
 	}
 }
 
-// TestBatcherConcurrentCalls sends many concurrent script calls through one
-// in-flight pipeline at a time, so they queue and go in batches: scripts
-// Redis has not cached (NOSCRIPT, then EVAL of just those calls), calls whose
-// script fails, read-only calls, and keys on every slot of a cluster. Every
-// call must get its own answer or its own error, and the calls must really
-// have been pipelined.
+// testLibrary is a Functions library of test functions whose names carry
+// nonce, and the batcher reload that loads it on every master.
+func testLibrary(s *Store, nonce string, body string) func(context.Context) error {
+	src := "#!lua name=budgetd_test_" + nonce + "\nlocal N = '_" + nonce + "'\n" + body
+	return func(ctx context.Context) error {
+		return s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error {
+			return c.FunctionLoadReplace(ctx, src).Err()
+		})
+	}
+}
+
+// TestBatcherConcurrentCalls sends many concurrent function calls through
+// one in-flight pipeline at a time, so they queue and go in batches:
+// functions Redis does not have yet ("Function not found", then the library
+// is loaded and just those calls are sent again), calls whose function
+// fails, read-only calls, and keys on every slot of a cluster. Every call
+// must get its own answer or its own error, and the calls must really have
+// been pipelined.
 func TestBatcherConcurrentCalls(t *testing.T) {
 	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
 		t.Run(env, func(t *testing.T) {
 			s := openTest(t, serverURL(t, env))
 			log := &pipelineLog{}
-			s.client.(interface{ AddHook(goredis.Hook) }).AddHook(log)
-			b := newBatcher(s.client)
+			s.client.AddHook(log)
+			nonce := strings.ReplaceAll(testPrefix(), "-", "_")
+			// Not loaded yet: the first calls find no function.
+			reload := testLibrary(s, nonce, `
+redis.register_function('echo' .. N, function(keys, args) return {keys[1], args[1], redis.call('INCR', keys[1])} end)
+redis.register_function('fail' .. N, function(keys, args)
+  if args[1] == 'x' then error('BUDGETD_TEST_FAIL') end
+  return {args[1]}
+end)
+redis.register_function{function_name = 'read' .. N, flags = {'no-writes'},
+  callback = function(keys, args) return {keys[1], redis.call('GET', keys[1]) or ''} end}
+`)
+			t.Cleanup(func() {
+				_ = s.eachNode(context.Background(), func(ctx context.Context, c goredis.Cmdable) error {
+					return c.FunctionDelete(ctx, "budgetd_test_"+nonce).Err()
+				})
+			})
+			var reloads atomic.Int64
+			b := newBatcher(s.client, time.Minute, func(ctx context.Context) error {
+				reloads.Add(1)
+				return reload(ctx)
+			})
 			b.limit = 1
 			b.max = 16
-			// Fresh sources, so Redis has none of them cached.
-			nonce := testPrefix()
-			echo := newScript("-- " + nonce + "\nreturn {KEYS[1], ARGV[1], redis.call('INCR', KEYS[1])}")
-			fail := newScript("-- " + nonce + "\nif ARGV[1] == 'x' then error('BUDGETD_TEST_FAIL') end return {ARGV[1]}")
-			read := newScript("-- " + nonce + " ro\nreturn {KEYS[1], redis.call('GET', KEYS[1]) or ''}")
 			ctx := context.Background()
 			const n = 400
 			var wg sync.WaitGroup
@@ -88,7 +116,7 @@ func TestBatcherConcurrentCalls(t *testing.T) {
 					switch i % 4 {
 					case 0, 1:
 						var res []any
-						res, err = b.do(ctx, &scriptCall{sc: echo, keys: []string{key}, args: []any{i}}).Slice()
+						res, err = b.do(ctx, &fcall{fn: "echo_" + nonce, keys: []string{key}, args: []any{i}}).Slice()
 						if err == nil && (res[0] != key || res[1] != fmt.Sprint(i)) {
 							err = fmt.Errorf("call %d got %v", i, res)
 						}
@@ -98,10 +126,10 @@ func TestBatcherConcurrentCalls(t *testing.T) {
 							arg = "x"
 						}
 						var res []string
-						res, err = b.do(ctx, &scriptCall{sc: fail, keys: []string{key}, args: []any{arg}}).StringSlice()
+						res, err = b.do(ctx, &fcall{fn: "fail_" + nonce, keys: []string{key}, args: []any{arg}}).StringSlice()
 						switch {
 						case arg == "x" && (err == nil || !strings.Contains(err.Error(), "BUDGETD_TEST_FAIL")):
-							err = fmt.Errorf("call %d: error %v, want its script's error", i, err)
+							err = fmt.Errorf("call %d: error %v, want its function's error", i, err)
 						case arg == "x":
 							err = nil
 						case err == nil && res[0] != arg:
@@ -109,7 +137,7 @@ func TestBatcherConcurrentCalls(t *testing.T) {
 						}
 					case 3:
 						var res []string
-						res, err = b.do(ctx, &scriptCall{sc: read, ro: true, keys: []string{key}}).StringSlice()
+						res, err = b.do(ctx, &fcall{fn: "read_" + nonce, ro: true, keys: []string{key}}).StringSlice()
 						if err == nil && res[0] != key {
 							err = fmt.Errorf("call %d got %v", i, res)
 						}
@@ -127,14 +155,14 @@ func TestBatcherConcurrentCalls(t *testing.T) {
 			// Every echo call ran exactly once: the counters sum to their number.
 			total := 0
 			for k := range 37 {
-				v, err := s.client.(goredis.Cmdable).Get(ctx, fmt.Sprintf("%s:t:{k%d}", s.k.prefix, k)).Int()
+				v, err := s.client.Get(ctx, fmt.Sprintf("%s:t:{k%d}", s.k.prefix, k)).Int()
 				if err != nil {
 					t.Fatal(err)
 				}
 				total += v
 			}
 			if total != n/2 {
-				t.Errorf("echo scripts ran %d times, want %d", total, n/2)
+				t.Errorf("echo functions ran %d times, want %d", total, n/2)
 			}
 			if log.largest.Load() < 2 {
 				t.Errorf("no pipeline of more than one call (%d single commands, %d pipelines)", log.singles.Load(), log.pipelines.Load())
@@ -145,50 +173,75 @@ func TestBatcherConcurrentCalls(t *testing.T) {
 			log.mu.Lock()
 			defer log.mu.Unlock()
 			t.Logf("%d single commands, %d pipelines (largest %d); commands %v", log.singles.Load(), log.pipelines.Load(), log.largest.Load(), log.names)
-			if log.names["eval"] == 0 || log.names["eval_ro"] == 0 {
-				t.Errorf("commands sent %v: want EVAL and EVAL_RO after NOSCRIPT", log.names)
+			sent := log.names["fcall"] + log.names["fcall_ro"]
+			if reloads.Load() == 0 || sent <= n {
+				t.Errorf("commands sent %v, %d library loads: want a load and calls sent again after Function not found", log.names, reloads.Load())
 			}
-			if log.names["eval"]+log.names["eval_ro"] > n/4 {
-				t.Errorf("commands sent %v: too many EVALs (only calls that got NOSCRIPT are resent)", log.names)
+			if sent > n+n/4 {
+				t.Errorf("commands sent %v: too many FCALLs (only calls that found no function are resent)", log.names)
 			}
 		})
 	}
 }
 
 // TestBatcherCancelWhileQueued: a call whose context ends while it waits
-// behind an in-flight pipeline leaves the queue and is never sent.
+// behind an in-flight pipeline leaves the queue and is never sent; so does a
+// call whose own deadline (the batcher's timeout) passes there.
 func TestBatcherCancelWhileQueued(t *testing.T) {
 	s := openTest(t, serverURL(t, "BUDGETD_TEST_REDIS"))
-	b := newBatcher(s.client)
-	b.limit = 1
-	key := s.k.prefix + ":t:slow"
-	slow := newScript("local t = redis.call('TIME') local stop = t[1] * 1000000 + t[2] + 300000 " +
-		"repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop return 1")
-	incr := newScript("return redis.call('INCR', KEYS[1])")
-	started := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		close(started)
-		done <- b.do(context.Background(), &scriptCall{sc: slow, keys: []string{key + "x"}}).Err()
-	}()
-	<-started
-	time.Sleep(50 * time.Millisecond) // the slow script is at Redis
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	err := b.do(ctx, &scriptCall{sc: incr, keys: []string{key}}).Err()
-	if err == nil || ctx.Err() == nil {
-		t.Fatalf("queued call returned %v before its context ended", err)
-	}
-	if err := <-done; err != nil {
+	nonce := strings.ReplaceAll(testPrefix(), "-", "_")
+	reload := testLibrary(s, nonce, `
+redis.register_function('slow' .. N, function(keys, args)
+  local t = redis.call('TIME') local stop = t[1] * 1000000 + t[2] + 300000
+  repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
+  return 1
+end)
+redis.register_function('incr' .. N, function(keys, args) return redis.call('INCR', keys[1]) end)
+`)
+	ctx := context.Background()
+	if err := reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b.mu.Lock()
-	queued, inflight := len(b.queue), b.inflight
-	b.mu.Unlock()
-	if queued != 0 || inflight != 0 {
-		t.Fatalf("queue %d, in flight %d after both calls returned", queued, inflight)
-	}
-	if n, err := s.client.(goredis.Cmdable).Exists(context.Background(), key).Result(); err != nil || n != 0 {
-		t.Fatalf("the cancelled call ran (exists %d, %v)", n, err)
+	t.Cleanup(func() { _ = s.client.FunctionDelete(ctx, "budgetd_test_"+nonce).Err() })
+	key := s.k.prefix + ":t:slow"
+	for _, how := range []string{"context", "deadline"} {
+		t.Run(how, func(t *testing.T) {
+			b := newBatcher(s.client, time.Minute, reload)
+			b.limit = 1
+			started := make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				close(started)
+				done <- b.do(ctx, &fcall{fn: "slow_" + nonce, keys: []string{key + "x"}}).Err()
+			}()
+			<-started
+			time.Sleep(50 * time.Millisecond) // the slow function is at Redis
+			cctx := ctx
+			if how == "context" {
+				var cancel context.CancelFunc
+				cctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+				defer cancel()
+			} else {
+				b.mu.Lock()
+				b.timeout = 50 * time.Millisecond
+				b.mu.Unlock()
+			}
+			err := b.do(cctx, &fcall{fn: "incr_" + nonce, keys: []string{key}}).Err()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("queued call returned %v, want its deadline", err)
+			}
+			if err := <-done; err != nil && how == "context" {
+				t.Fatal(err)
+			}
+			b.mu.Lock()
+			queued, inflight := len(b.queue), b.inflight
+			b.mu.Unlock()
+			if queued != 0 || inflight != 0 {
+				t.Fatalf("queue %d, in flight %d after both calls returned", queued, inflight)
+			}
+			if n, err := s.client.Exists(ctx, key).Result(); err != nil || n != 0 {
+				t.Fatalf("the call that timed out in the queue ran (exists %d, %v)", n, err)
+			}
+		})
 	}
 }

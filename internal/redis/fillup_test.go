@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -12,12 +11,11 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// TestFillupIdempotencyRecordFormat: fillup.lua answers a fresh call with a
-// flat array, but the record it keeps for an Idempotency-Key is the JSON
-// document earlier versions kept ({now, acc, items: [{l, u, h, lim, fits}]}),
-// so instances of either version replay each other's records during an
-// upgrade. A record in that format, written by hand as an earlier version
-// wrote it, replays with its own limit and values.
+// TestFillupIdempotencyRecordFormat: the record a Fillup keeps for its
+// Idempotency-Key is its reply with the limit of each bucket filled in, so a
+// replay shows the limit of the original call; and a record as an earlier
+// version kept it (a JSON document, {now, acc, items: [{l, u, h, lim,
+// fits}]}) still replays, so a retry across an upgrade is not charged again.
 func TestFillupIdempotencyRecordFormat(t *testing.T) {
 	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
 		t.Run(env, func(t *testing.T) {
@@ -42,19 +40,15 @@ func TestFillupIdempotencyRecordFormat(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, body, _ := strings.Cut(rec, ":"+idem.Hash)
-			var doc struct {
-				Now   string     `json:"now"`
-				Acc   *bool      `json:"acc"`
-				Items []snapJSON `json:"items"`
-			}
-			if err := json.Unmarshal([]byte(body), &doc); err != nil {
+			r, err := parseReply([]string{"replay", body})
+			if err != nil {
 				t.Fatalf("record %q: %v", rec, err)
 			}
-			if doc.Now != "1800000000000000" || doc.Acc == nil || !*doc.Acc || len(doc.Items) != 1 {
+			if !r.replayed || r.now.UnixMicro() != 1_800_000_000_000_000 || r.x != "1" || len(r.buckets) != 1 {
 				t.Fatalf("record %q", rec)
 			}
-			if it := doc.Items[0]; it.L != "12370000000000" || it.U != "1800000000000000" || it.H != "" || !it.Fits || it.Lim != cl.args.doc {
-				t.Fatalf("record item %+v, want level 12.37 in units, the call's time and limit, fits", it)
+			if it := r.buckets[0]; it.L != "12370000000000" || it.U != "1800000000000000" || it.H != "" || it.Lim != cl.args.doc {
+				t.Fatalf("record item %+v, want level 12.37 in units, the call's time and limit", it)
 			}
 			again, err := s.Fillup(ctx, []ledger.Charge{{Bucket: ref, Cost: decimal.RequireFromString("12.37")}}, idem)
 			if err != nil || !again.Replayed || !again.Items[0].Snapshot.State.Level.Equal(out.Items[0].Snapshot.State.Level) {

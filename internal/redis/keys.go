@@ -21,7 +21,9 @@ import (
 //	P:<g>:i:<k>:<sha>    string idempotency record of a bucket call
 //	P:<g>:r:{<s>}<id>    hash   a hold; <s> is a short string that hashes to the bucket's slot
 //	P:<g>:i:{<s>}<id>:<sha>     idempotency record of a commit or release
-//	P:m:i:<k>:<sha>      string idempotency record of a multi-bucket call (slot of its first bucket)
+//	P:m:i:<sha>          string idempotency record of a multi-bucket call (in Redis Cluster: its claim)
+//	P:m:i:{<s>}<sha>     string Redis Cluster: idempotency record of a multi-bucket call, in its buckets' slot
+//	P:m:i:<k>:<sha>      string idempotency record of a multi-bucket call kept by earlier versions (read only)
 //
 // <k> is the caller's key made into a hash tag: "=" + key when the key has a
 // Redis hash tag of its own ("{t1}u1"), otherwise "{" + key + "}". So all
@@ -131,8 +133,22 @@ func (k keys) idemHold(g int64, slot int, id, scope, ikey string) string {
 	return k.gen(g) + ":i:{" + slotTag(slot) + "}" + id + ":" + idemDigest(scope, ikey)
 }
 
-func (k keys) idemMulti(key, scope, ikey string) string {
-	return k.prefix + ":m:i:" + encodeKey(key) + ":" + idemDigest(scope, ikey)
+// idemCall is the idempotency record of a multi-bucket call, named by the
+// call alone (scope and key); in Redis Cluster it holds only the request
+// hash, as a claim, and the record proper is idemCallIn the buckets' slot.
+func (k keys) idemCall(scope, ikey string) string {
+	return k.prefix + ":m:i:" + idemDigest(scope, ikey)
+}
+
+// idemMultiLegacy is where earlier versions kept the record of a
+// multi-bucket call: with its first item, in the buckets' slot. Fillup
+// replays from it, so a retry across an upgrade is not charged again.
+func (k keys) idemMultiLegacy(first, scope, ikey string) string {
+	return k.prefix + ":m:i:" + encodeKey(first) + ":" + idemDigest(scope, ikey)
+}
+
+func (k keys) idemCallIn(slot int, scope, ikey string) string {
+	return k.prefix + ":m:i:{" + slotTag(slot) + "}" + idemDigest(scope, ikey)
 }
 
 func idemDigest(scope, key string) string {

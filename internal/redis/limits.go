@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -14,23 +13,9 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-var (
-	putLimitScript  = goredis.NewScript(limitsLua + "\nreturn op_put()\n")
-	delLimitScript  = goredis.NewScript(limitsLua + "\nreturn op_delete()\n")
-	listLimitScript = goredis.NewScript(limitsLua + "\nreturn op_list()\n")
-)
-
 // defDoc is a limit definition as the hash P:lim:{P}:d:<name> holds it.
 type defDoc struct {
-	Name     string `json:"name"`
-	Capacity string `json:"c"`
-	Amount   string `json:"a"`
-	Per      string `json:"p"`
-	History  string `json:"hi"`
-	Created  string `json:"ct"`
-	Updated  string `json:"ut"`
-	Gen      string `json:"g"`
-	Version  string `json:"v"`
+	Capacity, Amount, Per, History, Created, Updated, Gen, Version string
 }
 
 func (d defDoc) limit(name string) (cachedLimit, error) {
@@ -50,6 +35,19 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 		History: d.History == "1", CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
 	}
 	return cachedLimit{l: l, gen: g, version: d.Version}, nil
+}
+
+// defFromPairs reads a definition from an HGETALL reply inside a function's
+// answer (field, value, ...).
+func defFromPairs(v any) defDoc {
+	m := map[string]string{}
+	if f, ok := v.([]any); ok {
+		for i := 0; i+1 < len(f); i += 2 {
+			k, _ := f[i].(string)
+			m[k], _ = f[i+1].(string)
+		}
+	}
+	return defFromMap(m)
 }
 
 func defFromMap(m map[string]string) defDoc {
@@ -74,7 +72,7 @@ func boolArg(b bool) string {
 // A new leak rate applies from the PUT on: every bucket is first settled at
 // the old rate (one script call per non-empty bucket, see settleLimit).
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
-	_, err := withFreshLimits(s, func() (struct{}, error) {
+	_, err := retryStale(ctx, s, func(ctx context.Context) (struct{}, error) {
 		prev, err := s.fetchLimit(ctx, l.Name)
 		switch {
 		case errors.Is(err, ledger.ErrLimitNotFound):
@@ -89,23 +87,22 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	if err != nil {
 		return ledger.Limit{}, err
 	}
-	res, err := putLimitScript.Run(ctx, s.client,
-		[]string{s.k.limitDef(l.Name), s.k.limitIdx(), s.k.limitGen(), s.k.limitGens()},
-		s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History),
-	).StringSlice()
+	keys := []string{s.k.limitDef(l.Name), s.k.limitIdx(), s.k.limitGen(), s.k.limitGens()}
+	res, err := s.batch.do(ctx, &fcall{fn: fn("limit_put"), keys: keys,
+		args: []any{s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History)}}).Slice()
 	if err != nil {
 		return ledger.Limit{}, s.fail(ctx, "put limit", err)
 	}
-	var cur, old defDoc
-	if err := json.Unmarshal([]byte(res[0]), &cur); err != nil {
-		return ledger.Limit{}, fmt.Errorf("redis: put limit: %w", err)
+	if len(res) != 2 {
+		return ledger.Limit{}, fmt.Errorf("redis: put limit: unexpected reply %v", res)
 	}
+	cur, old := defFromPairs(res[0]), defFromPairs(res[1])
 	cl, err := cur.limit(l.Name)
 	if err != nil {
 		return ledger.Limit{}, err
 	}
 	cl = s.remember(cl)
-	if json.Unmarshal([]byte(res[1]), &old) == nil && old.Gen != "" {
+	if old.Gen != "" {
 		if prev, err := old.limit(l.Name); err == nil && slowerLeak(prev.l, cl.l) {
 			// Buckets carry TTLs computed with the old, faster leak: they
 			// could expire while not yet empty. Drop those TTLs; the next
@@ -131,19 +128,19 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 // definition's switch (the length of the scan) leaks at the new rate.
 func (s *Store) settleLimit(ctx context.Context, cl cachedLimit) error {
 	base := s.k.gen(cl.gen) + ":b:"
-	var scriptErr error
+	var callErr error
 	err := s.scanKeys(ctx, base+"*", func(ctx context.Context, _ goredis.Cmdable, ks []string) error {
 		for _, bk := range ks {
 			t := target{lim: cl, bk: bk, hk: s.k.gen(cl.gen) + ":x:" + strings.TrimPrefix(bk, base), slot: slotOf(bk)}
-			if _, _, err := s.run(ctx, "settle", settleScript, false, []string{t.bk, t.hk}, append([]any{s.nowArg()}, s.desc(t)...)...); err != nil {
-				scriptErr = err // already translated (errStale, ErrUnavailable)
+			if _, err := s.call(ctx, "settle", false, nil, t, "", ledger.Idempotency{}); err != nil {
+				callErr = err // already translated (errStale, ErrUnavailable)
 				return err
 			}
 		}
 		return nil
 	})
-	if scriptErr != nil {
-		return scriptErr
+	if callErr != nil {
+		return callErr
 	}
 	if err != nil {
 		return s.fail(ctx, "put limit", err)
@@ -184,19 +181,34 @@ func (s *Store) fetchLimit(ctx context.Context, name string) (cachedLimit, error
 	return s.remember(cl), nil
 }
 
-// ListLimits returns up to n limits after after, by name.
+// ListLimits returns up to n limits after after, by name: the names from
+// the index, then their definitions in one pipeline (all limit keys share a
+// slot). A limit deleted in between is left out.
 func (s *Store) ListLimits(ctx context.Context, after string, n int) ([]ledger.Limit, error) {
-	res, err := listLimitScript.RunRO(ctx, s.client, []string{s.k.limitIdx()}, after, n, s.k.limitDef("")).StringSlice()
+	min := "-"
+	if after != "" {
+		min = "(" + after
+	}
+	names, err := s.client.ZRangeByLex(ctx, s.k.limitIdx(), &goredis.ZRangeBy{Min: min, Max: "+", Count: int64(n)}).Result()
 	if err != nil {
 		return nil, s.fail(ctx, "list limits", err)
 	}
-	out := make([]ledger.Limit, 0, len(res))
-	for _, r := range res {
-		var d defDoc
-		if err := json.Unmarshal([]byte(r), &d); err != nil {
-			return nil, fmt.Errorf("redis: list limits: %w", err)
+	p := s.client.Pipeline()
+	defs := make([]*goredis.MapStringStringCmd, len(names))
+	for i, name := range names {
+		defs[i] = p.HGetAll(ctx, s.k.limitDef(name))
+	}
+	if len(names) > 0 {
+		if _, err := p.Exec(ctx); err != nil {
+			return nil, s.fail(ctx, "list limits", err)
 		}
-		cl, err := d.limit(d.Name)
+	}
+	out := make([]ledger.Limit, 0, len(names))
+	for i, name := range names {
+		if len(defs[i].Val()) == 0 {
+			continue
+		}
+		cl, err := defFromMap(defs[i].Val()).limit(name)
 		if err != nil {
 			return nil, err
 		}
@@ -208,7 +220,8 @@ func (s *Store) ListLimits(ctx context.Context, after string, n int) ([]ledger.L
 // DeleteLimit removes the limit, then every key of its generation: buckets,
 // holds, history and idempotency records, node by node.
 func (s *Store) DeleteLimit(ctx context.Context, name string) error {
-	g, err := delLimitScript.Run(ctx, s.client, []string{s.k.limitDef(name), s.k.limitIdx(), s.k.limitGens()}, name).Text()
+	g, err := s.batch.do(ctx, &fcall{fn: fn("limit_delete"), keys: []string{s.k.limitDef(name), s.k.limitIdx(), s.k.limitGens()},
+		args: []any{name}}).Text()
 	if err != nil {
 		return s.fail(ctx, "delete limit", err)
 	}

@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"crypto/rand"
-	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,44 +14,11 @@ import (
 
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 )
 
-var (
-	//go:embed lua/bigint.lua
-	bigintLua string
-	//go:embed lua/fast.lua
-	fastLua string
-	//go:embed lua/bucket.lua
-	bucketLua string
-	//go:embed lua/fillup.lua
-	fillupLua string
-	//go:embed lua/ops.lua
-	opsLua string
-	//go:embed lua/limits.lua
-	limitsLua string
-)
-
-// bucketScript is the entry script of an operation: the shared parts, the
-// file that holds op and a call of it. Each script defines only the Lua
-// functions its operations may use, since defining one costs time on every
-// call.
-func bucketScript(file, op string) *script {
-	return newScript(bigintLua + "\n" + fastLua + "\n" + bucketLua + "\n" + file + "\nreturn " + op + "()\n")
-}
-
-var (
-	fillupScript      = bucketScript(fillupLua, "op_fillup")
-	inspectScript     = bucketScript(opsLua, "op_inspect")
-	drainScript       = bucketScript(opsLua, "op_drain")
-	settleScript      = bucketScript(opsLua, "op_settle")
-	reserveScript     = bucketScript(opsLua, "op_reserve")
-	resolveScript     = bucketScript(opsLua, "op_resolve")
-	reservationScript = bucketScript(opsLua, "op_reservation")
-	historyScript     = bucketScript(opsLua, "op_history")
-)
-
-// units is an amount as an integer number of 10^-12, the scripts' unit.
+// units is an amount as an integer number of 10^-12, the functions' unit.
 func units(d decimal.Decimal) string { return d.Shift(bucket.LevelScale).BigInt().String() }
 
 // fromUnits is the inverse of units.
@@ -64,8 +30,8 @@ func fromUnits(s string) (decimal.Decimal, error) {
 	return d.Shift(-bucket.LevelScale), nil
 }
 
-// limitDoc is the limit as a script carries it back (opaque to Lua), so a
-// replayed outcome shows the limit of the original call.
+// limitDoc is the limit as an idempotency record keeps it (opaque to Lua),
+// so a replayed outcome shows the limit of the original call.
 type limitDoc struct {
 	N  string `json:"n"`
 	C  string `json:"c"`
@@ -120,41 +86,39 @@ func (s *Store) target(ctx context.Context, ref ledger.BucketRef) (target, error
 	return target{ref: ref, lim: cl, bk: bk, hk: s.k.history(cl.gen, ref.Key), slot: slotOf(bk)}, nil
 }
 
-// desc is the ARGV that describe a bucket's limit to a script (DESC in
-// bucket.lua). On a standalone server the script also checks the limit's
-// definition key against the version decided with (errStale when it
-// changed); in Redis Cluster that key is in another slot.
-func (s *Store) desc(t target) []any {
-	a := &t.lim.args
-	defKey := ""
-	if !s.cluster {
-		defKey = a.defKey
-	}
-	return []any{s.k.holdBase(t.lim.gen, t.slot), a.capacity, a.leakAmount, a.leakPer, a.history, a.doc, defKey, a.version}
-}
-
-// limitArgs are the parts of a bucket descriptor that depend only on the
-// limit, formatted once when the limit is cached rather than on every call.
+// limitArgs are the arguments that describe a bucket's limit to a function
+// (bkt in budgetd.lua), formatted once when the limit is cached.
 type limitArgs struct {
 	capacity   string // units
 	leakAmount string // units, divided by gcd(amount, per)
 	leakPer    string // µs, divided by gcd(amount, per)
 	history    string
-	doc        string // encodeLimit
-	defKey     string // the definition key (standalone only)
 	version    string // "generation:version"
+	doc        string // encodeLimit
+	defKey     string // the definition key, checked against version on a standalone server
 }
 
 func newLimitArgs(k keys, l ledger.Limit, gen int64, version string) limitArgs {
 	a, p := leakRatio(l)
 	return limitArgs{capacity: units(l.Capacity), leakAmount: a, leakPer: p, history: boolArg(l.History),
-		doc: encodeLimit(l), defKey: k.limitDef(l.Name), version: strconv.FormatInt(gen, 10) + ":" + version}
+		version: strconv.FormatInt(gen, 10) + ":" + version, doc: encodeLimit(l), defKey: k.limitDef(l.Name)}
+}
+
+// list is the limit's arguments in the order the functions read them. The
+// limit document goes only into idempotency records, so a call without a
+// key passes none.
+func (a *limitArgs) list(idem ledger.Idempotency) []any {
+	doc := ""
+	if idem.Key != "" {
+		doc = a.doc
+	}
+	return []any{a.capacity, a.leakAmount, a.leakPer, a.history, a.version, doc}
 }
 
 // leakRatio returns the leak amount (units) and period (µs) divided by their
 // greatest common divisor. The leak floor(amount*dt/per) is the same with
 // either pair, but the reduced one keeps amount*dt below 2^53 far more often,
-// which is when the scripts compute it in plain Lua numbers (fast.lua).
+// which is when the functions compute it in plain Lua numbers (arith.lua).
 func leakRatio(l ledger.Limit) (amount, per string) {
 	a := l.LeakAmount.Shift(bucket.LevelScale).BigInt()
 	p := big.NewInt(l.LeakPer.Microseconds())
@@ -166,14 +130,23 @@ func leakRatio(l ledger.Limit) (amount, per string) {
 	return a.String(), p.String()
 }
 
-// errStale: a script saw that the limit changed since it was cached.
+// errStale: a function saw that the limit changed since it was cached.
 var errStale = errors.New("limit definition changed")
 
-// withFreshLimits runs op, and again with the limit cache emptied when the
-// script reports that a limit changed under it.
-func withFreshLimits[T any](s *Store, op func() (T, error)) (T, error) {
+// withFreshLimits runs op with one deadline (callTimeout) for all of it, and
+// again with the limit cache emptied when a function reports that a limit
+// changed under it.
+func withFreshLimits[T any](ctx context.Context, s *Store, op func(ctx context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, s.callTimeout, errCallTimeout)
+	defer cancel()
+	return retryStale(ctx, s, op)
+}
+
+// retryStale runs op, and again with the limit cache emptied when a function
+// reports that a limit changed under it.
+func retryStale[T any](ctx context.Context, s *Store, op func(ctx context.Context) (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
-		out, err := op()
+		out, err := op(ctx)
 		if !errors.Is(err, errStale) {
 			return out, err
 		}
@@ -185,57 +158,134 @@ func withFreshLimits[T any](s *Store, op func() (T, error)) (T, error) {
 	}
 }
 
-// run runs a script and returns its JSON body and whether it was replayed.
-// Domain errors reported by the script become the matching sentinel.
-func (s *Store) run(ctx context.Context, op string, sc *script, ro bool, keys []string, args ...any) (string, bool, error) {
-	res, err := s.call(ctx, op, sc, ro, keys, args...)
-	if err != nil {
-		return "", false, err
+// call runs one bucket function through the batcher. Its KEYS are pre, the
+// bucket and history keys of t, the limit's definition (standalone only:
+// the function checks its version) and the idempotency record ik (when
+// idem has a key); its ARGV are now, the request hash, whether the
+// definition is in KEYS, the limit (limitArgs.list) and then extra.
+func (s *Store) call(ctx context.Context, op string, ro bool, pre []string, t target, ik string, idem ledger.Idempotency, extra ...any) (reply, error) {
+	keys := append(pre, t.bk, t.hk)
+	check := "0"
+	if !s.cluster {
+		keys = append(keys, t.lim.args.defKey)
+		check = "1"
 	}
-	if len(res) != 2 {
-		return "", false, fmt.Errorf("redis %s: unexpected reply %q", op, res)
+	ih := ""
+	if idem.Key != "" {
+		keys = append(keys, ik)
+		ih = idem.Hash
 	}
-	return res[1], res[0] == "replay", nil
+	args := append([]any{s.nowArg(), ih, check}, t.lim.args.list(idem)...)
+	return s.fcall(ctx, op, ro, keys, append(args, extra...)...)
 }
 
-// call runs a script and returns its reply: "ok" and the answer, or
-// "replay" and the stored JSON body. Domain errors reported by the script
-// become the matching sentinel.
-func (s *Store) call(ctx context.Context, op string, sc *script, ro bool, keys []string, args ...any) ([]string, error) {
-	res, err := s.batch.do(ctx, &scriptCall{sc: sc, ro: ro, keys: keys, args: args}).StringSlice()
+// fcall runs a library function and parses its reply.
+func (s *Store) fcall(ctx context.Context, op string, ro bool, keys []string, args ...any) (reply, error) {
+	res, err := s.batch.do(ctx, &fcall{fn: fn(op), ro: ro, keys: keys, args: args}).StringSlice()
 	if err != nil {
-		if strings.Contains(err.Error(), "BUDGETD_STALE_LIMIT") {
-			return nil, errStale
+		return reply{}, s.fail(ctx, op, err)
+	}
+	r, err := parseReply(res)
+	if err != nil {
+		return reply{}, fmt.Errorf("redis %s: %w", op, err)
+	}
+	return r, nil
+}
+
+// reply is the one answer shape of the bucket functions (reply in
+// budgetd.lua): the store's time, what the operation decided (x), a hold
+// record and the buckets.
+type reply struct {
+	replayed bool
+	now      time.Time
+	x        string
+	hold     holdJSON // ID == "" when the reply has none
+	buckets  []snapJSON
+}
+
+// holdFields is the number of hold record fields in a reply (HOLD in
+// budgetd.lua).
+const holdFields = 9
+
+// parseReply parses a function's answer: an error code, 'replay' and the
+// JSON of a stored reply, or a reply.
+func parseReply(res []string) (reply, error) {
+	if len(res) == 0 {
+		return reply{}, errors.New("empty reply")
+	}
+	if err, ok := codeErrors[res[0]]; ok {
+		return reply{}, err
+	}
+	replayed := false
+	if res[0] == "replay" && len(res) == 2 {
+		body := res[1]
+		if strings.HasPrefix(body, "{") {
+			return legacyReply(body)
 		}
-		return nil, s.fail(ctx, op, err)
+		res = nil
+		if err := json.Unmarshal([]byte(body), &res); err != nil {
+			return reply{}, err
+		}
+		replayed = true
 	}
-	if len(res) < 2 {
-		return nil, fmt.Errorf("redis %s: unexpected reply %q", op, res)
+	if len(res) < 3+holdFields || res[0] != "ok" || (len(res)-3-holdFields)%4 != 0 {
+		return reply{}, fmt.Errorf("unexpected reply %q", res)
 	}
-	if res[0] == "ok" || res[0] == "replay" {
-		return res, nil
+	now, err := parseMicros(res[1])
+	if err != nil {
+		return reply{}, err
 	}
-	switch res[1] {
-	case "reused":
-		return nil, ledger.ErrIdempotencyKeyReused
-	case "not_found":
-		return nil, ledger.ErrReservationNotFound
-	case "too_many_holds":
-		return nil, ledger.ErrTooManyHolds
-	case "level_overflow":
-		return nil, ledger.ErrLevelOverflow
+	h := res[3 : 3+holdFields]
+	r := reply{replayed: replayed, now: now, x: res[2],
+		hold: holdJSON{ID: h[0], Lim: h[1], E: h[2], A: h[3], S: h[4], C: h[5], T0: h[6], TE: h[7], TR: h[8]}}
+	for b := res[3+holdFields:]; len(b) > 0; b = b[4:] {
+		r.buckets = append(r.buckets, snapJSON{L: b[0], U: b[1], H: b[2], Lim: b[3]})
 	}
-	return nil, fmt.Errorf("redis %s: script error %q", op, res[1])
+	return r, nil
 }
 
-// snapJSON is a bucket as a script reports it.
+// legacyReply reads an idempotency record kept by an earlier version, a JSON
+// document per operation, so a retry across an upgrade still replays.
+func legacyReply(body string) (reply, error) {
+	var d struct {
+		snapJSON
+		Acc     *bool      `json:"acc"`
+		Removed *string    `json:"removed"`
+		Refusal string     `json:"refusal"`
+		Items   []snapJSON `json:"items"`
+		B       *snapJSON  `json:"b"`
+		Res     holdJSON   `json:"res"`
+	}
+	if err := json.Unmarshal([]byte(body), &d); err != nil {
+		return reply{}, err
+	}
+	now, err := parseMicros(d.Now)
+	if err != nil {
+		return reply{}, err
+	}
+	r := reply{replayed: true, now: now, x: d.Refusal, hold: d.Res, buckets: d.Items}
+	switch {
+	case d.Removed != nil:
+		r.x = *d.Removed
+	case d.Acc != nil:
+		r.x = boolArg(*d.Acc)
+	}
+	switch {
+	case d.B != nil:
+		r.buckets = []snapJSON{*d.B}
+	case d.Items == nil:
+		r.buckets = []snapJSON{d.snapJSON}
+	}
+	return r, nil
+}
+
+// snapJSON is a bucket as a function reports it.
 type snapJSON struct {
-	L    string `json:"l"`
-	U    string `json:"u"`
-	H    string `json:"h"`
-	Lim  string `json:"lim"`
-	Now  string `json:"now"`
-	Fits bool   `json:"fits"`
+	L   string `json:"l"`
+	U   string `json:"u"`
+	H   string `json:"h"`
+	Lim string `json:"lim"`
+	Now string `json:"now"` // only in records of earlier versions
 }
 
 func parseMicros(s string) (time.Time, error) {
@@ -246,10 +296,10 @@ func parseMicros(s string) (time.Time, error) {
 	return fromMicros(us), nil
 }
 
-// snapshot converts a script's bucket into a ledger.Snapshot, as the memory
-// store would build it. known is the limit the call was made with: when the
-// script reports that very limit, or none (the flat answer of a Fillup), it
-// is used as is; only a replayed outcome may carry another one to decode.
+// snapshot converts a reply's bucket into a ledger.Snapshot, as the memory
+// store would build it. known is the limit the call was made with: a fresh
+// reply carries no limit and one that equals known is used as is; only a
+// replayed outcome may carry another one to decode.
 func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, error) {
 	l := known.l
 	if j.Lim != "" && j.Lim != known.args.doc {
@@ -284,162 +334,141 @@ func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, e
 	return ledger.Snapshot{Limit: l, State: st, Now: now}, nil
 }
 
-// Inspect returns a bucket's state; the script only reads.
+// snapshot is the reply's only bucket.
+func (r reply) snapshot(known cachedLimit) (ledger.Snapshot, error) {
+	if len(r.buckets) != 1 {
+		return ledger.Snapshot{}, fmt.Errorf("redis: reply with %d buckets, want 1", len(r.buckets))
+	}
+	return r.buckets[0].snapshot(r.now, known)
+}
+
+// Inspect returns a bucket's state; the function only reads.
 func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snapshot, error) {
-	return withFreshLimits(s, func() (ledger.Snapshot, error) { return s.inspect(ctx, ref) })
-}
-
-// inspect is one attempt of Inspect.
-func (s *Store) inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snapshot, error) {
-	t, err := s.target(ctx, ref)
-	if err != nil {
-		return ledger.Snapshot{}, err
-	}
-	body, _, err := s.run(ctx, "inspect", inspectScript, true, []string{t.bk}, append([]any{s.nowArg()}, s.desc(t)...)...)
-	if err != nil {
-		return ledger.Snapshot{}, err
-	}
-	var j snapJSON
-	if err := json.Unmarshal([]byte(body), &j); err != nil {
-		return ledger.Snapshot{}, fmt.Errorf("redis inspect: %w", err)
-	}
-	now, err := parseMicros(j.Now)
-	if err != nil {
-		return ledger.Snapshot{}, err
-	}
-	return j.snapshot(now, t.lim)
-}
-
-// Fillup charges every item or none in one script call. In Redis Cluster all
-// items must share a hash slot (ledger.ErrCrossSlot otherwise).
-func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
-	return withFreshLimits(s, func() (ledger.FillupOutcome, error) { return s.fillup(ctx, items, idem) })
-}
-
-// fillup is one attempt of Fillup.
-func (s *Store) fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
-	ts := make([]target, len(items))
-	for i, it := range items {
-		t, err := s.target(ctx, it.Bucket)
+	return withFreshLimits(ctx, s, func(ctx context.Context) (ledger.Snapshot, error) {
+		t, err := s.target(ctx, ref)
 		if err != nil {
-			return ledger.FillupOutcome{}, err
+			return ledger.Snapshot{}, err
 		}
-		ts[i] = t
-	}
-	if s.slotCheck {
-		for _, t := range ts[1:] {
-			if t.slot != ts[0].slot {
-				return ledger.FillupOutcome{}, fmt.Errorf("%v and %v: %w", ts[0].ref, t.ref, ledger.ErrCrossSlot)
+		r, err := s.call(ctx, "inspect", true, nil, t, "", ledger.Idempotency{})
+		if err != nil {
+			return ledger.Snapshot{}, err
+		}
+		return r.snapshot(t.lim)
+	})
+}
+
+// Fillup charges every item or none in one function call. In Redis Cluster
+// all items must share a hash slot (ledger.ErrCrossSlot otherwise).
+func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
+	return withFreshLimits(ctx, s, func(ctx context.Context) (ledger.FillupOutcome, error) {
+		ts := make([]target, len(items))
+		for i, it := range items {
+			t, err := s.target(ctx, it.Bucket)
+			if err != nil {
+				return ledger.FillupOutcome{}, err
+			}
+			ts[i] = t
+		}
+		if s.slotCheck {
+			for _, t := range ts[1:] {
+				if t.slot != ts[0].slot {
+					return ledger.FillupOutcome{}, fmt.Errorf("%v and %v: %w", ts[0].ref, t.ref, ledger.ErrCrossSlot)
+				}
 			}
 		}
-	}
-	keys := make([]string, 0, 2*len(ts)+1)
-	args := []any{s.nowArg(), idem.Hash, len(ts)}
-	for i, t := range ts {
-		keys = append(keys, t.bk, t.hk)
-		args = append(args, s.desc(t)...)
-		args = append(args, units(items[i].Cost))
-	}
-	if idem.Key != "" {
-		if len(ts) == 1 {
-			keys = append(keys, s.k.idemBucket(ts[0].lim.gen, ts[0].ref.Key, idem.Scope, idem.Key))
-		} else {
-			keys = append(keys, s.k.idemMulti(ts[0].ref.Key, idem.Scope, idem.Key))
+		keys := make([]string, 0, 3*len(ts)+1)
+		check := "0"
+		for _, t := range ts {
+			keys = append(keys, t.bk, t.hk)
 		}
-	} else {
-		args[1] = ""
-	}
-	res, err := s.call(ctx, "fillup", fillupScript, false, keys, args...)
-	if err != nil {
-		return ledger.FillupOutcome{}, err
-	}
-	var j struct {
-		Now   string     `json:"now"`
-		Acc   bool       `json:"acc"`
-		Items []snapJSON `json:"items"`
-	}
-	replayed := res[0] == "replay"
-	if replayed {
-		if err := json.Unmarshal([]byte(res[1]), &j); err != nil {
-			return ledger.FillupOutcome{}, fmt.Errorf("redis fillup: %w", err)
+		if !s.cluster {
+			check = "1"
+			for _, t := range ts {
+				keys = append(keys, t.lim.args.defKey)
+			}
 		}
-	} else {
-		// The flat answer of fillup.lua: now, accepted, then level,
-		// updated, holds and fits per item, each decided with the limit
-		// passed in (Lim stays empty: snapshot uses the known one).
-		if len(res) != 3+4*len(ts) {
-			return ledger.FillupOutcome{}, fmt.Errorf("redis fillup: unexpected reply %q", res)
+		ih := ""
+		if idem.Key != "" {
+			ik, err := s.fillupRecord(ctx, ts, idem)
+			if err != nil {
+				return ledger.FillupOutcome{}, err
+			}
+			if len(ts) > 1 {
+				keys = append(keys, s.k.idemMultiLegacy(ts[0].ref.Key, idem.Scope, idem.Key))
+			}
+			keys, ih = append(keys, ik), idem.Hash
 		}
-		j.Now, j.Acc = res[1], res[2] == "1"
-		j.Items = make([]snapJSON, len(ts))
-		for i := range j.Items {
-			f := res[3+4*i:]
-			j.Items[i] = snapJSON{L: f[0], U: f[1], H: f[2], Fits: f[3] == "1"}
+		args := make([]any, 0, 4+7*len(ts))
+		args = append(args, s.nowArg(), ih, check, len(ts))
+		for i, t := range ts {
+			args = append(append(args, t.lim.args.list(idem)...), units(items[i].Cost))
 		}
-	}
-	now, err := parseMicros(j.Now)
-	if err != nil {
-		return ledger.FillupOutcome{}, err
-	}
-	out := ledger.FillupOutcome{Accepted: j.Acc, Replayed: replayed, Items: make([]ledger.ItemOutcome, len(j.Items))}
-	for i, it := range j.Items {
-		sn, err := it.snapshot(now, ts[min(i, len(ts)-1)].lim)
+		r, err := s.fcall(ctx, "fillup", false, keys, args...)
 		if err != nil {
 			return ledger.FillupOutcome{}, err
 		}
-		out.Items[i] = ledger.ItemOutcome{Fits: it.Fits, Snapshot: sn}
-	}
-	return out, nil
+		out := ledger.FillupOutcome{Accepted: r.x == "1", Replayed: r.replayed, Items: make([]ledger.ItemOutcome, len(r.buckets))}
+		for i, b := range r.buckets {
+			sn, err := b.snapshot(r.now, ts[min(i, len(ts)-1)].lim)
+			if err != nil {
+				return ledger.FillupOutcome{}, err
+			}
+			out.Items[i] = ledger.ItemOutcome{Snapshot: sn}
+		}
+		return out, nil
+	})
 }
 
-// idemArgs returns the idempotency key (appended to keys) and hash ARGV.
-func idemArgs(keys []string, idem ledger.Idempotency, key func() string) ([]string, string) {
-	if idem.Key == "" {
-		return keys, ""
+// fillupRecord returns the key of a Fillup's idempotency record. A call on
+// one bucket keeps it with the bucket. A multi-bucket call's target is the
+// call itself (its scope and key): on a standalone server its record key is
+// named by those alone. In Redis Cluster that key may be in any slot, while
+// one function call may only touch the slot of its buckets, so the call
+// first claims the key in the key's own slot (SET NX of the request hash):
+// the same key with another request hash is refused there, wherever its
+// buckets are, before anything is charged; then the record proper lives in
+// the buckets' slot and the function replays from it.
+func (s *Store) fillupRecord(ctx context.Context, ts []target, idem ledger.Idempotency) (string, error) {
+	if len(ts) == 1 {
+		return s.k.idemBucket(ts[0].lim.gen, ts[0].ref.Key, idem.Scope, idem.Key), nil
 	}
-	return append(keys, key()), idem.Hash
+	if !s.cluster {
+		return s.k.idemCall(idem.Scope, idem.Key), nil
+	}
+	prev, err := s.client.SetArgs(ctx, s.k.idemCall(idem.Scope, idem.Key), idem.Hash,
+		goredis.SetArgs{Mode: "NX", Get: true, TTL: idemKeep}).Result()
+	switch {
+	case errors.Is(err, goredis.Nil):
+	case err != nil:
+		return "", s.fail(ctx, "fillup", err)
+	case prev != idem.Hash:
+		return "", ledger.ErrIdempotencyKeyReused
+	}
+	return s.k.idemCallIn(ts[0].slot, idem.Scope, idem.Key), nil
 }
 
 // Drain lowers a bucket's level, clamped at zero.
 func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency) (ledger.DrainOutcome, error) {
-	return withFreshLimits(s, func() (ledger.DrainOutcome, error) { return s.drain(ctx, ref, amount, idem) })
+	return withFreshLimits(ctx, s, func(ctx context.Context) (ledger.DrainOutcome, error) {
+		t, err := s.target(ctx, ref)
+		if err != nil {
+			return ledger.DrainOutcome{}, err
+		}
+		ik := s.k.idemBucket(t.lim.gen, ref.Key, idem.Scope, idem.Key)
+		r, err := s.call(ctx, "drain", false, nil, t, ik, idem, units(amount))
+		if err != nil {
+			return ledger.DrainOutcome{}, err
+		}
+		out := ledger.DrainOutcome{Replayed: r.replayed}
+		if out.Removed, err = fromUnits(r.x); err != nil {
+			return ledger.DrainOutcome{}, err
+		}
+		out.Snapshot, err = r.snapshot(t.lim)
+		return out, err
+	})
 }
 
-// drain is one attempt of Drain.
-func (s *Store) drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency) (ledger.DrainOutcome, error) {
-	t, err := s.target(ctx, ref)
-	if err != nil {
-		return ledger.DrainOutcome{}, err
-	}
-	keys, ih := idemArgs([]string{t.bk, t.hk}, idem, func() string { return s.k.idemBucket(t.lim.gen, ref.Key, idem.Scope, idem.Key) })
-	args := append([]any{s.nowArg(), ih}, s.desc(t)...)
-	body, replayed, err := s.run(ctx, "drain", drainScript, false, keys, append(args, units(amount))...)
-	if err != nil {
-		return ledger.DrainOutcome{}, err
-	}
-	var j struct {
-		snapJSON
-		Removed string `json:"removed"`
-	}
-	if err := json.Unmarshal([]byte(body), &j); err != nil {
-		return ledger.DrainOutcome{}, fmt.Errorf("redis drain: %w", err)
-	}
-	now, err := parseMicros(j.Now)
-	if err != nil {
-		return ledger.DrainOutcome{}, err
-	}
-	sn, err := j.snapshot(now, t.lim)
-	if err != nil {
-		return ledger.DrainOutcome{}, err
-	}
-	removed, err := fromUnits(j.Removed)
-	if err != nil {
-		return ledger.DrainOutcome{}, err
-	}
-	return ledger.DrainOutcome{Removed: removed, Snapshot: sn, Replayed: replayed}, nil
-}
-
-// holdJSON is a hold record as a script reports it.
+// holdJSON is a hold record as a reply carries it.
 type holdJSON struct {
 	ID  string `json:"id"`
 	Lim string `json:"lim"`
@@ -452,7 +481,9 @@ type holdJSON struct {
 	TR  string `json:"tr"`
 }
 
-func (h holdJSON) reservation() (ledger.Reservation, error) {
+// reservation converts the record. An active hold past its expiry at now is
+// expired since then: the functions leave the record as it was.
+func (h holdJSON) reservation(now time.Time) (ledger.Reservation, error) {
 	key, ok := decodeKey(h.E)
 	if !ok {
 		return ledger.Reservation{}, fmt.Errorf("redis: hold %s has a bad bucket key", h.ID)
@@ -476,6 +507,9 @@ func (h holdJSON) reservation() (ledger.Reservation, error) {
 	switch h.S {
 	case "a":
 		r.State = ledger.Active
+		if !now.Before(r.ExpiresAt) {
+			r.State, r.ResolvedAt = ledger.Expired, r.ExpiresAt
+		}
 	case "c":
 		r.State = ledger.Committed
 		c, err := fromUnits(h.C)
@@ -495,50 +529,33 @@ func (h holdJSON) reservation() (ledger.Reservation, error) {
 
 // Reserve adds a hold when it fits.
 func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency) (ledger.ReserveOutcome, error) {
-	return withFreshLimits(s, func() (ledger.ReserveOutcome, error) { return s.reserve(ctx, ref, amount, ttl, idem) })
-}
-
-// reserve is one attempt of Reserve.
-func (s *Store) reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency) (ledger.ReserveOutcome, error) {
-	t, err := s.target(ctx, ref)
-	if err != nil {
-		return ledger.ReserveOutcome{}, err
-	}
-	var rnd [12]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return ledger.ReserveOutcome{}, err
-	}
-	id := holdID(t.lim.gen, t.slot, hex.EncodeToString(rnd[:]))
-	keys, ih := idemArgs([]string{t.bk, t.hk}, idem, func() string { return s.k.idemBucket(t.lim.gen, ref.Key, idem.Scope, idem.Key) })
-	args := append([]any{s.nowArg(), ih}, s.desc(t)...)
-	args = append(args, units(amount), ttl.Microseconds(), id, ref.Limit, encodeKey(ref.Key))
-	body, replayed, err := s.run(ctx, "reserve", reserveScript, false, keys, args...)
-	if err != nil {
-		return ledger.ReserveOutcome{}, err
-	}
-	var j struct {
-		Now string   `json:"now"`
-		Acc bool     `json:"acc"`
-		Res holdJSON `json:"res"`
-		B   snapJSON `json:"b"`
-	}
-	if err := json.Unmarshal([]byte(body), &j); err != nil {
-		return ledger.ReserveOutcome{}, fmt.Errorf("redis reserve: %w", err)
-	}
-	now, err := parseMicros(j.Now)
-	if err != nil {
-		return ledger.ReserveOutcome{}, err
-	}
-	out := ledger.ReserveOutcome{Accepted: j.Acc, Replayed: replayed}
-	if out.Snapshot, err = j.B.snapshot(now, t.lim); err != nil {
-		return ledger.ReserveOutcome{}, err
-	}
-	if j.Acc {
-		if out.Reservation, err = j.Res.reservation(); err != nil {
+	return withFreshLimits(ctx, s, func(ctx context.Context) (ledger.ReserveOutcome, error) {
+		t, err := s.target(ctx, ref)
+		if err != nil {
 			return ledger.ReserveOutcome{}, err
 		}
-	}
-	return out, nil
+		var rnd [12]byte
+		if _, err := rand.Read(rnd[:]); err != nil {
+			return ledger.ReserveOutcome{}, err
+		}
+		id := holdID(t.lim.gen, t.slot, hex.EncodeToString(rnd[:]))
+		ik := s.k.idemBucket(t.lim.gen, ref.Key, idem.Scope, idem.Key)
+		r, err := s.call(ctx, "reserve", false, []string{s.k.holdBase(t.lim.gen, t.slot) + id}, t, ik, idem,
+			units(amount), ttl.Microseconds(), id, ref.Limit, encodeKey(ref.Key))
+		if err != nil {
+			return ledger.ReserveOutcome{}, err
+		}
+		out := ledger.ReserveOutcome{Accepted: r.x == "1", Replayed: r.replayed}
+		if out.Snapshot, err = r.snapshot(t.lim); err != nil {
+			return ledger.ReserveOutcome{}, err
+		}
+		if out.Accepted {
+			if out.Reservation, err = r.hold.reservation(r.now); err != nil {
+				return ledger.ReserveOutcome{}, err
+			}
+		}
+		return out, nil
+	})
 }
 
 // Commit ends a hold and charges amount (the held amount when null).
@@ -547,101 +564,80 @@ func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecima
 	if amount.Valid {
 		a = units(amount.Decimal)
 	}
-	return s.resolve(ctx, "commit", id, "c", a, overrun, idem)
+	return s.resolve(ctx, id, "c", a, overrun, idem)
 }
 
 // Release ends a hold without charging.
 func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
-	return s.resolve(ctx, "release", id, "r", "", false, idem)
+	return s.resolve(ctx, id, "r", "", false, idem)
 }
 
-func (s *Store) resolve(ctx context.Context, op, id, mode, amount string, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
-	return withFreshLimits(s, func() (ledger.ResolveOutcome, error) { return s.resolveOnce(ctx, op, id, mode, amount, overrun, idem) })
-}
-
-// resolveOnce is one attempt of Commit or Release.
-func (s *Store) resolveOnce(ctx context.Context, op, id, mode, amount string, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
-	g, slot, ok := parseHoldID(id)
-	if !ok {
-		return ledger.ResolveOutcome{}, ledger.ErrReservationNotFound
-	}
-	cl, err := s.limitByGen(ctx, g)
-	if err != nil {
-		return ledger.ResolveOutcome{}, err
-	}
-	t := target{lim: cl, slot: slot}
-	keys, ih := idemArgs([]string{s.k.holdBase(g, slot) + id}, idem, func() string { return s.k.idemHold(g, slot, id, idem.Scope, idem.Key) })
-	args := append([]any{s.nowArg(), ih, mode, amount, boolArg(overrun), s.k.gen(g)}, s.desc(t)...)
-	body, replayed, err := s.run(ctx, op, resolveScript, false, keys, args...)
-	if err != nil {
-		return ledger.ResolveOutcome{}, err
-	}
-	var j struct {
-		Now     string   `json:"now"`
-		Refusal string   `json:"refusal"`
-		Res     holdJSON `json:"res"`
-		B       snapJSON `json:"b"`
-	}
-	if err := json.Unmarshal([]byte(body), &j); err != nil {
-		return ledger.ResolveOutcome{}, fmt.Errorf("redis %s: %w", op, err)
-	}
-	now, err := parseMicros(j.Now)
-	if err != nil {
-		return ledger.ResolveOutcome{}, err
-	}
-	out := ledger.ResolveOutcome{Refusal: j.Refusal, Replayed: replayed}
-	if out.Snapshot, err = j.B.snapshot(now, t.lim); err != nil {
-		return ledger.ResolveOutcome{}, err
-	}
-	if out.Reservation, err = j.Res.reservation(); err != nil {
-		return ledger.ResolveOutcome{}, err
-	}
-	return out, nil
+// resolve is Commit (mode "c") or Release ("r"). The function needs the
+// hold's bucket keys in KEYS, so the bucket is read from the hold record
+// first (it never changes); the function checks it again.
+func (s *Store) resolve(ctx context.Context, id, mode, amount string, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+	return withFreshLimits(ctx, s, func(ctx context.Context) (ledger.ResolveOutcome, error) {
+		g, slot, ok := parseHoldID(id)
+		if !ok {
+			return ledger.ResolveOutcome{}, ledger.ErrReservationNotFound
+		}
+		cl, err := s.limitByGen(ctx, g)
+		if err != nil {
+			return ledger.ResolveOutcome{}, err
+		}
+		rk := s.k.holdBase(g, slot) + id
+		ekey, err := s.client.HGet(ctx, rk, "e").Result()
+		if errors.Is(err, goredis.Nil) {
+			return ledger.ResolveOutcome{}, ledger.ErrReservationNotFound
+		}
+		if err != nil {
+			return ledger.ResolveOutcome{}, s.fail(ctx, "resolve", err)
+		}
+		key, ok := decodeKey(ekey)
+		if !ok {
+			return ledger.ResolveOutcome{}, fmt.Errorf("redis: hold %s has a bad bucket key", id)
+		}
+		t := target{lim: cl, bk: s.k.bucket(g, key), hk: s.k.history(g, key), slot: slot}
+		ik := s.k.idemHold(g, slot, id, idem.Scope, idem.Key)
+		r, err := s.call(ctx, "resolve", false, []string{rk}, t, ik, idem, mode, amount, boolArg(overrun), ekey)
+		if err != nil {
+			return ledger.ResolveOutcome{}, err
+		}
+		out := ledger.ResolveOutcome{Refusal: r.x, Replayed: r.replayed}
+		if out.Snapshot, err = r.snapshot(t.lim); err != nil {
+			return ledger.ResolveOutcome{}, err
+		}
+		out.Reservation, err = r.hold.reservation(r.now)
+		return out, err
+	})
 }
 
 // Reservation returns a hold as stored and the store's clock.
 func (s *Store) Reservation(ctx context.Context, id string) (ledger.Reservation, time.Time, error) {
-	g, slot, ok := parseHoldID(id)
-	if !ok {
-		return ledger.Reservation{}, time.Time{}, ledger.ErrReservationNotFound
+	type res struct {
+		r   ledger.Reservation
+		now time.Time
 	}
-	if _, err := s.limitByGen(ctx, g); err != nil {
-		return ledger.Reservation{}, time.Time{}, err
-	}
-	body, _, err := s.run(ctx, "reservation", reservationScript, true, []string{s.k.holdBase(g, slot) + id}, s.nowArg())
-	if err != nil {
-		return ledger.Reservation{}, time.Time{}, err
-	}
-	var j struct {
-		Now string   `json:"now"`
-		Res holdJSON `json:"res"`
-	}
-	if err := json.Unmarshal([]byte(body), &j); err != nil {
-		return ledger.Reservation{}, time.Time{}, fmt.Errorf("redis reservation: %w", err)
-	}
-	now, err := parseMicros(j.Now)
-	if err != nil {
-		return ledger.Reservation{}, time.Time{}, err
-	}
-	r, err := j.Res.reservation()
-	return r, now, err
+	out, err := withFreshLimits(ctx, s, func(ctx context.Context) (res, error) {
+		g, slot, ok := parseHoldID(id)
+		if !ok {
+			return res{}, ledger.ErrReservationNotFound
+		}
+		if _, err := s.limitByGen(ctx, g); err != nil {
+			return res{}, err
+		}
+		r, err := s.fcall(ctx, "reservation", true, []string{s.k.holdBase(g, slot) + id}, s.nowArg())
+		if err != nil {
+			return res{}, err
+		}
+		h, err := r.hold.reservation(r.now)
+		return res{h, r.now}, err
+	})
+	return out.r, out.now, err
 }
 
 // History lists a bucket's entries newest first, recording due expiries.
 func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
-	type page struct {
-		entries []ledger.Entry
-		next    string
-	}
-	p, err := withFreshLimits(s, func() (page, error) {
-		e, next, err := s.history(ctx, ref, cursor, n)
-		return page{e, next}, err
-	})
-	return p.entries, p.next, err
-}
-
-// history is one attempt of History.
-func (s *Store) history(ctx context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
 	ct, cid := "", "0"
 	if cursor != "" {
 		var ok bool
@@ -652,48 +648,28 @@ func (s *Store) history(ctx context.Context, ref ledger.BucketRef, cursor string
 			return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "cursor", Reason: "malformed cursor"}
 		}
 	}
-	t, err := s.target(ctx, ref)
-	if err != nil {
-		return nil, "", err
-	}
-	if !t.lim.l.History {
-		return nil, "", nil
-	}
-	if n < 0 {
-		n = 0
-	}
-	args := append([]any{s.nowArg()}, s.desc(t)...)
-	body, _, err := s.run(ctx, "history", historyScript, false, []string{t.bk, t.hk}, append(args, ct, cid, n)...)
-	if err != nil {
-		return nil, "", err
-	}
-	var j struct {
-		E string `json:"e"`
-	}
-	if err := json.Unmarshal([]byte(body), &j); err != nil {
-		return nil, "", fmt.Errorf("redis history: %w", err)
-	}
-	var out []ledger.Entry
-	if j.E != "" {
-		for _, line := range strings.Split(j.E, "\n") {
-			f := strings.SplitN(line, "|", 5)
-			if len(f) != 5 {
-				return nil, "", fmt.Errorf("redis history: bad entry %q", line)
-			}
-			at, err := parseMicros(f[0])
-			if err != nil {
-				return nil, "", err
-			}
-			id, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				return nil, "", fmt.Errorf("redis history: bad entry %q", line)
-			}
-			amt, err := fromUnits(f[3])
-			if err != nil {
-				return nil, "", err
-			}
-			out = append(out, ledger.Entry{ID: strconv.FormatInt(id, 10), Time: at, Event: ledger.Event(f[2]), Amount: amt, ReservationID: f[4]})
+	n = max(n, 0)
+	out, err := withFreshLimits(ctx, s, func(ctx context.Context) ([]ledger.Entry, error) {
+		t, err := s.target(ctx, ref)
+		if err != nil || !t.lim.l.History {
+			return nil, err
 		}
+		r, err := s.call(ctx, "history", false, nil, t, "", ledger.Idempotency{}, ct, cid, n)
+		if err != nil || r.x == "" {
+			return nil, err
+		}
+		var out []ledger.Entry
+		for _, line := range strings.Split(r.x, "\n") {
+			e, err := parseEntry(line)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, e)
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, "", err
 	}
 	if len(out) > n && n > 0 {
 		out = out[:n]
@@ -701,4 +677,25 @@ func (s *Store) history(ctx context.Context, ref ledger.BucketRef, cursor string
 		return out, fmt.Sprintf("%d.%s", last.Time.UnixMicro(), last.ID), nil
 	}
 	return out, "", nil
+}
+
+// parseEntry reads one history line: time|id|event|amount|hold id.
+func parseEntry(line string) (ledger.Entry, error) {
+	f := strings.SplitN(line, "|", 5)
+	if len(f) != 5 {
+		return ledger.Entry{}, fmt.Errorf("redis history: bad entry %q", line)
+	}
+	at, err := parseMicros(f[0])
+	if err != nil {
+		return ledger.Entry{}, err
+	}
+	id, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return ledger.Entry{}, fmt.Errorf("redis history: bad entry %q", line)
+	}
+	amt, err := fromUnits(f[3])
+	if err != nil {
+		return ledger.Entry{}, err
+	}
+	return ledger.Entry{ID: strconv.FormatInt(id, 10), Time: at, Event: ledger.Event(f[2]), Amount: amt, ReservationID: f[4]}, nil
 }

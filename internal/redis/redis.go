@@ -1,8 +1,8 @@
 // Package redis is budgetd's Redis store: buckets, holds, history and
 // idempotency records live in Redis (standalone or Redis Cluster), and every
-// decision is one Lua script call that runs the bucket rule on exact integers.
+// decision is one call of a Redis function (FCALL) that runs the bucket rule on exact integers.
 //
-// Amounts are integers in units of 10^-12 kept as decimal strings; the scripts
+// Amounts are integers in units of 10^-12 kept as decimal strings; the functions
 // do multi-limb integer arithmetic, never floating point (only a bucket's TTL
 // is estimated in doubles, with a margin), so every answer equals the pure
 // rule of package bucket. docs/redis.md describes the key layout, the
@@ -40,25 +40,22 @@ const (
 	poolTimeout          = 3 * time.Second
 	dialerRetries        = 2
 	defaultLimitCacheTTL = time.Second
+	// callTimeout is the one deadline of a store call: an outcome or
+	// ErrUnavailable within it, however long the call queued in the batcher.
+	callTimeout = 2 * time.Second
 )
 
-// rediser is the part of go-redis the store uses; *goredis.Client and
-// *goredis.ClusterClient both have it.
-type rediser interface {
-	goredis.Scripter
-	HGetAll(ctx context.Context, key string) *goredis.MapStringStringCmd
-	HGet(ctx context.Context, key, field string) *goredis.StringCmd
-	Ping(ctx context.Context) *goredis.StatusCmd
-	Close() error
-	// Process and Pipeline carry the bucket scripts (batch.go).
-	Process(ctx context.Context, cmd goredis.Cmder) error
-	Pipeline() goredis.Pipeliner
-}
+// errCallTimeout is the cause of a call's own deadline (callTimeout), told
+// apart from the caller's context ending.
+var errCallTimeout = errors.New("redis: call deadline")
+
+// rediser is the client: *goredis.Client or *goredis.ClusterClient.
+type rediser = goredis.UniversalClient
 
 // Store is the Redis store. Open returns one; it is safe for concurrent use.
 type Store struct {
 	client  rediser
-	batch   *batcher // every bucket script call goes through it
+	batch   *batcher // every function call goes through it
 	cluster bool
 	// slotCheck: refuse multi-bucket calls across slots (always in a cluster).
 	slotCheck bool
@@ -66,10 +63,13 @@ type Store struct {
 	eachNode func(ctx context.Context, fn func(ctx context.Context, c goredis.Cmdable) error) error
 
 	k        keys
-	now      func() time.Time // nil: Redis TIME inside each script
+	now      func() time.Time // nil: Redis TIME inside each function
 	log      *slog.Logger
 	eviction string
 	cacheTTL time.Duration
+	// callTimeout bounds each call (limit lookups, its wait in the batcher
+	// and at Redis).
+	callTimeout time.Duration
 
 	mu     sync.Mutex
 	limits map[string]cachedLimit // by name
@@ -91,7 +91,7 @@ type Option func(*Store)
 // contain braces or glob characters.
 func WithPrefix(p string) Option { return func(s *Store) { s.k.prefix = p } }
 
-// WithClock is a test hook: the scripts take "now" from it instead of Redis
+// WithClock is a test hook: the functions take "now" from it instead of Redis
 // TIME.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
@@ -105,6 +105,11 @@ func WithEvictionCheck(mode string) Option { return func(s *Store) { s.eviction 
 // must, so callers find untagged keys before they move to a cluster. Redis
 // Cluster always checks.
 func WithSlotCheck() Option { return func(s *Store) { s.slotCheck = true } }
+
+// WithCallTimeout sets the one deadline of each store call (default 2s): its
+// limit lookup, its wait in the pipeline queue and at Redis. A call that
+// reaches it fails with ledger.ErrUnavailable.
+func WithCallTimeout(d time.Duration) Option { return func(s *Store) { s.callTimeout = d } }
 
 // WithLogger sets the logger for warnings (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
@@ -138,6 +143,8 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		cacheTTL: defaultLimitCacheTTL,
 		limits:   map[string]cachedLimit{},
 		gens:     map[int64]string{},
+
+		callTimeout: callTimeout,
 	}
 	for _, o := range opts {
 		o(s)
@@ -151,7 +158,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if err := s.connect(url); err != nil {
 		return nil, err
 	}
-	s.batch = newBatcher(s.client)
+	s.batch = newBatcher(s.client, s.callTimeout, s.loadLibrary)
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		s.client.Close()
 		return nil, s.fail(ctx, "ping", err)
@@ -163,6 +170,10 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if err := s.checkEviction(ctx); err != nil {
 		s.client.Close()
 		return nil, err
+	}
+	if err := s.loadLibrary(ctx); err != nil {
+		s.client.Close()
+		return nil, s.fail(ctx, "load library", err)
 	}
 	return s, nil
 }
@@ -194,7 +205,8 @@ func (s *Store) connect(rawURL string) error {
 	if o.DialerRetries == 0 {
 		o.DialerRetries = dialerRetries
 	}
-	o.MaxRetries = -1 // a lost reply must not run a script twice
+	o.MaxRetries = -1              // a lost reply must not run a function twice
+	o.ContextTimeoutEnabled = true // a call's deadline bounds its I/O
 	c := goredis.NewClient(o)
 	s.client = c
 	s.eachNode = func(ctx context.Context, fn func(context.Context, goredis.Cmdable) error) error { return fn(ctx, c) }
@@ -219,7 +231,7 @@ func (s *Store) connectCluster(rest string, useTLS bool) error {
 		Addrs:       addrs,
 		DialTimeout: dialTimeout, ReadTimeout: ioTimeout, WriteTimeout: ioTimeout,
 		PoolTimeout: poolTimeout, DialerRetries: dialerRetries,
-		MaxRetries: -1,
+		MaxRetries: -1, ContextTimeoutEnabled: true,
 	}
 	if u.User != nil {
 		o.Username = u.User.Username()
@@ -238,8 +250,9 @@ func (s *Store) connectCluster(rest string, useTLS bool) error {
 	return nil
 }
 
-// checkVersion refuses servers older than Redis 7.0: reads use EVALSHA_RO,
-// which makes "Inspect writes nothing" a guarantee of the server.
+// checkVersion refuses servers older than Redis 7.0, which have no Functions
+// (and no FCALL_RO, which makes "Inspect writes nothing" a guarantee of the
+// server).
 func (s *Store) checkVersion(ctx context.Context) error {
 	return s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error {
 		info, err := c.Info(ctx, "server").Result()
@@ -314,16 +327,17 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close closes the connections.
 func (s *Store) Close() error { return s.client.Close() }
 
-// fail translates a client error: context errors pass through, everything
-// else is ledger.ErrUnavailable (the outcome of a write may be unknown).
+// fail translates a client error: the errors of a caller's context pass
+// through, everything else (the call's own deadline too) is
+// ledger.ErrUnavailable (the outcome of a write may be unknown).
 func (s *Store) fail(ctx context.Context, op string, err error) error {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), errCallTimeout) {
 		return ctx.Err()
 	}
 	return fmt.Errorf("redis %s: %w: %v", op, ledger.ErrUnavailable, err)
 }
 
-// nowArg is the ARGV that carries the test clock ("" means Redis TIME).
+// nowArg is the argument that carries the test clock ("" means Redis TIME).
 func (s *Store) nowArg() string {
 	if s.now == nil {
 		return ""

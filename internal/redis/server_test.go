@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -184,4 +185,55 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestDeadlineCoversQueue: with Redis hung (SIGSTOP), 200 concurrent calls
+// each fail with ErrUnavailable within one call deadline (callTimeout, 2s,
+// plus scheduling slack), also those that queued in the batcher behind
+// pipelines that were waiting for Redis themselves.
+func TestDeadlineCoversQueue(t *testing.T) {
+	srv := startServer(t)
+	ctx := context.Background()
+	st, err := Open(ctx, srv.url(), WithPrefix(testPrefix()), WithLimitCacheTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	svc := ledger.NewService(st)
+	if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: decimal.NewFromInt(1000), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	item := []ledger.Item{{Bucket: ledger.BucketRef{Limit: "l", Key: "k"}, Cost: decimal.NewFromInt(1)}}
+	if _, err := svc.Fillup(ctx, item, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.cmd.Process.Signal(syscall.SIGCONT)
+	const n = 200
+	type result struct {
+		took time.Duration
+		err  error
+	}
+	results := make(chan result, n)
+	for range n {
+		go func() {
+			start := time.Now()
+			_, err := svc.Fillup(ctx, item, ledger.Idempotency{})
+			results <- result{time.Since(start), err}
+		}()
+	}
+	var longest time.Duration
+	for range n {
+		r := <-results
+		if !errors.Is(r.err, ledger.ErrUnavailable) {
+			t.Errorf("fillup with Redis hung: %v, want ErrUnavailable", r.err)
+		}
+		longest = max(longest, r.took)
+	}
+	t.Logf("longest of %d calls: %v", n, longest)
+	if longest > callTimeout+time.Second {
+		t.Errorf("a call took %v with Redis hung; the documented bound is %v", longest, callTimeout)
+	}
 }

@@ -43,7 +43,9 @@ func testPrefix() string {
 func openTest(t *testing.T, url string, opts ...Option) *Store {
 	t.Helper()
 	prefix := testPrefix()
-	s, err := Open(context.Background(), url, append([]Option{WithPrefix(prefix)}, opts...)...)
+	// A long call deadline: the test machine may be far busier than Redis
+	// ever is in service (TestDeadlineCoversQueue checks the default).
+	s, err := Open(context.Background(), url, append([]Option{WithPrefix(prefix), WithCallTimeout(20 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", url, err)
 	}

@@ -1,0 +1,438 @@
+-- budgetd.lua: the Redis Functions library of budgetd's Redis store (loaded
+-- once with FUNCTION LOAD; every operation is one FCALL). Go prepends the
+-- library header and the constants (constants.go) and arith.lua, the exact
+-- integer arithmetic, so every helper below is created once, at load.
+--
+-- Every key a function touches is in its KEYS. Every function names its
+-- arguments at the top and answers in one shape (reply, below), parsed in one
+-- place in Go (parseReply); a domain error is an answer whose first element
+-- is an error code (E_*), never a Lua error.
+--
+-- Amounts are integers in units of 10^-12 stored as decimal strings; times are
+-- integer microseconds since the Unix epoch (exact doubles, < 2^53).
+
+local function clock(arg)
+  if arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- stale reports whether the limit definition dk (standalone only; nil in
+-- Redis Cluster, where it lives in another slot) has another version than
+-- the one the Go side decided with. Every function checks it before writing.
+local function stale(dk, version)
+  if not dk then return false end
+  local v = redis.call('HMGET', dk, 'g', 'v')
+  return (v[1] or '') .. ':' .. (v[2] or '') ~= version
+end
+
+-- Idempotency records: "<length of hash>:<hash><reply as JSON>" with a TTL.
+-- idem_get returns the answer to give instead of running: the stored reply
+-- ('replay' and its JSON), E_REUSED for another request hash, or nil.
+local function idem_get(ik, ih)
+  if not ik then return nil end
+  local v = redis.call('GET', ik)
+  if not v then return nil end
+  local colon = string.find(v, ':', 1, true)
+  local n = tonumber(string.sub(v, 1, colon - 1))
+  if string.sub(v, colon + 1, colon + n) ~= ih then return { E_REUSED } end
+  return { 'replay', string.sub(v, colon + n + 1) }
+end
+
+-- bkt is one bucket of a call: its keys and its limit as the Go side passed
+-- it (capacity, leak amount and period divided by their gcd, history flag,
+-- and the limit document, opaque here, that an idempotency record keeps).
+local function bkt(bk, hk, cap, ra, rp, hist, lim)
+  return { bk = bk, hk = hk, cap = nv(cap), lp = leak_params(ra, rp), hist = hist == '1', lim = lim }
+end
+
+-- load reads a bucket.
+local function load(c)
+  local f = redis.call('HGETALL', c.bk)
+  local st = { l = pair(0, 0), u = 0, n = 0, holds = {} }
+  for i = 1, #f, 2 do
+    local k, v = f[i], f[i + 1]
+    if k == 'l' then st.l = nv(v)
+    elseif k == 'u' then st.u = tonumber(v)
+    elseif k == 'n' then st.n = tonumber(v)
+    elseif string.byte(k, 1) == 104 then -- 'h'
+      local colon = string.find(v, ':', 1, true)
+      st.holds[#st.holds + 1] = { id = string.sub(k, 2), a = string.sub(v, 1, colon - 1),
+        e = tonumber(string.sub(v, colon + 1)), raw = v }
+    end
+  end
+  return st
+end
+
+-- level_at: bucket.LevelAt. leaked = floor(amount × dt / per), in units.
+local function level_at(c, st, now)
+  if vzero(st.l) or st.u == 0 or now <= st.u then return st.l end
+  return leak(c.lp, st.l, now - st.u)
+end
+
+-- fits: bucket.CanAccept's accept test. It keeps the level at now in st.lv
+-- for settle, which follows at the same now.
+local function fits(c, st, now, cost)
+  if vzero(cost) then return true end
+  local used = level_at(c, st, now)
+  st.lv = used
+  if #st.holds > 0 then used = vadd(used, held_sum(st.holds, now)) end
+  return vcmp(vadd(used, cost), c.cap) <= 0
+end
+
+local function record(c, st, t, ev, amount, rid)
+  if not c.hist then return end
+  st.n = st.n + 1
+  redis.call('HSET', c.bk, 'n', fmt(st.n))
+  redis.call('ZADD', c.hk, fmt(t), string.format('%012.0f', st.n) .. '|' .. ev .. '|' .. amount .. '|' .. rid)
+  c.wrote_hist = true
+end
+
+-- expire_holds drops the holds that expired by now from the bucket and
+-- records them (time = expires_at); it reports whether there were any. A
+-- hold record keeps state 'a': past its expiry it reads as expired (Go).
+local function expire_holds(c, st, now)
+  local kept, any = {}, false
+  for _, h in ipairs(st.holds) do
+    if h.e > now then
+      kept[#kept + 1] = h
+    else
+      redis.call('HDEL', c.bk, 'h' .. h.id)
+      record(c, st, h.e, 'expired', h.a, h.id)
+      any = true
+    end
+  end
+  st.holds = kept
+  return any
+end
+
+-- settle: bucket.Settled plus the expiry records of memory's settle.
+local function settle(c, st, now)
+  st.l = st.lv or level_at(c, st, now)
+  if now > st.u then st.u = now end
+  expire_holds(c, st, now)
+end
+
+-- finish writes level and time and sets the TTLs: a bucket lives until it has
+-- leaked to zero and its last hold has expired (plus a margin), and at least
+-- as long as its history when the limit keeps one.
+local function finish(c, st, now)
+  redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u))
+  local us = 0
+  if not vzero(st.l) then
+    us = vnum(st.l) * c.lp.rp / c.lp.raf
+    us = us * (1 + 1e-9) + 1
+    if st.u > now then us = us + (st.u - now) end
+  end
+  for _, h in ipairs(st.holds) do
+    if h.e - now > us then us = h.e - now end
+  end
+  local ms = math.ceil(us / 1000) + SLACK_MS
+  if c.hist then
+    if ms < HIST_MS then ms = HIST_MS end
+    if c.wrote_hist then
+      redis.call('ZREMRANGEBYSCORE', c.hk, '-inf', '(' .. fmt(now - HIST_MS * 1000))
+      redis.call('ZREMRANGEBYRANK', c.hk, 0, -(HIST_MAX + 1))
+    end
+  end
+  -- The history lives exactly as long as the bucket that numbers its
+  -- entries (also when the limit stopped keeping history: its old entries
+  -- then go with the bucket). A bucket whose counter n is 0 has never
+  -- recorded an entry, so it has no history key to touch.
+  local hk = st.n > 0 or c.hist
+  if ms > 1e15 then
+    redis.call('PERSIST', c.bk)
+    if hk then redis.call('PERSIST', c.hk) end
+  else
+    redis.call('PEXPIRE', c.bk, fmt(ms))
+    if hk then redis.call('PEXPIRE', c.hk, fmt(ms)) end
+  end
+end
+
+local function holds_str(st)
+  if #st.holds == 0 then return '' end
+  local t = {}
+  for _, h in ipairs(st.holds) do t[#t + 1] = h.raw or (h.a .. ':' .. fmt(h.e)) end
+  return table.concat(t, ',')
+end
+
+-- The fields of a hold record, in the order a reply carries them.
+local HOLD = { 'id', 'lim', 'e', 'a', 's', 'c', 't0', 'te', 'tr' }
+
+-- reply is the one answer shape of every bucket function:
+--   { 'ok', now, x, the 9 HOLD fields of a hold record ('' when none),
+--     then per bucket: level, updated, holds, limit }
+-- x is what the operation decided (accepted '1'/'0', the amount drained, a
+-- refusal, history entries). The limit is '' in a fresh answer (the Go side
+-- knows the limit it passed) and the limit document in an idempotency
+-- record, so a replay shows the limit of the original call. When ik is set
+-- the reply is also kept there for ih.
+local function reply(now, x, rk, items, ik, ih)
+  local out = { 'ok', fmt(now), x }
+  local h = rk and redis.call('HMGET', rk, unpack(HOLD)) or {}
+  for i = 1, #HOLD do out[3 + i] = h[i] or '' end
+  for _, it in ipairs(items) do
+    local k = #out
+    out[k + 1], out[k + 2], out[k + 3], out[k + 4] = vs(it.st.l), fmt(it.st.u), holds_str(it.st), ''
+  end
+  if ik then
+    local rec = { unpack(out) }
+    for i, it in ipairs(items) do rec[3 + #HOLD + 4 * i] = it.c.lim end
+    redis.call('SET', ik, #ih .. ':' .. ih .. cjson.encode(rec), 'PX', IDEM_MS)
+  end
+  return out
+end
+
+-- fillup: KEYS = bucket, history per item, then (standalone) each item's
+-- limit definition, then, when ih ~= '', the idempotency record, which a
+-- call of several items precedes with where an earlier version kept it.
+-- ARGV = now, ih, check ('1': the definitions are in KEYS), n, then per
+-- item 7 arguments: capacity, leak amount, leak period, history flag,
+-- version, limit document, cost.
+local function fillup(keys, args)
+  local now_arg, ih, check, n = args[1], args[2], args[3] == '1', tonumber(args[4])
+  local ik = ih ~= '' and keys[#keys] or nil
+  local rec = idem_get(ik, ih) or (ik and n > 1 and idem_get(keys[#keys - 1], ih))
+  if rec then return rec end
+  local now = clock(now_arg)
+  local items, accepted = {}, true
+  for i = 1, n do
+    local a = 4 + 7 * (i - 1)
+    local cap, ra, rp, hist, version, lim, cost = args[a + 1], args[a + 2], args[a + 3], args[a + 4], args[a + 5],
+      args[a + 6], args[a + 7]
+    if check and stale(keys[2 * n + i], version) then return { E_STALE } end
+    local c = bkt(keys[2 * i - 1], keys[2 * i], cap, ra, rp, hist, lim)
+    local st = load(c)
+    local cv = nv(cost)
+    local ok = fits(c, st, now, cv)
+    accepted = accepted and ok
+    items[i] = { c = c, st = st, cost = cv }
+  end
+  if accepted then
+    for _, it in ipairs(items) do
+      if not vzero(it.cost) then
+        settle(it.c, it.st, now)
+        it.st.l = vadd(it.st.l, it.cost)
+        record(it.c, it.st, now, 'fillup', vs(it.cost), '')
+        finish(it.c, it.st, now)
+      end
+    end
+  end
+  return reply(now, accepted and '1' or '0', nil, items, ik, ih)
+end
+
+-- one_bucket reads the arguments every single-bucket function starts with:
+-- ARGV = now, ih, check, capacity, leak amount, leak period, history flag,
+-- version, limit document, then the function's own from 10 on. KEYS = the
+-- bucket at b, its history at b + 1, then (check) the definition, then (ih)
+-- the idempotency record. It returns the bucket, now and the record key, or
+-- the answer to give instead (a replay or an error code).
+local function one_bucket(keys, args, b)
+  local now_arg, ih, check = args[1], args[2], args[3] == '1'
+  local cap, ra, rp, hist, version, lim = args[4], args[5], args[6], args[7], args[8], args[9]
+  local ik = ih ~= '' and keys[#keys] or nil
+  local rec = idem_get(ik, ih)
+  if rec then return nil, nil, nil, rec end
+  if check and stale(keys[b + 2], version) then return nil, nil, nil, { E_STALE } end
+  return bkt(keys[b], keys[b + 1], cap, ra, rp, hist, lim), clock(now_arg), ik
+end
+
+-- inspect: a bucket as stored (no writes).
+local function inspect(keys, args)
+  local c, now, _, early = one_bucket(keys, args, 1)
+  if early then return early end
+  return reply(now, '', nil, { { c = c, st = load(c) } })
+end
+
+-- settle_bucket settles a bucket to now at the passed leak rate: a PUT that
+-- changes the rate calls it on every bucket of the limit first.
+local function settle_bucket(keys, args)
+  local c, now, _, early = one_bucket(keys, args, 1)
+  if early then return early end
+  local st = load(c)
+  if not (vzero(st.l) or st.u == 0 or now <= st.u) then
+    settle(c, st, now)
+    finish(c, st, now)
+  end
+  return reply(now, '', nil, {})
+end
+
+-- drain: ARGV[10] = amount. x = the amount removed.
+local function drain(keys, args)
+  local c, now, ik, early = one_bucket(keys, args, 1)
+  if early then return early end
+  local amount = nv(args[10])
+  local st = load(c)
+  local removed = pair(0, 0)
+  -- A drain that can remove nothing (the level is zero now) is a no-op.
+  if not vzero(amount) and not vzero(level_at(c, st, now)) then
+    settle(c, st, now)
+    removed = vmin(amount, st.l)
+    st.l = vsub(st.l, removed)
+    record(c, st, now, 'drain', vs(removed), '')
+    finish(c, st, now)
+  end
+  return reply(now, vs(removed), nil, { { c = c, st = st } }, ik, args[2])
+end
+
+-- reserve: KEYS = the new hold's record, then as in one_bucket; ARGV[10..]
+-- = amount, ttl (µs), hold id, limit name, encoded bucket key. x = accepted
+-- ('1'/'0').
+local function reserve(keys, args)
+  local rk = keys[1]
+  local c, now, ik, early = one_bucket(keys, args, 2)
+  if early then return early end
+  local amount, ttl, id, lname, ekey = nv(args[10]), tonumber(args[11]), args[12], args[13], args[14]
+  local st = load(c)
+  local active = 0
+  for _, h in ipairs(st.holds) do if h.e > now then active = active + 1 end end
+  if active >= MAX_HOLDS then return { E_TOO_MANY_HOLDS } end
+  if not fits(c, st, now, amount) then
+    return reply(now, '0', nil, { { c = c, st = st } }, ik, args[2])
+  end
+  settle(c, st, now)
+  local exp = now + ttl
+  redis.call('HSET', rk, 'id', id, 'lim', lname, 'e', ekey, 'a', vs(amount), 's', 'a', 't0', fmt(now), 'te', fmt(exp))
+  redis.call('PEXPIRE', rk, fmt(math.ceil(ttl / 1000) + HOLD_KEEP_MS + SLACK_MS))
+  redis.call('HSET', c.bk, 'h' .. id, vs(amount) .. ':' .. fmt(exp))
+  st.holds[#st.holds + 1] = { id = id, a = vs(amount), e = exp }
+  record(c, st, now, 'reserved', vs(amount), id)
+  finish(c, st, now)
+  return reply(now, '1', rk, { { c = c, st = st } }, ik, args[2])
+end
+
+local function drop_hold(c, st, id)
+  redis.call('HDEL', c.bk, 'h' .. id)
+  local kept = {}
+  for _, x in ipairs(st.holds) do if x.id ~= id then kept[#kept + 1] = x end end
+  st.holds = kept
+end
+
+-- resolve: KEYS = the hold record, its bucket, history (then definition and
+-- idempotency record as in one_bucket); ARGV[10..] = mode ('c' commit, 'r'
+-- release), amount ('' = the held amount), overrun ('1'), the encoded bucket
+-- key the Go side read from the record. x = the refusal ('' when none).
+local function resolve(keys, args)
+  local rk = keys[1]
+  local c, now, ik, early = one_bucket(keys, args, 2)
+  if early then return early end
+  local mode, amount, overrun, ekey = args[10], args[11], args[12] == '1', args[13]
+  local h = {}
+  local f = redis.call('HGETALL', rk)
+  for i = 1, #f, 2 do h[f[i]] = f[i + 1] end
+  if not h.id or h.e ~= ekey then return { E_NOT_FOUND } end
+  local st = load(c)
+  local refusal = ''
+  if h.s == 'e' or (h.s == 'a' and now >= tonumber(h.te)) then
+    if expire_holds(c, st, now) then finish(c, st, now) end
+    refusal = 'reservation_expired'
+  elseif mode == 'c' then
+    local charge = nv(h.a)
+    if amount ~= '' then charge = nv(amount) end
+    if h.s == 'c' then
+      if vcmp(nv(h.c), charge) ~= 0 then refusal = 'reservation_closed' end
+    elseif h.s == 'r' then
+      refusal = 'reservation_closed'
+    elseif vcmp(charge, nv(h.a)) > 0 and not overrun then
+      refusal = 'exceeds_hold'
+    else
+      if vcmp(vadd(level_at(c, st, now), charge), nv(MAX_LEVEL)) > 0 then return { E_LEVEL_OVERFLOW } end
+      settle(c, st, now)
+      st.l = vadd(st.l, charge)
+      drop_hold(c, st, h.id)
+      redis.call('HSET', rk, 's', 'c', 'c', vs(charge), 'tr', fmt(now))
+      record(c, st, now, 'committed', vs(charge), h.id)
+      finish(c, st, now)
+    end
+  elseif h.s == 'c' then
+    refusal = 'reservation_closed'
+  elseif h.s == 'a' then
+    settle(c, st, now)
+    drop_hold(c, st, h.id)
+    redis.call('HSET', rk, 's', 'r', 'tr', fmt(now))
+    record(c, st, now, 'released', h.a, h.id)
+    finish(c, st, now)
+  end
+  return reply(now, refusal, rk, { { c = c, st = st } }, ik, args[2])
+end
+
+-- reservation: KEYS = the hold record; ARGV = now. No writes.
+local function reservation(keys, args)
+  if redis.call('EXISTS', keys[1]) == 0 then return { E_NOT_FOUND } end
+  return reply(clock(args[1]), '', keys[1], {})
+end
+
+-- history: ARGV[10..] = cursor time ('' for the first page), cursor id, n.
+-- Records due expiries, then lists up to n + 1 entries newest first by
+-- (time, id) as x, one "time|id|event|amount|hold" per line.
+local function history(keys, args)
+  local c, now, _, early = one_bucket(keys, args, 1)
+  if early then return early end
+  local ct, cid, n = args[10], args[11], tonumber(args[12])
+  local st = load(c)
+  if expire_holds(c, st, now) then finish(c, st, now) end
+  local out = {}
+  if ct ~= '' then
+    local same = redis.call('ZRANGEBYSCORE', c.hk, ct, ct)
+    local pad = string.format('%012.0f', tonumber(cid))
+    for i = #same, 1, -1 do
+      if string.sub(same[i], 1, 12) < pad and #out <= n then out[#out + 1] = ct .. '|' .. same[i] end
+    end
+  end
+  if #out <= n then
+    local max = '+inf'
+    if ct ~= '' then max = '(' .. ct end
+    local rest = redis.call('ZREVRANGEBYSCORE', c.hk, max, '-inf', 'WITHSCORES', 'LIMIT', 0, n + 1 - #out)
+    for i = 1, #rest, 2 do
+      out[#out + 1] = fmt(tonumber(rest[i + 1])) .. '|' .. rest[i]
+    end
+  end
+  return reply(now, table.concat(out, '\n'), nil, {})
+end
+
+-- limit_put: KEYS = definition, name index, generation counter, generation
+-- → name; ARGV = now, name, capacity, leak amount, per (µs), history
+-- ('1'/'0'). A new limit takes the next generation; an existing one keeps
+-- its generation and creation time. Answers the definition before and after
+-- as flat field/value lists.
+local function limit_put(keys, args)
+  local dk, idx, genc, gens = keys[1], keys[2], keys[3], keys[4]
+  local now_arg, name, cap, amount, per, hist = args[1], args[2], args[3], args[4], args[5], args[6]
+  local now = fmt(clock(now_arg))
+  local old = redis.call('HGETALL', dk)
+  local g, ct = redis.call('HGET', dk, 'g'), redis.call('HGET', dk, 'ct')
+  if not g then
+    g = tostring(redis.call('INCR', genc))
+    ct = now
+    redis.call('ZADD', idx, 0, name)
+    redis.call('HSET', gens, g, name)
+  end
+  redis.call('HSET', dk, 'c', cap, 'a', amount, 'p', per, 'hi', hist, 'ct', ct, 'ut', now, 'g', g)
+  redis.call('HINCRBY', dk, 'v', 1)
+  return { redis.call('HGETALL', dk), old }
+end
+
+-- limit_delete: KEYS = definition, name index, generation → name; ARGV =
+-- name. Answers the generation deleted, or '' when there was no such limit.
+local function limit_delete(keys, args)
+  local dk, idx, gens = keys[1], keys[2], keys[3]
+  local name = args[1]
+  local g = redis.call('HGET', dk, 'g')
+  if not g then return '' end
+  redis.call('DEL', dk)
+  redis.call('ZREM', idx, name)
+  redis.call('HDEL', gens, g)
+  return g
+end
+
+local RO = { 'no-writes' }
+redis.register_function('budgetd_fillup' .. V, fillup)
+redis.register_function { function_name = 'budgetd_inspect' .. V, callback = inspect, flags = RO }
+redis.register_function('budgetd_settle' .. V, settle_bucket)
+redis.register_function('budgetd_drain' .. V, drain)
+redis.register_function('budgetd_reserve' .. V, reserve)
+redis.register_function('budgetd_resolve' .. V, resolve)
+redis.register_function { function_name = 'budgetd_reservation' .. V, callback = reservation, flags = RO }
+redis.register_function('budgetd_history' .. V, history)
+redis.register_function('budgetd_limit_put' .. V, limit_put)
+redis.register_function('budgetd_limit_delete' .. V, limit_delete)
