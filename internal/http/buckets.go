@@ -35,11 +35,12 @@ func (s *server) getBucket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	d, err := s.svc.CanAccept(ctx, ref, cost)
+	res, err := s.svc.Check(ctx, ref, cost)
 	if err != nil {
 		return err
 	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewDecision(d))
+	setRateLimit(c, quotaOf(ref.Limit, res.Limit, res.Decision))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewDecision(res.Decision))
 	return nil
 }
 
@@ -70,6 +71,7 @@ func (s *server) fillup(c echo.Context) error {
 	}
 	markReplay(c, res.Replayed)
 	d := res.Items[0]
+	setRateLimit(c, quotaOf(ref.Limit, res.Limits[0], d))
 	if !res.Accepted {
 		return writeDenied(c, viewDecision(d), d)
 	}
@@ -152,9 +154,12 @@ func (s *server) multiFillup(c echo.Context) error {
 	}
 	markReplay(c, res.Replayed)
 	view := multiView{Accepted: res.Accepted, Items: make([]itemView, len(items))}
+	qs := make([]quota, len(items))
 	for i, d := range res.Items {
 		view.Items[i] = itemView{Limit: items[i].Bucket.Limit, Key: items[i].Bucket.Key, decisionView: viewDecision(d)}
+		qs[i] = quotaOf(items[i].Bucket.Limit, res.Limits[i], d)
 	}
+	setRateLimit(c, qs...)
 	if !res.Accepted {
 		return writeDenied(c, view, res.Items...)
 	}

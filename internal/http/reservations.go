@@ -46,6 +46,7 @@ func (s *server) reserve(c echo.Context) error {
 		return err
 	}
 	markReplay(c, res.Replayed)
+	setRateLimit(c, quotaOf(ref.Limit, res.Limit, res.Decision))
 	if !res.Decision.Accepted {
 		return writeDenied(c, viewDecision(res.Decision), res.Decision)
 	}
