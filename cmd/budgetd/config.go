@@ -31,6 +31,10 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func exitCode(err error) int {
+	var coded interface{ ExitCode() int } // the operator CLI's exits (cli.go)
+	if errors.As(err, &coded) {
+		return coded.ExitCode()
+	}
 	var ue usageError
 	if errors.As(err, &ue) {
 		return 2
@@ -135,6 +139,7 @@ func usage(w io.Writer) {
 Usage:
   budgetd [flags]            serve the API
   budgetd [flags] migrate    apply the PostgreSQL migrations of --store and exit
+  budgetd limits|check|fillup|history|holds …   operator commands on a running budgetd (budgetd check --help)
 
 Flags (each has an environment variable; a flag wins over its variable):
 `)

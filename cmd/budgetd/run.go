@@ -21,6 +21,9 @@ import (
 // store. With the argument "migrate" it applies the PostgreSQL migrations and
 // returns.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if isCLI(args) { // operator commands: cli.go
+		return runCLI(ctx, args, getenv, stdout, stderr)
+	}
 	cfg, rest, err := parseConfig(args, getenv, stdout)
 	if errors.Is(err, errHelp) {
 		return nil
