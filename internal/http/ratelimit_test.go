@@ -106,7 +106,7 @@ func checkDecision(t *testing.T, rl rateLimit, doc map[string]any, retryAfter st
 func TestRateLimitFields(t *testing.T) {
 	eachStore(t, func(t *testing.T, a *api) {
 		a.limit("rows", "100", "10", "1s") // a full bucket leaks empty in 10 s
-		path := "/v1/limits/rows/buckets/k"
+		path := "/v1/limits/rows/buckets/%7Ba%7Dk" // {a}: one Redis Cluster hash slot for the multi-bucket calls
 
 		r := a.expect("POST", path+"/fillup", `{"cost":"25"}`, 200)
 		rl, _ := rateLimits(t, r)
@@ -151,12 +151,12 @@ func TestRateLimitFields(t *testing.T) {
 
 		// Multi-bucket: one member per limit, in the order of the items.
 		a.limit("team", "1000", "1000", "1h")
-		r = a.expect("POST", "/v1/fillup", `{"items":[{"limit":"team","key":"t","cost":"10"},{"limit":"rows","key":"k","cost":"1"},{"limit":"rows","key":"k2","cost":"1"}]}`, 200)
+		r = a.expect("POST", "/v1/fillup", `{"items":[{"limit":"team","key":"{a}t","cost":"10"},{"limit":"rows","key":"{a}k","cost":"1"},{"limit":"rows","key":"{a}k2","cost":"1"}]}`, 200)
 		rl, names := rateLimits(t, r)
 		if strings.Join(names, ",") != "team,rows" || rl["team"] != (rateLimit{q: 1000, w: 3600, r: 990, t: 36, hasT: true}) {
 			t.Fatalf("multi-bucket: %v %+v", names, rl)
 		}
-		r = a.expect("POST", "/v1/fillup", `{"items":[{"limit":"team","key":"t","cost":"10"},{"limit":"rows","key":"k2","cost":"1"},{"limit":"rows","key":"k","cost":"90"}]}`, 429)
+		r = a.expect("POST", "/v1/fillup", `{"items":[{"limit":"team","key":"{a}t","cost":"10"},{"limit":"rows","key":"{a}k2","cost":"1"},{"limit":"rows","key":"{a}k","cost":"90"}]}`, 429)
 		rl, _ = rateLimits(t, r)
 		items := r.body["items"].([]any)
 		checkDecision(t, rl["rows"], items[2].(map[string]any), r.header.Get("Retry-After")) // the denied bucket of rows
