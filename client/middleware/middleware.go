@@ -354,4 +354,3 @@ func (l *Limiter) finish(r *http.Request, h *holds, ok bool) {
 	}
 	l.resolve(r, h, cost, ok)
 }
-

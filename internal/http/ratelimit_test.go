@@ -105,7 +105,7 @@ func checkDecision(t *testing.T, rl rateLimit, doc map[string]any, retryAfter st
 
 func TestRateLimitFields(t *testing.T) {
 	eachStore(t, func(t *testing.T, a *api) {
-		a.limit("rows", "100", "10", "1s") // a full bucket leaks empty in 10 s
+		a.limit("rows", "100", "10", "1s")         // a full bucket leaks empty in 10 s
 		path := "/v1/limits/rows/buckets/%7Ba%7Dk" // {a}: one Redis Cluster hash slot for the multi-bucket calls
 
 		r := a.expect("POST", path+"/fillup", `{"cost":"25"}`, 200)
