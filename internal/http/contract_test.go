@@ -3,6 +3,7 @@ package http_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -212,18 +213,27 @@ func TestContract(t *testing.T) {
 	raw("GET", "/metrics", "")
 	must(c.DeleteLimit(ctx, "rows"))
 
-	// Every operation of the document was exercised.
+	// Every operation of the document that the server routes was exercised.
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(budgethttp.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
 	var missing []string
-	for _, r := range budgethttp.Routes() {
-		if strings.HasSuffix(r.Path, "/buckets/") {
-			continue
-		}
-		p := r.Path
+	for path, ops := range doc.Paths {
+		route := path
 		for _, name := range []string{"name", "key", "id"} {
-			p = strings.ReplaceAll(p, ":"+name, "{"+name+"}")
+			route = strings.ReplaceAll(route, "{"+name+"}", ":"+name)
 		}
-		if !ct.seen[r.Method+" "+p] {
-			missing = append(missing, r.Method+" "+p)
+		for method := range ops {
+			m := strings.ToUpper(method)
+			if method == "parameters" || !routed[m+" "+route] {
+				continue
+			}
+			if !ct.seen[m+" "+path] {
+				missing = append(missing, m+" "+path)
+			}
 		}
 	}
 	sort.Strings(missing)
