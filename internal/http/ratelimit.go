@@ -159,6 +159,10 @@ func tighter(a, b quota) bool {
 // [a-z0-9._-], so only the quotes are ever needed; escaping is kept for
 // safety.
 func sfString(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
-	return `"` + r.Replace(s) + `"`
+	if strings.ContainsAny(s, `"\`) {
+		s = sfEscaper.Replace(s)
+	}
+	return `"` + s + `"`
 }
+
+var sfEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
