@@ -68,39 +68,25 @@ func quotaOf(name string, l ledger.Limit, d bucket.Decision) quota {
 
 // leakSeconds is the time, in whole seconds rounded up, that a level of
 // amount takes to leak to zero under the leaky limit l: amount × per /
-// leak amount, computed exactly.
+// leak amount, computed exactly in integers.
 func leakSeconds(l ledger.Limit, amount decimal.Decimal) decimal.Decimal {
 	if amount.Sign() <= 0 || l.LeakAmount.Sign() <= 0 {
 		return decimal.Zero
 	}
-	num := new(big.Rat).SetFrac(amount.Coefficient(), big.NewInt(1))
-	num.Mul(num, new(big.Rat).SetInt64(l.LeakPer.Microseconds()))
-	num.Mul(num, pow10(amount.Exponent()))
-	den := new(big.Rat).SetFrac(l.LeakAmount.Coefficient(), big.NewInt(1))
-	den.Mul(den, pow10(l.LeakAmount.Exponent()))
-	den.Mul(den, new(big.Rat).SetInt64(1_000_000))
-	num.Quo(num, den)
-	q, m := new(big.Int).QuoRem(num.Num(), num.Denom(), new(big.Int))
+	// amount = a × 10^ea, leak = b × 10^eb, per = us × 10^-6 s:
+	// seconds = a × us / b × 10^(ea − eb − 6).
+	num := new(big.Int).Mul(amount.Coefficient(), big.NewInt(l.LeakPer.Microseconds()))
+	den := l.LeakAmount.Coefficient()
+	if e := int64(amount.Exponent()) - int64(l.LeakAmount.Exponent()) - 6; e > 0 {
+		num.Mul(num, new(big.Int).Exp(big.NewInt(10), big.NewInt(e), nil))
+	} else if e < 0 {
+		den.Mul(den, new(big.Int).Exp(big.NewInt(10), big.NewInt(-e), nil))
+	}
+	q, m := num.QuoRem(num, den, new(big.Int))
 	if m.Sign() != 0 {
 		q.Add(q, big.NewInt(1))
 	}
 	return decimal.NewFromBigInt(q, 0)
-}
-
-// pow10 is 10^e as a rational, for any sign of e.
-func pow10(e int32) *big.Rat {
-	p := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(abs(e))), nil)
-	if e < 0 {
-		return new(big.Rat).SetFrac(big.NewInt(1), p)
-	}
-	return new(big.Rat).SetInt(p)
-}
-
-func abs(e int32) int32 {
-	if e < 0 {
-		return -e
-	}
-	return e
 }
 
 // setRateLimit sets RateLimit-Policy and RateLimit on an answer, one list
@@ -108,25 +94,26 @@ func abs(e int32) int32 {
 // call names a limit more than once (several keys), the member shows the
 // bucket with the least remaining, a denied one first.
 func setRateLimit(c echo.Context, qs ...quota) {
-	var order []string
-	pick := map[string]quota{}
-	for _, q := range qs {
-		old, seen := pick[q.name]
-		if !seen {
-			order = append(order, q.name)
-			pick[q.name] = q
-			continue
-		}
-		if tighter(q, old) {
-			pick[q.name] = q
+	order := qs
+	if len(qs) > 1 {
+		order = nil
+		index := map[string]int{}
+		for _, q := range qs {
+			i, seen := index[q.name]
+			switch {
+			case !seen:
+				index[q.name] = len(order)
+				order = append(order, q)
+			case tighter(q, order[i]):
+				order[i] = q
+			}
 		}
 	}
 	policy := make([]string, len(order))
 	state := make([]string, len(order))
-	for i, name := range order {
-		q := pick[name]
-		policy[i] = sfString(name) + ";q=" + headerInt(q.q) + ";w=" + headerInt(q.w)
-		state[i] = sfString(name) + ";r=" + headerInt(q.r)
+	for i, q := range order {
+		policy[i] = sfString(q.name) + ";q=" + headerInt(q.q) + ";w=" + headerInt(q.w)
+		state[i] = sfString(q.name) + ";r=" + headerInt(q.r)
 		if q.t != nil {
 			state[i] += ";t=" + headerInt(*q.t)
 		}
