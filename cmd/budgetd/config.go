@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,7 +21,17 @@ type config struct {
 	pgIsolation     string
 	redisEviction   string
 	shutdownTimeout time.Duration
+	shutdownDelay   time.Duration
 	logLevel        string
+	logFormat       string
+	authFile        string
+	insecureNoAuth  bool
+	tlsCert         string
+	tlsKey          string
+	tlsClientCA     string
+	maxConns        int
+	idleTimeout     time.Duration
+	version         bool
 }
 
 // errHelp is returned after --help printed the usage: not a failure.
@@ -42,37 +54,82 @@ func exitCode(err error) int {
 	return 1
 }
 
-// option is one flag with its environment variable and default.
+// option is one flag with its environment variable and default. A boolean
+// option is given as a bare --flag (or --flag=false).
 type option struct {
 	flag, env, def, help string
+	boolean              bool
 }
 
 var options = []option{
-	{"addr", "BUDGETD_ADDR", ":8080", "listen address"},
-	{"store", "BUDGETD_STORE", "memory", "store URL: memory, postgres://…, redis://… or redis+cluster://host:port,host:port"},
-	{"max-ttl", "BUDGETD_MAX_TTL", "24h", "longest hold a caller may ask for (at least 1s)"},
-	{"pg-isolation", "BUDGETD_PG_ISOLATION", "read-committed", "PostgreSQL isolation level: read-committed or serializable"},
-	{"redis-eviction-check", "BUDGETD_REDIS_EVICTION_CHECK", "refuse", "when Redis may evict keys (maxmemory-policy): refuse to start, or warn"},
-	{"shutdown-timeout", "BUDGETD_SHUTDOWN_TIMEOUT", "10s", "how long in-flight requests may finish after SIGTERM"},
-	{"log-level", "BUDGETD_LOG_LEVEL", "info", "debug, info, warn or error"},
+	{flag: "addr", env: "BUDGETD_ADDR", def: "127.0.0.1:8080", help: "listen address; without --auth-file only a loopback address is allowed"},
+	{flag: "store", env: "BUDGETD_STORE", def: "memory", help: "store URL: memory, postgres://…, redis://… or redis+cluster://host:port,host:port"},
+	{flag: "auth-file", env: "BUDGETD_AUTH_FILE", help: "API key file (NAME sha256:HEX SCOPES [LIMITS] per line); turns authentication on; reloaded on SIGHUP"},
+	{flag: "insecure-no-auth", env: "BUDGETD_INSECURE_NO_AUTH", def: "false", help: "serve without authentication on a non-loopback address", boolean: true},
+	{flag: "tls-cert", env: "BUDGETD_TLS_CERT", help: "TLS certificate file (PEM); with --tls-key serves HTTPS; reloaded on SIGHUP"},
+	{flag: "tls-key", env: "BUDGETD_TLS_KEY", help: "TLS private key file (PEM)"},
+	{flag: "tls-client-ca", env: "BUDGETD_TLS_CLIENT_CA", help: "CA bundle (PEM): require client certificates signed by it"},
+	{flag: "max-ttl", env: "BUDGETD_MAX_TTL", def: "24h", help: "longest hold a caller may ask for (at least 1s)"},
+	{flag: "pg-isolation", env: "BUDGETD_PG_ISOLATION", def: "read-committed", help: "PostgreSQL isolation level: read-committed or serializable"},
+	{flag: "redis-eviction-check", env: "BUDGETD_REDIS_EVICTION_CHECK", def: "refuse", help: "when Redis may evict keys (maxmemory-policy): refuse to start, or warn"},
+	{flag: "max-conns", env: "BUDGETD_MAX_CONNS", def: "4096", help: "most client connections open at once; more wait to be accepted"},
+	{flag: "idle-timeout", env: "BUDGETD_IDLE_TIMEOUT", def: "30s", help: "how long an idle keep-alive connection is kept open"},
+	{flag: "shutdown-delay", env: "BUDGETD_SHUTDOWN_DELAY", def: "0s", help: "after SIGTERM, how long /readyz answers 503 before the listener closes"},
+	{flag: "shutdown-timeout", env: "BUDGETD_SHUTDOWN_TIMEOUT", def: "10s", help: "how long in-flight requests may finish after SIGTERM"},
+	{flag: "log-level", env: "BUDGETD_LOG_LEVEL", def: "info", help: "debug, info, warn or error"},
+	{flag: "log-format", env: "BUDGETD_LOG_FORMAT", def: "text", help: "text or json"},
+	{flag: "version", def: "false", help: "print the version and exit", boolean: true},
 }
 
+// optionValue is a flag.Value that remembers its text; boolean options
+// take no argument.
+type optionValue struct {
+	v       string
+	boolean bool
+}
+
+func (o *optionValue) String() string { return o.v }
+func (o *optionValue) Set(s string) error {
+	if o.boolean {
+		if _, err := strconv.ParseBool(s); err != nil {
+			return fmt.Errorf("want true or false, not %q", s)
+		}
+	}
+	o.v = s
+	return nil
+}
+func (o *optionValue) IsBoolFlag() bool { return o.boolean }
+
 // parseConfig reads flags, then the environment for every flag not given,
-// then the defaults. It returns the remaining arguments (a subcommand).
+// then the defaults. Flags may come before or after a command word
+// (`budgetd migrate --store …`); the command words are returned.
 func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (config, []string, error) {
 	fs := flag.NewFlagSet("budgetd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	values := make(map[string]*string, len(options))
-	for _, o := range options {
-		values[o.flag] = fs.String(o.flag, "", o.help)
-	}
 	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage(stdout)
-			return config{}, nil, errHelp
+	values := make(map[string]*optionValue, len(options))
+	for _, o := range options {
+		values[o.flag] = &optionValue{boolean: o.boolean}
+		fs.Var(values[o.flag], o.flag, o.help)
+	}
+	var words []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				usage(stdout)
+				return config{}, nil, errHelp
+			}
+			return config{}, nil, usageError{err.Error() + " (see budgetd --help)"}
 		}
-		return config{}, nil, usageError{err.Error() + " (see budgetd --help)"}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			words = append(words, rest...)
+			break
+		}
+		words, args = append(words, rest[0]), rest[1:]
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -82,10 +139,12 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 				continue
 			}
 			if set[name] {
-				return *values[name]
+				return values[name].v
 			}
-			if v := getenv(o.env); v != "" {
-				return v
+			if o.env != "" {
+				if v := getenv(o.env); v != "" {
+					return v
+				}
 			}
 			return o.def
 		}
@@ -97,8 +156,19 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		pgIsolation:   get("pg-isolation"),
 		redisEviction: get("redis-eviction-check"),
 		logLevel:      get("log-level"),
+		logFormat:     get("log-format"),
+		authFile:      get("auth-file"),
+		tlsCert:       get("tls-cert"),
+		tlsKey:        get("tls-key"),
+		tlsClientCA:   get("tls-client-ca"),
 	}
 	var err error
+	if cfg.insecureNoAuth, err = boolOption("insecure-no-auth", get("insecure-no-auth")); err != nil {
+		return config{}, nil, err
+	}
+	if cfg.version, err = boolOption("version", get("version")); err != nil {
+		return config{}, nil, err
+	}
 	if cfg.maxTTL, err = durationOption("max-ttl", get("max-ttl")); err != nil {
 		return config{}, nil, err
 	}
@@ -107,6 +177,18 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	}
 	if cfg.shutdownTimeout, err = durationOption("shutdown-timeout", get("shutdown-timeout")); err != nil {
 		return config{}, nil, err
+	}
+	if cfg.shutdownDelay, err = durationOption("shutdown-delay", get("shutdown-delay")); err != nil {
+		return config{}, nil, err
+	}
+	if cfg.idleTimeout, err = durationOption("idle-timeout", get("idle-timeout")); err != nil {
+		return config{}, nil, err
+	}
+	if cfg.idleTimeout < time.Second {
+		return config{}, nil, usageError{"--idle-timeout must be at least 1s"}
+	}
+	if cfg.maxConns, err = strconv.Atoi(get("max-conns")); err != nil || cfg.maxConns < 1 {
+		return config{}, nil, usageError{fmt.Sprintf("--max-conns must be a whole number of at least 1, not %q", get("max-conns"))}
 	}
 	if _, err := postgres.ParseIsolation(cfg.pgIsolation); err != nil {
 		return config{}, nil, usageError{fmt.Sprintf("--pg-isolation must be read-committed or serializable, not %q", cfg.pgIsolation)}
@@ -121,7 +203,44 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	default:
 		return config{}, nil, usageError{fmt.Sprintf("--log-level must be debug, info, warn or error, not %q", cfg.logLevel)}
 	}
-	return cfg, fs.Args(), nil
+	switch cfg.logFormat {
+	case "text", "json":
+	default:
+		return config{}, nil, usageError{fmt.Sprintf("--log-format must be text or json, not %q", cfg.logFormat)}
+	}
+	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
+		return config{}, nil, usageError{"--tls-cert and --tls-key go together: give both or neither"}
+	}
+	if cfg.tlsClientCA != "" && cfg.tlsCert == "" {
+		return config{}, nil, usageError{"--tls-client-ca needs --tls-cert and --tls-key"}
+	}
+	return cfg, words, nil
+}
+
+// checkExposure refuses to serve without authentication anywhere but on a
+// loopback address, unless the operator said --insecure-no-auth.
+func checkExposure(cfg config) error {
+	if cfg.authFile != "" || cfg.insecureNoAuth || isLoopback(cfg.addr) {
+		return nil
+	}
+	return usageError{fmt.Sprintf("refusing to serve without authentication on %s, which other machines may reach: "+
+		"give --auth-file PATH (mint a key with `budgetd token NAME --scopes admin`), "+
+		"or listen on a loopback address (--addr 127.0.0.1:8080), "+
+		"or pass --insecure-no-auth to let anyone who reaches %s change every limit", cfg.addr, cfg.addr)}
+}
+
+// isLoopback reports whether addr (host:port) names only loopback
+// addresses. An empty host means every interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func durationOption(name, v string) (time.Duration, error) {
@@ -132,20 +251,39 @@ func durationOption(name, v string) (time.Duration, error) {
 	return d, nil
 }
 
+func boolOption(name, v string) (bool, error) {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, usageError{fmt.Sprintf("--%s: want true or false, not %q", name, v)}
+	}
+	return b, nil
+}
+
 func usage(w io.Writer) {
 	var b strings.Builder
 	b.WriteString(`budgetd — exact decimal leaky buckets over HTTP
 
 Usage:
-  budgetd [flags]            serve the API
-  budgetd [flags] migrate    apply the PostgreSQL migrations of --store and exit
-  budgetd limits|check|fillup|history|holds …   operator commands on a running budgetd (budgetd check --help)
+  budgetd [flags]                                serve the API
+  budgetd migrate [flags]                        apply the PostgreSQL migrations of --store and exit
+  budgetd token NAME --scopes S [--limits L]     mint an API key: prints the token and its --auth-file line
+  budgetd version                                print the version (also budgetd --version)
+  budgetd limits|check|fillup|history|holds …    operator commands on a running budgetd (budgetd check --help)
 
 Flags (each has an environment variable; a flag wins over its variable):
 `)
 	for _, o := range options {
-		fmt.Fprintf(&b, "  --%-22s %-30s %s (default %q)\n", o.flag, o.env, o.help, o.def)
+		env := o.env
+		if env == "" {
+			env = "-"
+		}
+		def := fmt.Sprintf("(default %q)", o.def)
+		if o.def == "" {
+			def = "(default none)"
+		}
+		fmt.Fprintf(&b, "  --%-22s %-30s %s %s\n", o.flag, env, o.help, def)
 	}
 	b.WriteString("\nThe memory store keeps state in the process only: it is lost when budgetd stops.\n")
+	b.WriteString("SIGHUP reloads the key file and the TLS certificates; a file that fails to load keeps the old ones.\n")
 	io.WriteString(w, b.String())
 }

@@ -8,38 +8,79 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/auth"
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/memory"
+	"github.com/budgetd/budgetd/internal/storemetrics"
 )
 
 // run is budgetd: it parses args and the environment, opens the store and
 // serves until ctx ends, then drains in-flight requests and closes the
-// store. With the argument "migrate" it applies the PostgreSQL migrations and
-// returns.
+// store. The commands migrate, token and version do their one thing and
+// return.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if isCLI(args) { // operator commands: cli.go
 		return runCLI(ctx, args, getenv, stdout, stderr)
 	}
-	cfg, rest, err := parseConfig(args, getenv, stdout)
+	if len(args) > 0 {
+		switch args[0] {
+		case "token":
+			return tokenCommand(args[1:], stdout, stderr)
+		case "version":
+			if len(args) > 1 {
+				return usageError{"version takes no arguments"}
+			}
+			return printVersion(stdout)
+		}
+	}
+	cfg, words, err := parseConfig(args, getenv, stdout)
 	if errors.Is(err, errHelp) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.logLevel))
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if cfg.version {
+		return printVersion(stdout)
+	}
+	log := newLogger(cfg, stderr)
 
 	switch {
-	case len(rest) == 1 && rest[0] == "migrate":
+	case len(words) == 1 && words[0] == "migrate":
 		return migrate(ctx, cfg, stdout)
-	case len(rest) > 0:
-		return usageError{fmt.Sprintf("unknown command %q (see budgetd --help)", strings.Join(rest, " "))}
+	case len(words) > 0:
+		return usageError{fmt.Sprintf("unknown command %q (see budgetd --help)", strings.Join(words, " "))}
+	}
+	if err := checkExposure(cfg); err != nil {
+		return err
+	}
+
+	// SIGHUP is caught from here on, so it reloads rather than kills.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	var keys atomic.Pointer[auth.Keys]
+	if cfg.authFile != "" {
+		ks, err := auth.ParseFile(cfg.authFile)
+		if err != nil {
+			return usageError{fmt.Sprintf("--auth-file: %v", err)}
+		}
+		keys.Store(ks)
+	}
+	var certs *certReloader
+	if cfg.tlsCert != "" {
+		if certs, err = newCertReloader(cfg); err != nil {
+			return usageError{err.Error()}
+		}
 	}
 
 	st, err := openStore(ctx, cfg, log)
@@ -47,35 +88,76 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer st.close()
+	store := storemetrics.Wrap(st.store)
 
-	svc := ledger.NewService(st.store, ledger.WithMaxTTL(cfg.maxTTL))
-	handler := budgethttp.New(svc, budgethttp.WithLogger(log), budgethttp.WithMaxTTL(cfg.maxTTL), budgethttp.WithCollectors(st.collectors...))
+	draining := make(chan struct{})
+	opts := []budgethttp.Option{
+		budgethttp.WithLogger(log), budgethttp.WithAccessLog(log), budgethttp.WithMaxTTL(cfg.maxTTL), budgethttp.WithDraining(draining),
+		budgethttp.WithCollectors(append(st.collectors, store.Collector(), buildInfoCollector())...),
+	}
+	if cfg.authFile != "" {
+		opts = append(opts, budgethttp.WithAuth(keys.Load))
+	}
+	svc := ledger.NewService(store, ledger.WithMaxTTL(cfg.maxTTL))
+	handler := budgethttp.New(svc, opts...)
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
+	conns := newConnCap(cfg.maxConns)
+	checkFDLimit(cfg.maxConns, log)
+	ln = conns.listener(ln)
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ConnState:         conns.track,
 	}
-	fmt.Fprintf(stdout, "budgetd: serving on http://%s with the %s\n", ln.Addr(), st.describe)
+	scheme, serve := "http", func() error { return srv.Serve(ln) }
+	if certs != nil {
+		srv.TLSConfig = certs.config()
+		scheme, serve = "https", func() error { return srv.ServeTLS(ln, "", "") }
+	}
+	fmt.Fprintf(stdout, "budgetd: serving on %s://%s with the %s\n", scheme, ln.Addr(), st.describe)
+	if cfg.authFile != "" {
+		log.Info("authentication is on", "auth_file", cfg.authFile, "keys", keys.Load().Len())
+		if keys.Load().Len() == 0 {
+			log.Warn("the key file holds no keys: every request that needs a token is refused")
+		}
+	} else {
+		log.Warn("authentication is off: anyone who reaches " + ln.Addr().String() + " may change every limit (give --auth-file to turn it on)")
+	}
 	if st.volatile {
 		log.Warn("the memory store keeps state in this process only: every bucket, hold and history is lost when budgetd stops")
 	}
 
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
+	go func() { served <- serve() }()
+	for {
+		select {
+		case err := <-served:
+			return fmt.Errorf("serve: %w", err)
+		case <-hup:
+			reload(cfg, &keys, certs, log)
+			continue
+		case <-ctx.Done():
+		}
+		break
 	}
-	log.Info("shutting down", "timeout", cfg.shutdownTimeout)
+	close(draining)
+	log.Info("shutting down", "delay", cfg.shutdownDelay, "timeout", cfg.shutdownTimeout)
+	if cfg.shutdownDelay > 0 {
+		select {
+		case <-time.After(cfg.shutdownDelay):
+		case err := <-served:
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
@@ -83,6 +165,41 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	fmt.Fprintln(stdout, "budgetd: stopped")
 	return nil
+}
+
+// newLogger is the process's logger in the format and level asked for.
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.logLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// reload re-reads the key file and the TLS files on SIGHUP. Whatever fails
+// to load keeps what is in force, and the log says why.
+func reload(cfg config, keys *atomic.Pointer[auth.Keys], certs *certReloader, log *slog.Logger) {
+	if cfg.authFile == "" && certs == nil {
+		log.Info("SIGHUP: nothing to reload (no --auth-file, no --tls-cert)")
+	}
+	if cfg.authFile != "" {
+		ks, err := auth.ParseFile(cfg.authFile)
+		if err != nil {
+			log.Error("key file not reloaded: the keys in force are kept", "err", err)
+		} else {
+			keys.Store(ks)
+			log.Info("key file reloaded", "auth_file", cfg.authFile, "keys", ks.Len())
+		}
+	}
+	if certs != nil {
+		if err := certs.load(); err != nil {
+			log.Error("TLS files not reloaded: the certificates in force are kept", "err", err)
+		} else {
+			log.Info("TLS files reloaded", "cert", cfg.tlsCert)
+		}
+	}
 }
 
 // openedStore is a store with what run needs to say about it.

@@ -36,7 +36,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-var servingRE = regexp.MustCompile(`serving on (http://\S+)`)
+var servingRE = regexp.MustCompile(`serving on (https?://\S+)`)
 
 // waitURL waits for run's start-up line and returns the address it serves.
 func waitURL(t *testing.T, out interface{ String() string }, done <-chan error) string {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/auth"
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
@@ -20,12 +21,16 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// api is a budgetd API over a memory store with a pinned clock.
+// api is a budgetd API over a memory store with a pinned clock. With
+// BUDGETD_TEST_AUTH=1 (scripts/test runs the package both ways) the API
+// requires a token, and every request carries an admin key's unless it
+// sets its own Authorization header.
 type api struct {
 	t     *testing.T
 	url   string
 	clock *ledgertest.Clock
 	store ledger.Store
+	token string
 }
 
 func newAPI(t *testing.T) *api {
@@ -36,9 +41,25 @@ func newAPI(t *testing.T) *api {
 }
 
 func serve(t *testing.T, clock *ledgertest.Clock, store ledger.Store) *api {
-	srv := httptest.NewServer(budgethttp.New(ledger.NewService(store)))
+	var opts []budgethttp.Option
+	token := ""
+	if os.Getenv("BUDGETD_TEST_AUTH") == "1" {
+		token = "test-admin-token"
+		opts = append(opts, budgethttp.WithAuth(keysOf(t, auth.Line("test-admin", token, auth.Admin, nil))))
+	}
+	srv := httptest.NewServer(budgethttp.New(ledger.NewService(store), opts...))
 	t.Cleanup(srv.Close)
-	return &api{t: t, url: srv.URL, clock: clock, store: store}
+	return &api{t: t, url: srv.URL, clock: clock, store: store, token: token}
+}
+
+// keysOf parses key-file lines for WithAuth.
+func keysOf(t *testing.T, lines ...string) func() *auth.Keys {
+	t.Helper()
+	ks, err := auth.Parse(strings.NewReader(strings.Join(lines, "\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() *auth.Keys { return ks }
 }
 
 // response is an answer with its body decoded loosely.
@@ -59,6 +80,9 @@ func (a *api) do(method, path, body string, headers ...string) response {
 	req, err := http.NewRequest(method, a.url+path, strings.NewReader(body))
 	if err != nil {
 		a.t.Fatal(err)
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])

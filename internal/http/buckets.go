@@ -2,6 +2,7 @@ package http
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -39,8 +40,10 @@ func (s *server) getBucket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	setRateLimit(c, quotaOf(ref.Limit, res.Limit, res.Decision))
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewDecision(res.Decision))
+	d := res.Decision
+	s.m.decided(ref.Limit, "check", d, cost, false)
+	setRateLimit(c, quotaOf(ref.Limit, res.Limit, d))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewDecision(d))
 	return nil
 }
 
@@ -69,8 +72,11 @@ func (s *server) fillup(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	markReplay(c, res.Replayed)
+	s.markReplay(c, "fillup", res.Replayed)
 	d := res.Items[0]
+	if !res.Replayed {
+		s.m.decided(ref.Limit, "fillup", d, cost, true)
+	}
 	setRateLimit(c, quotaOf(ref.Limit, res.Limits[0], d))
 	if !res.Accepted {
 		return writeDenied(c, viewDecision(d), d)
@@ -141,6 +147,9 @@ func (s *server) multiFillup(c echo.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := mayUse(c, it.Bucket.Limit, "items["+strconv.Itoa(i)+"].limit"); err != nil {
+			return err
+		}
 		items[i] = it
 		canon.WriteString(it.Bucket.Limit + "\x00" + it.Bucket.Key + "\x00" + it.Cost.String() + "\n")
 	}
@@ -152,7 +161,12 @@ func (s *server) multiFillup(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	markReplay(c, res.Replayed)
+	s.markReplay(c, "multi_fillup", res.Replayed)
+	if !res.Replayed {
+		for i, d := range res.Items {
+			s.m.decided(items[i].Bucket.Limit, "multi_fillup", d, items[i].Cost, res.Accepted)
+		}
+	}
 	view := multiView{Accepted: res.Accepted, Items: make([]itemView, len(items))}
 	qs := make([]quota, len(items))
 	for i, d := range res.Items {
@@ -200,8 +214,12 @@ func (s *server) drain(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	markReplay(c, res.Replayed)
+	s.markReplay(c, "drain", res.Replayed)
 	b := viewBucket(res.Bucket)
+	s.audit(c, "drain", slog.String("limit", ref.Limit), slog.String("bucket_key", ref.Key),
+		slog.String("amount", amount.String()), slog.String("removed", res.Removed.String()),
+		slog.String("level_before", res.Bucket.Level.Add(res.Removed).String()), slog.String("level_after", res.Bucket.Level.String()),
+		slog.Bool("replayed", res.Replayed))
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, drainView{
 		decisionView: decisionView{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity},
 		UpdatedAt:    b.UpdatedAt,
@@ -231,9 +249,11 @@ func (s *server) history(c echo.Context) error {
 	return nil
 }
 
-// markReplay tells the client that an answer is a stored one.
-func markReplay(c echo.Context, replayed bool) {
+// markReplay tells the client that an answer is a stored one, and counts
+// it.
+func (s *server) markReplay(c echo.Context, op string, replayed bool) {
 	if replayed {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
+		s.m.replays.WithLabelValues(op).Inc()
 	}
 }

@@ -2,6 +2,8 @@ package http
 
 import (
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -59,10 +61,16 @@ func (s *server) putLimit(c echo.Context) error {
 	if body.History != nil {
 		spec.History = *body.History
 	}
-	l, err := s.svc.PutLimit(c.Request().Context(), name, spec)
+	ctx := c.Request().Context()
+	before, err := s.svc.GetLimit(ctx, name)
+	if err != nil && !errors.Is(err, ledger.ErrLimitNotFound) {
+		return err
+	}
+	l, err := s.svc.PutLimit(ctx, name, spec)
 	if err != nil {
 		return err
 	}
+	s.audit(c, "put_limit", slog.String("limit", name), slog.Any("before", jsonValue(optLimit(before))), slog.Any("after", jsonValue(viewLimit(l))))
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewLimit(l))
 	return nil
 }
@@ -85,9 +93,16 @@ func (s *server) deleteLimit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.svc.DeleteLimit(c.Request().Context(), name); err != nil {
+	ctx := c.Request().Context()
+	before, err := s.svc.GetLimit(ctx, name)
+	if err != nil {
 		return err
 	}
+	if err := s.svc.DeleteLimit(ctx, name); err != nil {
+		return err
+	}
+	s.m.forget(name)
+	s.audit(c, "delete_limit", slog.String("limit", name), slog.Any("before", jsonValue(viewLimit(before))), slog.Any("after", jsonValue(nil)))
 	return c.NoContent(http.StatusNoContent)
 }
 
@@ -99,7 +114,7 @@ func (s *server) listLimits(c echo.Context) error {
 	if cursor != "" && ledger.ValidateName(cursor) != nil {
 		return invalidRequest("cursor", "malformed cursor")
 	}
-	limits, err := s.svc.ListLimits(c.Request().Context(), cursor, n+1)
+	limits, err := s.listReadable(c, cursor, n+1)
 	if err != nil {
 		return err
 	}
@@ -114,6 +129,41 @@ func (s *server) listLimits(c echo.Context) error {
 	}
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, newPage(views, next))
 	return nil
+}
+
+// listReadable lists up to n limits after cursor that the request's key may
+// read: all of them without authentication or for an unrestricted key.
+func (s *server) listReadable(c echo.Context, cursor string, n int) ([]ledger.Limit, error) {
+	ctx := c.Request().Context()
+	k := requestKey(c)
+	if k == nil || k.AllLimits() {
+		return s.svc.ListLimits(ctx, cursor, n)
+	}
+	var out []ledger.Limit
+	for len(out) < n {
+		page, err := s.svc.ListLimits(ctx, cursor, maxPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range page {
+			if k.MayUse(l.Name) && len(out) < n {
+				out = append(out, l)
+			}
+		}
+		if len(page) < maxPage {
+			break
+		}
+		cursor = page[len(page)-1].Name
+	}
+	return out, nil
+}
+
+// optLimit is a limit document, or null for a limit that did not exist.
+func optLimit(l ledger.Limit) any {
+	if l.Name == "" {
+		return nil
+	}
+	return viewLimit(l)
 }
 
 // validName reads and checks the {name} path parameter.

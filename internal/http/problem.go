@@ -62,6 +62,14 @@ func toProblem(err error, log *slog.Logger, r *http.Request) problem {
 	if errors.As(err, &inv) {
 		return newProblem(http.StatusBadRequest, inv.Code, inv.Error(), inv.Field)
 	}
+	var ae *authError
+	if errors.As(err, &ae) {
+		code := "forbidden"
+		if ae.status == http.StatusUnauthorized {
+			code = "unauthorized"
+		}
+		return newProblem(ae.status, code, ae.detail, ae.field)
+	}
 	var ref *ledger.Refusal
 	if errors.As(err, &ref) {
 		p := newProblem(refusalStatus[ref.Code], ref.Code, ref.Error(), "")
@@ -87,6 +95,8 @@ func toProblem(err error, log *slog.Logger, r *http.Request) problem {
 			return newProblem(he.Code, "not_found", "no such path", "")
 		case http.StatusMethodNotAllowed:
 			return newProblem(he.Code, "method_not_allowed", "this path does not accept "+r.Method, "")
+		case http.StatusServiceUnavailable:
+			return newProblem(he.Code, "shutting_down", "budgetd is shutting down", "")
 		case http.StatusRequestEntityTooLarge:
 			return newProblem(he.Code, "payload_too_large", "the request body is larger than 64 KiB", "")
 		}
@@ -116,6 +126,9 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			return
 		}
 		p := toProblem(err, log, c.Request())
+		if p.Status == http.StatusUnauthorized {
+			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="budgetd"`)
+		}
 		if c.Request().Method == http.MethodHead {
 			_ = c.NoContent(p.Status)
 			return

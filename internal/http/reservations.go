@@ -1,6 +1,7 @@
 package http
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -45,7 +46,11 @@ func (s *server) reserve(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	markReplay(c, res.Replayed)
+	s.markReplay(c, "reserve", res.Replayed)
+	if !res.Replayed {
+		s.m.decided(ref.Limit, "reserve", res.Decision, amount, false)
+		s.m.holds.WithLabelValues(map[bool]string{true: "reserved", false: "reserve_denied"}[res.Decision.Accepted]).Inc()
+	}
 	setRateLimit(c, quotaOf(ref.Limit, res.Limit, res.Decision))
 	if !res.Decision.Accepted {
 		return writeDenied(c, viewDecision(res.Decision), res.Decision)
@@ -58,6 +63,9 @@ func (s *server) getReservation(c echo.Context) error {
 	id, err := pathParam(c, "id")
 	if err != nil {
 		return ledger.ErrReservationNotFound
+	}
+	if err := s.mayUseHold(c, id); err != nil {
+		return err
 	}
 	r, err := s.svc.Reservation(c.Request().Context(), id)
 	if err != nil {
@@ -89,6 +97,9 @@ func (s *server) commit(c echo.Context) error {
 	if err != nil {
 		return ledger.ErrReservationNotFound
 	}
+	if err := s.mayUseHold(c, id); err != nil {
+		return err
+	}
 	var body commitBody
 	if err := readJSON(c, &body); err != nil {
 		return err
@@ -107,13 +118,16 @@ func (s *server) commit(c echo.Context) error {
 		return err
 	}
 	res, err := s.svc.Commit(c.Request().Context(), id, amount, body.Overrun, idem)
-	return s.writeResolved(c, res, err)
+	return s.writeResolved(c, "commit", res, err)
 }
 
 func (s *server) release(c echo.Context) error {
 	id, err := pathParam(c, "id")
 	if err != nil {
 		return ledger.ErrReservationNotFound
+	}
+	if err := s.mayUseHold(c, id); err != nil {
+		return err
 	}
 	var body struct{}
 	if err := readJSON(c, &body); err != nil {
@@ -124,11 +138,22 @@ func (s *server) release(c echo.Context) error {
 		return err
 	}
 	res, err := s.svc.Release(c.Request().Context(), id, idem)
-	return s.writeResolved(c, res, err)
+	return s.writeResolved(c, "release", res, err)
 }
 
-func (s *server) writeResolved(c echo.Context, res ledger.ResolveResult, err error) error {
-	markReplay(c, res.Replayed)
+func (s *server) writeResolved(c echo.Context, op string, res ledger.ResolveResult, err error) error {
+	s.markReplay(c, op, res.Replayed)
+	var ref *ledger.Refusal
+	switch {
+	case errors.As(err, &ref):
+		if !res.Replayed {
+			s.m.holds.WithLabelValues(ref.Code).Inc()
+		}
+	case err == nil && !res.Replayed:
+		// A repeated commit or release without an Idempotency-Key, which
+		// changes nothing, counts again.
+		s.m.holds.WithLabelValues(map[string]string{"commit": "committed", "release": "released"}[op]).Inc()
+	}
 	if err != nil {
 		return err
 	}

@@ -10,9 +10,9 @@ import (
 	_ "embed"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/auth"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -36,6 +36,10 @@ type Option func(*server)
 // WithLogger sets where failures are logged (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *server) { s.log = l } }
 
+// WithAccessLog writes one line per request to l (method, route, status,
+// duration, request id, key name). Without it there is no access log.
+func WithAccessLog(l *slog.Logger) Option { return func(s *server) { s.access = l } }
+
 // WithMaxTTL sets the longest hold accepted; it must match the service's
 // (ledger.WithMaxTTL). Default 24h.
 func WithMaxTTL(d time.Duration) Option { return func(s *server) { s.maxTTL = d } }
@@ -46,15 +50,28 @@ func WithCollectors(cs ...prometheus.Collector) Option {
 	return func(s *server) { s.extra = append(s.extra, cs...) }
 }
 
+// WithAuth turns authentication on: keys returns the API keys in force for
+// each request (so that a reload takes effect at once). Without it the API
+// is open.
+func WithAuth(keys func() *auth.Keys) Option { return func(s *server) { s.keys = keys } }
+
+// WithDraining makes /readyz answer 503 once draining is closed, so that a
+// load balancer stops sending new work while in-flight requests finish.
+func WithDraining(draining <-chan struct{}) Option { return func(s *server) { s.draining = draining } }
+
 type server struct {
-	svc    *ledger.Service
-	log    *slog.Logger
-	maxTTL time.Duration
-	extra  []prometheus.Collector
+	svc      *ledger.Service
+	log      *slog.Logger
+	access   *slog.Logger
+	maxTTL   time.Duration
+	extra    []prometheus.Collector
+	keys     func() *auth.Keys
+	draining <-chan struct{}
 
 	registry *prometheus.Registry
-	requests *prometheus.HistogramVec
+	m        *metrics
 	metricsH http.Handler
+	routeSet map[string]bool
 }
 
 // New returns the API handler over svc.
@@ -63,46 +80,44 @@ func New(svc *ledger.Service, opts ...Option) http.Handler {
 	for _, o := range opts {
 		o(s)
 	}
+	s.m = newMetrics()
 	s.registry = prometheus.NewRegistry()
-	s.requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "budgetd_http_request_duration_seconds",
-		Help:    "Time to answer an API request, by route and status code.",
-		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-	}, []string{"method", "route", "code"})
-	s.registry.MustRegister(s.requests, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.registry.MustRegister(s.m.collectors()...)
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.registry.MustRegister(s.extra...)
 	s.metricsH = promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(s.log)
+	e.Use(requestID)
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
-		s.log.Error("panic", "path", c.Request().URL.Path, "err", err, "stack", string(stack))
+		s.log.Error("panic", "route", c.Path(), "request_id", c.Get(ctxRequestID), "err", err, "stack", string(stack))
 		return err
 	}}))
 	e.Use(s.observe)
+	e.Use(s.authenticate())
 	s.routes(e)
-	return e
-}
-
-// observe records the duration of each request by route.
-func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		start := time.Now()
-		err := next(c)
-		if err != nil {
-			c.Error(err)
-		}
-		s.requests.WithLabelValues(c.Request().Method, c.Path(), strconv.Itoa(c.Response().Status)).Observe(time.Since(start).Seconds())
-		return nil
+	s.routeSet = map[string]bool{}
+	for _, r := range e.Routes() {
+		s.routeSet[r.Path] = true
 	}
+	return headAsGet(e)
 }
 
 func (s *server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// errDraining is /readyz once shutdown has begun.
+var errDraining = &echo.HTTPError{Code: http.StatusServiceUnavailable, Message: "shutting down"}
+
 func (s *server) readyz(c echo.Context) error {
+	select {
+	case <-s.draining:
+		return errDraining
+	default:
+	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
 	defer cancel()
 	if err := s.svc.Ping(ctx); err != nil {

@@ -21,9 +21,15 @@ import (
 // (skipped when their addresses are unset, failed when CI=true). Each run
 // has its own pinned clock and an empty store.
 func eachStore(t *testing.T, fn func(t *testing.T, a *api)) {
+	eachStoreRaw(t, func(t *testing.T, clock *ledgertest.Clock, store ledger.Store) { fn(t, serve(t, clock, store)) })
+}
+
+// eachStoreRaw runs fn with every store and its pinned clock, for tests
+// that build the API themselves.
+func eachStoreRaw(t *testing.T, fn func(t *testing.T, clock *ledgertest.Clock, store ledger.Store)) {
 	t.Run("memory", func(t *testing.T) {
 		clock := ledgertest.NewClock()
-		fn(t, serve(t, clock, memory.New(memory.WithClock(clock.Now))))
+		fn(t, clock, memory.New(memory.WithClock(clock.Now)))
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := testServer(t, "BUDGETD_TEST_POSTGRES")
@@ -35,7 +41,7 @@ func eachStore(t *testing.T, fn func(t *testing.T, a *api)) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
-		fn(t, serve(t, clock, st))
+		fn(t, clock, st)
 	})
 	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
 		name := map[string]string{"BUDGETD_TEST_REDIS": "redis", "BUDGETD_TEST_REDIS_CLUSTER": "redis-cluster"}[env]
@@ -50,7 +56,7 @@ func eachStore(t *testing.T, fn func(t *testing.T, a *api)) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { st.Close() })
-			fn(t, serve(t, clock, st))
+			fn(t, clock, st)
 		})
 	}
 }

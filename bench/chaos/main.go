@@ -1,0 +1,271 @@
+// Command chaos is budgetd's fault suite. For each store it starts the
+// store's server and a budgetd binary on loopback, then runs:
+//
+//   - over-admission: hundreds of clients race for a hot bucket and a
+//     multi-bucket pair; no capacity may be exceeded;
+//   - kill -9 of budgetd, kill -9 of the store and a hung store (SIGSTOP)
+//     under load, every call resolved by retrying it with its
+//     Idempotency-Key, then every bucket's level and history checked
+//     exactly against the accepted calls (nothing lost, nothing doubled);
+//   - hostile input: malformed and out-of-range requests must answer below
+//     500 and change nothing;
+//   - floods: invented methods, fresh Idempotency-Keys and idle
+//     connections must not grow budgetd without bound or lock others out.
+//
+// It prints a table and, with -write, rewrites docs/reliability.md. `-short`
+// is the version CI runs; the default is the long one. Usage:
+//
+//	go run ./bench/chaos [-short] [-stores memory,postgres,redis] [-write docs/reliability.md]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// result is one scenario on one store.
+type result struct {
+	store, name  string
+	calls        int64
+	errors       int64 // answers that were neither a decision nor an expected refusal
+	retried      int64
+	unsolved     int64
+	faults       int
+	lost         int64
+	phantom      int64
+	overAdmitted int64
+	slowest503   time.Duration
+	rssGrowth    int64
+	note         string
+	failures     []string
+}
+
+func (r *result) fail(format string, args ...any) {
+	r.failures = append(r.failures, fmt.Sprintf(format, args...))
+}
+
+type params struct {
+	clients, capacity    int
+	faultDur             time.Duration
+	faults               int
+	hang                 time.Duration
+	methods, idems, idle int
+	idemBound            int64
+	deadline             map[string]time.Duration
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	short := fs.Bool("short", false, "the short run CI does (about a minute per store)")
+	stores := fs.String("stores", "memory,postgres,redis", "stores to run against")
+	write := fs.String("write", "", "write the report as Markdown to this file")
+	pgDeadline := fs.Duration("pg-deadline", 5*time.Second, "documented bound on a PostgreSQL call")
+	redisDeadline := fs.Duration("redis-deadline", 2*time.Second, "documented bound on a Redis call")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	p := params{clients: 200, capacity: 20000, faultDur: 40 * time.Second, faults: 6, hang: 10 * time.Second,
+		methods: 100000, idems: 300000, idle: 20000}
+	if *short {
+		p = params{clients: 200, capacity: 2000, faultDur: 12 * time.Second, faults: 2, hang: 4 * time.Second,
+			methods: 5000, idems: 5000, idle: 2000}
+	}
+	p.deadline = map[string]time.Duration{"postgres": *pgDeadline, "redis": *redisDeadline}
+
+	tmp, err := os.MkdirTemp("", "budgetd-chaos-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	// PostgreSQL runs as its own user when this runs as root: it must reach its directory.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	bin := filepath.Join(tmp, "budgetd")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/budgetd")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build: %w", err)
+	}
+
+	var all []result
+	started := time.Now()
+	for _, name := range strings.Split(*stores, ",") {
+		rs, err := runStore(ctx, strings.TrimSpace(name), bin, filepath.Join(tmp, name), p, out)
+		all = append(all, rs...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	mode := "long"
+	if *short {
+		mode = "short"
+	}
+	report := render(all, mode, time.Since(started), *short)
+	fmt.Fprint(out, report)
+	if *write != "" {
+		if err := os.WriteFile(*write, []byte(report), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, r := range all {
+		if len(r.failures) > 0 {
+			return fmt.Errorf("%d scenarios failed", countFailed(all))
+		}
+	}
+	return nil
+}
+
+func countFailed(rs []result) int {
+	n := 0
+	for _, r := range rs {
+		if len(r.failures) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// runStore runs every scenario against one store.
+func runStore(ctx context.Context, name, bin, tmp string, p params, out io.Writer) ([]result, error) {
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return nil, err
+	}
+	var st store
+	url := "memory"
+	switch name {
+	case "memory":
+	case "postgres":
+		pg, err := newPG(tmp)
+		if err != nil {
+			return nil, err
+		}
+		st = pg
+	case "redis":
+		r, err := newRedis(tmp)
+		if err != nil {
+			return nil, err
+		}
+		st = r
+	default:
+		return nil, fmt.Errorf("unknown store %q", name)
+	}
+	if st != nil {
+		if err := st.Start(ctx); err != nil {
+			return nil, err
+		}
+		defer st.Stop()
+		url = st.URL()
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	b := &budgetd{bin: bin, storeURL: url, port: port}
+	if err := b.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer b.Kill()
+	a := newAPI(b.base(), p.clients)
+
+	var rs []result
+	step := func(r result, err error) error {
+		r.store = name
+		rs = append(rs, r)
+		status := "ok"
+		if len(r.failures) > 0 {
+			status = fmt.Sprintf("FAILED (%d)", len(r.failures))
+		}
+		fmt.Fprintf(out, "%-9s %-32s %s %s\n", name, r.name, status, r.note)
+		for i, f := range r.failures {
+			if i == 10 {
+				fmt.Fprintf(out, "    … %d more\n", len(r.failures)-10)
+				break
+			}
+			fmt.Fprintln(out, "    "+f)
+		}
+		return err
+	}
+	if err := step(overAdmission(ctx, a, p.clients, p.capacity)); err != nil {
+		return rs, err
+	}
+	if st != nil {
+		clients := 64
+		if err := step(faultRun(ctx, a, "kill -9 budgetd under load", clients, p.faultDur, p.faults, faultKillBudgetd(b))); err != nil {
+			return rs, err
+		}
+		if err := step(faultRun(ctx, a, "kill -9 "+name+" under load", clients, p.faultDur, p.faults, faultKillStore(st))); err != nil {
+			return rs, err
+		}
+		// The hang outlasts the documented deadline, so that calls must end in 503.
+		bound := p.deadline[name]
+		hang := max(p.hang, bound+bound/2+time.Second)
+		r, err := faultRun(ctx, a, name+" hung (SIGSTOP) under load", p.clients, max(p.faultDur, time.Duration(p.faults+1)*(hang+2*time.Second)), p.faults, faultHang(st, hang))
+		if r.slowest503 == 0 {
+			r.fail("no call ended in 503 during a %s hang", hang)
+		}
+		if r.slowest503 > bound+bound/2 {
+			r.fail("a call waited %s for its 503 while the store hung; documented bound %s", r.slowest503.Round(time.Millisecond), bound)
+		}
+		r.note += fmt.Sprintf("; hangs of %s, slowest 503 %s (documented %s)", hang, r.slowest503.Round(time.Millisecond), bound)
+		if err := step(r, err); err != nil {
+			return rs, err
+		}
+	}
+	if err := step(hostile(ctx, a)); err != nil {
+		return rs, err
+	}
+	if err := step(floodMethods(ctx, a, b, p.methods)); err != nil {
+		return rs, err
+	}
+	if name == "memory" {
+		if err := step(floodIdempotency(ctx, a, b, p.idems, p.idemBound)); err != nil {
+			return rs, err
+		}
+	}
+	if err := step(floodConnections(ctx, b, p.idle)); err != nil {
+		return rs, err
+	}
+	return rs, nil
+}
+
+// render is the report: a table per run and the figures that matter.
+func render(rs []result, mode string, took time.Duration, short bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Reliability: the fault suite\n\n")
+	fmt.Fprintf(&b, "Written by `go run ./bench/chaos%s -write docs/reliability.md` (%s run, %s, %d cores, %s, took %s).\n",
+		map[bool]string{true: " -short", false: ""}[short], mode, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), took.Round(time.Second))
+	fmt.Fprintf(&b, "Each store's server and budgetd run on loopback; PostgreSQL with fsync on, Redis with AOF `appendfsync always`.\n")
+	fmt.Fprintf(&b, "Fault runs resolve every call by retrying it with its Idempotency-Key, then compare every bucket's level and\n")
+	fmt.Fprintf(&b, "history with the accepted calls exactly.\n\n")
+	fmt.Fprintf(&b, "| store | scenario | calls | faults | retried | lost | doubled/phantom | over-admitted | unsolved | result | notes |\n")
+	fmt.Fprintf(&b, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
+	for _, r := range rs {
+		res := "ok"
+		if len(r.failures) > 0 {
+			res = fmt.Sprintf("**FAILED** (%d): %s", len(r.failures), strings.ReplaceAll(r.failures[0], "|", "\\|"))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %s | %s |\n",
+			r.store, r.name, r.calls, r.faults, r.retried, r.lost, r.phantom, r.overAdmitted, r.unsolved, res, strings.ReplaceAll(r.note, "|", "\\|"))
+	}
+	return b.String()
+}
