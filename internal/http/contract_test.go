@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/budgetd/budgetd/client"
+	"github.com/budgetd/budgetd/internal/auth"
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
@@ -103,11 +104,13 @@ func (c *contract) RoundTrip(req *http.Request) (*http.Response, error) {
 // answer against openapi.json.
 func TestContract(t *testing.T) {
 	clock := ledgertest.NewClock()
-	srv := httptest.NewServer(budgethttp.New(ledger.NewService(memory.New(memory.WithClock(clock.Now)))))
+	const admin, reader = "bdg_contract-admin", "bdg_contract-reader"
+	keys := budgethttp.WithAuth(keysOf(t, auth.Line("ops", admin, auth.Admin, nil), auth.Line("dash", reader, auth.Read, nil)))
+	srv := httptest.NewServer(budgethttp.New(ledger.NewService(memory.New(memory.WithClock(clock.Now))), keys))
 	defer srv.Close()
 	ct := newContract(t, srv.URL)
 	hc := &http.Client{Transport: ct}
-	c, err := client.New(srv.URL, client.WithHTTPClient(hc))
+	c, err := client.New(srv.URL, client.WithHTTPClient(hc), client.WithToken(admin))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +193,7 @@ func TestContract(t *testing.T) {
 		if body != "" {
 			req.Header.Set("Content-Type", "application/json")
 		}
+		req.Header.Set("Authorization", "Bearer "+admin)
 		for i := 0; i+1 < len(headers); i += 2 {
 			req.Header.Set(headers[i], headers[i+1])
 		}
@@ -207,7 +211,9 @@ func TestContract(t *testing.T) {
 	raw("POST", "/v1/limits/spend/buckets/k/fillup", `{"cost":"1"}`, "Idempotency-Key", "x")
 	raw("POST", "/v1/limits/spend/buckets/k/fillup", `{"cost":"2"}`, "Idempotency-Key", "x")
 	raw("PUT", "/v1/limits/Bad", `{"capacity":"1","leak":{"amount":"1","per":"1s"}}`)
-	raw("GET", "/healthz", "")
+	raw("GET", "/v1/limits", "", "Authorization", "")                                                   // 401
+	raw("POST", "/v1/limits/spend/buckets/k/fillup", `{"cost":"1"}`, "Authorization", "Bearer "+reader) // 403
+	raw("GET", "/healthz", "", "Authorization", "")
 	raw("GET", "/readyz", "")
 	raw("GET", "/openapi.json", "")
 	raw("GET", "/metrics", "")
@@ -241,7 +247,8 @@ func TestContract(t *testing.T) {
 		t.Errorf("not exercised: %v", missing)
 	}
 	for _, s := range []string{"POST /v1/limits/{name}/buckets/{key}/fillup Too Many Requests", "POST /v1/fillup Too Many Requests",
-		"POST /v1/reservations/{id}/release Gone", "POST /v1/reservations/{id}/commit Unprocessable Entity", "POST /v1/limits/{name}/buckets/{key}/fillup Request Entity Too Large"} {
+		"POST /v1/reservations/{id}/release Gone", "POST /v1/reservations/{id}/commit Unprocessable Entity", "POST /v1/limits/{name}/buckets/{key}/fillup Request Entity Too Large",
+		"GET /v1/limits Unauthorized", "POST /v1/limits/{name}/buckets/{key}/fillup Forbidden"} {
 		if !ct.seen[s] {
 			t.Errorf("not exercised: %s", s)
 		}
