@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -92,5 +94,45 @@ func TestCLI(t *testing.T) {
 	out, code := cliRun(t, "http://127.0.0.1:1", "limits", "list", "--timeout", "2s")
 	if code != 4 || !strings.Contains(out, "could not be reached") {
 		t.Fatalf("unreachable: exit %d\n%s", code, out)
+	}
+}
+
+// The CLI against a budgetd with access control and HTTPS: --token and
+// BUDGETD_TOKEN, --ca and BUDGETD_CA.
+func TestCLIWithTokenAndTLS(t *testing.T) {
+	dir := t.TempDir()
+	admin, adminLine := mintKey(t, "ops", "--scopes", "admin")
+	reader, readerLine := mintKey(t, "dash", "--scopes", "read")
+	file := filepath.Join(dir, "keys")
+	if err := os.WriteFile(file, []byte(adminLine+"\n"+readerLine+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tlsFiles(t, dir, "cli")
+	s := start(t, "--addr", "127.0.0.1:0", "--auth-file", file, "--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem"))
+	ca := filepath.Join(dir, "ca.pem")
+	cli := func(vars map[string]string, args ...string) (string, int) {
+		t.Helper()
+		vars["BUDGETD_SERVER"] = s.url
+		var out bytes.Buffer
+		err := run(context.Background(), args, env(vars), &out, &out)
+		if err != nil {
+			return out.String() + err.Error(), exitCode(err)
+		}
+		return out.String(), 0
+	}
+	if out, code := cli(map[string]string{"BUDGETD_TOKEN": admin, "BUDGETD_CA": ca}, "limits", "put", "spend", "--capacity", "10", "--leak", "1/1h"); code != 0 {
+		t.Fatalf("admin put: exit %d\n%s", code, out)
+	}
+	if out, code := cli(map[string]string{"BUDGETD_TOKEN": admin}, "fillup", "spend", "k", "1", "--token", reader, "--ca", ca); code != 1 || !strings.Contains(out, "forbidden") {
+		t.Fatalf("reader fillup: exit %d\n%s", code, out)
+	}
+	if out, code := cli(map[string]string{"BUDGETD_CA": ca}, "check", "spend", "k"); code != 1 || !strings.Contains(out, "unauthorized") {
+		t.Fatalf("no token: exit %d\n%s", code, out)
+	}
+	if out, code := cli(map[string]string{"BUDGETD_TOKEN": reader, "BUDGETD_CA": ca}, "check", "spend", "k", "2"); code != 0 || !strings.Contains(out, "accepted") {
+		t.Fatalf("reader check: exit %d\n%s", code, out)
+	}
+	if out, code := cli(map[string]string{"BUDGETD_TOKEN": admin}, "limits", "list", "--timeout", "5s"); code != 4 || !strings.Contains(out, "certificate") {
+		t.Fatalf("an unknown CA: exit %d\n%s", code, out)
 	}
 }
