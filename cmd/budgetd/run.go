@@ -215,12 +215,13 @@ type openedStore struct {
 func openStore(ctx context.Context, cfg config, log *slog.Logger) (openedStore, error) {
 	switch {
 	case cfg.store == "memory":
-		m := memory.New()
+		m := memory.New(memory.WithLogger(log))
 		return openedStore{
-			store:    m,
-			describe: "memory store (state does not survive a restart)",
-			volatile: true,
-			close:    func() { m.Close() },
+			store:      m,
+			describe:   "memory store (state does not survive a restart)",
+			volatile:   true,
+			collectors: []prometheusCollector{m.Collector()},
+			close:      func() { m.Close() },
 		}, nil
 	}
 	return openStoreURL(ctx, cfg, log)

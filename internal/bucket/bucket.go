@@ -34,8 +34,11 @@ type Limit struct {
 }
 
 // Hold is an amount reserved in a bucket until ExpiresAt. A hold counts in
-// the bucket's use while now < ExpiresAt and does not leak.
+// the bucket's use while now < ExpiresAt and does not leak. ID is the store's
+// name for the hold; the rule only carries it through, so that a store can
+// tell which of its holds a transition kept or expired.
 type Hold struct {
+	ID        string
 	Amount    decimal.Decimal
 	ExpiresAt time.Time
 }
@@ -148,6 +151,13 @@ func CanAccept(l Limit, s State, now time.Time, cost decimal.Decimal) Decision {
 	return d
 }
 
+// Every transition below that writes (Fillup and Reserve when accepted with a
+// positive amount, Drain when it removes something, Resolve, Settle) first
+// settles the bucket to now: the level leaks to now, Updated moves to now
+// (never backwards) and the holds of Expired(s, now) are dropped, in that
+// order. A store records exactly those holds as expired; Settle and Expire
+// return them.
+
 // Fillup adds cost to the bucket when it fits and returns the decision and
 // the new state. A denied call, or a cost of zero, returns s unchanged.
 func Fillup(l Limit, s State, now time.Time, cost decimal.Decimal) (Decision, State) {
@@ -163,7 +173,9 @@ func Fillup(l Limit, s State, now time.Time, cost decimal.Decimal) (Decision, St
 }
 
 // Reserve adds a hold of amount until expires when it fits, like Fillup, and
-// returns the decision and the new state. The level is settled to now.
+// returns the decision and the new state. The level is settled to now. The
+// new hold is the last of the new state's Holds, with an empty ID for the
+// store to fill in.
 func Reserve(l Limit, s State, now time.Time, amount decimal.Decimal, expires time.Time) (Decision, State) {
 	d := CanAccept(l, s, now, amount)
 	if !d.Accepted {
@@ -205,9 +217,37 @@ func Drain(l Limit, s State, now time.Time, amount decimal.Decimal) (decimal.Dec
 	return removed, ns
 }
 
-// Settled returns s with its level leaked to now, its expired holds dropped
-// and Updated moved to now (never backwards).
-func Settled(l Limit, s State, now time.Time) State { return settle(l, s, now) }
+// Settle returns s with its level leaked to now, Updated moved to now (never
+// backwards) and its expired holds dropped, and returns those holds, in the
+// order of s.Holds.
+func Settle(l Limit, s State, now time.Time) (State, []Hold) {
+	return settle(l, s, now), Expired(s, now)
+}
+
+// Expire drops the holds of s that have expired by now and returns them, in
+// the order of s.Holds; the level and Updated stay as they are. Dropping
+// them changes no answer: every function here ignores expired holds.
+func Expire(s State, now time.Time) (State, []Hold) {
+	expired := Expired(s, now)
+	if len(expired) == 0 {
+		return s, nil
+	}
+	s.Holds = ActiveHolds(s, now)
+	return s, expired
+}
+
+// Expired returns the holds of s that have expired by now (ExpiresAt ≤ now),
+// in the order of s.Holds: the holds that a transition writing at now drops.
+func Expired(s State, now time.Time) []Hold {
+	var out []Hold
+	n := micros(now)
+	for _, h := range s.Holds {
+		if micros(h.ExpiresAt) <= n {
+			out = append(out, h)
+		}
+	}
+	return out
+}
 
 func settle(l Limit, s State, now time.Time) State {
 	ns := State{Level: LevelAt(l, s, now), Updated: s.Updated, Holds: ActiveHolds(s, now)}

@@ -156,6 +156,44 @@ func TestHolds(t *testing.T) {
 	}
 }
 
+// TestSettleReportsExpired: Settle and Expire drop exactly the holds that
+// have expired by now (expires_at ≤ now), report them in stored order, and a
+// writing transition drops the same holds, keeping every id.
+func TestSettleReportsExpired(t *testing.T) {
+	l := Limit{Capacity: d("100"), LeakAmount: d("1"), LeakPer: time.Second}
+	s := State{Level: d("10"), Updated: t0, Holds: []Hold{
+		{ID: "a", Amount: d("1"), ExpiresAt: t0.Add(3 * time.Second)},
+		{ID: "b", Amount: d("2"), ExpiresAt: t0.Add(2 * time.Second)},
+		{ID: "c", Amount: d("3"), ExpiresAt: t0.Add(5 * time.Second)},
+	}}
+	now := t0.Add(3 * time.Second)
+	ns, expired := Settle(l, s, now)
+	if len(expired) != 2 || expired[0].ID != "a" || expired[1].ID != "b" {
+		t.Fatalf("Settle expired %+v, want a and b", expired)
+	}
+	if len(ns.Holds) != 1 || ns.Holds[0].ID != "c" || !ns.Level.Equal(d("7")) || !ns.Updated.Equal(now) {
+		t.Fatalf("Settle state %+v", ns)
+	}
+	es, expired2 := Expire(s, now)
+	if len(expired2) != 2 || len(es.Holds) != 1 || !es.Level.Equal(d("10")) || !es.Updated.Equal(t0) {
+		t.Fatalf("Expire: %+v, %+v", es, expired2)
+	}
+	if _, none := Expire(s, t0); none != nil {
+		t.Fatalf("Expire at t0 expired %+v", none)
+	}
+	_, fs := Fillup(l, s, now, d("1"))
+	if len(fs.Holds) != 1 || fs.Holds[0].ID != "c" {
+		t.Fatalf("Fillup kept %+v, want c", fs.Holds)
+	}
+	_, rs := Reserve(l, s, now, d("1"), now.Add(time.Second))
+	if len(rs.Holds) != 2 || rs.Holds[0].ID != "c" || rs.Holds[1].ID != "" {
+		t.Fatalf("Reserve holds %+v, want c and the new one last", rs.Holds)
+	}
+	if got := Resolve(l, s, now, 2, d("1")); len(got.Holds) != 0 || !got.Level.Equal(d("8")) {
+		t.Fatalf("Resolve: %+v", got)
+	}
+}
+
 // FuzzFillup checks the bucket invariants on arbitrary sequences: the level
 // is never negative, an accepted fillup never passes capacity, and a denied
 // one changes nothing.
@@ -225,5 +263,67 @@ func BenchmarkRetryAfter(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		CanAccept(l, s, t0, cost)
+	}
+}
+
+// The benchmarks below, with the three above, are the baseline of the rule
+// in decimal arithmetic that an exact fixed-point core must beat without
+// changing one answer: every transition a store applies, at everyday and at
+// extreme magnitudes.
+
+func BenchmarkLeakedExtreme(b *testing.B) {
+	l := Limit{Capacity: d("1000000000000"), LeakAmount: d("999999999999.999999"), LeakPer: 87600 * time.Hour}
+	dt := 10 * 365 * 24 * time.Hour
+	b.ReportAllocs()
+	for b.Loop() {
+		Leaked(l, dt)
+	}
+}
+
+func BenchmarkFillupExtreme(b *testing.B) {
+	l := Limit{Capacity: d("1000000000000"), LeakAmount: d("0.000001"), LeakPer: 87600 * time.Hour}
+	_, s := Fillup(l, State{}, t0, d("999999999999.999999"))
+	now := t0.Add(3 * 365 * 24 * time.Hour)
+	cost := d("0.000001")
+	b.ReportAllocs()
+	for b.Loop() {
+		Fillup(l, s, now, cost)
+	}
+}
+
+func BenchmarkDrain(b *testing.B) {
+	l := Limit{Capacity: d("5000.00"), LeakAmount: d("5000.00"), LeakPer: 720 * time.Hour}
+	_, s := Fillup(l, State{}, t0, d("1234.56"))
+	now := t0.Add(time.Hour)
+	amount := d("3")
+	b.ReportAllocs()
+	for b.Loop() {
+		Drain(l, s, now, amount)
+	}
+}
+
+func BenchmarkReserveResolve(b *testing.B) {
+	l := Limit{Capacity: d("5000.00"), LeakAmount: d("5000.00"), LeakPer: 720 * time.Hour}
+	_, s := Fillup(l, State{}, t0, d("1234.56"))
+	now := t0.Add(time.Hour)
+	amount, charge := d("80"), d("61.20")
+	b.ReportAllocs()
+	for b.Loop() {
+		_, ns := Reserve(l, s, now, amount, now.Add(10*time.Minute))
+		Resolve(l, ns, now.Add(time.Minute), len(ns.Holds)-1, charge)
+	}
+}
+
+// BenchmarkSettleHolds settles a bucket with 100 holds, half of them expired.
+func BenchmarkSettleHolds(b *testing.B) {
+	l := Limit{Capacity: d("1000000"), LeakAmount: d("1"), LeakPer: time.Second}
+	s := State{Level: d("500"), Updated: t0}
+	for i := range 100 {
+		s.Holds = append(s.Holds, Hold{ID: "h", Amount: d("1.5"), ExpiresAt: t0.Add(time.Duration(i) * time.Second)})
+	}
+	now := t0.Add(50 * time.Second)
+	b.ReportAllocs()
+	for b.Loop() {
+		Settle(l, s, now)
 	}
 }

@@ -29,6 +29,10 @@ var (
 	// ErrLevelOverflow: an overrun commit would push a level past MaxLevel
 	// (422 level_overflow).
 	ErrLevelOverflow = errors.New("level would exceed the supported maximum")
+	// ErrIdempotencyFull: the store keeps as many Idempotency-Key records as
+	// it may and refused a new key; nothing changed (503
+	// idempotency_store_full). Retry later, or without a key.
+	ErrIdempotencyFull = errors.New("the store's idempotency records are full")
 	// ErrUnavailable: the store could not be reached or failed; the outcome
 	// of a write may be unknown (503 store_unavailable). Retrying with the
 	// same Idempotency-Key is safe.

@@ -23,14 +23,39 @@ type idemRecord struct {
 	stored  time.Time
 	elem    *list.Element
 	limits  []string // the limits the outcome touched (DeleteLimit forgets it)
+	size    int64    // what the record is counted as in idemTable.bytes
 }
 
+// Default bounds of the idempotency records (WithIdempotencyLimits).
+const (
+	DefaultIdempotencyRecords = 1_000_000
+	DefaultIdempotencyBytes   = 256 << 20
+)
+
+// The estimated heap cost of a record, measured with BenchmarkMemoryPerRecord
+// (about 670 B for a one-item Fillup with 90 bytes of scope, key and hash;
+// about 1,030 B with a 255-byte key):
+// a fixed part, the bytes of its strings, and a part per further item and per
+// hold of the stored outcome.
+const (
+	idemRecordCost = 700
+	idemItemCost   = 320
+	idemHoldCost   = 96
+)
+
 // idemTable keeps records for ledger.IdempotencyTTL, oldest first in order so
-// that expiry costs O(1) per record.
+// that expiry costs O(1) per record. It holds at most maxRecords records of
+// at most maxBytes estimated bytes, in flight ones included; a new key that
+// does not fit is refused with ledger.ErrIdempotencyFull until old records
+// expire. Records are never dropped early: that could charge a retry twice.
 type idemTable struct {
-	mu      sync.Mutex
-	records map[idemKey]*idemRecord
-	order   list.List // of idemKey, oldest first
+	mu         sync.Mutex
+	records    map[idemKey]*idemRecord
+	order      list.List // of idemKey, oldest first
+	bytes      int64     // sum of the records' sizes
+	maxRecords int
+	maxBytes   int64
+	refused    int64 // new keys refused because the table was full
 }
 
 // replay runs op at most once per Idempotency-Key: a repeat with the same
@@ -50,17 +75,30 @@ func replay[T any](s *Store, ctx context.Context, idem ledger.Idempotency, mark 
 		t.expire(s.clock())
 		rec := t.records[k]
 		if rec == nil {
-			rec = &idemRecord{hash: idem.Hash, done: make(chan struct{})}
+			size := idemRecordCost + int64(len(idem.Scope)+len(idem.Key)+len(idem.Hash))
+			if len(t.records) >= t.maxRecords || t.bytes+size > t.maxBytes {
+				t.refused++
+				n, b := len(t.records), t.bytes
+				t.mu.Unlock()
+				var zero T
+				return zero, fmt.Errorf("%d records of about %d bytes kept for %s: %w", n, b, ledger.IdempotencyTTL, ledger.ErrIdempotencyFull)
+			}
+			rec = &idemRecord{hash: idem.Hash, done: make(chan struct{}), size: size}
 			t.records[k] = rec
+			t.bytes += size
 			t.mu.Unlock()
 			out, err := op()
 			t.mu.Lock()
 			if err != nil {
 				delete(t.records, k)
+				t.bytes -= rec.size
 			} else {
 				rec.outcome, rec.ok, rec.stored = out, true, s.clock()
 				rec.limits = limitsOf(out)
 				rec.elem = t.order.PushBack(k)
+				more := outcomeCost(out)
+				rec.size += more
+				t.bytes += more
 			}
 			close(rec.done)
 			t.mu.Unlock()
@@ -100,8 +138,29 @@ func (t *idemTable) expire(now time.Time) {
 		t.order.Remove(e)
 		if rec != nil && rec.elem == e {
 			delete(t.records, k)
+			t.bytes -= rec.size
 		}
 	}
+}
+
+// outcomeCost is the estimated cost of a stored outcome beyond a one-item,
+// hold-free one (idemRecordCost).
+func outcomeCost(out any) int64 {
+	var items, holds int
+	switch o := out.(type) {
+	case ledger.FillupOutcome:
+		items = len(o.Items)
+		for _, it := range o.Items {
+			holds += len(it.Snapshot.State.Holds)
+		}
+	case ledger.DrainOutcome:
+		items, holds = 1, len(o.Snapshot.State.Holds)
+	case ledger.ReserveOutcome:
+		items, holds = 1, len(o.Snapshot.State.Holds)
+	case ledger.ResolveOutcome:
+		items, holds = 1, len(o.Snapshot.State.Holds)
+	}
+	return int64(max(items-1, 0)*idemItemCost + holds*idemHoldCost)
 }
 
 // limitsOf names the limits an outcome touched.
@@ -131,7 +190,9 @@ func (t *idemTable) forget(name string) {
 	defer t.mu.Unlock()
 	for k, rec := range t.records {
 		if rec.ok && slices.Contains(rec.limits, name) {
-			delete(t.records, k) // its element in t.order goes at expiry
+			delete(t.records, k)
+			t.order.Remove(rec.elem)
+			t.bytes -= rec.size
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"slices"
 	"sort"
 	"strconv"
@@ -46,7 +47,7 @@ const (
 
 // Store is the memory store. The zero value is not usable; call New.
 type Store struct {
-	now func() time.Time
+	clk storeClock
 
 	limitsMu sync.RWMutex
 	limits   map[string]ledger.Limit
@@ -61,20 +62,58 @@ type Store struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock replaces the clock (time.Now). Tests pin time with it.
-func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+// WithIdempotencyLimits bounds the Idempotency-Key records the store keeps
+// (ledger.IdempotencyTTL each): at most records of them, estimated at most
+// bytes of heap together (DefaultIdempotencyRecords, DefaultIdempotencyBytes).
+// When they are full a call with a new key fails with
+// ledger.ErrIdempotencyFull and changes nothing; calls without a key, and
+// replays of stored keys, still work. Values ≤ 0 keep the default.
+func WithIdempotencyLimits(records int, bytes int64) Option {
+	return func(s *Store) {
+		if records > 0 {
+			s.idem.maxRecords = records
+		}
+		if bytes > 0 {
+			s.idem.maxBytes = bytes
+		}
+	}
+}
+
+// WithClock replaces the clock (time.Now): its readings are the store's
+// time, and elapsed time is measured on them alone. Tests pin time with it.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) { s.clk.read = pinnedClock(now, now()) }
+}
+
+// WithClocks gives the store a wall clock and a monotonic one separately:
+// wall says where the store's timeline starts and is watched for steps;
+// elapsed (the time since any fixed origin, never going back) advances the
+// timeline. By default both come from time.Now. Tests step one without the
+// other with it.
+func WithClocks(wall func() time.Time, elapsed func() time.Duration) Option {
+	return func(s *Store) {
+		s.clk.read = func() (time.Time, time.Duration) { return wall(), elapsed() }
+	}
+}
+
+// WithLogger sets where the store logs what operators should know, such as a
+// step of the wall clock (slog.Default by default).
+func WithLogger(log *slog.Logger) Option { return func(s *Store) { s.clk.log = log } }
 
 // New returns an empty memory store.
 func New(opts ...Option) *Store {
-	s := &Store{now: time.Now, limits: map[string]ledger.Limit{}, seed: maphash.MakeSeed()}
+	s := &Store{limits: map[string]ledger.Limit{}, seed: maphash.MakeSeed()}
+	s.clk.read, s.clk.log = systemClock(time.Now()), slog.Default()
 	for i := range s.shards {
 		s.shards[i].buckets = map[ledger.BucketRef]*bucketRec{}
 		s.shards[i].holds = map[string]*holdRec{}
 	}
 	s.idem.records = map[idemKey]*idemRecord{}
+	s.idem.maxRecords, s.idem.maxBytes = DefaultIdempotencyRecords, DefaultIdempotencyBytes
 	for _, o := range opts {
 		o(s)
 	}
+	s.clk.start()
 	return s
 }
 
@@ -85,10 +124,11 @@ type shard struct {
 	writes  int
 }
 
+// bucketRec is one bucket: its state as package bucket returned it last
+// (st.Holds are the holds not yet resolved or recorded as expired, each with
+// its id) and its history.
 type bucketRec struct {
-	level   decimal.Decimal
-	updated time.Time
-	active  []*holdRec // holds not yet resolved or recorded as expired
+	st      bucket.State
 	history []ledger.Entry
 }
 
@@ -97,7 +137,7 @@ type holdRec struct {
 }
 
 // clock reads the clock once for an operation, in whole microseconds.
-func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+func (s *Store) clock() time.Time { return s.clk.now() }
 
 func (s *Store) shardOf(ref ledger.BucketRef) int {
 	var h maphash.Hash
@@ -130,16 +170,20 @@ func (s *Store) PutLimit(_ context.Context, l ledger.Limit) (ledger.Limit, error
 	return l, nil
 }
 
-// settleLimit settles every non-empty bucket of l to now at l's leak rate, so
-// that a new rate applies from now on only and every level is kept. The
-// caller holds limitsMu for writing.
+// settleLimit settles every bucket of l whose stored level is positive to
+// now at l's leak rate, so that a new rate applies from now on only and every
+// level is kept. A bucket whose stored level is zero (holding only
+// reservations, drained, never charged) has nothing to leak and is not
+// written: its updated_at stays (docs/architecture.md, "Changing a leak
+// rate"). The caller holds limitsMu for writing.
 func (s *Store) settleLimit(l ledger.Limit, now time.Time) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for ref, b := range sh.buckets {
-			if ref.Limit == l.Name && (b.level.Sign() > 0 || len(b.active) > 0) {
-				s.settle(l, b, now)
+			if ref.Limit == l.Name && b.st.Level.Sign() > 0 {
+				ns, expired := bucket.Settle(l.Rule(), b.st, now)
+				s.apply(l, sh, b, ns, expired)
 			}
 		}
 		sh.mu.Unlock()
@@ -215,11 +259,7 @@ func (b *bucketRec) state() bucket.State {
 	if b == nil {
 		return bucket.State{}
 	}
-	st := bucket.State{Level: b.level, Updated: b.updated, Holds: make([]bucket.Hold, len(b.active))}
-	for i, h := range b.active {
-		st.Holds[i] = bucket.Hold{Amount: h.res.Amount, ExpiresAt: h.res.ExpiresAt}
-	}
-	return st
+	return b.st
 }
 
 func snapshot(l ledger.Limit, b *bucketRec, now time.Time) ledger.Snapshot {
@@ -251,28 +291,29 @@ func (sh *shard) bucketFor(ref ledger.BucketRef) *bucketRec {
 	return b
 }
 
-// settle applies the rule's settled state to b: level leaked to now,
-// updated moved forward, expired holds recorded as expired.
-func (s *Store) settle(l ledger.Limit, b *bucketRec, now time.Time) {
-	ns := bucket.Settled(l.Rule(), b.state(), now)
-	b.level, b.updated = ns.Level, ns.Updated
-	s.expireHolds(l, b, now)
-}
-
-// expireHolds records the holds of b that have expired by now.
-func (s *Store) expireHolds(l ledger.Limit, b *bucketRec, now time.Time) {
-	kept := b.active[:0]
-	for _, h := range b.active {
-		if now.Before(h.res.ExpiresAt) {
-			kept = append(kept, h)
+// apply stores ns, the state a transition of package bucket returned for b,
+// and records the holds that the transition expired. Every change of a
+// bucket's level, time or holds goes through here, so the store keeps no
+// arithmetic of its own. The caller holds sh.mu.
+func (s *Store) apply(l ledger.Limit, sh *shard, b *bucketRec, ns bucket.State, expired []bucket.Hold) {
+	b.st = ns
+	for _, x := range expired {
+		h := sh.holds[x.ID]
+		if h == nil || h.res.State != ledger.Active {
 			continue
 		}
 		h.res.State = ledger.Expired
 		h.res.ResolvedAt = h.res.ExpiresAt
 		s.record(l, b, h.res.ExpiresAt, ledger.EventExpired, h.res.Amount, h.res.ID)
 	}
-	clear(b.active[len(kept):])
-	b.active = kept
+}
+
+// expireHolds records the holds of b that have expired by now, leaving its
+// level and time as they are.
+func (s *Store) expireHolds(l ledger.Limit, sh *shard, b *bucketRec, now time.Time) {
+	if ns, expired := bucket.Expire(b.st, now); len(expired) > 0 {
+		s.apply(l, sh, b, ns, expired)
+	}
 }
 
 func (s *Store) record(l ledger.Limit, b *bucketRec, at time.Time, ev ledger.Event, amount decimal.Decimal, holdID string) {
@@ -318,13 +359,13 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 			delete(sh.buckets, ref)
 			continue
 		}
-		s.expireHolds(l, b, now)
+		s.expireHolds(l, sh, b, now)
 		cut := 0
 		for cut < len(b.history) && now.Sub(b.history[cut].Time) > HistoryRetention {
 			cut++
 		}
 		b.history = slices.Delete(b.history, 0, cut)
-		if len(b.active) == 0 && len(b.history) == 0 && bucket.LevelAt(l.Rule(), b.state(), now).IsZero() {
+		if len(b.st.Holds) == 0 && len(b.history) == 0 && bucket.LevelAt(l.Rule(), b.st, now).IsZero() {
 			delete(sh.buckets, ref)
 		}
 	}
@@ -372,9 +413,11 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		now := s.clock()
 		defer s.lockShards(refs)()
 		out := ledger.FillupOutcome{Accepted: true, Items: make([]ledger.ItemOutcome, len(items))}
+		next := make([]bucket.State, len(items))
 		for i, it := range items {
 			b := s.shards[s.shardOf(it.Bucket)].buckets[it.Bucket]
-			d := bucket.CanAccept(limits[i].Rule(), b.state(), now, it.Cost)
+			var d bucket.Decision
+			d, next[i] = bucket.Fillup(limits[i].Rule(), b.state(), now, it.Cost)
 			out.Items[i].Fits = d.Accepted
 			out.Accepted = out.Accepted && d.Accepted
 		}
@@ -383,8 +426,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			b := sh.buckets[it.Bucket]
 			if out.Accepted && it.Cost.Sign() > 0 {
 				b = sh.bucketFor(it.Bucket)
-				s.settle(limits[i], b, now)
-				b.level = b.level.Add(it.Cost)
+				s.apply(limits[i], sh, b, next[i], bucket.Expired(b.st, now))
 				s.record(limits[i], b, now, ledger.EventFillup, it.Cost, "")
 				s.wrote(sh, now)
 			}
@@ -407,12 +449,12 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		sh := &s.shards[s.shardOf(ref)]
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		out := ledger.DrainOutcome{Removed: decimal.Zero}
+		out := ledger.DrainOutcome{}
+		b := sh.buckets[ref]
+		var ns bucket.State
 		// A drain that can remove nothing is a no-op, like a drain of 0.
-		if b := sh.buckets[ref]; amount.Sign() > 0 && b != nil && bucket.LevelAt(l.Rule(), b.state(), now).Sign() > 0 {
-			s.settle(l, b, now)
-			out.Removed = decimal.Min(amount, b.level)
-			b.level = b.level.Sub(out.Removed)
+		if out.Removed, ns = bucket.Drain(l.Rule(), b.state(), now, amount); out.Removed.Sign() > 0 {
+			s.apply(l, sh, b, ns, bucket.Expired(b.st, now))
 			s.record(l, b, now, ledger.EventDrain, out.Removed, "")
 			s.wrote(sh, now)
 		}
@@ -440,12 +482,11 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		if len(bucket.ActiveHolds(st, now)) >= ledger.MaxHolds {
 			return ledger.ReserveOutcome{}, ledger.ErrTooManyHolds
 		}
-		d := bucket.CanAccept(l.Rule(), st, now, amount)
+		d, ns := bucket.Reserve(l.Rule(), st, now, amount, now.Add(ttl))
 		if !d.Accepted {
 			return ledger.ReserveOutcome{Snapshot: snapshot(l, b, now)}, nil
 		}
 		b = sh.bucketFor(ref)
-		s.settle(l, b, now)
 		h := &holdRec{res: ledger.Reservation{
 			ID:        newHoldID(si),
 			Bucket:    ref,
@@ -454,7 +495,8 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 			CreatedAt: now,
 			ExpiresAt: now.Add(ttl),
 		}}
-		b.active = append(b.active, h)
+		ns.Holds[len(ns.Holds)-1].ID = h.res.ID
+		s.apply(l, sh, b, ns, bucket.Expired(st, now))
 		sh.holds[h.res.ID] = h
 		s.record(l, b, now, ledger.EventReserved, amount, h.res.ID)
 		s.wrote(sh, now)
@@ -486,7 +528,7 @@ func holdShard(id string) int {
 
 // Commit ends a hold and charges amount (the held amount when null).
 func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
-	return s.resolve(ctx, id, idem, func(l ledger.Limit, b *bucketRec, h *holdRec, now time.Time) (string, error) {
+	return s.resolve(ctx, id, idem, func(l ledger.Limit, sh *shard, b *bucketRec, h *holdRec, now time.Time) (string, error) {
 		charge := h.res.Amount
 		if amount.Valid {
 			charge = amount.Decimal
@@ -504,15 +546,13 @@ func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecima
 			return ledger.RefusalExceedsHold, nil
 		}
 		// Refuse an overflow before anything moves: an error changes nothing.
-		if bucket.LevelAt(l.Rule(), b.state(), now).Add(charge).GreaterThan(ledger.MaxLevel) {
+		if bucket.LevelAt(l.Rule(), b.st, now).Add(charge).GreaterThan(ledger.MaxLevel) {
 			return "", ledger.ErrLevelOverflow
 		}
-		s.settle(l, b, now)
-		b.level = b.level.Add(charge)
+		s.resolveHold(l, sh, b, h, now, charge)
 		h.res.State = ledger.Committed
 		h.res.CommittedAmount = decimal.NewNullDecimal(charge)
 		h.res.ResolvedAt = now
-		b.dropActive(h)
 		s.record(l, b, now, ledger.EventCommitted, charge, h.res.ID)
 		return "", nil
 	})
@@ -520,32 +560,32 @@ func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecima
 
 // Release ends a hold without charging.
 func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
-	return s.resolve(ctx, id, idem, func(l ledger.Limit, b *bucketRec, h *holdRec, now time.Time) (string, error) {
+	return s.resolve(ctx, id, idem, func(l ledger.Limit, sh *shard, b *bucketRec, h *holdRec, now time.Time) (string, error) {
 		switch h.res.State {
 		case ledger.Released:
 			return "", nil
 		case ledger.Committed:
 			return ledger.RefusalClosed, nil
 		}
-		s.settle(l, b, now)
+		s.resolveHold(l, sh, b, h, now, decimal.Zero)
 		h.res.State = ledger.Released
 		h.res.ResolvedAt = now
-		b.dropActive(h)
 		s.record(l, b, now, ledger.EventReleased, h.res.Amount, h.res.ID)
 		return "", nil
 	})
 }
 
-func (b *bucketRec) dropActive(h *holdRec) {
-	if i := slices.Index(b.active, h); i >= 0 {
-		b.active = slices.Delete(b.active, i, i+1)
-	}
+// resolveHold ends the active, unexpired hold h of b with bucket.Resolve,
+// adding charge to the level.
+func (s *Store) resolveHold(l ledger.Limit, sh *shard, b *bucketRec, h *holdRec, now time.Time, charge decimal.Decimal) {
+	i := slices.IndexFunc(b.st.Holds, func(x bucket.Hold) bool { return x.ID == h.res.ID })
+	s.apply(l, sh, b, bucket.Resolve(l.Rule(), b.st, now, i, charge), bucket.Expired(b.st, now))
 }
 
 // resolve runs the common part of Commit and Release: find the hold, lock
 // its bucket, refuse an expired hold, then let apply decide.
 func (s *Store) resolve(ctx context.Context, id string, idem ledger.Idempotency,
-	apply func(l ledger.Limit, b *bucketRec, h *holdRec, now time.Time) (string, error)) (ledger.ResolveOutcome, error) {
+	apply func(l ledger.Limit, sh *shard, b *bucketRec, h *holdRec, now time.Time) (string, error)) (ledger.ResolveOutcome, error) {
 	return replay(s, ctx, idem, func(o *ledger.ResolveOutcome) { o.Replayed = true }, func() (ledger.ResolveOutcome, error) {
 		si := holdShard(id)
 		if si < 0 {
@@ -568,9 +608,9 @@ func (s *Store) resolve(ctx context.Context, id string, idem ledger.Idempotency,
 		b := sh.bucketFor(h.res.Bucket)
 		var refusal string
 		if h.res.State == ledger.Expired || (h.res.State == ledger.Active && !now.Before(h.res.ExpiresAt)) {
-			s.expireHolds(l, b, now)
+			s.expireHolds(l, sh, b, now)
 			refusal = ledger.RefusalExpired
-		} else if refusal, err = apply(l, b, h, now); err != nil {
+		} else if refusal, err = apply(l, sh, b, h, now); err != nil {
 			return ledger.ResolveOutcome{}, err
 		}
 		s.wrote(sh, now)
@@ -620,7 +660,7 @@ func (s *Store) History(_ context.Context, ref ledger.BucketRef, cursor string, 
 	b := sh.buckets[ref]
 	var all []ledger.Entry
 	if b != nil {
-		s.expireHolds(l, b, now)
+		s.expireHolds(l, sh, b, now)
 		all = slices.Clone(b.newestHistory())
 	}
 	sh.mu.Unlock()

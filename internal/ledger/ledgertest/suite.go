@@ -27,6 +27,7 @@ func Run(t *testing.T, factory Factory) {
 	}{
 		{"Limits", testLimits},
 		{"LimitUpdateKeepsBuckets", testLimitUpdateKeepsBuckets},
+		{"LimitUpdateUpdatedAt", testLimitUpdateUpdatedAt},
 		{"DeleteLimitStartsEmpty", testDeleteLimitStartsEmpty},
 		{"SeedScenario", testSeedScenario},
 		{"Steps", testSteps},
@@ -205,6 +206,42 @@ func testLimitUpdateKeepsBuckets(t *testing.T, e *env) {
 	eq(t, "level kept across a second change", e.state(idle).Level, "47")
 	e.clock.Advance(10 * time.Millisecond)
 	eq(t, "level after the second change", e.state(idle).Level, "11")
+}
+
+// testLimitUpdateUpdatedAt: a PUT that changes the leak rate writes exactly
+// the buckets whose stored level is positive (level leaked to the PUT's
+// instant at the old rate, updated_at moved to it); a bucket whose stored
+// level is zero, such as one holding only reservations, is not written and
+// keeps its updated_at. A PUT that keeps the rate writes no bucket.
+func testLimitUpdateUpdatedAt(t *testing.T, e *env) {
+	e.limit("ua", "100", "1", time.Second, true)
+	held, charged, leaked := ref("ua", "held"), ref("ua", "charged"), ref("ua", "leaked")
+	t0 := e.clock.Now()
+	if res := e.reserve(held, "10", time.Hour); !res.Decision.Accepted {
+		t.Fatal("reserve denied")
+	}
+	e.fillup(charged, "50")
+	e.fillup(leaked, "1")
+	e.clock.Advance(2 * time.Second)
+	t1 := e.clock.Now()
+	e.limit("ua", "100", "1", time.Hour, true) // the rate changes
+	check := func(when string, r ledger.BucketRef, level string, updated time.Time) {
+		t.Helper()
+		st := e.state(r)
+		eq(t, when+" "+r.Key+" level", st.Level, level)
+		if !st.UpdatedAt.Equal(updated) {
+			t.Errorf("%s %s: updated_at = %v, want %v", when, r.Key, st.UpdatedAt, updated)
+		}
+	}
+	check("after the rate change", held, "0", t0)
+	eq(t, "held after the rate change", e.state(held).Held, "10")
+	check("after the rate change", charged, "48", t1)
+	check("after the rate change", leaked, "0", t1)
+	e.clock.Advance(time.Second)
+	e.limit("ua", "200", "1", time.Hour, false) // the rate stays
+	check("after a capacity change", held, "0", t0)
+	check("after a capacity change", charged, "47.999722222223", t1) // 48 − floor(1/3600)
+	check("after a capacity change", leaked, "0", t1)
 }
 
 func testDeleteLimitStartsEmpty(t *testing.T, e *env) {
