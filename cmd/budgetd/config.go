@@ -43,6 +43,10 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func exitCode(err error) int {
+	var coded interface{ ExitCode() int } // the operator CLI's exits (cli.go)
+	if errors.As(err, &coded) {
+		return coded.ExitCode()
+	}
 	var ue usageError
 	if errors.As(err, &ue) {
 		return 2
@@ -264,6 +268,7 @@ Usage:
   budgetd migrate [flags]                        apply the PostgreSQL migrations of --store and exit
   budgetd token NAME --scopes S [--limits L]     mint an API key: prints the token and its --auth-file line
   budgetd version                                print the version (also budgetd --version)
+  budgetd limits|check|fillup|history|holds …    operator commands on a running budgetd (budgetd check --help)
 
 Flags (each has an environment variable; a flag wins over its variable):
 `)

@@ -27,6 +27,9 @@ import (
 // store. The commands migrate, token and version do their one thing and
 // return.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if isCLI(args) { // operator commands: cli.go
+		return runCLI(ctx, args, getenv, stdout, stderr)
+	}
 	if len(args) > 0 {
 		switch args[0] {
 		case "token":

@@ -36,11 +36,13 @@ func (s *server) getBucket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	d, err := s.svc.CanAccept(ctx, ref, cost)
+	res, err := s.svc.Check(ctx, ref, cost)
 	if err != nil {
 		return err
 	}
+	d := res.Decision
 	s.m.decided(ref.Limit, "check", d, cost, false)
+	setRateLimit(c, quotaOf(ref.Limit, res.Limit, d))
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewDecision(d))
 	return nil
 }
@@ -75,6 +77,7 @@ func (s *server) fillup(c echo.Context) error {
 	if !res.Replayed {
 		s.m.decided(ref.Limit, "fillup", d, cost, true)
 	}
+	setRateLimit(c, quotaOf(ref.Limit, res.Limits[0], d))
 	if !res.Accepted {
 		return writeDenied(c, viewDecision(d), d)
 	}
@@ -165,9 +168,12 @@ func (s *server) multiFillup(c echo.Context) error {
 		}
 	}
 	view := multiView{Accepted: res.Accepted, Items: make([]itemView, len(items))}
+	qs := make([]quota, len(items))
 	for i, d := range res.Items {
 		view.Items[i] = itemView{Limit: items[i].Bucket.Limit, Key: items[i].Bucket.Key, decisionView: viewDecision(d)}
+		qs[i] = quotaOf(items[i].Bucket.Limit, res.Limits[i], d)
 	}
+	setRateLimit(c, qs...)
 	if !res.Accepted {
 		return writeDenied(c, view, res.Items...)
 	}

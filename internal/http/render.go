@@ -77,7 +77,8 @@ func viewDecision(d bucket.Decision) decisionView {
 }
 
 // retryAfterHeader is the Retry-After header for a denial: retry_after
-// rounded up to whole seconds, "" when the cost never fits.
+// rounded up to whole seconds and clamped to maxHeaderInt, "" when the cost
+// never fits.
 func retryAfterHeader(ds ...bucket.Decision) string {
 	var most decimal.Decimal
 	for _, d := range ds {
@@ -91,11 +92,12 @@ func retryAfterHeader(ds ...bucket.Decision) string {
 			most = d.RetryAfter
 		}
 	}
-	return most.Ceil().String()
+	return headerInt(most.Ceil())
 }
 
-// writeDecision answers a Fillup or Reserve that was denied: 429 with the
-// decision(s) as plain JSON and Retry-After unless a cost never fits.
+// writeDenied answers a Fillup or Reserve that was denied: 429 with the
+// decision(s) as plain JSON and Retry-After unless a cost never fits. The
+// RateLimit fields are set by the caller (setRateLimit).
 func writeDenied(c echo.Context, body any, ds ...bucket.Decision) error {
 	if h := retryAfterHeader(ds...); h != "" {
 		c.Response().Header().Set("Retry-After", h)

@@ -51,6 +51,7 @@ func (s *server) reserve(c echo.Context) error {
 		s.m.decided(ref.Limit, "reserve", res.Decision, amount, false)
 		s.m.holds.WithLabelValues(map[bool]string{true: "reserved", false: "reserve_denied"}[res.Decision.Accepted]).Inc()
 	}
+	setRateLimit(c, quotaOf(ref.Limit, res.Limit, res.Decision))
 	if !res.Decision.Accepted {
 		return writeDenied(c, viewDecision(res.Decision), res.Decision)
 	}

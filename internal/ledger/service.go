@@ -126,17 +126,30 @@ func (s *Service) Bucket(ctx context.Context, ref BucketRef) (BucketState, error
 // CanAccept answers whether a Fillup of cost would be accepted now. It
 // writes nothing.
 func (s *Service) CanAccept(ctx context.Context, ref BucketRef, cost decimal.Decimal) (bucket.Decision, error) {
+	c, err := s.Check(ctx, ref, cost)
+	return c.Decision, err
+}
+
+// Check is CanAccept that also returns the limit the decision was made under
+// (for the RateLimit header fields).
+func (s *Service) Check(ctx context.Context, ref BucketRef, cost decimal.Decimal) (CheckResult, error) {
 	if err := validateRef(ref); err != nil {
-		return bucket.Decision{}, err
+		return CheckResult{}, err
 	}
 	if err := checkAmount("cost", cost, false); err != nil {
-		return bucket.Decision{}, err
+		return CheckResult{}, err
 	}
 	sn, err := s.store.Inspect(ctx, ref)
 	if err != nil {
-		return bucket.Decision{}, err
+		return CheckResult{}, err
 	}
-	return bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, cost), nil
+	return CheckResult{Decision: bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, cost), Limit: sn.Limit}, nil
+}
+
+// CheckResult is a CanAccept decision with the limit it was made under.
+type CheckResult struct {
+	Decision bucket.Decision
+	Limit    Limit
 }
 
 // Item is one (limit, key, cost) of a Fillup.
@@ -150,6 +163,8 @@ type Item struct {
 type FillupResult struct {
 	Accepted bool
 	Items    []bucket.Decision
+	// Limits holds, per item, the limit its decision was made under.
+	Limits   []Limit
 	Replayed bool
 }
 
@@ -189,9 +204,10 @@ func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (F
 	for j, io := range out.Items {
 		decisions[j] = fillupDecision(io.Snapshot, charges[j].Cost, out.Accepted)
 	}
-	res := FillupResult{Accepted: out.Accepted, Items: make([]bucket.Decision, len(items)), Replayed: out.Replayed}
+	res := FillupResult{Accepted: out.Accepted, Items: make([]bucket.Decision, len(items)), Limits: make([]Limit, len(items)), Replayed: out.Replayed}
 	for i := range items {
 		res.Items[i] = decisions[slot[i]]
+		res.Limits[i] = out.Items[slot[i]].Snapshot.Limit
 	}
 	return res, nil
 }
@@ -232,6 +248,7 @@ func (s *Service) Drain(ctx context.Context, ref BucketRef, amount decimal.Decim
 // the hold.
 type ReserveResult struct {
 	Decision    bucket.Decision
+	Limit       Limit // the limit the decision was made under
 	Reservation Reservation
 	Replayed    bool
 }
@@ -257,6 +274,7 @@ func (s *Service) Reserve(ctx context.Context, ref BucketRef, amount decimal.Dec
 	}
 	return ReserveResult{
 		Decision:    fillupDecision(out.Snapshot, amount, out.Accepted),
+		Limit:       out.Snapshot.Limit,
 		Reservation: out.Reservation,
 		Replayed:    out.Replayed,
 	}, nil

@@ -1,0 +1,288 @@
+package client_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/client"
+)
+
+func newBudgetd(t *testing.T) (*client.Client, *httptest.Server) {
+	t.Helper()
+	srv, _ := startBudgetd()
+	t.Cleanup(srv.Close)
+	c, err := client.New(srv.URL, client.WithRetries(3, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, srv
+}
+
+func TestEveryCall(t *testing.T) {
+	ctx := context.Background()
+	c, _ := newBudgetd(t)
+	off := false
+	l, err := c.PutLimit(ctx, "spend", client.LimitSpec{Capacity: dec("100.50"), Leak: client.Leak{Amount: dec("10"), Per: time.Hour}, History: &off})
+	if err != nil || !l.Capacity.Equal(dec("100.5")) || l.Leak.Per != time.Hour || l.History {
+		t.Fatalf("PutLimit: %+v %v", l, err)
+	}
+	if _, err := c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: dec("10"), Leak: client.Leak{Amount: dec("1"), Per: time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := c.GetLimit(ctx, "rows"); err != nil || !l.History || l.Name != "rows" {
+		t.Fatalf("GetLimit: %+v %v", l, err)
+	}
+	ls, next, err := c.ListLimits(ctx, "", 1)
+	if err != nil || len(ls) != 1 || ls[0].Name != "rows" || next == "" {
+		t.Fatalf("ListLimits: %+v %q %v", ls, next, err)
+	}
+	if ls, next, err = c.ListLimits(ctx, next, 1); err != nil || len(ls) != 1 || ls[0].Name != "spend" {
+		t.Fatalf("ListLimits page 2: %+v %q %v", ls, next, err)
+	}
+
+	key := "a/b c" // path-escaped by the client
+	if b, err := c.Bucket(ctx, "rows", key); err != nil || b.UpdatedAt != nil || !b.Remaining.Equal(dec("10")) {
+		t.Fatalf("Bucket: %+v %v", b, err)
+	}
+	d, err := c.Fillup(ctx, "rows", key, dec("7"))
+	if err != nil || !d.Accepted || !d.Level.Equal(dec("7")) || d.RateLimit == "" || d.RateLimitPolicy == "" {
+		t.Fatalf("Fillup: %+v %v", d, err)
+	}
+	d, err = c.Fillup(ctx, "rows", key, dec("4"))
+	if err != nil || d.Accepted || d.RetryAfter != time.Second {
+		t.Fatalf("denied Fillup: %+v %v", d, err)
+	}
+	if d, err = c.CanAccept(ctx, "rows", key, dec("11")); err != nil || !d.NeverFits || d.RetryAfter != 0 {
+		t.Fatalf("CanAccept: %+v %v", d, err)
+	}
+	m, err := c.FillupMany(ctx, []client.Item{{Limit: "rows", Key: key, Cost: dec("3")}, {Limit: "spend", Key: "t", Cost: dec("100")}})
+	if err != nil || !m.Accepted || len(m.Items) != 2 || m.Items[1].Key != "t" || !m.Items[0].Remaining.IsZero() {
+		t.Fatalf("FillupMany: %+v %v", m, err)
+	}
+	m, err = c.FillupMany(ctx, []client.Item{{Limit: "rows", Key: key, Cost: dec("2")}, {Limit: "spend", Key: "t", Cost: dec("0.5")}})
+	if err != nil || m.Accepted || m.Items[0].Accepted || !m.Items[1].Accepted || m.RetryAfter != 2*time.Second {
+		t.Fatalf("denied FillupMany: %+v %v", m, err)
+	}
+	dr, err := c.Drain(ctx, "rows", key, dec("4"))
+	if err != nil || !dr.Removed.Equal(dec("4")) || !dr.Bucket.Level.Equal(dec("6")) {
+		t.Fatalf("Drain: %+v %v", dr, err)
+	}
+	hold, d, err := c.Reserve(ctx, "rows", key, dec("3"), time.Minute)
+	if err != nil || !d.Accepted || hold == nil || hold.State != "active" || !d.Held.Equal(dec("3")) {
+		t.Fatalf("Reserve: %+v %+v %v", hold, d, err)
+	}
+	if h, d, err := c.Reserve(ctx, "rows", key, dec("2"), 0); err != nil || h != nil || d.Accepted {
+		t.Fatalf("denied Reserve: %+v %+v %v", h, d, err)
+	}
+	if r, err := c.Reservation(ctx, hold.ID); err != nil || r.ID != hold.ID || r.Key != key {
+		t.Fatalf("Reservation: %+v %v", r, err)
+	}
+	two := dec("2")
+	res, err := c.Commit(ctx, hold.ID, &two, false)
+	if err != nil || res.Reservation.State != "committed" || !res.Reservation.CommittedAmount.Equal(two) || !res.Bucket.Level.Equal(dec("8")) {
+		t.Fatalf("Commit: %+v %v", res, err)
+	}
+	if _, err := c.Release(ctx, hold.ID); !client.IsCode(err, "reservation_closed") {
+		t.Fatalf("Release after commit: %v", err)
+	}
+	es, _, err := c.History(ctx, "rows", key, "", 10)
+	if err != nil || len(es) != 5 || es[0].Event != "committed" || es[len(es)-1].Event != "fillup" {
+		t.Fatalf("History: %+v %v", es, err)
+	}
+	if err := c.DeleteLimit(ctx, "rows"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.GetLimit(ctx, "rows")
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 404 || e.Code != "limit_not_found" {
+		t.Fatalf("GetLimit after delete: %v", err)
+	}
+}
+
+// Problems carry budgetd's code, field, status and detail.
+func TestProblems(t *testing.T) {
+	ctx := context.Background()
+	c, _ := newBudgetd(t)
+	_, err := c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: dec("10"), Leak: client.Leak{Amount: dec("1"), Per: 0}})
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 400 || e.Code != "invalid_duration" || e.Field != "leak.per" || e.Detail == "" {
+		t.Fatalf("bad per: %#v", err)
+	}
+	_, err = c.FillupMany(ctx, []client.Item{{Limit: "nope", Key: "k", Cost: dec("1")}})
+	if !client.IsCode(err, "limit_not_found") {
+		t.Fatalf("unknown limit: %v", err)
+	}
+	if _, err = c.Fillup(ctx, "rows", strings.Repeat("k", 300), dec("1")); !client.IsCode(err, "invalid_key") {
+		t.Fatalf("long key: %v", err)
+	}
+}
+
+// Amounts budgetd would refuse, or that cannot be written exactly, are
+// refused before anything is sent.
+func TestAmountsRefusedBeforeSending(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
+	defer srv.Close()
+	c, _ := client.New(srv.URL)
+	ctx := context.Background()
+	for _, s := range []string{"-1", "0.0000001", "1000000000000.000001", "1000000000001", "1e13"} {
+		_, err := c.Fillup(ctx, "l", "k", dec(s))
+		var e *client.Error
+		if !errors.As(err, &e) || e.Code != "invalid_amount" || e.Field != "cost" || e.Status != 0 {
+			t.Errorf("%s: %v", s, err)
+		}
+	}
+	if _, _, err := c.Reserve(ctx, "l", "k", dec("0.1234567"), 0); !client.IsCode(err, "invalid_amount") {
+		t.Errorf("Reserve: %v", err)
+	}
+	if _, err := c.FillupMany(ctx, []client.Item{{Limit: "l", Key: "k", Cost: dec("1")}, {Limit: "l", Key: "k", Cost: dec("-2")}}); err == nil || !strings.Contains(err.Error(), "items[1].cost") {
+		t.Errorf("FillupMany: %v", err)
+	}
+	if calls.Load() != 0 {
+		t.Fatalf("%d requests sent", calls.Load())
+	}
+	if _, err := c.Fillup(ctx, "l", "k", dec("1000000000000")); err == nil || calls.Load() != 1 {
+		t.Fatalf("10^12 was not sent")
+	}
+}
+
+// A state-changing call that meets 503s and broken connections is retried
+// with one Idempotency-Key, so budgetd charges it once.
+func TestRetriesReuseTheIdempotencyKey(t *testing.T) {
+	ctx := context.Background()
+	real, _ := startBudgetd()
+	defer real.Close()
+	target, _ := url.Parse(real.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var mu sync.Mutex
+	var keys []string
+	tries := 0
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if r.Method == http.MethodPost {
+			keys = append(keys, r.Header.Get("Idempotency-Key"))
+			tries++
+		}
+		n := tries
+		mu.Unlock()
+		switch {
+		case r.Method == http.MethodPost && n == 1:
+			proxy.ServeHTTP(httptest.NewRecorder(), r) // charged, but the answer is lost
+			http.Error(w, `{"code":"store_unavailable"}`, http.StatusServiceUnavailable)
+		case r.Method == http.MethodPost && n == 2:
+			r.Body.Close()
+			hj, _ := w.(http.Hijacker)
+			conn, _, _ := hj.Hijack()
+			conn.Close() // a network error
+		default:
+			proxy.ServeHTTP(w, r)
+		}
+	}))
+	defer front.Close()
+	c, _ := client.New(front.URL, client.WithRetries(4, time.Millisecond))
+	if _, err := c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: dec("10"), Leak: client.Leak{Amount: dec("1"), Per: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Fillup(ctx, "rows", "k", dec("4"))
+	if err != nil || !d.Accepted || !d.Level.Equal(dec("4")) {
+		t.Fatalf("Fillup: %+v %v", d, err)
+	}
+	if len(keys) != 3 || keys[0] == "" || keys[0] != keys[1] || keys[1] != keys[2] {
+		t.Fatalf("Idempotency-Keys %q", keys)
+	}
+	b, _ := c.Bucket(ctx, "rows", "k")
+	if !b.Level.Equal(dec("4")) {
+		t.Fatalf("charged %s, want once", b.Level)
+	}
+	// A second call has its own key.
+	c.Fillup(ctx, "rows", "k", dec("1"))
+	if keys[3] == keys[0] {
+		t.Fatalf("a new call reused key %q", keys[0])
+	}
+}
+
+// Retries are bounded, and a context ends them.
+func TestRetriesAreBounded(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(503)
+		io.WriteString(w, `{"status":503,"code":"store_unavailable","detail":"the store did not answer"}`)
+	}))
+	defer srv.Close()
+	c, _ := client.New(srv.URL, client.WithRetries(3, time.Millisecond))
+	_, err := c.Fillup(context.Background(), "l", "k", dec("1"))
+	if !client.IsCode(err, "store_unavailable") || !client.IsUnavailable(err) || calls.Load() != 3 {
+		t.Fatalf("%v after %d calls", err, calls.Load())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Fillup(ctx, "l", "k", dec("1")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled: %v", err)
+	}
+}
+
+// The token goes out as a bearer token, over TLS with a private CA.
+func TestTokenAndTLS(t *testing.T) {
+	var auth string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth = r.Header.Get("Authorization")
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(403)
+		io.WriteString(w, `{"status":403,"code":"forbidden","detail":"the key may not read limit x"}`)
+	}))
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	c, _ := client.New(srv.URL, client.WithToken("s3cret"), client.WithTLSConfig(&tls.Config{RootCAs: pool}))
+	_, err := c.GetLimit(context.Background(), "x")
+	if !client.IsCode(err, "forbidden") || auth != "Bearer s3cret" {
+		t.Fatalf("%v, Authorization %q", err, auth)
+	}
+	plain, _ := client.New(srv.URL)
+	if _, err := plain.GetLimit(context.Background(), "x"); err == nil || client.IsCode(err, "forbidden") {
+		t.Fatalf("an unknown CA was trusted: %v", err)
+	}
+}
+
+// The listing endpoints of "Seeing the spend" are read as SPEC writes them.
+func TestListings(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.EscapedPath() {
+		case "/v1/limits/rows/buckets":
+			if r.URL.Query().Get("cursor") != "c1" || r.URL.Query().Get("limit") != "2" {
+				http.Error(w, "bad query "+r.URL.RawQuery, 400)
+				return
+			}
+			io.WriteString(w, `{"items":[{"key":"a/b","level":"1.5","held":"2","remaining":"6.5","capacity":"10","updated_at":"2026-01-02T03:04:05.000006Z","period_start":null,"resets_at":null}],"next_cursor":"c2"}`)
+		case "/v1/limits/rows/buckets/a%2Fb/reservations":
+			io.WriteString(w, `{"items":[{"id":"h1","limit":"rows","key":"a/b","state":"active","amount":"2","committed_amount":null,"created_at":"2026-01-02T03:04:05.000006Z","expires_at":"2026-01-02T03:14:05.000006Z","resolved_at":null}]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c, _ := client.New(srv.URL)
+	bs, next, err := c.ListBuckets(context.Background(), "rows", "c1", 2)
+	if err != nil || len(bs) != 1 || bs[0].Key != "a/b" || !bs[0].Held.Equal(dec("2")) || bs[0].UpdatedAt.Nanosecond() != 6000 || next != "c2" {
+		t.Fatalf("ListBuckets: %+v %q %v", bs, next, err)
+	}
+	hs, err := c.Holds(context.Background(), "rows", "a/b")
+	if err != nil || len(hs) != 1 || hs[0].ID != "h1" || hs[0].ExpiresAt.Sub(hs[0].CreatedAt) != 10*time.Minute {
+		t.Fatalf("Holds: %+v %v", hs, err)
+	}
+}
