@@ -54,7 +54,7 @@ func ParseIsolation(s string) (Isolation, error) {
 const (
 	DefaultTimeout        = 5 * time.Second
 	DefaultConnectTimeout = 2 * time.Second
-	DefaultMaxAttempts    = 10
+	DefaultMaxAttempts    = 50
 	DefaultPruneInterval  = time.Minute
 	DefaultPruneBatch     = 1000
 )
@@ -99,7 +99,8 @@ func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = 
 func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.connectTimeout = d } }
 
 // WithMaxAttempts bounds the attempts of one call when PostgreSQL reports a
-// serialization failure or a deadlock (default 10).
+// serialization failure or a deadlock (default 50; the timeout bounds them
+// too).
 func WithMaxAttempts(n int) Option { return func(c *config) { c.maxAttempts = n } }
 
 // WithPruneInterval sets how often the background pruner runs (default 1m);

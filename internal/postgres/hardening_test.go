@@ -1,0 +1,135 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/memory"
+	"github.com/budgetd/budgetd/internal/postgres"
+	"github.com/jackc/pgx/v5"
+)
+
+// TestPolicyConstants: the functions see the constants Go enforces, and the
+// stores agree on them.
+func TestPolicyConstants(t *testing.T) {
+	ctx := context.Background()
+	url := dsn(t)
+	schema := newSchema(t)
+	if err := postgres.Migrate(ctx, url, postgres.WithSchema(schema)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SET search_path = "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	var holds, histCap int
+	var level string
+	var ttl, idemKeep, histKeep, holdKeep time.Duration
+	if err := conn.QueryRow(ctx, `SELECT budgetd_max_holds(), budgetd_history_cap(), budgetd_max_level()::text,
+		budgetd_idempotency_ttl(), budgetd_idempotency_retention(), budgetd_history_retention(), budgetd_closed_hold_retention()`).
+		Scan(&holds, &histCap, &level, &ttl, &idemKeep, &histKeep, &holdKeep); err != nil {
+		t.Fatal(err)
+	}
+	if holds != ledger.MaxHolds || histCap != postgres.HistoryPerBucket || level != ledger.MaxLevel.String() ||
+		ttl != ledger.IdempotencyTTL || idemKeep != postgres.IdempotencyRetention || histKeep != postgres.HistoryRetention ||
+		holdKeep != postgres.ClosedHoldRetention {
+		t.Errorf("SQL constants %d %d %s %s %s %s %s differ from Go's", holds, histCap, level, ttl, idemKeep, histKeep, holdKeep)
+	}
+	if postgres.HistoryPerBucket != memory.HistoryPerBucket || postgres.HistoryRetention != memory.HistoryRetention {
+		t.Errorf("history cap/retention: PostgreSQL %d/%s, memory %d/%s", postgres.HistoryPerBucket, postgres.HistoryRetention,
+			memory.HistoryPerBucket, memory.HistoryRetention)
+	}
+}
+
+// TestHistoryCursorRange: a cursor whose time PostgreSQL cannot hold is a
+// bad cursor (400), not a failed statement (500).
+func TestHistoryCursorRange(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "h", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}); err != nil {
+		t.Fatal(err)
+	}
+	r := ledger.BucketRef{Limit: "h", Key: "k"}
+	for _, c := range []string{"-300000000000000000.1", "9223372036854775807.1", "253402300800000000.1", "-62135596800000001.5"} {
+		_, _, err := s.History(ctx, r, c, 10)
+		var inv *ledger.InvalidError
+		if !errors.As(err, &inv) || inv.Field != "cursor" {
+			t.Errorf("cursor %s: %v, want an invalid cursor", c, err)
+		}
+	}
+	for _, c := range []string{"0.1", "253402300799999999.9223372036854775807", "-62135596800000000.1"} {
+		if _, _, err := s.History(ctx, r, c, 10); err != nil {
+			t.Errorf("cursor %s: %v", c, err)
+		}
+	}
+}
+
+// TestQueuedDeadline: with the database hung (a bucket's row locked by
+// another session), a Fillup queued behind a batch of its bucket fails with
+// ErrUnavailable within the store's one timeout counted from its call, not
+// after the batch's timeout plus one of its own.
+func TestQueuedDeadline(t *testing.T) {
+	const timeout = 2 * time.Second
+	s := open(t, postgres.WithTimeout(timeout))
+	ctx := context.Background()
+	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "d", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	r := ledger.BucketRef{Limit: "d", Key: "k"}
+	items := []ledger.Charge{{Bucket: r, Cost: dec("1")}}
+	if _, err := s.Fillup(ctx, items, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	// Another session holds the bucket's row.
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM buckets FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Fillup(ctx, items, ledger.Idempotency{})
+		first <- err
+	}()
+	// Wait until the first call is at the database, waiting for the lock.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var waiting int
+		if err := s.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%budgetd_fillup%'").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first Fillup never waited for the row lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	_, err = s.Fillup(ctx, items, ledger.Idempotency{}) // queues behind the first: its bucket is at the database
+	took := time.Since(start)
+	if !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("queued Fillup: %v, want ErrUnavailable", err)
+	}
+	if took >= timeout+timeout/2 {
+		t.Errorf("queued Fillup answered after %s, want within the one timeout of %s", took, timeout)
+	}
+	if err := <-first; !errors.Is(err, ledger.ErrUnavailable) {
+		t.Errorf("first Fillup: %v, want ErrUnavailable", err)
+	}
+}
