@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/memory"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/jackc/pgx/v5"
@@ -131,5 +132,56 @@ func TestQueuedDeadline(t *testing.T) {
 	}
 	if err := <-first; !errors.Is(err, ledger.ErrUnavailable) {
 		t.Errorf("first Fillup: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestClockStepBack: a bucket filled while the database clock was 30 days
+// ahead is not locked out once the clock is corrected: the first call after
+// the correction treats the stored time as now, and the bucket leaks from
+// there — on the single-bucket path, the multi-bucket path and Reserve. A
+// small step back (within postgres.ClockStep) still leaks nothing until the
+// clock catches up (the conformance suite's "a clock going back" case).
+func TestClockStepBack(t *testing.T) {
+	clock := ledgertest.NewClock()
+	s := open(t, postgres.WithClock(clock.Now))
+	ctx := context.Background()
+	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "c", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	one := func(key string) []ledger.Charge {
+		return []ledger.Charge{{Bucket: ledger.BucketRef{Limit: "c", Key: key}, Cost: dec("1")}}
+	}
+	fill := func(items []ledger.Charge) bool {
+		t.Helper()
+		out, err := s.Fillup(ctx, items, ledger.Idempotency{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Accepted
+	}
+	t0 := clock.Now()
+	clock.Set(t0.Add(30 * 24 * time.Hour)) // the clock jumps ahead
+	for _, k := range []string{"single", "m1", "m2", "res"} {
+		if !fill([]ledger.Charge{{Bucket: ledger.BucketRef{Limit: "c", Key: k}, Cost: dec("10")}}) {
+			t.Fatalf("fill %s denied", k)
+		}
+	}
+	clock.Set(t0) // and is corrected
+	multi := append(one("m1"), one("m2")...)
+	if fill(one("single")) || fill(multi) {
+		t.Fatal("a full bucket accepted right after the correction")
+	}
+	if r, err := s.Reserve(ctx, ledger.BucketRef{Limit: "c", Key: "res"}, dec("1"), time.Minute, ledger.Idempotency{}); err != nil || r.Accepted {
+		t.Fatalf("reserve right after the correction: %+v %v", r, err)
+	}
+	clock.Advance(2 * time.Second)
+	if !fill(one("single")) {
+		t.Error("single-bucket path: still locked out 2s after the correction")
+	}
+	if !fill(multi) {
+		t.Error("multi-bucket path: still locked out 2s after the correction")
+	}
+	if r, err := s.Reserve(ctx, ledger.BucketRef{Limit: "c", Key: "res"}, dec("1"), time.Minute, ledger.Idempotency{}); err != nil || !r.Accepted {
+		t.Errorf("reserve: still locked out 2s after the correction: %+v %v", r, err)
 	}
 }

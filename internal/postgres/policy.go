@@ -20,6 +20,12 @@ const (
 	// IdempotencyRetention is how long the pruner keeps an idempotency
 	// record: an hour past ledger.IdempotencyTTL.
 	IdempotencyRetention = ledger.IdempotencyTTL + time.Hour
+	// ClockStep is how far after "now" a bucket's stored updated time may be
+	// and still be kept (a clock that went back a little leaks nothing until
+	// it catches up). A stored time further ahead can only come from a clock
+	// that was stepped back: the next write, or denial, of the bucket treats
+	// it as now, so the bucket is not locked out until the clock catches up.
+	ClockStep = time.Minute
 )
 
 // policyFile is the name under which budgetd_functions records the
@@ -48,6 +54,7 @@ func policyConsts() []policyConst {
 		{"budgetd_history_cap", "integer", strconv.Itoa(HistoryPerBucket)},
 		{"budgetd_history_retention", "interval", sqlInterval(HistoryRetention)},
 		{"budgetd_closed_hold_retention", "interval", sqlInterval(ClosedHoldRetention)},
+		{"budgetd_clock_step", "interval", sqlInterval(ClockStep)},
 	}
 	for _, c := range sqlCodes {
 		out = append(out, policyConst{"budgetd_code_" + c.name, "text", sqlText(c.code)})

@@ -55,6 +55,8 @@ BEGIN
             PERFORM budgetd_record(v_l, p_keys[i], v_now, 'fillup', v_costs[i], NULL);
         ELSIF v_created[i] THEN
             DELETE FROM buckets WHERE limit_id = v_l.id AND key = p_keys[i];
+        ELSE
+            PERFORM budgetd_unstep(v_l.id, p_keys[i], v_now);
         END IF;
         v_items[i] := jsonb_build_object('fits', v_fits[i], 'limit', budgetd_limit_json(v_l),
                                          'state', budgetd_state_json(v_l.id, p_keys[i]));

@@ -203,7 +203,8 @@ BEGIN
                 v_level := trim_scale(v_level + v_cost);
                 v_wrote := true;
                 v_lvl_text := v_level::text;
-                v_upd_us := budgetd_us(CASE WHEN v_bupd IS NULL OR v_bupd < v_now THEN v_now ELSE v_bupd END);
+                v_upd_us := budgetd_us(CASE WHEN v_bupd IS NULL OR v_bupd < v_now OR v_bupd > v_now + budgetd_clock_step()
+                                             THEN v_now ELSE v_bupd END);
                 IF v_hist THEN
                     w_costs := w_costs || v_cost;
                 END IF;
@@ -241,7 +242,8 @@ BEGIN
             IF v_bfound THEN
                 UPDATE buckets
                    SET level = v_level,
-                       updated_at = CASE WHEN updated_at IS NULL OR updated_at < v_now THEN v_now ELSE updated_at END
+                       updated_at = CASE WHEN updated_at IS NULL OR updated_at < v_now OR updated_at > v_now + budgetd_clock_step()
+                                         THEN v_now ELSE updated_at END
                  WHERE limit_id = v_lid AND key = p_key;
             ELSE
                 INSERT INTO buckets (limit_id, key, level, updated_at) VALUES (v_lid, p_key, v_level, v_now)
@@ -249,6 +251,9 @@ BEGIN
                 -- A concurrent call created the bucket first: start over on it.
                 CONTINUE WHEN NOT FOUND;
             END IF;
+        ELSIF v_bupd > v_now + budgetd_clock_step() THEN
+            -- A clock stepped back: see budgetd_unstep.
+            PERFORM budgetd_unstep(v_lid, p_key, v_now);
         ELSIF NOT v_bfound THEN
             -- Nothing charged on a bucket that had no row: a denial is judged
             -- on a locked state, as everywhere (docs/postgres.md, "Locking").

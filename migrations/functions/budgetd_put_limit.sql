@@ -19,7 +19,8 @@ BEGIN
     IF v_old.id IS NOT NULL AND (v_old.leak_amount <> v_l.leak_amount OR v_old.leak_per_us <> v_l.leak_per_us) THEN
         UPDATE buckets AS b
            SET level = trim_scale(budgetd_level_at(b.level, b.updated_at, v_old.leak_amount, v_old.leak_per_us, v_now)),
-               updated_at = CASE WHEN b.updated_at IS NULL OR b.updated_at < v_now THEN v_now ELSE b.updated_at END
+               updated_at = CASE WHEN b.updated_at IS NULL OR b.updated_at < v_now OR b.updated_at > v_now + budgetd_clock_step()
+                                THEN v_now ELSE b.updated_at END
          WHERE b.limit_id = v_old.id AND b.level > 0;
     END IF;
     RETURN budgetd_limit_json(v_l);

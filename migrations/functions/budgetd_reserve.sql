@@ -42,6 +42,8 @@ BEGIN
         v_res := budgetd_hold_json(v_h, v_l.name);
     ELSIF v_created THEN
         DELETE FROM buckets WHERE limit_id = v_l.id AND key = p_key;
+    ELSIF v_b.updated_at > v_now + budgetd_clock_step() THEN
+        PERFORM budgetd_unstep(v_l.id, p_key, v_now);
     END IF;
     v_out := jsonb_build_object('accepted', v_accepted, 'reservation', v_res, 'limit', budgetd_limit_json(v_l),
                                 'state', budgetd_state_json(v_l.id, p_key), 'now_us', budgetd_us(v_now));
