@@ -148,7 +148,19 @@ func (s *Store) fillupAll(ctx context.Context, items []ledger.Charge, idem ledge
 	if idem.Key != "" {
 		scope, key, hash = &idem.Scope, &idem.Key, &idem.Hash
 	}
-	rows, err := s.queryFillup(ctx, time.Time{}, limits, keys, costs, []*string{scope}, []*string{key}, []*string{hash}, true)
+	deadline := time.Now().Add(s.cfg.timeout)
+	if s.cfg.isolation == string(Serializable) {
+		refs := make([]ledger.BucketRef, len(items))
+		for i, it := range items {
+			refs[i] = it.Bucket
+		}
+		unlock, err := s.multiLocks.lock(ctx, deadline, refs)
+		if err != nil {
+			return ledger.FillupOutcome{}, s.fail(ctx, "fillup", err)
+		}
+		defer unlock()
+	}
+	rows, err := s.queryFillup(ctx, deadline, limits, keys, costs, []*string{scope}, []*string{key}, []*string{hash}, true)
 	if err != nil {
 		return ledger.FillupOutcome{}, err
 	}

@@ -192,8 +192,9 @@ type Store struct {
 	pool *pgxpool.Pool
 	cfg  *config
 
-	stats counters
-	co    coalescer
+	stats      counters
+	co         coalescer
+	multiLocks keyLocks // SERIALIZABLE: multi-bucket Fillups of a bucket one at a time (keylock.go)
 
 	kick      chan struct{}
 	stop      chan struct{}
