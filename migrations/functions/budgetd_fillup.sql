@@ -28,7 +28,8 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    IF (SELECT count(DISTINCT (u.l, u.k)) FROM unnest(p_limits, p_keys) AS u(l, k)) = 1 THEN
+    IF p_limits[1] = ALL (p_limits) AND p_keys[1] = ALL (p_keys) THEN
+        -- One bucket: straight to its batch.
         RETURN QUERY
             SELECT b.ordinality::int, b.r_fits, b.r_level, b.r_updated_us, b.r_hold_amounts, b.r_hold_expires,
                    b.r_now_us, b.r_capacity, b.r_leak_amount, b.r_leak_per_us, b.r_history,
