@@ -253,9 +253,9 @@ func (s *Store) runBatch(batch []*fillCall) {
 	}
 }
 
-// runPart decides batch, skipping calls whose caller has given up, and
-// answers each call. The calls of one bucket go as one budgetd_fillup_batch
-// call, of several buckets as one budgetd_fillup_batches call. A failed
+// runPart decides batch, skipping calls whose caller has given up or whose
+// deadline has passed, and answers each call. The batch is one
+// budgetd_fillup call, whatever its buckets. A failed
 // batch fails every call in it: it is one statement, so none of it was
 // charged (or, when the connection broke after sending it, the outcome is
 // unknown to all of them alike).

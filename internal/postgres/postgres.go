@@ -1,7 +1,7 @@
 // Package postgres is budgetd's durable store on PostgreSQL (pgx/v5).
 //
-// Every operation is one call of a server-side plpgsql function (see
-// migrations/0001_init.sql), so a decision costs one round trip: the check,
+// Every operation is one call of a server-side plpgsql function (one file
+// each in migrations/functions; the tables are in migrations/0001_init.sql), so a decision costs one round trip: the check,
 // the change, the history entries and the idempotency record commit together
 // in that statement's transaction. "Now" is the database clock
 // (clock_timestamp(), whole microseconds), so budgetd instances with skewed
