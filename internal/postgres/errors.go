@@ -22,6 +22,7 @@ const (
 	codeLevelOverflow       = "BD004"
 	codeReservationNotFound = "BD005"
 	codeKeyReused           = "BD006"
+	codeClockStep           = "BD100" // a notice: a bucket's stored time was ahead of now (see policy.go, ClockStep)
 
 	codeSerialization = "40001"
 	codeDeadlock      = "40P01"
@@ -35,6 +36,7 @@ var sqlCodes = []struct{ name, code string }{
 	{"level_overflow", codeLevelOverflow},
 	{"reservation_not_found", codeReservationNotFound},
 	{"key_reused", codeKeyReused},
+	{"clock_step", codeClockStep},
 }
 
 // do runs f, which makes one statement, until it succeeds or fails with an

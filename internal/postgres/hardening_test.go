@@ -178,6 +178,10 @@ func TestClockStepBack(t *testing.T) {
 	if r, err := s.Reserve(ctx, ledger.BucketRef{Limit: "c", Key: "res"}, dec("1"), time.Minute, ledger.Idempotency{}); err != nil || r.Accepted {
 		t.Fatalf("reserve right after the correction: %+v %v", r, err)
 	}
+	// Each of the four buckets was reported once (counted for the metric).
+	if n := s.Stats().ClockSteps; n != 4 {
+		t.Errorf("%d clock steps counted, want 4", n)
+	}
 	clock.Advance(2 * time.Second)
 	if !fill(one("single")) {
 		t.Error("single-bucket path: still locked out 2s after the correction")

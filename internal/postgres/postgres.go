@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strconv"
 	"sync"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -72,6 +74,7 @@ type config struct {
 	tracer         pgx.QueryTracer
 	poolHook       func(*pgxpool.Config)
 	coalesce       bool
+	log            *slog.Logger
 }
 
 // Option configures a Store.
@@ -117,6 +120,9 @@ func WithMaxConns(n int32) Option { return func(c *config) { c.maxConns = n } }
 // always go on their own.
 func WithCoalescing(on bool) Option { return func(c *config) { c.coalesce = on } }
 
+// WithLogger sets the logger for warnings (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
 // WithTracer installs a pgx query tracer on every connection (tests count
 // round trips with it).
 func WithTracer(t pgx.QueryTracer) Option { return func(c *config) { c.tracer = t } }
@@ -137,6 +143,7 @@ func newConfig(opts []Option) (*config, error) {
 		pruneInterval:  DefaultPruneInterval,
 		pruneBatch:     DefaultPruneBatch,
 		coalesce:       true,
+		log:            slog.Default(),
 	}
 	for _, o := range opts {
 		o(c)
@@ -219,11 +226,19 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if err := runMigrations(ctx, pc, c); err != nil {
 		return nil, err
 	}
+	s := &Store{cfg: c, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	next := pc.ConnConfig.OnNotice
+	pc.ConnConfig.OnNotice = func(conn *pgconn.PgConn, n *pgconn.Notice) {
+		s.onNotice(n)
+		if next != nil {
+			next(conn, n)
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres pool: %w", err)
 	}
-	s := &Store{pool: pool, cfg: c, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	s.pool = pool
 	s.co.slots = int(pool.Config().MaxConns)
 	s.co.busy = map[ledger.BucketRef]int{}
 	if c.pruneInterval > 0 {
@@ -260,6 +275,16 @@ func runMigrations(ctx context.Context, pc *pgxpool.Config, c *config) error {
 		return fmt.Errorf("postgres migrate: %w", translate(ctx, err))
 	}
 	return nil
+}
+
+// onNotice counts and logs the clock steps the functions report (a bucket's
+// stored time ahead of now, taken as now; see ClockStep).
+func (s *Store) onNotice(n *pgconn.Notice) {
+	if n.Code != codeClockStep {
+		return
+	}
+	s.stats.clockSteps.Add(1)
+	s.cfg.log.Warn("postgres: the database clock was stepped back", "detail", n.Message)
 }
 
 // Ping reports whether the database answers within the store's timeout.
@@ -302,11 +327,15 @@ type Stats struct {
 	// Batches counts the database calls of coalesced Fillups, and Batched
 	// the Fillups they decided: Batched/Batches is the mean batch size.
 	Batches, Batched uint64
+	// ClockSteps counts the buckets found with a stored time more than
+	// ClockStep ahead of the database clock (taken as now).
+	ClockSteps uint64
 }
 
 type counters struct {
 	serialization, deadlock, idempotency, gaveUp, unavailable atomic.Uint64
 	batches, batched                                          atomic.Uint64
+	clockSteps                                                atomic.Uint64
 }
 
 // Stats returns the store's counters.
@@ -319,6 +348,7 @@ func (s *Store) Stats() Stats {
 		Unavailable:          s.stats.unavailable.Load(),
 		Batches:              s.stats.batches.Load(),
 		Batched:              s.stats.batched.Load(),
+		ClockSteps:           s.stats.clockSteps.Load(),
 	}
 }
 

@@ -118,6 +118,9 @@ BEGIN
         END IF;
         v_bfound := coalesce(v_bfound, false);
         v_now := coalesce(p_now, budgetd_clock());
+        IF v_bupd > v_now THEN
+            PERFORM budgetd_note_step(v_bupd, v_now);
+        END IF;
 
         -- The holds, under the bucket's lock: what counts now and how many
         -- have expired; when there are any, again in one scan with the
@@ -252,8 +255,8 @@ BEGIN
                 CONTINUE WHEN NOT FOUND;
             END IF;
         ELSIF v_bupd > v_now + budgetd_clock_step() THEN
-            -- A clock stepped back: see budgetd_unstep.
-            PERFORM budgetd_unstep(v_lid, p_key, v_now);
+            -- A clock stepped back (reported above): see budgetd_unstep.
+            UPDATE buckets SET updated_at = v_now WHERE limit_id = v_lid AND key = p_key;
         ELSIF NOT v_bfound THEN
             -- Nothing charged on a bucket that had no row: a denial is judged
             -- on a locked state, as everywhere (docs/postgres.md, "Locking").
