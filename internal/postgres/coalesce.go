@@ -18,7 +18,7 @@ const maxBatch = 256
 
 // coalescer queues single-bucket Fillups and sends what queued as one
 // database call: one round trip, one transaction and one commit flush for
-// many callers (see migrations/0004_fillup_batch.sql). A call queues when a
+// many callers (see migrations/functions/budgetd_fillup.sql). A call queues when a
 // call of its bucket is at the database (it would wait for that row's lock
 // anyway: a hot bucket) or when every connection the store may use is busy.
 // Whoever's batch returns sends the next one: every queued call whose bucket
@@ -36,13 +36,14 @@ type coalescer struct {
 
 // fillCall is one queued Fillup and, once done is closed, its answer.
 type fillCall struct {
-	ctx  context.Context
-	ref  ledger.BucketRef
-	cost string
-	idem ledger.Idempotency
-	done chan struct{}
-	out  ledger.FillupOutcome
-	err  error
+	ctx      context.Context
+	deadline time.Time // the store's timeout from the call on; zero: from the batch on
+	ref      ledger.BucketRef
+	cost     string
+	idem     ledger.Idempotency
+	done     chan struct{}
+	out      ledger.FillupOutcome
+	err      error
 }
 
 func newFillCall(ctx context.Context, ref ledger.BucketRef, cost decimal.Decimal, idem ledger.Idempotency) *fillCall {
@@ -50,9 +51,12 @@ func newFillCall(ctx context.Context, ref ledger.BucketRef, cost decimal.Decimal
 }
 
 // fillupSingle charges one bucket: through the queue when coalescing is on,
-// otherwise as a batch of one.
+// otherwise as a batch of one. The store's timeout counts from here: the
+// time the call waits in the queue is part of it, so a call queued behind a
+// batch gets no second full timeout.
 func (s *Store) fillupSingle(ctx context.Context, it ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
 	c := newFillCall(ctx, it.Bucket, it.Cost, idem)
+	c.deadline = time.Now().Add(s.cfg.timeout)
 	if !s.cfg.coalesce {
 		s.runBatch([]*fillCall{c})
 		return c.out, c.err
@@ -72,6 +76,8 @@ func (s *Store) fillupSingle(ctx context.Context, it ledger.Charge, idem ledger.
 	}
 	co.queue = append(co.queue, c)
 	co.mu.Unlock()
+	t := time.NewTimer(time.Until(c.deadline))
+	defer t.Stop()
 	select {
 	case <-c.done:
 		return c.out, c.err
@@ -79,6 +85,10 @@ func (s *Store) fillupSingle(ctx context.Context, it ledger.Charge, idem ledger.
 		// The batch may still charge it: the outcome is unknown, as for a
 		// direct call cancelled while its statement runs.
 		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: %w", ctx.Err())
+	case <-t.C:
+		s.stats.unavailable.Add(1)
+		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: no answer within %s (queued behind other calls; the outcome is unknown, retry with the same Idempotency-Key): %w",
+			s.cfg.timeout, ledger.ErrUnavailable)
 	}
 }
 
@@ -151,22 +161,67 @@ func (co *coalescer) take() []*fillCall {
 	return batch
 }
 
-// batchRow is one row of budgetd_fillup_batch(es): an answer in columns, an
-// idempotent replay (doc) or a refusal of that one call (errCode).
+// batchRow is one row of budgetd_fillup: an answer in columns, an outcome
+// document (doc: an idempotent replay, or a multi-bucket call's answer) or a
+// refusal of that one call (errCode). Rows are scanned by column name.
 type batchRow struct {
-	fits                  *bool
-	level                 *string
-	updatedUS             *int64
-	amounts               []string
-	expires               []int64
-	nowUS                 *int64
-	capacity, leakAmount  *string
-	leakPerUS             *int64
-	history               *bool
-	createdUS, limUpdated *int64
-	doc                   []byte
-	errCode, errMsg       *string
-	seen                  bool
+	Item       int32    `db:"r_item"`
+	Fits       *bool    `db:"r_fits"`
+	Level      *string  `db:"r_level"`
+	UpdatedUS  *int64   `db:"r_updated_us"`
+	Amounts    []string `db:"r_hold_amounts"`
+	Expires    []int64  `db:"r_hold_expires"`
+	NowUS      *int64   `db:"r_now_us"`
+	Capacity   *string  `db:"r_capacity"`
+	LeakAmount *string  `db:"r_leak_amount"`
+	LeakPerUS  *int64   `db:"r_leak_per_us"`
+	History    *bool    `db:"r_history"`
+	CreatedUS  *int64   `db:"r_created_us"`
+	LimUpdated *int64   `db:"r_limit_updated_us"`
+	Doc        []byte   `db:"r_doc"`
+	ErrCode    *string  `db:"r_err_code"`
+	ErrMsg     *string  `db:"r_err_msg"`
+}
+
+// fillupSQL is the one statement of every Fillup.
+const fillupSQL = "SELECT * FROM budgetd_fillup($1, $2, $3, $4, $5, $6, $7, $8)"
+
+// queryFillup runs budgetd_fillup once and returns its rows in item order,
+// one per item (allOrNone: one for the call).
+func (s *Store) queryFillup(ctx context.Context, deadline time.Time, limits, keys, costs []string, scopes, idems, hashes []*string, allOrNone bool) ([]batchRow, error) {
+	want := len(costs)
+	if allOrNone {
+		want = 1
+	}
+	var got []batchRow
+	if deadline.IsZero() {
+		deadline = time.Now().Add(s.cfg.timeout)
+	}
+	err := s.doUntil(ctx, deadline, "fillup", func(ctx context.Context) error {
+		rows, err := s.pool.Query(ctx, fillupSQL, limits, keys, costs, s.nowArg(), scopes, idems, hashes, allOrNone)
+		if err != nil {
+			return err
+		}
+		got, err = pgx.CollectRows(rows, pgx.RowToStructByName[batchRow])
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]batchRow, want)
+	seen := make([]bool, want)
+	for _, r := range got {
+		i := int(r.Item) - 1
+		if i < 0 || i >= want || seen[i] {
+			return nil, fmt.Errorf("postgres fillup: answer row for call %d of %d: %w", r.Item, want, ledger.ErrUnavailable)
+		}
+		seen[i] = true
+		out[i] = r
+	}
+	if len(got) != want {
+		return nil, fmt.Errorf("postgres fillup: %d answers for %d calls: %w", len(got), want, ledger.ErrUnavailable)
+	}
+	return out, nil
 }
 
 // runBatch decides batch in arrival order and answers each call. The calls
@@ -198,9 +253,9 @@ func (s *Store) runBatch(batch []*fillCall) {
 	}
 }
 
-// runPart decides batch, skipping calls whose caller has given up, and
-// answers each call. The calls of one bucket go as one budgetd_fillup_batch
-// call, of several buckets as one budgetd_fillup_batches call. A failed
+// runPart decides batch, skipping calls whose caller has given up or whose
+// deadline has passed, and answers each call. The batch is one
+// budgetd_fillup call, whatever its buckets. A failed
 // batch fails every call in it: it is one statement, so none of it was
 // charged (or, when the connection broke after sending it, the outcome is
 // unknown to all of them alike).
@@ -212,6 +267,11 @@ func (s *Store) runPart(batch []*fillCall) {
 			close(c.done)
 			continue
 		}
+		if !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
+			c.err = fmt.Errorf("postgres fillup: no answer within %s: %w", s.cfg.timeout, ledger.ErrUnavailable)
+			close(c.done)
+			continue
+		}
 		live = append(live, c)
 	}
 	if len(live) == 0 {
@@ -219,7 +279,6 @@ func (s *Store) runPart(batch []*fillCall) {
 	}
 	s.stats.batches.Add(1)
 	s.stats.batched.Add(uint64(len(live)))
-	oneBucket := true
 	limits := make([]string, len(live))
 	keys := make([]string, len(live))
 	costs := make([]string, len(live))
@@ -228,59 +287,19 @@ func (s *Store) runPart(batch []*fillCall) {
 	hashes := make([]*string, len(live))
 	for i, c := range live {
 		limits[i], keys[i], costs[i] = c.ref.Limit, c.ref.Key, c.cost
-		oneBucket = oneBucket && c.ref == live[0].ref
 		if c.idem.Key != "" {
 			scopes[i], idems[i], hashes[i] = &c.idem.Scope, &c.idem.Key, &c.idem.Hash
 		}
 	}
 	// A batch of one is bounded by its caller's context; a larger one serves
-	// many callers, so no one caller's context bounds it (s.do applies the
-	// store's timeout).
-	ctx := live[0].ctx
+	// many callers, so no one caller's cancellation stops it: it runs until
+	// the latest deadline of its callers (each caller's deadline started when
+	// it called, so the time it queued counts).
+	ctx, deadline := live[0].ctx, live[0].deadline
 	if len(live) > 1 {
-		ctx = context.WithoutCancel(ctx)
+		ctx, deadline = context.WithoutCancel(ctx), latestDeadline(live)
 	}
-	got := make([]batchRow, len(live))
-	err := s.do(ctx, "fillup", func(ctx context.Context) error {
-		var rows pgx.Rows
-		var err error
-		if oneBucket {
-			rows, err = s.pool.Query(ctx, "SELECT 0, * FROM budgetd_fillup_batch($1, $2, $3, $4, $5, $6, $7) WITH ORDINALITY",
-				live[0].ref.Limit, live[0].ref.Key, costs, s.nowArg(), scopes, idems, hashes)
-		} else {
-			rows, err = s.pool.Query(ctx, "SELECT * FROM budgetd_fillup_batches($1, $2, $3, $4, $5, $6, $7)",
-				limits, keys, costs, s.nowArg(), scopes, idems, hashes)
-		}
-		if err != nil {
-			return err
-		}
-		clear(got)
-		seen := 0
-		var r batchRow
-		var item, ord int64
-		dst := []any{&item, &r.fits, &r.level, &r.updatedUS, &r.amounts, &r.expires, &r.nowUS,
-			&r.capacity, &r.leakAmount, &r.leakPerUS, &r.history, &r.createdUS, &r.limUpdated, &r.doc, &r.errCode, &r.errMsg}
-		if oneBucket {
-			dst = append(dst, &ord)
-		}
-		_, err = pgx.ForEachRow(rows, dst, func() error {
-			if oneBucket {
-				item = ord
-			}
-			if item < 1 || int(item) > len(got) || got[item-1].seen {
-				return fmt.Errorf("answer row for call %d of %d: %w", item, len(got), ledger.ErrUnavailable)
-			}
-			r.seen = true
-			got[item-1] = r
-			seen++
-			r = batchRow{} // nothing of the next row may land in this one's pointers
-			return nil
-		})
-		if err == nil && seen != len(got) {
-			err = fmt.Errorf("%d answers for %d calls: %w", seen, len(got), ledger.ErrUnavailable)
-		}
-		return err
-	})
+	got, err := s.queryFillup(ctx, deadline, limits, keys, costs, scopes, idems, hashes, false)
 	for i, c := range live {
 		if err != nil {
 			c.err = err
@@ -291,40 +310,55 @@ func (s *Store) runPart(batch []*fillCall) {
 	}
 }
 
+// latestDeadline is the latest deadline of the calls (fillupSingle gives
+// each one), or zero when one has none.
+func latestDeadline(calls []*fillCall) time.Time {
+	var last time.Time
+	for _, c := range calls {
+		if c.deadline.IsZero() {
+			return time.Time{}
+		}
+		if c.deadline.After(last) {
+			last = c.deadline
+		}
+	}
+	return last
+}
+
 // decodeBatchRow turns one row of budgetd_fillup_batch into a call's answer.
 func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (ledger.FillupOutcome, error) {
 	switch {
-	case r.errCode != nil:
+	case r.ErrCode != nil:
 		msg := ""
-		if r.errMsg != nil {
-			msg = *r.errMsg
+		if r.ErrMsg != nil {
+			msg = *r.ErrMsg
 		}
-		return ledger.FillupOutcome{}, s.fail(ctx, "fillup", &pgconn.PgError{Severity: "ERROR", Code: *r.errCode, Message: msg})
-	case r.doc != nil:
-		return decodeFillup(r.doc)
+		return ledger.FillupOutcome{}, s.fail(ctx, "fillup", &pgconn.PgError{Severity: "ERROR", Code: *r.ErrCode, Message: msg})
+	case r.Doc != nil:
+		return decodeFillup(r.Doc)
 	}
-	if r.fits == nil || r.level == nil || r.nowUS == nil || r.capacity == nil || r.leakAmount == nil ||
-		r.leakPerUS == nil || r.history == nil || r.createdUS == nil || r.limUpdated == nil || len(r.amounts) != len(r.expires) {
+	if r.Fits == nil || r.Level == nil || r.NowUS == nil || r.Capacity == nil || r.LeakAmount == nil ||
+		r.LeakPerUS == nil || r.History == nil || r.CreatedUS == nil || r.LimUpdated == nil || len(r.Amounts) != len(r.Expires) {
 		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: incomplete answer row: %w", ledger.ErrUnavailable)
 	}
-	level, err1 := decimal.NewFromString(*r.level)
-	capacity, err2 := decimal.NewFromString(*r.capacity)
-	leak, err3 := decimal.NewFromString(*r.leakAmount)
+	level, err1 := decimal.NewFromString(*r.Level)
+	capacity, err2 := decimal.NewFromString(*r.Capacity)
+	leak, err3 := decimal.NewFromString(*r.LeakAmount)
 	if err1 != nil || err2 != nil || err3 != nil {
-		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q %q %q: %w", *r.level, *r.capacity, *r.leakAmount, ledger.ErrUnavailable)
+		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q %q %q: %w", *r.Level, *r.Capacity, *r.LeakAmount, ledger.ErrUnavailable)
 	}
 	var st bucket.State // never written: the zero State, as stateDoc.state
-	if r.updatedUS != nil || !level.IsZero() || len(r.amounts) > 0 {
-		st = bucket.State{Level: level, Holds: make([]bucket.Hold, len(r.amounts))}
-		if r.updatedUS != nil {
-			st.Updated = fromUS(*r.updatedUS)
+	if r.UpdatedUS != nil || !level.IsZero() || len(r.Amounts) > 0 {
+		st = bucket.State{Level: level, Holds: make([]bucket.Hold, len(r.Amounts))}
+		if r.UpdatedUS != nil {
+			st.Updated = fromUS(*r.UpdatedUS)
 		}
-		for i, a := range r.amounts {
+		for i, a := range r.Amounts {
 			amount, err := decimal.NewFromString(a)
 			if err != nil {
 				return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding hold %q: %w", a, ledger.ErrUnavailable)
 			}
-			st.Holds[i] = bucket.Hold{Amount: amount, ExpiresAt: fromUS(r.expires[i])}
+			st.Holds[i] = bucket.Hold{Amount: amount, ExpiresAt: fromUS(r.Expires[i])}
 		}
 	}
 	snap := ledger.Snapshot{
@@ -332,13 +366,13 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 			Name:       limit,
 			Capacity:   capacity,
 			LeakAmount: leak,
-			LeakPer:    time.Duration(*r.leakPerUS) * time.Microsecond,
-			History:    *r.history,
-			CreatedAt:  fromUS(*r.createdUS),
-			UpdatedAt:  fromUS(*r.limUpdated),
+			LeakPer:    time.Duration(*r.LeakPerUS) * time.Microsecond,
+			History:    *r.History,
+			CreatedAt:  fromUS(*r.CreatedUS),
+			UpdatedAt:  fromUS(*r.LimUpdated),
 		},
 		State: st,
-		Now:   fromUS(*r.nowUS),
+		Now:   fromUS(*r.NowUS),
 	}
-	return ledger.FillupOutcome{Accepted: *r.fits, Items: []ledger.ItemOutcome{{Fits: *r.fits, Snapshot: snap}}}, nil
+	return ledger.FillupOutcome{Accepted: *r.Fits, Items: []ledger.ItemOutcome{{Fits: *r.Fits, Snapshot: snap}}}, nil
 }

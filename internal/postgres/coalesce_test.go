@@ -32,8 +32,9 @@ func answer(o ledger.FillupOutcome) string {
 }
 
 // TestCoalescedBatchEqualsSequence: a batch decided by budgetd_fillup_batch
-// answers exactly what the same Fillups sent one by one through
-// budgetd_fillup (migrations 0001/0002) at the same instant answer, and
+// answers exactly what the same Fillups sent one by one through the
+// all-or-none path of budgetd_fillup (multi-bucket calls') at the same
+// instant answer, and
 // leaves the same level, holds and history — with leaking levels, holds that
 // expire between rounds, zero costs, denials, and Idempotency-Keys: fresh
 // ones, replays of earlier calls of the same or an earlier batch (whose
@@ -89,7 +90,7 @@ func TestCoalescedBatchEqualsSequence(t *testing.T) {
 				}
 				got, errs := s.FillupBatchIdem(ctx, bat, cs, scoped(idems, "batched"))
 				for i, c := range cs {
-					want, err := s.FillupLegacy(ctx, ledger.Charge{Bucket: seq, Cost: c}, scoped(idems, "one-by-one")[i])
+					want, err := s.FillupAllOrNone(ctx, ledger.Charge{Bucket: seq, Cost: c}, scoped(idems, "one-by-one")[i])
 					if !errors.Is(errs[i], ledger.ErrIdempotencyKeyReused) || !errors.Is(err, ledger.ErrIdempotencyKeyReused) {
 						if errs[i] != nil || err != nil {
 							t.Fatalf("round %d item %d: batched: %v, one by one: %v", round, i, errs[i], err)
@@ -356,8 +357,8 @@ func TestCoalescingHotKey(t *testing.T) {
 
 // TestCoalescedBucketsEqualSequence: a batch of Fillups of several buckets
 // (two limits, one of them missing, four keys, interleaved) decided by
-// budgetd_fillup_batches answers exactly what the same Fillups sent one by
-// one through budgetd_fillup answer, each on its own (a denial in one bucket
+// budgetd_fillup answers exactly what the same Fillups sent one by one
+// through its all-or-none path answer, each on its own (a denial in one bucket
 // changes nothing in another), with Idempotency-Keys fresh, replayed and
 // refused, and leaves the same levels and history.
 func TestCoalescedBucketsEqualSequence(t *testing.T) {
@@ -408,7 +409,7 @@ func TestCoalescedBucketsEqualSequence(t *testing.T) {
 				}
 				got, errs := s.FillupCalls(ctx, refs, cs, scoped(idems, "batched"))
 				for i, c := range cs {
-					want, err := s.FillupLegacy(ctx, ledger.Charge{Bucket: seqs[i], Cost: c}, scoped(idems, "one-by-one")[i])
+					want, err := s.FillupAllOrNone(ctx, ledger.Charge{Bucket: seqs[i], Cost: c}, scoped(idems, "one-by-one")[i])
 					if (errs[i] == nil) != (err == nil) || err != nil && !(errors.Is(err, ledger.ErrLimitNotFound) && errors.Is(errs[i], ledger.ErrLimitNotFound) ||
 						errors.Is(err, ledger.ErrIdempotencyKeyReused) && errors.Is(errs[i], ledger.ErrIdempotencyKeyReused)) {
 						t.Fatalf("round %d item %d: batched: %v, one by one: %v", round, i, errs[i], err)

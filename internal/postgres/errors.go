@@ -12,18 +12,32 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// SQLSTATEs raised by the server functions (migrations/0001_init.sql).
+// SQLSTATEs raised by the server functions. They are defined here only: the
+// functions read them from generated functions budgetd_code_NAME()
+// (policy.go).
 const (
-	codeIdempotencyRace     = "BD001"
+	codeIdempotencyRace     = "BD001" // an idempotent duplicate committed first: retry to replay
 	codeLimitNotFound       = "BD002"
 	codeTooManyHolds        = "BD003"
 	codeLevelOverflow       = "BD004"
 	codeReservationNotFound = "BD005"
 	codeKeyReused           = "BD006"
+	codeClockStep           = "BD100" // a notice: a bucket's stored time was ahead of now (see policy.go, ClockStep)
 
 	codeSerialization = "40001"
 	codeDeadlock      = "40P01"
 )
+
+// sqlCodes names the codes for the generated SQL.
+var sqlCodes = []struct{ name, code string }{
+	{"idempotency_race", codeIdempotencyRace},
+	{"limit_not_found", codeLimitNotFound},
+	{"too_many_holds", codeTooManyHolds},
+	{"level_overflow", codeLevelOverflow},
+	{"reservation_not_found", codeReservationNotFound},
+	{"key_reused", codeKeyReused},
+	{"clock_step", codeClockStep},
+}
 
 // do runs f, which makes one statement, until it succeeds or fails with an
 // error that a retry cannot fix. Serialization failures, deadlocks and
@@ -32,7 +46,12 @@ const (
 // retries included, is bounded by the store's timeout. Errors come back
 // translated to ledger sentinels.
 func (s *Store) do(ctx context.Context, op string, f func(context.Context) error) error {
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	return s.doUntil(ctx, time.Now().Add(s.cfg.timeout), op, f)
+}
+
+// doUntil is do with the call's deadline given: retries stop at it too.
+func (s *Store) doUntil(ctx context.Context, deadline time.Time, op string, f func(context.Context) error) error {
+	cctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
 		err := f(cctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 )
 
@@ -45,11 +46,11 @@ func (s *Store) FillupBatchRaw(ctx context.Context, ref ledger.BucketRef, costs 
 	return errs
 }
 
-// FillupLegacy is one single-bucket Fillup through budgetd_fillup (the jsonb
-// function of migrations 0001/0002 that multi-bucket calls use), not through
+// FillupAllOrNone is one single-bucket Fillup through the all-or-none path
+// of budgetd_fillup that multi-bucket calls take, not through
 // budgetd_fillup_batch.
-func (s *Store) FillupLegacy(ctx context.Context, it ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
-	return s.fillupOne(ctx, []string{it.Bucket.Limit}, []string{it.Bucket.Key}, []string{it.Cost.String()}, idem)
+func (s *Store) FillupAllOrNone(ctx context.Context, it ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
+	return s.fillupAll(ctx, []ledger.Charge{it}, idem)
 }
 
 // FillupCalls decides single-bucket Fillups of any buckets as one coalesced
@@ -68,3 +69,6 @@ func (s *Store) FillupCalls(ctx context.Context, refs []ledger.BucketRef, costs 
 	}
 	return outs, errs
 }
+
+// Pool is the store's connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }

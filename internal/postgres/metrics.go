@@ -14,6 +14,8 @@ var (
 		"Connections of the pool, by state (acquired, idle, constructing).", []string{"state"}, nil)
 	maxConnsDesc = prometheus.NewDesc("budgetd_postgres_pool_max_connections",
 		"The pool's maximum size.", nil, nil)
+	clockStepsDesc = prometheus.NewDesc("budgetd_postgres_clock_steps_total",
+		"Buckets found with a stored time more than a minute ahead of the database clock (a clock stepped back), taken as now.", nil, nil)
 )
 
 // Collector returns a Prometheus collector of the store's retry counters and
@@ -23,7 +25,7 @@ func (s *Store) Collector() prometheus.Collector { return collector{s} }
 type collector struct{ s *Store }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{retriesDesc, gaveUpDesc, unavailableDesc, connsDesc, maxConnsDesc} {
+	for _, d := range []*prometheus.Desc{retriesDesc, gaveUpDesc, unavailableDesc, connsDesc, maxConnsDesc, clockStepsDesc} {
 		ch <- d
 	}
 }
@@ -35,6 +37,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(retriesDesc, prometheus.CounterValue, float64(st.IdempotencyRetries), "idempotency")
 	ch <- prometheus.MustNewConstMetric(gaveUpDesc, prometheus.CounterValue, float64(st.GaveUp))
 	ch <- prometheus.MustNewConstMetric(unavailableDesc, prometheus.CounterValue, float64(st.Unavailable))
+	ch <- prometheus.MustNewConstMetric(clockStepsDesc, prometheus.CounterValue, float64(st.ClockSteps))
 	ps := c.s.pool.Stat()
 	ch <- prometheus.MustNewConstMetric(connsDesc, prometheus.GaugeValue, float64(ps.AcquiredConns()), "acquired")
 	ch <- prometheus.MustNewConstMetric(connsDesc, prometheus.GaugeValue, float64(ps.IdleConns()), "idle")

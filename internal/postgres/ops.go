@@ -127,35 +127,51 @@ func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snaps
 	return doc.snapshot(doc.NowUS), nil
 }
 
-// Fillup charges every item or none, in one statement. A single-bucket
-// Fillup goes through budgetd_fillup_batch (coalesce.go), the others through
-// budgetd_fillup.
+// Fillup charges every item or none, in one statement: budgetd_fillup. A
+// single-bucket Fillup may be coalesced with others (coalesce.go).
 func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
 	if len(items) == 1 {
 		return s.fillupSingle(ctx, items[0], idem)
 	}
+	return s.fillupAll(ctx, items, idem)
+}
+
+// fillupAll is a multi-bucket Fillup: budgetd_fillup with all_or_none.
+func (s *Store) fillupAll(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
 	limits := make([]string, len(items))
 	keys := make([]string, len(items))
 	costs := make([]string, len(items))
 	for i, it := range items {
 		limits[i], keys[i], costs[i] = it.Bucket.Limit, it.Bucket.Key, it.Cost.String()
 	}
-	return s.fillupOne(ctx, limits, keys, costs, idem)
-}
-
-// fillupOne is one budgetd_fillup call.
-func (s *Store) fillupOne(ctx context.Context, limits, keys, costs []string, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
-	scope, key, hash := idemArgs(idem)
-	var raw json.RawMessage
-	err := s.queryJSON(ctx, "fillup", &raw, "SELECT budgetd_fillup($1, $2, $3, $4, $5, $6, $7)",
-		limits, keys, costs, s.nowArg(), scope, key, hash)
+	var scope, key, hash *string
+	if idem.Key != "" {
+		scope, key, hash = &idem.Scope, &idem.Key, &idem.Hash
+	}
+	deadline := time.Now().Add(s.cfg.timeout)
+	if s.cfg.isolation == string(Serializable) {
+		refs := make([]ledger.BucketRef, len(items))
+		for i, it := range items {
+			refs[i] = it.Bucket
+		}
+		unlock, err := s.multiLocks.lock(ctx, deadline, refs)
+		if err != nil {
+			return ledger.FillupOutcome{}, s.fail(ctx, "fillup", err)
+		}
+		defer unlock()
+	}
+	rows, err := s.queryFillup(ctx, deadline, limits, keys, costs, []*string{scope}, []*string{key}, []*string{hash}, true)
 	if err != nil {
 		return ledger.FillupOutcome{}, err
 	}
-	return decodeFillup(raw)
+	if rows[0].Doc == nil {
+		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: answer without a document: %w", ledger.ErrUnavailable)
+	}
+	return decodeFillup(rows[0].Doc)
 }
 
-// decodeFillup reads a budgetd_fillup answer.
+// decodeFillup reads a Fillup outcome document: a multi-bucket answer or a
+// stored one replayed.
 func decodeFillup(raw json.RawMessage) (ledger.FillupOutcome, error) {
 	var doc struct {
 		Accepted bool  `json:"accepted"`
@@ -288,9 +304,7 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 		}
 		afterUS, afterID = us, id
 	}
-	if n < 0 {
-		n = 0
-	}
+	n = min(max(n, 0), 1<<20) // p_n + 1 stays an int4
 	var docs []struct {
 		ID            string          `json:"id"`
 		AtUS          int64           `json:"at_us"`
@@ -321,6 +335,12 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 	return out, "", nil
 }
 
+// The range of cursor times: 0001-01-01 to 9999-12-31, in µs since 1970.
+const (
+	minCursorUS = -62135596800000000
+	maxCursorUS = 253402300799999999
+)
+
 func parseCursor(c string) (int64, int64, error) {
 	bad := &ledger.InvalidError{Code: "invalid_request", Field: "cursor", Reason: "malformed cursor"}
 	t, id, ok := strings.Cut(c, ".")
@@ -329,7 +349,9 @@ func parseCursor(c string) (int64, int64, error) {
 	}
 	us, err1 := strconv.ParseInt(t, 10, 64)
 	n, err2 := strconv.ParseInt(id, 10, 64)
-	if err1 != nil || err2 != nil {
+	// Times that PostgreSQL cannot hold as timestamptz would fail the
+	// statement: only years 1 to 9999 can name an entry.
+	if err1 != nil || err2 != nil || us < minCursorUS || us > maxCursorUS {
 		return 0, 0, bad
 	}
 	return us, n, nil

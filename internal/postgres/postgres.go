@@ -1,7 +1,7 @@
 // Package postgres is budgetd's durable store on PostgreSQL (pgx/v5).
 //
-// Every operation is one call of a server-side plpgsql function (see
-// migrations/0001_init.sql), so a decision costs one round trip: the check,
+// Every operation is one call of a server-side plpgsql function (one file
+// each in migrations/functions; the tables are in migrations/0001_init.sql), so a decision costs one round trip: the check,
 // the change, the history entries and the idempotency record commit together
 // in that statement's transaction. "Now" is the database clock
 // (clock_timestamp(), whole microseconds), so budgetd instances with skewed
@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strconv"
 	"sync"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -54,7 +56,7 @@ func ParseIsolation(s string) (Isolation, error) {
 const (
 	DefaultTimeout        = 5 * time.Second
 	DefaultConnectTimeout = 2 * time.Second
-	DefaultMaxAttempts    = 10
+	DefaultMaxAttempts    = 50
 	DefaultPruneInterval  = time.Minute
 	DefaultPruneBatch     = 1000
 )
@@ -72,6 +74,7 @@ type config struct {
 	tracer         pgx.QueryTracer
 	poolHook       func(*pgxpool.Config)
 	coalesce       bool
+	log            *slog.Logger
 }
 
 // Option configures a Store.
@@ -99,7 +102,8 @@ func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = 
 func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.connectTimeout = d } }
 
 // WithMaxAttempts bounds the attempts of one call when PostgreSQL reports a
-// serialization failure or a deadlock (default 10).
+// serialization failure or a deadlock (default 50; the timeout bounds them
+// too).
 func WithMaxAttempts(n int) Option { return func(c *config) { c.maxAttempts = n } }
 
 // WithPruneInterval sets how often the background pruner runs (default 1m);
@@ -115,6 +119,9 @@ func WithMaxConns(n int32) Option { return func(c *config) { c.maxConns = n } }
 // (default on; see coalesce.go and docs/postgres.md). Multi-bucket Fillups
 // always go on their own.
 func WithCoalescing(on bool) Option { return func(c *config) { c.coalesce = on } }
+
+// WithLogger sets the logger for warnings (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
 // WithTracer installs a pgx query tracer on every connection (tests count
 // round trips with it).
@@ -136,6 +143,7 @@ func newConfig(opts []Option) (*config, error) {
 		pruneInterval:  DefaultPruneInterval,
 		pruneBatch:     DefaultPruneBatch,
 		coalesce:       true,
+		log:            slog.Default(),
 	}
 	for _, o := range opts {
 		o(c)
@@ -191,8 +199,9 @@ type Store struct {
 	pool *pgxpool.Pool
 	cfg  *config
 
-	stats counters
-	co    coalescer
+	stats      counters
+	co         coalescer
+	multiLocks keyLocks // SERIALIZABLE: multi-bucket Fillups of a bucket one at a time (keylock.go)
 
 	kick      chan struct{}
 	stop      chan struct{}
@@ -217,11 +226,19 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if err := runMigrations(ctx, pc, c); err != nil {
 		return nil, err
 	}
+	s := &Store{cfg: c, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	next := pc.ConnConfig.OnNotice
+	pc.ConnConfig.OnNotice = func(conn *pgconn.PgConn, n *pgconn.Notice) {
+		s.onNotice(n)
+		if next != nil {
+			next(conn, n)
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres pool: %w", err)
 	}
-	s := &Store{pool: pool, cfg: c, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	s.pool = pool
 	s.co.slots = int(pool.Config().MaxConns)
 	s.co.busy = map[ledger.BucketRef]int{}
 	if c.pruneInterval > 0 {
@@ -258,6 +275,16 @@ func runMigrations(ctx context.Context, pc *pgxpool.Config, c *config) error {
 		return fmt.Errorf("postgres migrate: %w", translate(ctx, err))
 	}
 	return nil
+}
+
+// onNotice counts and logs the clock steps the functions report (a bucket's
+// stored time ahead of now, taken as now; see ClockStep).
+func (s *Store) onNotice(n *pgconn.Notice) {
+	if n.Code != codeClockStep {
+		return
+	}
+	s.stats.clockSteps.Add(1)
+	s.cfg.log.Warn("postgres: the database clock was stepped back", "detail", n.Message)
 }
 
 // Ping reports whether the database answers within the store's timeout.
@@ -300,11 +327,15 @@ type Stats struct {
 	// Batches counts the database calls of coalesced Fillups, and Batched
 	// the Fillups they decided: Batched/Batches is the mean batch size.
 	Batches, Batched uint64
+	// ClockSteps counts the buckets found with a stored time more than
+	// ClockStep ahead of the database clock (taken as now).
+	ClockSteps uint64
 }
 
 type counters struct {
 	serialization, deadlock, idempotency, gaveUp, unavailable atomic.Uint64
 	batches, batched                                          atomic.Uint64
+	clockSteps                                                atomic.Uint64
 }
 
 // Stats returns the store's counters.
@@ -317,6 +348,7 @@ func (s *Store) Stats() Stats {
 		Unavailable:          s.stats.unavailable.Load(),
 		Batches:              s.stats.batches.Load(),
 		Batched:              s.stats.batched.Load(),
+		ClockSteps:           s.stats.clockSteps.Load(),
 	}
 }
 

@@ -29,6 +29,13 @@ type PruneStats struct {
 	ScannedBatches int // batches of the bucket scan
 }
 
+// pruneBucketsRow is the answer of budgetd_prune_buckets, scanned by name.
+type pruneBucketsRow struct {
+	NextLimit *int64  `db:"next_limit"`
+	NextKey   *string `db:"next_key"`
+	Deleted   int     `db:"deleted"`
+}
+
 type pruneCursor struct {
 	limit int64
 	key   string
@@ -72,23 +79,26 @@ func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
 	}
 	// One sweep over the buckets at most, resuming where the last pass ended.
 	for round := 0; round < maxPruneRounds; round++ {
-		var next *int64
-		var nextKey *string
-		var deleted int
+		var r pruneBucketsRow
 		err := s.pruneTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			return tx.QueryRow(ctx, "SELECT next_limit, next_key, deleted FROM budgetd_prune_buckets($1, $2, coalesce($3, budgetd_clock()), $4)",
-				s.cursor.limit, s.cursor.key, s.nowArg(), batch).Scan(&next, &nextKey, &deleted)
+			rows, err := tx.Query(ctx, "SELECT * FROM budgetd_prune_buckets($1, $2, coalesce($3, budgetd_clock()), $4)",
+				s.cursor.limit, s.cursor.key, s.nowArg(), batch)
+			if err != nil {
+				return err
+			}
+			r, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[pruneBucketsRow])
+			return err
 		})
 		if err != nil {
 			return st, err
 		}
-		st.EmptyBuckets += deleted
+		st.EmptyBuckets += r.Deleted
 		st.ScannedBatches++
-		if next == nil {
+		if r.NextLimit == nil || r.NextKey == nil {
 			s.cursor = pruneCursor{}
 			break
 		}
-		s.cursor = pruneCursor{limit: *next, key: *nextKey}
+		s.cursor = pruneCursor{limit: *r.NextLimit, key: *r.NextKey}
 	}
 	return st, nil
 }

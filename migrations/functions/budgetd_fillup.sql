@@ -1,0 +1,56 @@
+-- budgetd_fillup(limits[], keys[], costs[], now, scopes[], idems[], hashes[],
+-- all_or_none): every Fillup, the one entry point the store calls.
+--
+-- With all_or_none the items are one multi-bucket call (bucket.Fillup per
+-- item, every item or none), with one Idempotency-Key (scopes[1], idems[1],
+-- hashes[1]); the buckets are locked in (limit_id, key) order. Its answer is
+-- one row whose doc holds the call's outcome document, the one stored for
+-- its Idempotency-Key; its errors fail the statement.
+--
+-- Otherwise every item is a single-bucket call of its own, with its own key:
+-- the calls a caller sent alone or that the store coalesced (coalesce.go).
+-- The calls of each bucket go, in the order given, to one
+-- budgetd_fillup_batch call; the buckets are taken in (limit_id, key) order,
+-- the lock order of every call, so that calls locking several buckets do not
+-- deadlock one another. One row per item, item its position in the arguments.
+CREATE OR REPLACE FUNCTION budgetd_fillup(p_limits text[], p_keys text[], p_costs text[], p_now timestamptz,
+                                          p_scopes text[], p_idems text[], p_hashes text[], p_all_or_none boolean)
+RETURNS TABLE (r_item int, r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts text[], r_hold_expires bigint[],
+               r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_history boolean,
+               r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    g record;
+BEGIN
+    IF p_all_or_none THEN
+        r_item := 1;
+        r_doc := budgetd_fillup_all(p_limits, p_keys, p_costs, p_now, p_scopes[1], p_idems[1], p_hashes[1]);
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF p_limits[1] = ALL (p_limits) AND p_keys[1] = ALL (p_keys) THEN
+        -- One bucket: straight to its batch.
+        RETURN QUERY
+            SELECT b.ordinality::int, b.r_fits, b.r_level, b.r_updated_us, b.r_hold_amounts, b.r_hold_expires,
+                   b.r_now_us, b.r_capacity, b.r_leak_amount, b.r_leak_per_us, b.r_history,
+                   b.r_created_us, b.r_limit_updated_us, b.r_doc, b.r_err_code, b.r_err_msg
+              FROM budgetd_fillup_batch(p_limits[1], p_keys[1], p_costs, p_now, p_scopes, p_idems, p_hashes) WITH ORDINALITY AS b;
+        RETURN;
+    END IF;
+    FOR g IN SELECT u.l, u.k, array_agg(u.o::int ORDER BY u.o) AS items
+               FROM unnest(p_limits, p_keys) WITH ORDINALITY AS u(l, k, o)
+               LEFT JOIN limits li ON li.name = u.l
+              GROUP BY u.l, u.k, li.id
+              ORDER BY li.id, u.k COLLATE "C", u.l COLLATE "C" LOOP
+        RETURN QUERY
+            SELECT g.items[b.ordinality::int], b.r_fits, b.r_level, b.r_updated_us, b.r_hold_amounts, b.r_hold_expires,
+                   b.r_now_us, b.r_capacity, b.r_leak_amount, b.r_leak_per_us, b.r_history,
+                   b.r_created_us, b.r_limit_updated_us, b.r_doc, b.r_err_code, b.r_err_msg
+              FROM budgetd_fillup_batch(g.l, g.k,
+                       ARRAY(SELECT p_costs[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n), p_now,
+                       ARRAY(SELECT p_scopes[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n),
+                       ARRAY(SELECT p_idems[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n),
+                       ARRAY(SELECT p_hashes[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n))
+                   WITH ORDINALITY AS b;
+    END LOOP;
+END $$;

@@ -1,0 +1,67 @@
+-- A multi-bucket Fillup (budgetd_fillup with all_or_none): every item or none
+-- (bucket.Fillup per item). Items are distinct buckets; they are locked in
+-- (limit_id, key) order. Returns the outcome document, stored for the
+-- Idempotency-Key.
+CREATE OR REPLACE FUNCTION budgetd_fillup_all(p_limits text[], p_keys text[], p_costs text[], p_now timestamptz,
+                                   p_scope text, p_idem text, p_hash text)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_n        int := coalesce(array_length(p_limits, 1), 0);
+    v_out      jsonb;
+    v_now      timestamptz;
+    v_lims     limits[];
+    v_ids      bigint[];
+    v_costs    numeric[];
+    v_created  boolean[];
+    v_fits     boolean[];
+    v_items    jsonb[];
+    v_accepted boolean := true;
+    v_l        limits;
+    v_b        buckets;
+    v_held     numeric;
+    v_level    numeric;
+    v_r        record;
+BEGIN
+    v_out := budgetd_idem_get(p_scope, p_idem, p_hash, coalesce(p_now, budgetd_clock()));
+    IF v_out IS NOT NULL THEN
+        RETURN v_out;
+    END IF;
+    -- Every limit first: an unknown one fails the call before anything is locked.
+    FOR i IN 1 .. v_n LOOP
+        v_l := budgetd_limit(p_limits[i]);
+        v_lims[i] := v_l;
+        v_ids[i] := v_l.id;
+        v_costs[i] := p_costs[i]::numeric;
+        v_created[i] := false;
+    END LOOP;
+    FOR v_r IN SELECT u.ord FROM unnest(v_ids, p_keys) WITH ORDINALITY AS u(lid, k, ord) ORDER BY u.lid, u.k COLLATE "C" LOOP
+        v_created[v_r.ord] := budgetd_lock_bucket(v_ids[v_r.ord], p_keys[v_r.ord]);
+    END LOOP;
+    v_now := coalesce(p_now, budgetd_clock());
+    FOR i IN 1 .. v_n LOOP
+        v_l := v_lims[i];
+        SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = p_keys[i];
+        SELECT coalesce(sum(amount), 0) INTO v_held
+          FROM holds WHERE limit_id = v_l.id AND key = p_keys[i] AND state = 'active' AND expires_at > v_now;
+        v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now);
+        v_fits[i] := budgetd_fits(v_level, v_held, v_costs[i], v_l.capacity);
+        v_accepted := v_accepted AND v_fits[i];
+    END LOOP;
+    FOR i IN 1 .. v_n LOOP
+        v_l := v_lims[i];
+        IF v_accepted AND v_costs[i] > 0 THEN
+            v_level := budgetd_settle(v_l, p_keys[i], v_now);
+            PERFORM budgetd_write(v_l.id, p_keys[i], v_level + v_costs[i], v_now);
+            PERFORM budgetd_record(v_l, p_keys[i], v_now, 'fillup', v_costs[i], NULL);
+        ELSIF v_created[i] THEN
+            DELETE FROM buckets WHERE limit_id = v_l.id AND key = p_keys[i];
+        ELSE
+            PERFORM budgetd_unstep(v_l.id, p_keys[i], v_now);
+        END IF;
+        v_items[i] := jsonb_build_object('fits', v_fits[i], 'limit', budgetd_limit_json(v_l),
+                                         'state', budgetd_state_json(v_l.id, p_keys[i]));
+    END LOOP;
+    v_out := jsonb_build_object('accepted', v_accepted, 'now_us', budgetd_us(v_now), 'items', to_jsonb(v_items));
+    PERFORM budgetd_idem_put(p_scope, p_idem, p_hash, v_ids, v_out, v_now);
+    RETURN v_out;
+END $$;

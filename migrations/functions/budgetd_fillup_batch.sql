@@ -1,0 +1,336 @@
+-- budgetd_fillup_batch(limit, key, costs[], now, scopes[], idems[], hashes[]):
+-- the single-bucket calls of one bucket in a budgetd_fillup call (see there),
+-- decided one after another, in the order given, at one instant, under one
+-- lock of the bucket row: each exactly as it would be decided alone as the
+-- next call on the bucket. Per item:
+--   * with an Idempotency-Key, a live record (24 h, its limits still exist) is
+--     replayed (same hash: its outcome with "replayed": true) or refused
+--     (another hash: err_code BD006) without touching the bucket. Records
+--     written by earlier items of the same call are visible, so a duplicate
+--     inside a batch replays the first one's answer, as it would alone;
+--   * otherwise the cost is accepted or denied on its own, an accepted one
+--     gets its own history entry, and an item with a key gets its own
+--     idempotency record holding the document a call alone would store. A
+--     record that a concurrent transaction committed first raises BD001: the
+--     whole call rolls back and the store retries it, which then replays.
+-- A missing limit is answered per item (BD002, after the item's idempotency
+-- check); no other error is per item: any other failure fails the whole
+-- call, and so every caller in it.
+--
+-- The work is done in as few statements as the rule allows, since each
+-- statement of a plpgsql function costs a plan check, a snapshot and an
+-- executor start beyond its own work: the limit and the locked bucket row in
+-- one statement (a lateral sub-select FOR UPDATE), the holds in one scan
+-- after the lock, the decisions in variables, then the row written once (a
+-- bucket never written is inserted with its final level, with no placeholder
+-- row unless nothing was charged), the history entries of the call in one
+-- INSERT and its idempotency records in one INSERT. When the insert of a new
+-- bucket finds that a concurrent call created it first, the function starts
+-- over on that row (at SERIALIZABLE PostgreSQL reports a serialization
+-- failure instead, which the store retries); nothing is written before that
+-- insert except recording expired holds.
+--
+-- One row per item, in order: fits, the bucket right after the item (level
+-- as text, updated µs, active holds as two arrays) and the shared now and
+-- limit; or doc (an idempotent replay, the stored jsonb); or err_code and
+-- err_msg.
+CREATE OR REPLACE FUNCTION budgetd_fillup_batch(p_limit text, p_key text, p_costs text[], p_now timestamptz,
+                                     p_scopes text[], p_idems text[], p_hashes text[])
+RETURNS TABLE (r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts text[], r_hold_expires bigint[],
+               r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_history boolean,
+               r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n        int := coalesce(array_length(p_costs, 1), 0);
+    v_now      timestamptz;
+    v_l        limits;
+    v_lid      bigint;
+    v_cap      numeric;
+    v_lamt     numeric;
+    v_per      bigint;
+    v_hist     boolean;
+    v_lcre     timestamptz;
+    v_lupd     timestamptz;
+    v_blevel   numeric;
+    v_bupd     timestamptz;
+    v_bfound   boolean;
+    v_held     numeric;
+    v_expired  bigint;
+    v_all_a    text[];
+    v_all_e    bigint[];
+    v_live_a   text[];
+    v_live_e   bigint[];
+    v_level    numeric;
+    v_cost     numeric;
+    v_fits     boolean;
+    v_wrote    boolean;
+    v_lvl_text text;
+    v_upd_us   bigint;
+    v_limit    jsonb;
+    v_hash     text;
+    v_doc      jsonb;
+    v_j        int;
+    v_trim     boolean;
+    -- Per item.
+    a_fits     boolean[];
+    a_level    text[];
+    a_upd      bigint[];
+    a_live     boolean[];
+    a_doc      jsonb[];
+    a_err      text[];
+    a_msg      text[];
+    -- Accepted costs (history) and idempotency records to write.
+    w_costs    numeric[];
+    w_item     int[];
+    w_docs     jsonb[];
+BEGIN
+    LOOP
+        SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.created_at, l.updated_at,
+               b.level, b.updated_at, b.found
+          INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_lcre, v_lupd, v_blevel, v_bupd, v_bfound
+          FROM limits l
+          LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, true AS found FROM buckets bb
+                              WHERE bb.limit_id = l.id AND bb.key = p_key FOR UPDATE) b ON true
+         WHERE l.name = p_limit;
+        IF NOT FOUND THEN
+            -- As budgetd_fillup alone: the idempotency check first, then BD002.
+            v_now := coalesce(p_now, budgetd_clock());
+            FOR k IN 1 .. v_n LOOP
+                r_doc := NULL;
+                r_err_code := budgetd_code_limit_not_found();
+                r_err_msg := format('limit "%s" not found', p_limit);
+                IF p_idems[k] IS NOT NULL AND p_idems[k] <> '' THEN
+                    SELECT i.hash, i.outcome INTO v_hash, v_doc FROM idempotency i
+                     WHERE i.scope = p_scopes[k] AND i.key = p_idems[k]
+                       AND i.created_at > v_now - budgetd_idempotency_ttl() AND budgetd_limits_exist(i.limit_ids);
+                    IF FOUND AND v_hash = p_hashes[k] THEN
+                        r_doc := v_doc || '{"replayed": true}'::jsonb;
+                        r_err_code := NULL;
+                        r_err_msg := NULL;
+                    ELSIF FOUND THEN
+                        r_err_code := budgetd_code_key_reused();
+                        r_err_msg := format('idempotency key "%s" was used with a different request', p_idems[k]);
+                    END IF;
+                END IF;
+                RETURN NEXT;
+            END LOOP;
+            RETURN;
+        END IF;
+        v_bfound := coalesce(v_bfound, false);
+        v_now := coalesce(p_now, budgetd_clock());
+        IF v_bupd > v_now THEN
+            PERFORM budgetd_note_step(v_bupd, v_now);
+        END IF;
+
+        -- The holds, under the bucket's lock: what counts now and how many
+        -- have expired; when there are any, again in one scan with the
+        -- answer's list with and without the expired ones (four ordered
+        -- aggregates cost more than the common bucket without holds should
+        -- pay).
+        SELECT coalesce(sum(h.amount) FILTER (WHERE h.expires_at > v_now), 0),
+               count(*) FILTER (WHERE h.expires_at <= v_now), count(*)
+          INTO v_held, v_expired, v_j
+          FROM holds h
+         WHERE h.limit_id = v_lid AND h.key = p_key AND h.state = 'active';
+        v_all_a := '{}';
+        v_all_e := '{}';
+        v_live_a := '{}';
+        v_live_e := '{}';
+        IF v_j > 0 THEN
+            SELECT coalesce(sum(h.amount) FILTER (WHERE h.expires_at > v_now), 0),
+                   count(*) FILTER (WHERE h.expires_at <= v_now),
+                   coalesce(array_agg(h.amount::text ORDER BY h.expires_at, h.id), '{}'),
+                   coalesce(array_agg(budgetd_us(h.expires_at) ORDER BY h.expires_at, h.id), '{}'),
+                   coalesce(array_agg(h.amount::text ORDER BY h.expires_at, h.id) FILTER (WHERE h.expires_at > v_now), '{}'),
+                   coalesce(array_agg(budgetd_us(h.expires_at) ORDER BY h.expires_at, h.id) FILTER (WHERE h.expires_at > v_now), '{}')
+              INTO v_held, v_expired, v_all_a, v_all_e, v_live_a, v_live_e
+              FROM holds h
+             WHERE h.limit_id = v_lid AND h.key = p_key AND h.state = 'active';
+        END IF;
+
+        -- The level at v_now, once: the items share the instant.
+        v_level := budgetd_level_at(v_blevel, v_bupd, v_lamt, v_per, v_now);
+        -- What an answer shows until something is written: the row as stored.
+        IF v_bfound THEN
+            v_lvl_text := v_blevel::text;
+            v_upd_us := budgetd_us(v_bupd);
+        ELSE
+            v_lvl_text := '0';
+            v_upd_us := NULL;
+        END IF;
+        r_now_us := budgetd_us(v_now);
+        v_wrote := false;
+        a_fits := '{}'; a_level := '{}'; a_upd := '{}'; a_live := '{}'; a_doc := '{}'; a_err := '{}'; a_msg := '{}';
+        w_costs := '{}'; w_item := '{}'; w_docs := '{}';
+
+        -- Decide, in order.
+        FOR k IN 1 .. v_n LOOP
+            a_doc[k] := NULL;
+            a_err[k] := NULL;
+            IF p_idems[k] IS NOT NULL AND p_idems[k] <> '' THEN
+                -- An earlier item of this call with the key: its record is
+                -- not written yet, but it counts as written.
+                v_j := NULL;
+                FOR j IN REVERSE coalesce(array_length(w_item, 1), 0) .. 1 LOOP
+                    IF p_scopes[w_item[j]] = p_scopes[k] AND p_idems[w_item[j]] = p_idems[k] THEN
+                        v_j := j;
+                        EXIT;
+                    END IF;
+                END LOOP;
+                IF v_j IS NOT NULL THEN
+                    v_hash := p_hashes[w_item[v_j]];
+                    v_doc := w_docs[v_j];
+                ELSE
+                    -- budgetd_idem_get, inline.
+                    SELECT i.hash, i.outcome INTO v_hash, v_doc FROM idempotency i
+                     WHERE i.scope = p_scopes[k] AND i.key = p_idems[k]
+                       AND i.created_at > v_now - budgetd_idempotency_ttl() AND budgetd_limits_exist(i.limit_ids);
+                    IF NOT FOUND THEN
+                        v_hash := NULL;
+                    END IF;
+                END IF;
+                IF v_hash IS NOT NULL THEN
+                    IF v_hash = p_hashes[k] THEN
+                        a_doc[k] := v_doc || '{"replayed": true}'::jsonb;
+                    ELSE
+                        a_err[k] := budgetd_code_key_reused();
+                        a_msg[k] := format('idempotency key "%s" was used with a different request', p_idems[k]);
+                    END IF;
+                    CONTINUE;
+                END IF;
+            END IF;
+
+            v_cost := p_costs[k]::numeric;
+            v_fits := budgetd_fits(v_level, v_held, v_cost, v_cap);
+            IF v_fits AND v_cost > 0 THEN
+                v_level := trim_scale(v_level + v_cost);
+                v_wrote := true;
+                v_lvl_text := v_level::text;
+                v_upd_us := budgetd_us(CASE WHEN v_bupd IS NULL OR v_bupd < v_now OR v_bupd > v_now + budgetd_clock_step()
+                                             THEN v_now ELSE v_bupd END);
+                IF v_hist THEN
+                    w_costs := w_costs || v_cost;
+                END IF;
+            END IF;
+            a_fits[k] := v_fits;
+            a_level[k] := v_lvl_text;
+            a_upd[k] := v_upd_us;
+            -- Expired holds are recorded by the first write.
+            a_live[k] := v_wrote AND v_expired > 0;
+            IF p_idems[k] IS NOT NULL AND p_idems[k] <> '' THEN
+                -- The document budgetd_fillup answers and stores.
+                IF v_limit IS NULL THEN
+                    SELECT * INTO v_l FROM limits WHERE id = v_lid;
+                    v_limit := budgetd_limit_json(v_l);
+                END IF;
+                v_doc := jsonb_build_object('accepted', v_fits, 'now_us', r_now_us,
+                    'items', jsonb_build_array(jsonb_build_object('fits', v_fits, 'limit', v_limit,
+                        'state', jsonb_build_object('level', v_lvl_text, 'updated_us', v_upd_us,
+                            'holds', (SELECT coalesce(jsonb_agg(jsonb_build_object('amount', u.a, 'expires_us', u.e) ORDER BY u.o), '[]'::jsonb)
+                                        FROM unnest(CASE WHEN a_live[k] THEN v_live_a ELSE v_all_a END,
+                                                    CASE WHEN a_live[k] THEN v_live_e ELSE v_all_e END) WITH ORDINALITY AS u(a, e, o))))));
+                w_item := w_item || k;
+                w_docs := w_docs || v_doc;
+            END IF;
+        END LOOP;
+
+        -- Write the bucket once.
+        IF v_wrote THEN
+            IF v_expired > 0 THEN
+                IF v_l.id IS NULL THEN
+                    SELECT * INTO v_l FROM limits WHERE id = v_lid;
+                END IF;
+                PERFORM budgetd_expire_holds(v_l, p_key, v_now);
+            END IF;
+            IF v_bfound THEN
+                UPDATE buckets
+                   SET level = v_level,
+                       updated_at = CASE WHEN updated_at IS NULL OR updated_at < v_now OR updated_at > v_now + budgetd_clock_step()
+                                         THEN v_now ELSE updated_at END
+                 WHERE limit_id = v_lid AND key = p_key;
+            ELSE
+                INSERT INTO buckets (limit_id, key, level, updated_at) VALUES (v_lid, p_key, v_level, v_now)
+                ON CONFLICT DO NOTHING;
+                -- A concurrent call created the bucket first: start over on it.
+                CONTINUE WHEN NOT FOUND;
+            END IF;
+        ELSIF v_bupd > v_now + budgetd_clock_step() THEN
+            -- A clock stepped back (reported above): see budgetd_unstep.
+            UPDATE buckets SET updated_at = v_now WHERE limit_id = v_lid AND key = p_key;
+        ELSIF NOT v_bfound THEN
+            -- Nothing charged on a bucket that had no row: a denial is judged
+            -- on a locked state, as everywhere (docs/postgres.md, "Locking").
+            -- An empty placeholder, inserted and deleted, proves that no
+            -- concurrent call created the bucket since this statement's
+            -- snapshot; if one did, start over on its row.
+            INSERT INTO buckets (limit_id, key, level, updated_at) VALUES (v_lid, p_key, 0, NULL)
+            ON CONFLICT DO NOTHING;
+            CONTINUE WHEN NOT FOUND;
+            DELETE FROM buckets WHERE limit_id = v_lid AND key = p_key;
+        END IF;
+        EXIT;
+    END LOOP;
+
+    -- The history entries, in order (ids grow with insertion), and about one
+    -- insert in 256 trims the bucket as budgetd_record does.
+    IF coalesce(array_length(w_costs, 1), 0) > 0 THEN
+        WITH ins AS (
+            INSERT INTO history (limit_id, key, at, event, amount, reservation_id)
+            SELECT v_lid, p_key, v_now, 'fillup', u.c, NULL FROM unnest(w_costs) WITH ORDINALITY AS u(c, o) ORDER BY u.o
+            RETURNING id)
+        SELECT bool_or(id % 256 = 0) INTO v_trim FROM ins;
+        IF v_trim THEN
+            DELETE FROM history WHERE id = ANY (ARRAY(
+                SELECT id FROM history WHERE limit_id = v_lid AND key = p_key
+                 ORDER BY at DESC, id DESC OFFSET budgetd_history_cap() LIMIT 1000));
+        END IF;
+    END IF;
+
+    -- The idempotency records (budgetd_idem_put, inline). A record that a
+    -- concurrent call committed first is not replaced: BD001, and the store
+    -- retries the whole call, which then replays it.
+    IF coalesce(array_length(w_item, 1), 0) > 0 THEN
+        INSERT INTO idempotency AS i (scope, key, hash, limit_ids, outcome, created_at)
+        SELECT p_scopes[u.k], p_idems[u.k], p_hashes[u.k], ARRAY[v_lid], u.d, v_now
+          FROM unnest(w_item, w_docs) AS u(k, d)
+        ON CONFLICT (scope, key) DO UPDATE
+           SET hash = EXCLUDED.hash, limit_ids = EXCLUDED.limit_ids, outcome = EXCLUDED.outcome, created_at = EXCLUDED.created_at
+         WHERE i.created_at <= EXCLUDED.created_at - budgetd_idempotency_ttl() OR NOT budgetd_limits_exist(i.limit_ids);
+        GET DIAGNOSTICS v_j = ROW_COUNT;
+        IF v_j <> array_length(w_item, 1) THEN
+            RAISE EXCEPTION 'a request with an idempotency key of this call finished first' USING ERRCODE = budgetd_code_idempotency_race();
+        END IF;
+    END IF;
+
+    -- The answers.
+    r_capacity := v_cap::text;
+    r_leak_amount := v_lamt::text;
+    r_leak_per_us := v_per;
+    r_history := v_hist;
+    r_created_us := budgetd_us(v_lcre);
+    r_limit_updated_us := budgetd_us(v_lupd);
+    FOR k IN 1 .. v_n LOOP
+        r_doc := a_doc[k];
+        r_err_code := a_err[k];
+        r_err_msg := a_msg[k];
+        IF r_doc IS NULL AND r_err_code IS NULL THEN
+            r_fits := a_fits[k];
+            r_level := a_level[k];
+            r_updated_us := a_upd[k];
+            IF a_live[k] THEN
+                r_hold_amounts := v_live_a;
+                r_hold_expires := v_live_e;
+            ELSE
+                r_hold_amounts := v_all_a;
+                r_hold_expires := v_all_e;
+            END IF;
+        ELSE
+            r_fits := NULL;
+            r_level := NULL;
+            r_updated_us := NULL;
+            r_hold_amounts := NULL;
+            r_hold_expires := NULL;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END $$;

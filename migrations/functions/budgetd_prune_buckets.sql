@@ -1,0 +1,45 @@
+-- Scans up to p_batch buckets after the cursor (p_after_limit, p_after_key) and
+-- deletes those that are empty at p_now with no active hold and no history
+-- left, or whose limit is gone. Returns the cursor to continue from (NULL once
+-- the scan reached the end) and how many it deleted.
+CREATE OR REPLACE FUNCTION budgetd_prune_buckets(p_after_limit bigint, p_after_key text, p_now timestamptz, p_batch int,
+                                      OUT next_limit bigint, OUT next_key text, OUT deleted int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_r       record;
+    v_scanned int := 0;
+    v_n       int;
+BEGIN
+    deleted := 0;
+    FOR v_r IN SELECT b.limit_id, b.key, b.level, b.updated_at, l.id AS lid, l.leak_amount, l.leak_per_us
+                 FROM buckets b LEFT JOIN limits l ON l.id = b.limit_id
+                WHERE (b.limit_id, b.key) > (p_after_limit, p_after_key COLLATE "C")
+                ORDER BY b.limit_id, b.key
+                LIMIT p_batch LOOP
+        v_scanned := v_scanned + 1;
+        next_limit := v_r.limit_id;
+        next_key := v_r.key;
+        IF v_r.lid IS NOT NULL AND (budgetd_level_at(v_r.level, v_r.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now) > 0
+            OR v_r.updated_at IS NULL) THEN
+            CONTINUE;
+        END IF;
+        PERFORM 1 FROM buckets WHERE limit_id = v_r.limit_id AND key = v_r.key FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            CONTINUE;
+        END IF;
+        -- Check again on the latest version, under the lock.
+        DELETE FROM buckets b
+         WHERE b.limit_id = v_r.limit_id AND b.key = v_r.key
+           AND (NOT EXISTS (SELECT 1 FROM limits l WHERE l.id = b.limit_id)
+                OR (b.updated_at IS NOT NULL
+                    AND budgetd_level_at(b.level, b.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now) = 0
+                    AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.limit_id = b.limit_id AND h.key = b.key AND h.state = 'active')
+                    AND NOT EXISTS (SELECT 1 FROM history e WHERE e.limit_id = b.limit_id AND e.key = b.key)));
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        deleted := deleted + v_n;
+    END LOOP;
+    IF v_scanned < p_batch THEN
+        next_limit := NULL;
+        next_key := NULL;
+    END IF;
+END $$;

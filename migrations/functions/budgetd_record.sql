@@ -1,0 +1,21 @@
+-- Adds a history entry when the limit keeps history. The caller holds the
+-- bucket's lock. About one insert in 256 (by id) also trims the bucket to its
+-- newest 10,000 entries, at most 1,000 rows at a time, so a busy bucket stays
+-- near that cap without a per-insert cost.
+CREATE OR REPLACE FUNCTION budgetd_record(p_l limits, p_key text, p_at timestamptz, p_event text, p_amount numeric, p_res text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF NOT p_l.history THEN
+        RETURN;
+    END IF;
+    INSERT INTO history (limit_id, key, at, event, amount, reservation_id)
+    VALUES (p_l.id, p_key, p_at, p_event, p_amount, p_res)
+    RETURNING id INTO v_id;
+    IF v_id % 256 = 0 THEN
+        DELETE FROM history WHERE id = ANY (ARRAY(
+            SELECT id FROM history WHERE limit_id = p_l.id AND key = p_key
+             ORDER BY at DESC, id DESC OFFSET budgetd_history_cap() LIMIT 1000));
+    END IF;
+END $$;

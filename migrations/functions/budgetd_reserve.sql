@@ -1,0 +1,52 @@
+-- Reserve: adds a hold p_id of p_amount for p_ttl_us when it fits
+-- (bucket.Reserve). BD003 when the bucket has 1000 active holds.
+CREATE OR REPLACE FUNCTION budgetd_reserve(p_limit text, p_key text, p_amount text, p_ttl_us bigint, p_id text, p_now timestamptz,
+                                p_scope text, p_idem text, p_hash text)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_amount   numeric := p_amount::numeric;
+    v_out      jsonb;
+    v_now      timestamptz;
+    v_l        limits;
+    v_b        buckets;
+    v_h        holds;
+    v_created  boolean;
+    v_held     numeric;
+    v_count    bigint;
+    v_level    numeric;
+    v_accepted boolean;
+    v_res      jsonb := NULL;
+BEGIN
+    v_out := budgetd_idem_get(p_scope, p_idem, p_hash, coalesce(p_now, budgetd_clock()));
+    IF v_out IS NOT NULL THEN
+        RETURN v_out;
+    END IF;
+    v_l := budgetd_limit(p_limit);
+    v_created := budgetd_lock_bucket(v_l.id, p_key);
+    v_now := coalesce(p_now, budgetd_clock());
+    SELECT coalesce(sum(amount), 0), count(*) INTO v_held, v_count
+      FROM holds WHERE limit_id = v_l.id AND key = p_key AND state = 'active' AND expires_at > v_now;
+    IF v_count >= budgetd_max_holds() THEN
+        RAISE EXCEPTION 'bucket has % active holds', v_count USING ERRCODE = budgetd_code_too_many_holds();
+    END IF;
+    SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = p_key;
+    v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now);
+    v_accepted := budgetd_fits(v_level, v_held, v_amount, v_l.capacity);
+    IF v_accepted THEN
+        v_level := budgetd_settle(v_l, p_key, v_now);
+        PERFORM budgetd_write(v_l.id, p_key, v_level, v_now);
+        INSERT INTO holds (id, limit_id, key, amount, state, created_at, expires_at)
+        VALUES (p_id, v_l.id, p_key, v_amount, 'active', v_now, v_now + (p_ttl_us::text || ' microseconds')::interval)
+        RETURNING * INTO v_h;
+        PERFORM budgetd_record(v_l, p_key, v_now, 'reserved', v_amount, p_id);
+        v_res := budgetd_hold_json(v_h, v_l.name);
+    ELSIF v_created THEN
+        DELETE FROM buckets WHERE limit_id = v_l.id AND key = p_key;
+    ELSIF v_b.updated_at > v_now + budgetd_clock_step() THEN
+        PERFORM budgetd_unstep(v_l.id, p_key, v_now);
+    END IF;
+    v_out := jsonb_build_object('accepted', v_accepted, 'reservation', v_res, 'limit', budgetd_limit_json(v_l),
+                                'state', budgetd_state_json(v_l.id, p_key), 'now_us', budgetd_us(v_now));
+    PERFORM budgetd_idem_put(p_scope, p_idem, p_hash, ARRAY[v_l.id], v_out, v_now);
+    RETURN v_out;
+END $$;

@@ -1,0 +1,16 @@
+-- A bucket as the rule sees it: level, updated and the holds not yet recorded
+-- as resolved or expired (the rule ignores those past expires_at). One
+-- statement, so that a reader without locks (Inspect) sees the row and its
+-- holds in one snapshot.
+CREATE OR REPLACE FUNCTION budgetd_state_json(p_limit_id bigint, p_key text) RETURNS jsonb
+LANGUAGE sql AS $$
+    SELECT jsonb_build_object(
+        'level', coalesce(b.level, 0)::text,
+        'updated_us', budgetd_us(b.updated_at),
+        'holds', (SELECT coalesce(jsonb_agg(jsonb_build_object('amount', h.amount::text, 'expires_us', budgetd_us(h.expires_at))
+                                           ORDER BY h.expires_at, h.id), '[]'::jsonb)
+                    FROM holds h
+                   WHERE h.limit_id = p_limit_id AND h.key = p_key AND h.state = 'active'))
+      FROM (SELECT 1) AS one
+      LEFT JOIN buckets b ON b.limit_id = p_limit_id AND b.key = p_key
+$$;
