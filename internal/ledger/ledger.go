@@ -119,6 +119,13 @@ type Idempotency struct {
 // IdempotencyTTL is how long a store keeps an idempotency record at least.
 const IdempotencyTTL = 24 * time.Hour
 
+// ClockStep is how far after "now" a bucket's stored time may lie and still
+// be kept: a clock that went back a little leaks nothing until it catches up.
+// A stored time further ahead can only come from a clock that was stepped
+// back (after a forward step): the next write, or denial, of the bucket
+// takes it as now, so the bucket is not locked out until the clock catches up.
+const ClockStep = time.Minute
+
 // Refusal codes: domain answers that are stored and replayed for an
 // Idempotency-Key like any other answer. Each maps to one HTTP status.
 const (

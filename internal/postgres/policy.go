@@ -20,12 +20,8 @@ const (
 	// IdempotencyRetention is how long the pruner keeps an idempotency
 	// record: an hour past ledger.IdempotencyTTL.
 	IdempotencyRetention = ledger.IdempotencyTTL + time.Hour
-	// ClockStep is how far after "now" a bucket's stored updated time may be
-	// and still be kept (a clock that went back a little leaks nothing until
-	// it catches up). A stored time further ahead can only come from a clock
-	// that was stepped back: the next write, or denial, of the bucket treats
-	// it as now, so the bucket is not locked out until the clock catches up.
-	ClockStep = time.Minute
+	// ClockStep is ledger.ClockStep, generated into budgetd_clock_step().
+	ClockStep = ledger.ClockStep
 )
 
 // policyFile is the name under which budgetd_functions records the

@@ -408,3 +408,68 @@ func TestLimitChangedByAnotherInstance(t *testing.T) {
 		t.Fatalf("can accept after delete elsewhere: %v, want ErrLimitNotFound", err)
 	}
 }
+
+// TestClockStepBack: a bucket written while the clock was a month ahead is
+// not locked out after the clock is corrected. Right after the correction
+// it is still full (a clock going back leaks nothing), and from then on it
+// leaks from the corrected now, on the single-bucket, multi-bucket and
+// reserve paths, on standalone Redis and on Redis Cluster.
+func TestClockStepBack(t *testing.T) {
+	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
+		t.Run(env, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
+			ctx := context.Background()
+			if _, err := s.PutLimit(ctx, ledger.Limit{Name: "c", Capacity: decimal.RequireFromString("10"), LeakAmount: decimal.RequireFromString("1"), LeakPer: time.Second, History: true}); err != nil {
+				t.Fatal(err)
+			}
+			ref := func(key string) ledger.BucketRef { return ledger.BucketRef{Limit: "c", Key: "{t}" + key} }
+			one := func(key, cost string) []ledger.Charge {
+				return []ledger.Charge{{Bucket: ref(key), Cost: decimal.RequireFromString(cost)}}
+			}
+			fill := func(items []ledger.Charge) bool {
+				t.Helper()
+				out, err := s.Fillup(ctx, items, ledger.Idempotency{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out.Accepted
+			}
+			reserve := func() bool {
+				t.Helper()
+				r, err := s.Reserve(ctx, ref("res"), decimal.RequireFromString("1"), time.Minute, ledger.Idempotency{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r.Accepted
+			}
+			t0 := clock.Now()
+			clock.Set(t0.Add(30 * 24 * time.Hour)) // the clock jumps ahead
+			for _, k := range []string{"single", "m1", "m2", "res"} {
+				if !fill(one(k, "10")) {
+					t.Fatalf("fill %s denied", k)
+				}
+			}
+			clock.Set(t0) // and is corrected
+			multi := append(one("m1", "1"), one("m2", "1")...)
+			if fill(one("single", "1")) || fill(multi) || reserve() {
+				t.Fatal("a full bucket accepted right after the correction")
+			}
+			clock.Advance(2 * time.Second)
+			if !fill(one("single", "1")) {
+				t.Error("single-bucket path: still locked out 2s after the correction")
+			}
+			if !fill(multi) {
+				t.Error("multi-bucket path: still locked out 2s after the correction")
+			}
+			if !reserve() {
+				t.Error("reserve: still locked out 2s after the correction")
+			}
+			// A small step back keeps the stored time: no leak until the clock catches up.
+			clock.Set(clock.Now().Add(-10 * time.Second))
+			if fill(one("single", "2")) {
+				t.Error("a 10s step back leaked: a full bucket accepted 2")
+			}
+		})
+	}
+}

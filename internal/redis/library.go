@@ -67,6 +67,7 @@ func luaConstants() string {
 	fmt.Fprintf(&b, "local HIST_MAX = %d\n", historyPerBucket)
 	fmt.Fprintf(&b, "local HOLD_KEEP_MS = %d\n", ms(holdKeep))
 	fmt.Fprintf(&b, "local SLACK_MS = %d\n", ms(ttlSlack))
+	fmt.Fprintf(&b, "local CLOCK_STEP_US = %d\n", ledger.ClockStep.Microseconds())
 	fmt.Fprintf(&b, "local E_STALE, E_REUSED, E_NOT_FOUND, E_TOO_MANY_HOLDS, E_LEVEL_OVERFLOW = %q, %q, %q, %q, %q\n",
 		codeStale, codeReused, codeNotFound, codeTooManyHolds, codeLevelOverflow)
 	return b.String()

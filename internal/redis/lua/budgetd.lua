@@ -106,11 +106,23 @@ local function expire_holds(c, st, now)
   return any
 end
 
--- settle: bucket.Settled plus the expiry records of memory's settle.
+-- settle: bucket.Settled plus the expiry records of memory's settle. A
+-- stored time more than CLOCK_STEP_US ahead of now (a clock stepped back)
+-- is taken as now, as ledger.ClockStep says.
 local function settle(c, st, now)
   st.l = st.lv or level_at(c, st, now)
-  if now > st.u then st.u = now end
+  if now > st.u or st.u > now + CLOCK_STEP_US then st.u = now end
   expire_holds(c, st, now)
+end
+
+-- unstep: a bucket that a denial leaves unwritten gets its stored time set
+-- to now when it lies more than CLOCK_STEP_US ahead, so that a bucket denied
+-- everything is not locked out until the clock catches up.
+local function unstep(c, st, now)
+  if st.u > now + CLOCK_STEP_US then
+    st.u = now
+    redis.call('HSET', c.bk, 'u', fmt(now))
+  end
 end
 
 -- finish writes level and time and sets the TTLs: a bucket lives until it has
@@ -217,6 +229,8 @@ local function fillup(keys, args)
         finish(it.c, it.st, now)
       end
     end
+  else
+    for _, it in ipairs(items) do unstep(it.c, it.st, now) end
   end
   return reply(now, accepted and '1' or '0', nil, items, ik, ih)
 end
@@ -288,6 +302,7 @@ local function reserve(keys, args)
   for _, h in ipairs(st.holds) do if h.e > now then active = active + 1 end end
   if active >= MAX_HOLDS then return { E_TOO_MANY_HOLDS } end
   if not fits(c, st, now, amount) then
+    unstep(c, st, now)
     return reply(now, '0', nil, { { c = c, st = st } }, ik, args[2])
   end
   settle(c, st, now)
