@@ -83,6 +83,18 @@ type tab struct {
 	t    *testing.T
 	ctx  context.Context
 	base string
+	// token, when the API requires one (BUDGETD_TEST_AUTH=1), is put in the
+	// tab's sessionStorage before the first page, as a person would enter it.
+	token  string
+	seeded bool
+}
+
+// openAPITab is openTab on a test API, with its token when it needs one.
+func openAPITab(t *testing.T, b context.Context, a *api) *tab {
+	t.Helper()
+	tb := openTab(t, b, a.url)
+	tb.token = a.token
+	return tb
 }
 
 func openTab(t *testing.T, b context.Context, base string) *tab {
@@ -108,6 +120,16 @@ func (tb *tab) do(actions ...chromedp.Action[chromedp.Void]) {
 
 func (tb *tab) open(hash string) {
 	tb.t.Helper()
+	if tb.token != "" && !tb.seeded {
+		tok, _ := json.Marshal(tb.token)
+		// A page of the same origin that is not the dashboard, so that the
+		// dashboard's first load already finds the token.
+		tb.do(chromedp.Navigate(tb.base + "/openapi.json"))
+		if _, err := chromedp.Run(tb.ctx, chromedp.Evaluate[any](`sessionStorage.setItem("budgetd.token", `+string(tok)+`)`)); err != nil {
+			tb.t.Fatalf("seed the token: %v", err)
+		}
+		tb.seeded = true
+	}
 	tb.do(chromedp.Navigate(tb.base + "/ui/" + hash))
 }
 
@@ -228,7 +250,7 @@ func TestDashboard(t *testing.T) {
 func testDashboardPages(t *testing.T, b context.Context) {
 	eachStore(t, func(t *testing.T, a *api) {
 		levels := dashboardData(t, a)
-		tb := openTab(t, b, a.url)
+		tb := openAPITab(t, b, a)
 
 		// Limits: capacity, rule and number of buckets.
 		tb.open("")
@@ -373,7 +395,7 @@ func jsonInt(n int) string { b, _ := json.Marshal(n); return string(b) }
 func testDashboardPhone(t *testing.T, b context.Context) {
 	a := newAPI(t)
 	dashboardData(t, a)
-	tb := openTab(t, b, a.url)
+	tb := openAPITab(t, b, a)
 	tb.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(1), chromedp.EmulateMobile))
 	for _, page := range []struct{ hash, ready, shot string }{
 		{"", "#limits", "dashboard-phone-limits"},
@@ -518,7 +540,7 @@ func testDashboardPager(t *testing.T, b context.Context) {
 		keys = append(keys, k)
 		a.expect("POST", "/v1/limits/wide/buckets/"+k+"/fillup", `{"cost":"`+jsonInt(1+i%7)+`"}`, 200)
 	}
-	tb := openTab(t, b, a.url)
+	tb := openAPITab(t, b, a)
 	tb.open("#/l/wide")
 	tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 50`)
 	first := tb.rows("#buckets")
