@@ -355,6 +355,12 @@ func retryAfter(l Limit, s State, now time.Time, cost decimal.Decimal) decimal.D
 // cost ≤ capacity, so the latest of those instants always fits.
 func periodRetryAfter(l Limit, s State, now time.Time, level decimal.Decimal, end time.Time, cost decimal.Decimal) decimal.Decimal {
 	n, e := micros(now), max(micros(end), micros(now))
+	if level.Sign() > 0 && micros(s.Updated) >= e {
+		// Written ahead of the clock, in a later period: the level stays until
+		// that period ends, so waiting for this one's end would be early.
+		_, later := l.Period.Bounds(s.Updated)
+		e = micros(later)
+	}
 	holds := ActiveHolds(s, now)
 	sort.Slice(holds, func(i, j int) bool { return holds[i].ExpiresAt.Before(holds[j].ExpiresAt) })
 	held := HeldAt(s, now)
