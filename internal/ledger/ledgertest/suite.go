@@ -50,6 +50,9 @@ func Run(t *testing.T, factory Factory) {
 		{"NotFound", testNotFound},
 		{"Differential", testDifferential},
 		{"LevelOverflow", testLevelOverflow},
+		{"Periods", testPeriods},
+		{"PeriodsMultiBucket", testPeriodsMultiBucket},
+		{"PeriodsSwitchKind", testPeriodsSwitchKind},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
