@@ -50,7 +50,7 @@ type limitBody struct {
 		Amount jsonAmount   `json:"amount"`
 		Per    jsonDuration `json:"per"`
 	} `json:"leak"`
-	Period    *periodBody     `json:"period"`
+	Period    json.RawMessage `json:"period"`
 	History   *bool           `json:"history"`
 	CreatedAt json.RawMessage `json:"created_at"`
 	UpdatedAt json.RawMessage `json:"updated_at"`
@@ -76,13 +76,21 @@ func (s *server) putLimit(c echo.Context) error {
 		return err
 	}
 	spec := ledger.LimitSpec{Capacity: capacity, History: true}
+	var period *periodBody
+	if len(body.Period) > 0 && string(body.Period) != "null" {
+		// Decoded on its own so that an unknown member is named period.x.
+		period = &periodBody{}
+		if err := decodeStrict(body.Period, period, "period."); err != nil {
+			return err
+		}
+	}
 	switch {
-	case body.Leak != nil && body.Period != nil:
+	case body.Leak != nil && period != nil:
 		return invalidRequest("leak", "a limit has either leak (a rate) or period (a calendar budget), not both")
-	case body.Leak == nil && body.Period == nil:
+	case body.Leak == nil && period == nil:
 		return invalidRequest("leak", "a limit needs leak (a rate) or period (a calendar budget)")
-	case body.Period != nil:
-		p, err := body.Period.parse()
+	case period != nil:
+		p, err := period.parse()
 		if err != nil {
 			return err
 		}
