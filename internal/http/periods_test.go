@@ -60,9 +60,10 @@ func TestPeriods(t *testing.T) {
 		id := res.str("id")
 		committed := a.expect("POST", "/v1/reservations/"+id+"/commit", `{"amount":"100"}`, 200)
 		b, _ := committed.body["bucket"].(map[string]any)
-		if b["period_start"] != start || b["resets_at"] != reset || b["level"] != "4100" {
+		if b["period_start"] != start || b["resets_at"] != reset || b["level"] != "4100" || committed.str("period_start") != start || committed.str("resets_at") != reset {
 			t.Fatalf("commit: %s", committed.raw)
 		}
+		check("drain", a.expect("POST", bucket+"/drain", `{"amount":"0"}`, 200))
 		a.clock.Set(time.Date(2026, 3, 31, 21, 59, 0, 0, time.UTC)) // a minute before the reset
 		multi := a.expect("POST", "/v1/fillup", `{"items":[{"limit":"team-spend","key":"acme","cost":"1"}]}`, 200, "Idempotency-Key", "m1")
 		items, _ := multi.body["items"].([]any)
