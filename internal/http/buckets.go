@@ -217,8 +217,8 @@ func (s *server) drain(c echo.Context) error {
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, drainView{
 		decisionView: decisionView{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity,
 			PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt},
-		UpdatedAt:    b.UpdatedAt,
-		Removed:      res.Removed.String(),
+		UpdatedAt: b.UpdatedAt,
+		Removed:   res.Removed.String(),
 	})
 	return nil
 }
