@@ -233,3 +233,54 @@ func BenchmarkCanAcceptPeriodic(b *testing.B) {
 		CanAccept(l, s, now, d("1"))
 	}
 }
+
+// FuzzPeriodic checks the invariants of the periodic rule on random
+// sequences: a level never below zero nor above capacity, never more than
+// charged since the period started, accepted iff level + held + cost fits,
+// and retry_after exact to the microsecond.
+func FuzzPeriodic(f *testing.F) {
+	f.Add(uint8(2), uint8(0), int64(0), []byte{10, 200, 3, 77, 255, 1})
+	f.Add(uint8(0), uint8(3), int64(86400), []byte{0, 0, 0, 90, 90, 90})
+	zones := []string{"UTC", "Europe/Berlin", "America/Santiago", "Asia/Kolkata", "America/New_York"}
+	f.Fuzz(func(t *testing.T, unit, zone uint8, offset int64, ops []byte) {
+		every := calendar.Unit(unit%5) + calendar.Day
+		sd := 1
+		if every == calendar.Day || every == calendar.Year {
+			sd = 0
+		}
+		l := Limit{Capacity: d("100"), Period: period(t, every, zones[int(zone)%len(zones)], sd)}
+		now := time.Date(2026, 3, 28, 20, 0, 0, 0, time.UTC).Add(time.Duration(offset%(400*86400)) * time.Second)
+		var s State
+		for i := 0; i+1 < len(ops); i += 2 {
+			now = now.Add(time.Duration(ops[i]) * 17 * time.Minute)
+			cost := decimal.NewFromInt(int64(ops[i+1] % 120))
+			if ops[i+1]%7 == 0 {
+				_, s = Reserve(l, s, now, decimal.NewFromInt(int64(ops[i+1]%30)+1), now.Add(time.Duration(ops[i])*time.Minute+time.Second))
+				continue
+			}
+			before := CanAccept(l, s, now, cost)
+			start, end := l.Period.Bounds(now)
+			if !before.PeriodStart.Equal(start) || !before.ResetsAt.Equal(end) {
+				t.Fatalf("bounds %s %s, want %s %s", before.PeriodStart, before.ResetsAt, start, end)
+			}
+			fits := before.Level.Add(before.Held).Add(cost).LessThanOrEqual(l.Capacity)
+			if before.Accepted != (fits || cost.IsZero()) || before.Level.Sign() < 0 {
+				t.Fatalf("decision %+v for cost %s", before, cost)
+			}
+			if !before.Accepted && !before.NeverFits {
+				wait := time.Duration(before.RetryAfter.Shift(6).IntPart()) * time.Microsecond
+				if wait <= 0 || CanAccept(l, s, now.Add(wait-time.Microsecond), cost).Accepted || !CanAccept(l, s, now.Add(wait), cost).Accepted {
+					t.Fatalf("retry_after %s for cost %s is not exact: %+v", before.RetryAfter, cost, before)
+				}
+			}
+			var dec Decision
+			dec, s = Fillup(l, s, now, cost)
+			if dec.Accepted && !dec.Level.Equal(before.Level.Add(cost)) {
+				t.Fatalf("level %s after adding %s to %s", dec.Level, cost, before.Level)
+			}
+			if dec.Level.Add(dec.Held).GreaterThan(l.Capacity) {
+				t.Fatalf("over capacity: %+v", dec)
+			}
+		}
+	})
+}
