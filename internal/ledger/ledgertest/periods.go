@@ -3,6 +3,8 @@ package ledgertest
 import (
 	"errors"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,4 +224,47 @@ func testPeriodsSwitchKind(t *testing.T, e *env) {
 	if st := e.state(r); !st.Level.IsZero() || !st.UpdatedAt.IsZero() {
 		t.Fatalf("a deleted limit's bucket came back: %+v", st)
 	}
+}
+
+// testPeriodsConcurrent counts: with the clock frozen a microsecond before a
+// reset, exactly ⌊100/7⌋ of many concurrent Fillups are accepted; at the
+// reset, exactly as many again.
+func testPeriodsConcurrent(t *testing.T, e *env) {
+	if !e.periodic("hot-month", "100", ledger.Period{Every: "month", TZ: "America/New_York"}, true) {
+		return
+	}
+	r := ref("hot-month", "k")
+	round := func(when string) {
+		t.Helper()
+		e.clock.Set(utc(t, when))
+		const n = 100
+		var accepted atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: r, Cost: dec("7")}}, ledger.Idempotency{})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if res.Accepted {
+					accepted.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if got := accepted.Load(); got != 14 {
+			t.Fatalf("%s: %d of %d concurrent fillups of 7 into 100 accepted, want 14", when, got, n)
+		}
+		eq(t, "level", e.state(r).Level, "98")
+	}
+	round("2026-03-01T04:59:59.999999Z") // New York's February ends at 05:00 UTC
+	round("2026-03-01T05:00:00Z")
 }

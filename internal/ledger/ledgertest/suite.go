@@ -53,6 +53,7 @@ func Run(t *testing.T, factory Factory) {
 		{"Periods", testPeriods},
 		{"PeriodsMultiBucket", testPeriodsMultiBucket},
 		{"PeriodsSwitchKind", testPeriodsSwitchKind},
+		{"PeriodsConcurrent", testPeriodsConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
