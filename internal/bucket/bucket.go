@@ -10,6 +10,11 @@
 // The rule, in order: leak first (rounded down to LevelScale fractional
 // digits), clamp at zero, then add. Time is counted in whole microseconds and a
 // clock that moves backwards counts as no time at all.
+//
+// A limit with a calendar Period follows the periodic variant instead
+// (docs/periods.md): the level does not leak; it is the stored level when the
+// bucket was last written in the period containing now (or later), and zero
+// otherwise. Holds belong to no period.
 package bucket
 
 import (
