@@ -10,6 +10,11 @@
 // The rule, in order: leak first (rounded down to LevelScale fractional
 // digits), clamp at zero, then add. Time is counted in whole microseconds and a
 // clock that moves backwards counts as no time at all.
+//
+// A limit with a calendar Period follows the periodic variant instead
+// (docs/periods.md): the level does not leak; it is the stored level when the
+// bucket was last written in the period containing now (or later), and zero
+// otherwise. Holds belong to no period.
 package bucket
 
 import (
@@ -17,6 +22,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/calendar"
 	"github.com/shopspring/decimal"
 )
 
@@ -25,12 +31,15 @@ import (
 // decimals with at most LevelScale fractional digits.
 const LevelScale = 12
 
-// Limit is the policy of a bucket: its capacity and its leak rate, given as
-// LeakAmount per LeakPer. LeakPer is a whole number of microseconds.
+// Limit is the policy of a bucket: its capacity and either its leak rate,
+// given as LeakAmount per LeakPer (a whole number of microseconds), or, when
+// Period is not nil, the calendar period at whose start the level returns to
+// zero (the leak fields are then unused).
 type Limit struct {
 	Capacity   decimal.Decimal
 	LeakAmount decimal.Decimal
 	LeakPer    time.Duration
+	Period     *calendar.Period
 }
 
 // Hold is an amount reserved in a bucket until ExpiresAt. A hold counts in
@@ -67,6 +76,10 @@ type Decision struct {
 	Capacity   decimal.Decimal
 	RetryAfter decimal.Decimal
 	NeverFits  bool
+	// PeriodStart and ResetsAt bound the calendar period that contains now,
+	// for a periodic limit; both are zero for a leaky limit.
+	PeriodStart time.Time
+	ResetsAt    time.Time
 }
 
 // micros returns t as whole microseconds since the Unix epoch; the zero time
@@ -91,8 +104,15 @@ func Leaked(l Limit, d time.Duration) decimal.Decimal {
 }
 
 // LevelAt is the bucket's level at now: the stored level minus what leaked
-// since it was written, never below zero.
+// since it was written, never below zero. For a periodic limit it is the
+// stored level when the bucket was written in the period that contains now
+// (or later: a stored time ahead of the clock counts as the current period),
+// and zero otherwise.
 func LevelAt(l Limit, s State, now time.Time) decimal.Decimal {
+	if l.Period != nil {
+		start, _ := l.Period.Bounds(now)
+		return periodLevel(s, start)
+	}
 	if s.Level.Sign() <= 0 || s.Updated.IsZero() {
 		return decimal.Max(s.Level, decimal.Zero)
 	}
@@ -102,6 +122,15 @@ func LevelAt(l Limit, s State, now time.Time) decimal.Decimal {
 		return decimal.Zero
 	}
 	return lvl
+}
+
+// periodLevel is the level of a periodic bucket in the period that starts
+// at start: one comparison, however many periods the bucket sat idle.
+func periodLevel(s State, start time.Time) decimal.Decimal {
+	if s.Level.Sign() <= 0 || s.Updated.IsZero() || micros(s.Updated) < micros(start) {
+		return decimal.Zero
+	}
+	return s.Level
 }
 
 // HeldAt is the sum of the holds that are still active at now.
@@ -131,14 +160,23 @@ func ActiveHolds(s State, now time.Time) []Hold {
 // CanAccept answers whether adding cost at now would be accepted, without
 // changing anything. A cost of zero is always accepted.
 func CanAccept(l Limit, s State, now time.Time, cost decimal.Decimal) Decision {
-	level := LevelAt(l, s, now)
+	var level decimal.Decimal
+	var start, end time.Time
+	if l.Period != nil {
+		start, end = l.Period.Bounds(now)
+		level = periodLevel(s, start)
+	} else {
+		level = LevelAt(l, s, now)
+	}
 	held := HeldAt(s, now)
 	d := Decision{
-		Level:     level,
-		Held:      held,
-		Capacity:  l.Capacity,
-		Remaining: remaining(l.Capacity, level, held),
-		NeverFits: cost.GreaterThan(l.Capacity),
+		Level:       level,
+		Held:        held,
+		Capacity:    l.Capacity,
+		Remaining:   remaining(l.Capacity, level, held),
+		NeverFits:   cost.GreaterThan(l.Capacity),
+		PeriodStart: start,
+		ResetsAt:    end,
 	}
 	if cost.Sign() == 0 || level.Add(held).Add(cost).LessThanOrEqual(l.Capacity) {
 		d.Accepted = true
@@ -146,7 +184,11 @@ func CanAccept(l Limit, s State, now time.Time, cost decimal.Decimal) Decision {
 		return d
 	}
 	if !d.NeverFits {
-		d.RetryAfter = retryAfter(l, s, now, cost)
+		if l.Period != nil {
+			d.RetryAfter = periodRetryAfter(l, s, now, level, end, cost)
+		} else {
+			d.RetryAfter = retryAfter(l, s, now, cost)
+		}
 	}
 	return d
 }
@@ -309,6 +351,45 @@ func retryAfter(l Limit, s State, now time.Time, cost decimal.Decimal) decimal.D
 			i++
 		}
 	}
+}
+
+// periodRetryAfter is retryAfter for a periodic limit whose level at now is
+// level and whose period ends at end: the first of the hold expiries and the
+// period's end (each ≥ now) at which level(t) + held(t) + cost ≤ capacity,
+// where level(t) is level before end and zero from end on. It assumes
+// cost ≤ capacity, so the latest of those instants always fits.
+func periodRetryAfter(l Limit, s State, now time.Time, level decimal.Decimal, end time.Time, cost decimal.Decimal) decimal.Decimal {
+	n, e := micros(now), max(micros(end), micros(now))
+	if level.Sign() > 0 && micros(s.Updated) >= e {
+		// Written ahead of the clock, in a later period: the level stays until
+		// that period ends, so waiting for this one's end would be early.
+		_, later := l.Period.Bounds(s.Updated)
+		e = micros(later)
+	}
+	holds := ActiveHolds(s, now)
+	sort.Slice(holds, func(i, j int) bool { return holds[i].ExpiresAt.Before(holds[j].ExpiresAt) })
+	held := HeldAt(s, now)
+	at := make([]int64, 0, len(holds)+1)
+	for _, h := range holds {
+		at = append(at, micros(h.ExpiresAt))
+	}
+	at = append(at, e)
+	sort.Slice(at, func(i, j int) bool { return at[i] < at[j] })
+	i := 0
+	for _, t := range at {
+		for i < len(holds) && micros(holds[i].ExpiresAt) <= t {
+			held = held.Sub(holds[i].Amount)
+			i++
+		}
+		lvl := level
+		if t >= e {
+			lvl = decimal.Zero
+		}
+		if lvl.Add(held).Add(cost).LessThanOrEqual(l.Capacity) {
+			return decimal.NewFromInt(t - n).Shift(-6)
+		}
+	}
+	return decimal.NewFromInt(at[len(at)-1] - n).Shift(-6) // unreachable while cost ≤ capacity
 }
 
 // leakTime is the least whole number of microseconds d with Leaked(l, d) ≥

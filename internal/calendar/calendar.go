@@ -43,7 +43,7 @@ var zones struct {
 	once  sync.Once
 	files map[string]*zip.File
 	err   error
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	cache map[string]*time.Location
 }
 
@@ -69,6 +69,14 @@ func LoadZone(name string) (*time.Location, error) {
 	if name == "UTC" {
 		return time.UTC, nil
 	}
+	// Every decision on a periodic limit looks its zone up: readers share
+	// the lock, only a first load takes it alone.
+	zones.mu.RLock()
+	loc, ok := zones.cache[name]
+	zones.mu.RUnlock()
+	if ok {
+		return loc, nil
+	}
 	zones.mu.Lock()
 	defer zones.mu.Unlock()
 	if loc, ok := zones.cache[name]; ok {
@@ -87,7 +95,7 @@ func LoadZone(name string) (*time.Location, error) {
 	if err != nil {
 		return nil, err
 	}
-	loc, err := time.LoadLocationFromTZData(name, data)
+	loc, err = time.LoadLocationFromTZData(name, data)
 	if err != nil {
 		return nil, fmt.Errorf("%w %q: %v", ErrUnknownZone, name, err)
 	}

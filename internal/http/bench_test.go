@@ -154,3 +154,18 @@ func BenchmarkFillupHotParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkFillupPeriodic is Fillup on a calendar-month limit in
+// Europe/Berlin, to compare with BenchmarkFillup (a leaky limit).
+func BenchmarkFillupPeriodic(b *testing.B) {
+	h := budgethttp.New(ledger.NewService(memory.New()))
+	body := `{"capacity":"1000000000000","period":{"every":"month","tz":"Europe/Berlin"},"history":false}`
+	if rec := benchServe(h, "PUT", "/v1/limits/bench", body); rec.Code != http.StatusOK {
+		b.Fatalf("PUT limit: %d %s", rec.Code, rec.Body)
+	}
+	i := 0
+	for b.Loop() {
+		expect(b, benchServe(h, "POST", keyPaths[i%benchKeys]+"/fillup", `{"cost":"1"}`), http.StatusOK)
+		i++
+	}
+}

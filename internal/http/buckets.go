@@ -221,9 +221,10 @@ func (s *server) drain(c echo.Context) error {
 		slog.String("level_before", res.Bucket.Level.Add(res.Removed).String()), slog.String("level_after", res.Bucket.Level.String()),
 		slog.Bool("replayed", res.Replayed))
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, drainView{
-		decisionView: decisionView{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity},
-		UpdatedAt:    b.UpdatedAt,
-		Removed:      res.Removed.String(),
+		decisionView: decisionView{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity,
+			PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt},
+		UpdatedAt: b.UpdatedAt,
+		Removed:   res.Removed.String(),
 	})
 	return nil
 }

@@ -12,6 +12,34 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
+// periodBody is the period of a limit body. A null tz or start_day takes
+// the default; start_day must be a whole JSON number.
+type periodBody struct {
+	Every    jsonText  `json:"every"`
+	TZ       *jsonText `json:"tz"`
+	StartDay *int      `json:"start_day"`
+}
+
+// parse checks the period and fills in its defaults.
+func (p *periodBody) parse() (ledger.Period, error) {
+	every, err := p.Every.string("period.every", "invalid_request")
+	if err != nil {
+		return ledger.Period{}, err
+	}
+	if every == "" {
+		return ledger.Period{}, invalidRequest("period.every", "period.every is required: day, week, month, quarter or year")
+	}
+	var tz *string
+	if p.TZ != nil {
+		t, err := p.TZ.string("period.tz", "invalid_request")
+		if err != nil {
+			return ledger.Period{}, err
+		}
+		tz = &t
+	}
+	return ledger.ValidatePeriod(every, tz, p.StartDay)
+}
+
 // limitBody is the body of PUT /v1/limits/{name}. A client may send back a
 // limit document it read: name (if present) must match the path, and the
 // times are ignored.
@@ -22,6 +50,7 @@ type limitBody struct {
 		Amount jsonAmount   `json:"amount"`
 		Per    jsonDuration `json:"per"`
 	} `json:"leak"`
+	Period    json.RawMessage `json:"period"`
 	History   *bool           `json:"history"`
 	CreatedAt json.RawMessage `json:"created_at"`
 	UpdatedAt json.RawMessage `json:"updated_at"`
@@ -46,18 +75,37 @@ func (s *server) putLimit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if body.Leak == nil {
-		return &ledger.InvalidError{Code: "invalid_amount", Field: "leak.amount", Reason: "is required"}
+	spec := ledger.LimitSpec{Capacity: capacity, History: true}
+	var period *periodBody
+	if len(body.Period) > 0 && string(body.Period) != "null" {
+		// Decoded on its own so that an unknown member is named period.x.
+		period = &periodBody{}
+		if err := decodeStrict(body.Period, period, "period."); err != nil {
+			return err
+		}
 	}
-	amount, err := body.Leak.Amount.required("leak.amount")
-	if err != nil {
-		return err
+	switch {
+	case body.Leak != nil && period != nil:
+		return invalidRequest("leak", "a limit has either leak (a rate) or period (a calendar budget), not both")
+	case body.Leak == nil && period == nil:
+		return invalidRequest("leak", "a limit needs leak (a rate) or period (a calendar budget)")
+	case period != nil:
+		p, err := period.parse()
+		if err != nil {
+			return err
+		}
+		spec.Period = &p
+	default:
+		amount, err := body.Leak.Amount.required("leak.amount")
+		if err != nil {
+			return err
+		}
+		per, err := body.Leak.Per.parse("leak.per", true, time.Microsecond, ledger.MaxPer)
+		if err != nil {
+			return err
+		}
+		spec.LeakAmount, spec.LeakPer = amount, per
 	}
-	per, err := body.Leak.Per.parse("leak.per", true, time.Microsecond, ledger.MaxPer)
-	if err != nil {
-		return err
-	}
-	spec := ledger.LimitSpec{Capacity: capacity, LeakAmount: amount, LeakPer: per, History: true}
 	if body.History != nil {
 		spec.History = *body.History
 	}

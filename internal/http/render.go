@@ -58,6 +58,10 @@ type decisionView struct {
 	Capacity   string  `json:"capacity"`
 	RetryAfter *string `json:"retry_after"`
 	NeverFits  bool    `json:"never_fits"`
+	// PeriodStart and ResetsAt bound the current period of a periodic
+	// limit; null for a leaky one.
+	PeriodStart *string `json:"period_start"`
+	ResetsAt    *string `json:"resets_at"`
 }
 
 func viewDecision(d bucket.Decision) decisionView {
@@ -68,6 +72,9 @@ func viewDecision(d bucket.Decision) decisionView {
 		Remaining: d.Remaining.String(),
 		Capacity:  d.Capacity.String(),
 		NeverFits: d.NeverFits,
+
+		PeriodStart: optTime(d.PeriodStart),
+		ResetsAt:    optTime(d.ResetsAt),
 	}
 	if !d.Accepted && !d.NeverFits {
 		s := d.RetryAfter.String()
@@ -113,6 +120,9 @@ type bucketView struct {
 	Remaining string  `json:"remaining"`
 	Capacity  string  `json:"capacity"`
 	UpdatedAt *string `json:"updated_at"`
+
+	PeriodStart *string `json:"period_start"`
+	ResetsAt    *string `json:"resets_at"`
 }
 
 func viewBucket(b ledger.BucketState) bucketView {
@@ -122,6 +132,9 @@ func viewBucket(b ledger.BucketState) bucketView {
 		Remaining: b.Remaining.String(),
 		Capacity:  b.Capacity.String(),
 		UpdatedAt: optTime(b.UpdatedAt),
+
+		PeriodStart: optTime(b.PeriodStart),
+		ResetsAt:    optTime(b.ResetsAt),
 	}
 }
 
@@ -159,14 +172,16 @@ func viewReservation(r ledger.Reservation) reservationView {
 	return v
 }
 
-// limitView is a limit document.
+// limitView is a limit document: exactly one of leak and period is set, the
+// other is null.
 type limitView struct {
-	Name      string   `json:"name"`
-	Capacity  string   `json:"capacity"`
-	Leak      leakView `json:"leak"`
-	History   bool     `json:"history"`
-	CreatedAt string   `json:"created_at"`
-	UpdatedAt string   `json:"updated_at"`
+	Name      string      `json:"name"`
+	Capacity  string      `json:"capacity"`
+	Leak      *leakView   `json:"leak"`
+	Period    *periodView `json:"period"`
+	History   bool        `json:"history"`
+	CreatedAt string      `json:"created_at"`
+	UpdatedAt string      `json:"updated_at"`
 }
 
 type leakView struct {
@@ -174,15 +189,31 @@ type leakView struct {
 	Per    string `json:"per"`
 }
 
+// periodView is a calendar period; start_day is null for day and year.
+type periodView struct {
+	Every    string `json:"every"`
+	TZ       string `json:"tz"`
+	StartDay *int   `json:"start_day"`
+}
+
 func viewLimit(l ledger.Limit) limitView {
-	return limitView{
+	v := limitView{
 		Name:      l.Name,
 		Capacity:  l.Capacity.String(),
-		Leak:      leakView{Amount: l.LeakAmount.String(), Per: formatDuration(l.LeakPer)},
 		History:   l.History,
 		CreatedAt: formatTime(l.CreatedAt),
 		UpdatedAt: formatTime(l.UpdatedAt),
 	}
+	if l.Period != nil {
+		p := periodView{Every: l.Period.Every, TZ: l.Period.TZ}
+		if sd := l.Period.StartDay; sd != 0 {
+			p.StartDay = &sd
+		}
+		v.Period = &p
+	} else {
+		v.Leak = &leakView{Amount: l.LeakAmount.String(), Per: formatDuration(l.LeakPer)}
+	}
+	return v
 }
 
 // entryView is one history entry.

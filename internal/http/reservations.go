@@ -84,12 +84,15 @@ type commitBody struct {
 // bucket's state after it, at the top level and under "bucket".
 type resolvedView struct {
 	reservationView
-	Level     string     `json:"level"`
-	Held      string     `json:"held"`
-	Remaining string     `json:"remaining"`
-	Capacity  string     `json:"capacity"`
-	UpdatedAt *string    `json:"updated_at"`
-	Bucket    bucketView `json:"bucket"`
+	Level     string  `json:"level"`
+	Held      string  `json:"held"`
+	Remaining string  `json:"remaining"`
+	Capacity  string  `json:"capacity"`
+	UpdatedAt *string `json:"updated_at"`
+
+	PeriodStart *string    `json:"period_start"`
+	ResetsAt    *string    `json:"resets_at"`
+	Bucket      bucketView `json:"bucket"`
 }
 
 func (s *server) commit(c echo.Context) error {
@@ -161,6 +164,7 @@ func (s *server) writeResolved(c echo.Context, op string, res ledger.ResolveResu
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, resolvedView{
 		reservationView: viewReservation(res.Reservation),
 		Level:           b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, UpdatedAt: b.UpdatedAt,
+		PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt,
 		Bucket: b,
 	})
 	return nil

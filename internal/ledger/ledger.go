@@ -10,23 +10,78 @@ import (
 	"time"
 
 	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/calendar"
 	"github.com/shopspring/decimal"
 )
 
-// Limit is a named policy: capacity, leak rate and whether history is kept.
+// Limit is a named policy: capacity, either a leak rate (LeakAmount per
+// LeakPer) or a calendar Period, and whether history is kept. A periodic
+// limit has a non-nil Period and zero leak fields.
 type Limit struct {
 	Name       string
 	Capacity   decimal.Decimal
 	LeakAmount decimal.Decimal
 	LeakPer    time.Duration
+	Period     *Period
 	History    bool
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 }
 
-// Rule returns the part of the limit that the bucket rule needs.
+// Period is a calendar period as a limit stores it: Every is "day", "week",
+// "month", "quarter" or "year", TZ an IANA zone name of the embedded
+// database, StartDay the ISO weekday (week) or day of the month (month,
+// quarter) a period starts on, 0 for day and year. Stores keep it as these
+// three values; ValidatePeriod fills in the defaults.
+type Period struct {
+	Every    string
+	TZ       string
+	StartDay int
+}
+
+// Calendar returns the rule of p for package calendar.
+func (p Period) Calendar() (calendar.Period, error) {
+	u, ok := calendar.ParseUnit(p.Every)
+	if !ok {
+		return calendar.Period{}, invalid("invalid_request", "period.every", "unknown period %q", clip(p.Every))
+	}
+	loc, err := calendar.LoadZone(p.TZ)
+	if err != nil {
+		return calendar.Period{}, invalid("invalid_request", "period.tz", "unknown time zone %q", clip(p.TZ))
+	}
+	return calendar.Period{Every: u, Zone: loc, StartDay: p.StartDay}, nil
+}
+
+// Periodic reports whether l resets on calendar periods.
+func (l Limit) Periodic() bool { return l.Period != nil }
+
+// SameRule reports whether l and o charge buckets by the same rule (leak
+// rate or period), so that a PUT from one to the other needs no settling.
+func (l Limit) SameRule(o Limit) bool {
+	if (l.Period == nil) != (o.Period == nil) {
+		return false
+	}
+	if l.Period != nil {
+		return *l.Period == *o.Period
+	}
+	return l.LeakAmount.Equal(o.LeakAmount) && l.LeakPer == o.LeakPer
+}
+
+// Rule returns the part of the limit that the bucket rule needs. A stored
+// period was validated when it was put; should its zone ever be missing
+// from the embedded database, it is read in UTC rather than failing every
+// call on the limit.
 func (l Limit) Rule() bucket.Limit {
-	return bucket.Limit{Capacity: l.Capacity, LeakAmount: l.LeakAmount, LeakPer: l.LeakPer}
+	r := bucket.Limit{Capacity: l.Capacity, LeakAmount: l.LeakAmount, LeakPer: l.LeakPer}
+	if l.Period != nil {
+		p, err := l.Period.Calendar()
+		if err != nil {
+			u, _ := calendar.ParseUnit(l.Period.Every)
+			p = calendar.Period{Every: u, Zone: time.UTC, StartDay: l.Period.StartDay}
+		}
+		r.Period = &p
+	}
+	return r
 }
 
 // BucketRef names one bucket: a limit and a caller-chosen key.

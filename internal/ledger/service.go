@@ -42,11 +42,13 @@ func NewService(store Store, opts ...Option) *Service {
 // Ping reports whether the store answers.
 func (s *Service) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 
-// LimitSpec is a limit as a caller writes it.
+// LimitSpec is a limit as a caller writes it: a leak rate (LeakAmount per
+// LeakPer) or a Period, exactly one of the two.
 type LimitSpec struct {
 	Capacity   decimal.Decimal
 	LeakAmount decimal.Decimal
 	LeakPer    time.Duration
+	Period     *Period
 	History    bool
 }
 
@@ -58,15 +60,34 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 	if err := checkAmount("capacity", spec.Capacity, true); err != nil {
 		return Limit{}, err
 	}
+	l := Limit{Name: name, Capacity: spec.Capacity, History: spec.History}
+	if spec.Period != nil {
+		if !spec.LeakAmount.IsZero() || spec.LeakPer != 0 {
+			return Limit{}, invalid("invalid_request", "leak", "a limit has either leak or period, not both")
+		}
+		// Zero values take the defaults (UTC, the first day of the period).
+		tz, sd := &spec.Period.TZ, &spec.Period.StartDay
+		if *tz == "" {
+			tz = nil
+		}
+		if *sd == 0 {
+			sd = nil
+		}
+		p, err := ValidatePeriod(spec.Period.Every, tz, sd)
+		if err != nil {
+			return Limit{}, err
+		}
+		l.Period = &p
+		return s.store.PutLimit(ctx, l)
+	}
 	if err := checkAmount("leak.amount", spec.LeakAmount, true); err != nil {
 		return Limit{}, err
 	}
 	if spec.LeakPer < time.Microsecond || spec.LeakPer > MaxPer || spec.LeakPer%time.Microsecond != 0 {
 		return Limit{}, invalid("invalid_duration", "leak.per", "must be a whole number of microseconds between 1µs and %s", MaxPer)
 	}
-	return s.store.PutLimit(ctx, Limit{
-		Name: name, Capacity: spec.Capacity, LeakAmount: spec.LeakAmount, LeakPer: spec.LeakPer, History: spec.History,
-	})
+	l.LeakAmount, l.LeakPer = spec.LeakAmount, spec.LeakPer
+	return s.store.PutLimit(ctx, l)
 }
 
 // GetLimit returns the limit name.
@@ -103,12 +124,17 @@ type BucketState struct {
 	Remaining decimal.Decimal
 	Capacity  decimal.Decimal
 	UpdatedAt time.Time // zero for a bucket never written
+	// PeriodStart and ResetsAt bound the current period of a periodic
+	// limit; zero for a leaky one.
+	PeriodStart time.Time
+	ResetsAt    time.Time
 }
 
 // StateOf derives a bucket's state from a snapshot.
 func StateOf(sn Snapshot) BucketState {
 	d := bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, decimal.Zero)
-	return BucketState{Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: sn.State.Updated}
+	return BucketState{Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: sn.State.Updated,
+		PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt}
 }
 
 // Bucket returns a bucket's state. It writes nothing.

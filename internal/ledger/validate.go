@@ -5,6 +5,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/budgetd/budgetd/internal/calendar"
+
 	"github.com/shopspring/decimal"
 )
 
@@ -18,6 +20,9 @@ const (
 	MaxPer = 87600 * time.Hour
 	// MaxItems is the most items in one multi-bucket Fillup.
 	MaxItems = 64
+	// MaxZoneBytes is the longest time-zone name of a period (the longest
+	// IANA name is 32 bytes).
+	MaxZoneBytes = 64
 )
 
 // MaxAmount is the largest amount accepted on input: 10^12.
@@ -91,6 +96,53 @@ func ParseDuration(field, s string, min, max time.Duration) (time.Duration, erro
 		return 0, invalid("invalid_duration", field, "%q is outside [%s, %s]", clip(s), min, max)
 	}
 	return d, nil
+}
+
+// ValidatePeriod checks a period as a caller wrote it and returns it with
+// its defaults filled in: tz UTC when empty is not given (tzSet false),
+// start_day 1 for week, month and quarter when startDay is nil. Errors name
+// period.every, period.tz or period.start_day.
+func ValidatePeriod(every string, tz *string, startDay *int) (Period, error) {
+	u, ok := calendar.ParseUnit(every)
+	if !ok {
+		return Period{}, invalid("invalid_request", "period.every", "%q is not one of day, week, month, quarter, year", clip(every))
+	}
+	p := Period{Every: u.String(), TZ: "UTC"}
+	if tz != nil {
+		if *tz == "" {
+			return Period{}, invalid("invalid_request", "period.tz", "the time zone is empty; omit tz for UTC")
+		}
+		if len(*tz) > MaxZoneBytes {
+			return Period{}, invalid("invalid_request", "period.tz", "the time zone name is %d bytes; at most %d are allowed", len(*tz), MaxZoneBytes)
+		}
+		if _, err := calendar.LoadZone(*tz); err != nil {
+			return Period{}, invalid("invalid_request", "period.tz", "unknown time zone %q (an IANA name such as Europe/Berlin)", clip(*tz))
+		}
+		p.TZ = *tz
+	}
+	switch u {
+	case calendar.Day, calendar.Year:
+		if startDay != nil {
+			return Period{}, invalid("invalid_request", "period.start_day", "start_day is not allowed for %s periods", u)
+		}
+	case calendar.Week:
+		p.StartDay = 1
+		if startDay != nil {
+			if *startDay < 1 || *startDay > 7 {
+				return Period{}, invalid("invalid_request", "period.start_day", "start_day of a week is an ISO weekday from 1 (Monday) to 7 (Sunday), not %d", *startDay)
+			}
+			p.StartDay = *startDay
+		}
+	default:
+		p.StartDay = 1
+		if startDay != nil {
+			if *startDay < 1 || *startDay > 28 {
+				return Period{}, invalid("invalid_request", "period.start_day", "start_day of a %s is a day of the month from 1 to 28, not %d", u, *startDay)
+			}
+			p.StartDay = *startDay
+		}
+	}
+	return p, nil
 }
 
 // ValidateReservationID reports whether id can name a hold at all. A

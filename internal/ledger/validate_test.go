@@ -91,3 +91,62 @@ func FuzzParseAmount(f *testing.F) {
 		}
 	})
 }
+
+func TestValidatePeriod(t *testing.T) {
+	str := func(s string) *string { return &s }
+	num := func(n int) *int { return &n }
+	ok := []struct {
+		every string
+		tz    *string
+		day   *int
+		want  Period
+	}{
+		{"month", nil, nil, Period{"month", "UTC", 1}},
+		{"month", str("Europe/Berlin"), num(28), Period{"month", "Europe/Berlin", 28}},
+		{"quarter", str("Asia/Kolkata"), nil, Period{"quarter", "Asia/Kolkata", 1}},
+		{"week", nil, num(7), Period{"week", "UTC", 7}},
+		{"week", nil, nil, Period{"week", "UTC", 1}},
+		{"day", str("America/Santiago"), nil, Period{"day", "America/Santiago", 0}},
+		{"year", nil, nil, Period{"year", "UTC", 0}},
+	}
+	for _, tc := range ok {
+		got, err := ValidatePeriod(tc.every, tc.tz, tc.day)
+		if err != nil || got != tc.want {
+			t.Errorf("ValidatePeriod(%q, %v, %v) = %+v, %v; want %+v", tc.every, tc.tz, tc.day, got, err, tc.want)
+		}
+		if _, err := got.Calendar(); err != nil {
+			t.Errorf("%+v.Calendar(): %v", got, err)
+		}
+	}
+	bad := []struct {
+		every string
+		tz    *string
+		day   *int
+		field string
+	}{
+		{"", nil, nil, "period.every"},
+		{"fortnight", nil, nil, "period.every"},
+		{"MONTH", nil, nil, "period.every"},
+		{"month", str(""), nil, "period.tz"},
+		{"month", str("Mars/Olympus"), nil, "period.tz"},
+		{"month", str("../etc/passwd"), nil, "period.tz"},
+		{"month", str("/etc/localtime"), nil, "period.tz"},
+		{"month", str("Europe/"), nil, "period.tz"},
+		{"month", str("europe/berlin"), nil, "period.tz"},
+		{"month", str(strings.Repeat("A", 400)), nil, "period.tz"},
+		{"month", nil, num(0), "period.start_day"},
+		{"month", nil, num(29), "period.start_day"},
+		{"quarter", nil, num(-1), "period.start_day"},
+		{"week", nil, num(0), "period.start_day"},
+		{"week", nil, num(8), "period.start_day"},
+		{"day", nil, num(1), "period.start_day"},
+		{"year", nil, num(1), "period.start_day"},
+	}
+	for _, tc := range bad {
+		_, err := ValidatePeriod(tc.every, tc.tz, tc.day)
+		var ie *InvalidError
+		if !errors.As(err, &ie) || ie.Code != "invalid_request" || ie.Field != tc.field {
+			t.Errorf("ValidatePeriod(%q, %v, %v) = %v; want invalid_request naming %s", tc.every, tc.tz, tc.day, err, tc.field)
+		}
+	}
+}

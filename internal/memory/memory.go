@@ -162,7 +162,7 @@ func (s *Store) PutLimit(_ context.Context, l ledger.Limit) (ledger.Limit, error
 	l.CreatedAt, l.UpdatedAt = now, now
 	if old, ok := s.limits[l.Name]; ok {
 		l.CreatedAt = old.CreatedAt
-		if !old.LeakAmount.Equal(l.LeakAmount) || old.LeakPer != l.LeakPer {
+		if !old.SameRule(l) {
 			s.settleLimit(old, now)
 		}
 	}
@@ -171,8 +171,10 @@ func (s *Store) PutLimit(_ context.Context, l ledger.Limit) (ledger.Limit, error
 }
 
 // settleLimit settles every bucket of l whose stored level is positive to
-// now at l's leak rate, so that a new rate applies from now on only and every
-// level is kept. A bucket whose stored level is zero (holding only
+// now under l's rule (its leak rate or its period), so that a new rule
+// applies from now on only and every level is kept: a level settled at now
+// is the level of the current period of a new periodic rule (it was written
+// in it), and leaks from now under a new leak rate. A bucket whose stored level is zero (holding only
 // reservations, drained, never charged) has nothing to leak and is not
 // written: its updated_at stays (docs/architecture.md, "Changing a leak
 // rate"). The caller holds limitsMu for writing.

@@ -379,6 +379,9 @@ func (s *Store) queryJSON(ctx context.Context, op string, out any, sql string, a
 
 // PutLimit creates or updates a limit, keeping its buckets.
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
+	if l.Period != nil {
+		return ledger.Limit{}, fmt.Errorf("limit %q: %w", l.Name, ledger.ErrPeriodsUnsupported)
+	}
 	var doc limitDoc
 	err := s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, $3, $4, $5, $6)",
 		l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), l.History, s.nowArg())

@@ -63,26 +63,59 @@ func testDifferential(t *testing.T, e *env) {
 	shapes := []struct {
 		capacity, amount string
 		per              time.Duration
+		period           *ledger.Period // with per the scale of the clock's steps
+		from             string         // where a periodic shape pins the clock: shortly before a reset
 	}{
-		{"10", "1", time.Second},
-		{"5000.00", "5000.00", 720 * time.Hour},
-		{"1000000000000", "999999999999.999999", ledger.MaxPer},
-		{"9007199254.740993", "3.000001", 7 * time.Microsecond},
-		{"9007.199254", "0.000001", time.Microsecond},
-		{"0.000003", "0.000001", time.Hour},
-		{"123456789.123456", "987654.321", 3*time.Second + 7*time.Microsecond},
+		{"10", "1", time.Second, nil, ""},
+		{"5000.00", "5000.00", 720 * time.Hour, nil, ""},
+		{"1000000000000", "999999999999.999999", ledger.MaxPer, nil, ""},
+		{"9007199254.740993", "3.000001", 7 * time.Microsecond, nil, ""},
+		{"9007.199254", "0.000001", time.Microsecond, nil, ""},
+		{"0.000003", "0.000001", time.Hour, nil, ""},
+		{"123456789.123456", "987654.321", 3*time.Second + 7*time.Microsecond, nil, ""},
+		{"100", "", 48 * time.Hour, &ledger.Period{Every: "day", TZ: "Europe/Berlin"}, "2026-03-28T22:20:00Z"},
+		{"5000.00", "", 48 * time.Hour, &ledger.Period{Every: "month", TZ: "UTC", StartDay: 28}, "2026-04-27T23:20:00Z"},
+		{"0.000003", "", 48 * time.Hour, &ledger.Period{Every: "day", TZ: "America/Santiago"}, "2026-09-06T03:20:00Z"},
+		{"1000000000000", "", 48 * time.Hour, &ledger.Period{Every: "week", TZ: "Asia/Kolkata", StartDay: 4}, "2026-12-30T17:50:00Z"},
 	}
 	for i, sh := range shapes {
 		seed := uint64(i + 1)
-		t.Run(fmt.Sprintf("%s_per_%s", sh.capacity, sh.per), func(t *testing.T) {
+		label := fmt.Sprintf("%s_per_%s", sh.capacity, sh.per)
+		if sh.period != nil {
+			label = fmt.Sprintf("%s_per_%s_%s", sh.capacity, sh.period.Every, sh.period.TZ)
+		}
+		t.Run(label, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
 			name := fmt.Sprintf("diff%d", i)
-			e.limit(name, sh.capacity, sh.amount, sh.per, true)
-			l := bucket.Limit{Capacity: dec(sh.capacity), LeakAmount: dec(sh.amount), LeakPer: sh.per}
+			var l bucket.Limit
+			var ll ledger.Limit // the limit as the state derivation sees it
+			if sh.period != nil {
+				e.clock.Set(utc(t, sh.from))
+				if !e.periodic(name, sh.capacity, *sh.period, true) {
+					return
+				}
+				stored, err := e.svc.GetLimit(e.ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, ll = stored.Rule(), stored
+			} else {
+				e.limit(name, sh.capacity, sh.amount, sh.per, true)
+				l = bucket.Limit{Capacity: dec(sh.capacity), LeakAmount: dec(sh.amount), LeakPer: sh.per}
+				ll = ledger.Limit{Capacity: l.Capacity, LeakAmount: l.LeakAmount, LeakPer: l.LeakPer}
+			}
 			refs := []ledger.BucketRef{ref(name, "{d}a"), ref(name, "{d}b")}
 			models := []*model{{limit: l}, {limit: l}}
 			holds := map[string]*modelHold{}
 			var ids []string
+			first := e.clock.Now()
+			if l.Period != nil {
+				defer func() {
+					if s0, _ := l.Period.Bounds(first); s0.Equal(mustStart(l, e.clock.Now())) {
+						t.Errorf("the sequence from %s to %s crossed no period start", first, e.clock.Now())
+					}
+				}()
+			}
 			for step := 0; step < differentialSteps; step++ {
 				e.clock.Advance(randomStep(rng, sh.per))
 				now := e.clock.Now()
@@ -182,7 +215,7 @@ func testDifferential(t *testing.T, e *env) {
 				}
 				for i, r := range refs {
 					got := e.state(r)
-					want := ledger.StateOf(ledger.Snapshot{Limit: ledger.Limit{Capacity: l.Capacity, LeakAmount: l.LeakAmount, LeakPer: l.LeakPer}, State: models[i].state(), Now: now})
+					want := ledger.StateOf(ledger.Snapshot{Limit: ll, State: models[i].state(), Now: now})
 					if !got.Level.Equal(want.Level) || !got.Held.Equal(want.Held) || !got.Remaining.Equal(want.Remaining) {
 						sn, _ := e.store.Inspect(e.ctx, r)
 						for _, h := range sn.State.Holds {
@@ -278,6 +311,11 @@ func checkResolve(t *testing.T, where string, res ledger.ResolveResult, err erro
 	}
 }
 
+func mustStart(l bucket.Limit, t time.Time) time.Time {
+	s, _ := l.Period.Bounds(t)
+	return s
+}
+
 // randomStep is how far the clock moves before an operation: often not at
 // all, sometimes a microsecond, a fraction of the leak period, a long idle
 // time, or backwards.
@@ -329,7 +367,8 @@ func sameDecision(t *testing.T, where string, got, want bucket.Decision) {
 	t.Helper()
 	if got.Accepted != want.Accepted || got.NeverFits != want.NeverFits ||
 		!got.Level.Equal(want.Level) || !got.Held.Equal(want.Held) || !got.Remaining.Equal(want.Remaining) ||
-		!got.Capacity.Equal(want.Capacity) || !got.RetryAfter.Equal(want.RetryAfter) {
+		!got.Capacity.Equal(want.Capacity) || !got.RetryAfter.Equal(want.RetryAfter) ||
+		!got.PeriodStart.Equal(want.PeriodStart) || !got.ResetsAt.Equal(want.ResetsAt) {
 		t.Fatalf("%s:\n got %+v\nwant %+v", where, got, want)
 	}
 }

@@ -51,6 +51,10 @@ func Run(t *testing.T, factory Factory) {
 		{"Differential", testDifferential},
 		{"LevelOverflow", testLevelOverflow},
 		{"Listing", testListing},
+		{"Periods", testPeriods},
+		{"PeriodsMultiBucket", testPeriodsMultiBucket},
+		{"PeriodsSwitchKind", testPeriodsSwitchKind},
+		{"PeriodsConcurrent", testPeriodsConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
