@@ -76,6 +76,8 @@ type Decision struct {
 	Capacity   decimal.Decimal
 	RetryAfter decimal.Decimal
 	NeverFits  bool
+	// At is the instant the decision was made ("now").
+	At time.Time
 	// PeriodStart and ResetsAt bound the calendar period that contains now,
 	// for a periodic limit; both are zero for a leaky limit.
 	PeriodStart time.Time
@@ -177,6 +179,7 @@ func CanAccept(l Limit, s State, now time.Time, cost decimal.Decimal) Decision {
 		NeverFits:   cost.GreaterThan(l.Capacity),
 		PeriodStart: start,
 		ResetsAt:    end,
+		At:          now,
 	}
 	if cost.Sign() == 0 || level.Add(held).Add(cost).LessThanOrEqual(l.Capacity) {
 		d.Accepted = true

@@ -3,6 +3,7 @@ package http
 import (
 	"math/big"
 	"strings"
+	"time"
 
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -45,17 +46,26 @@ type quota struct {
 // q is the capacity and r the remaining, both rounded down. For a leaky limit
 // w is the seconds a full bucket takes to leak empty (capacity × per / amount)
 // and t the seconds the level takes to leak to zero, both rounded up; on a
-// denial t is the decision's Retry-After. A periodic limit, when it exists,
-// gives w = the period's length and t = the seconds until it resets here.
+// denial t is the decision's Retry-After. A periodic limit gives w = the
+// period's length and t = the seconds from the decision until it resets,
+// both rounded up.
 func quotaOf(name string, l ledger.Limit, d bucket.Decision) quota {
 	qt := quota{
 		name:   name,
 		denied: !d.Accepted,
 		q:      d.Capacity.Floor(),
 		r:      d.Remaining.Floor(),
-		w:      leakSeconds(l, l.Capacity),
+	}
+	periodic := l.Period != nil && !d.ResetsAt.IsZero()
+	if periodic {
+		qt.w = ceilSeconds(d.ResetsAt.Sub(d.PeriodStart))
+	} else {
+		qt.w = leakSeconds(l, l.Capacity)
 	}
 	switch {
+	case d.Accepted && periodic:
+		t := ceilSeconds(d.ResetsAt.Sub(d.At))
+		qt.t = &t
 	case d.Accepted:
 		t := leakSeconds(l, d.Level)
 		qt.t = &t
@@ -64,6 +74,14 @@ func quotaOf(name string, l ledger.Limit, d bucket.Decision) quota {
 		qt.t = &t
 	}
 	return qt
+}
+
+// ceilSeconds is d in whole seconds, rounded up (never below zero).
+func ceilSeconds(d time.Duration) decimal.Decimal {
+	if d <= 0 {
+		return decimal.Zero
+	}
+	return decimal.NewFromInt(int64((d + time.Second - 1) / time.Second))
 }
 
 // leakSeconds is the time, in whole seconds rounded up, that a level of

@@ -191,3 +191,30 @@ func TestHeaderIntegersAreClamped(t *testing.T) {
 		}
 	})
 }
+
+// TestRateLimitFieldsPeriodic: for a calendar-period limit w is the
+// period's length and t the seconds until it resets, on an accepted call
+// and, as Retry-After, on a denied one.
+func TestRateLimitFieldsPeriodic(t *testing.T) {
+	a := newAPI(t)
+	a.clock.Set(time.Date(2026, 11, 23, 18, 0, 0, 0, time.UTC))
+	a.expect("PUT", "/v1/limits/daily", `{"capacity":"10","period":{"every":"day","tz":"Europe/Berlin"}}`, 200)
+	path := "/v1/limits/daily/buckets/k"
+	// Berlin's next midnight is 23:00 UTC: 5 h = 18000 s away; the day is 86400 s.
+	r := a.expect("POST", path+"/fillup", `{"cost":"4"}`, 200)
+	rl, _ := rateLimits(t, r)
+	if got := rl["daily"]; got != (rateLimit{q: 10, w: 86400, r: 6, t: 18000, hasT: true}) {
+		t.Fatalf("accepted: %+v", got)
+	}
+	a.clock.Advance(time.Second + time.Millisecond)
+	r = a.expect("POST", path+"/fillup", `{"cost":"7"}`, 429)
+	rl, _ = rateLimits(t, r)
+	if got := rl["daily"]; got != (rateLimit{q: 10, w: 86400, r: 6, t: 17999, hasT: true}) || r.header.Get("Retry-After") != "17999" {
+		t.Fatalf("denied: %+v, Retry-After %q", got, r.header.Get("Retry-After"))
+	}
+	r = a.expect("GET", path+"?cost=2", "", 200)
+	rl, _ = rateLimits(t, r)
+	if got := rl["daily"]; got != (rateLimit{q: 10, w: 86400, r: 6, t: 17999, hasT: true}) {
+		t.Fatalf("CanAccept: %+v", got)
+	}
+}
