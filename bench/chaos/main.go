@@ -127,10 +127,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 	}
-	for _, r := range all {
-		if len(r.failures) > 0 {
-			return fmt.Errorf("%d scenarios failed", countFailed(all))
-		}
+	failed := countFailed(all)
+	fmt.Fprintf(out, "chaos: %d passed, %d failed\n", len(all)-failed, failed)
+	if failed > 0 {
+		return fmt.Errorf("%d scenarios failed", failed)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ const generatedMain = `package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 
@@ -36,10 +37,12 @@ func main() {
 		panic(err)
 	}
 	ctx := context.Background()
+	// leak is optional (a limit has a leak or a period), so the generated
+	// type holds it by pointer: fill the body from its JSON.
 	var limit gen.PutLimitJSONRequestBody
-	limit.Capacity = "10"
-	limit.Leak.Amount = "1"
-	limit.Leak.Per = "1h"
+	if err := json.Unmarshal([]byte("{\"capacity\":\"10\",\"leak\":{\"amount\":\"1\",\"per\":\"1h\"}}"), &limit); err != nil {
+		panic(err)
+	}
 	put, err := c.PutLimitWithResponse(ctx, "generated", limit)
 	if err != nil || put.JSON200 == nil {
 		panic(fmt.Sprint(err, put))
