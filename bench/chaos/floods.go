@@ -47,7 +47,10 @@ func floodMethods(ctx context.Context, a *api, b *budgetd, n int) (row result, e
 }
 
 // floodIdempotency sends n cost-0 fillups, each with a fresh 255-byte
-// Idempotency-Key, and reports how much budgetd grew.
+// Idempotency-Key, and reports how much budgetd grew. The memory store
+// keeps at most an estimated 256 MiB of records by default; the process may
+// hold up to about twice its live heap (Go's GC target, GOGC=100), so the
+// bound on its growth is 768 MiB.
 func floodIdempotency(ctx context.Context, a *api, b *budgetd, n int, bound int64) (row result, err error) {
 	row.name = "flood: fresh Idempotency-Keys"
 	if err := a.putLimit(ctx, "chaos-idem", "10", false); err != nil {

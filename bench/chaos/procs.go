@@ -280,7 +280,7 @@ func (s *redisServer) Start(ctx context.Context) error {
 	}
 	go func(c *exec.Cmd) { _ = c.Wait() }(s.cmd)
 	addr := fmt.Sprintf("127.0.0.1:%d", s.port)
-	return waitUntil(ctx, 60*time.Second, "redis to accept connections and load its AOF", func() bool {
+	return waitUntil(ctx, 5*time.Minute, "redis to accept connections and load its AOF", func() bool {
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err != nil {
 			return false

@@ -376,3 +376,41 @@ func TestNewOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectionCapPerIP: one address holding connections that send nothing
+// (each would keep a slot until the header timeout) cannot take every slot:
+// past --max-conns-per-ip its connections are closed at once, and a client
+// from another address is still answered.
+func TestConnectionCapPerIP(t *testing.T) {
+	s := start(t, "--addr", "127.0.0.1:0", "--max-conns", "4", "--max-conns-per-ip", "2")
+	addr := strings.TrimPrefix(s.url, "http://")
+	d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	var silent []net.Conn
+	defer func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	}()
+	for range 10 {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			break // the backlog is full: enough
+		}
+		silent = append(silent, c)
+	}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	if code := call(t, c, "GET", s.url+"/healthz", ""); code != 200 {
+		t.Fatalf("a client from another address: %d", code)
+	}
+	// The flooding address's connections past the second were closed.
+	closed := 0
+	for _, sc := range silent {
+		sc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := sc.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			closed++
+		}
+	}
+	if want := len(silent) - 2; closed < want {
+		t.Fatalf("%d of %d flooding connections closed, want at least %d", closed, len(silent), want)
+	}
+}

@@ -30,6 +30,7 @@ type config struct {
 	tlsKey          string
 	tlsClientCA     string
 	maxConns        int
+	maxConnsPerIP   int
 	idleTimeout     time.Duration
 	version         bool
 }
@@ -73,6 +74,7 @@ var options = []option{
 	{flag: "pg-isolation", env: "BUDGETD_PG_ISOLATION", def: "read-committed", help: "PostgreSQL isolation level: read-committed or serializable"},
 	{flag: "redis-eviction-check", env: "BUDGETD_REDIS_EVICTION_CHECK", def: "refuse", help: "when Redis may evict keys (maxmemory-policy): refuse to start, or warn"},
 	{flag: "max-conns", env: "BUDGETD_MAX_CONNS", def: "4096", help: "most client connections open at once; more wait to be accepted"},
+	{flag: "max-conns-per-ip", env: "BUDGETD_MAX_CONNS_PER_IP", def: "1024", help: "most connections one client address may hold; more are closed at once (0: no such cap)"},
 	{flag: "idle-timeout", env: "BUDGETD_IDLE_TIMEOUT", def: "30s", help: "how long an idle keep-alive connection is kept open"},
 	{flag: "shutdown-delay", env: "BUDGETD_SHUTDOWN_DELAY", def: "0s", help: "after SIGTERM, how long /readyz answers 503 before the listener closes"},
 	{flag: "shutdown-timeout", env: "BUDGETD_SHUTDOWN_TIMEOUT", def: "10s", help: "how long in-flight requests may finish after SIGTERM"},
@@ -189,6 +191,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	}
 	if cfg.maxConns, err = strconv.Atoi(get("max-conns")); err != nil || cfg.maxConns < 1 {
 		return config{}, nil, usageError{fmt.Sprintf("--max-conns must be a whole number of at least 1, not %q", get("max-conns"))}
+	}
+	if cfg.maxConnsPerIP, err = strconv.Atoi(get("max-conns-per-ip")); err != nil || cfg.maxConnsPerIP < 0 {
+		return config{}, nil, usageError{fmt.Sprintf("--max-conns-per-ip must be a whole number of at least 0, not %q", get("max-conns-per-ip"))}
 	}
 	if _, err := postgres.ParseIsolation(cfg.pgIsolation); err != nil {
 		return config{}, nil, usageError{fmt.Sprintf("--pg-isolation must be read-committed or serializable, not %q", cfg.pgIsolation)}

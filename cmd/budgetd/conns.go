@@ -16,17 +16,83 @@ import (
 // that idle keep-alive connections cannot hold every slot and lock new
 // clients out, whenever all slots are taken the connection idle longest is
 // closed (a client reopens one when it needs it, as after an idle timeout).
+//
+// So that one client cannot take every slot with connections that send
+// nothing (they hold a slot until the header timeout), each client address
+// may hold at most perIP of them: a further connection from that address is
+// closed as soon as it is accepted, without taking a slot.
 type connCap struct {
-	max  int
-	mu   sync.Mutex
-	open int
-	idle []net.Conn // oldest first
+	max, perIP int
+	mu         sync.Mutex
+	open       int
+	idle       []net.Conn // oldest first
+	byIP       map[string]int
 }
 
-func newConnCap(max int) *connCap { return &connCap{max: max} }
+func newConnCap(max, perIP int) *connCap {
+	return &connCap{max: max, perIP: perIP, byIP: map[string]int{}}
+}
 
-// listener limits ln to the cap.
-func (cc *connCap) listener(ln net.Listener) net.Listener { return netutil.LimitListener(ln, cc.max) }
+// listener limits ln to the cap, and each client address to perIP.
+func (cc *connCap) listener(ln net.Listener) net.Listener {
+	if cc.perIP > 0 {
+		ln = &perIPListener{Listener: ln, cc: cc}
+	}
+	return netutil.LimitListener(ln, cc.max)
+}
+
+// perIPListener closes, as soon as they are accepted, the connections of an
+// address that already holds perIP.
+type perIPListener struct {
+	net.Listener
+	cc *connCap
+}
+
+func (l *perIPListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ip := remoteIP(c)
+		l.cc.mu.Lock()
+		ok := l.cc.byIP[ip] < l.cc.perIP
+		if ok {
+			l.cc.byIP[ip]++
+		}
+		l.cc.mu.Unlock()
+		if ok {
+			return &ipConn{Conn: c, cc: l.cc, ip: ip}, nil
+		}
+		c.Close()
+	}
+}
+
+// ipConn gives its address's count back when it closes.
+type ipConn struct {
+	net.Conn
+	cc   *connCap
+	ip   string
+	once sync.Once
+}
+
+func (c *ipConn) Close() error {
+	c.once.Do(func() {
+		c.cc.mu.Lock()
+		if c.cc.byIP[c.ip]--; c.cc.byIP[c.ip] <= 0 {
+			delete(c.cc.byIP, c.ip)
+		}
+		c.cc.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+func remoteIP(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return c.RemoteAddr().String()
+}
 
 // track is the server's ConnState hook.
 func (cc *connCap) track(c net.Conn, state http.ConnState) {

@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
-	conns := newConnCap(cfg.maxConns)
+	conns := newConnCap(cfg.maxConns, cfg.maxConnsPerIP)
 	checkFDLimit(cfg.maxConns, log)
 	ln = conns.listener(ln)
 	srv := &http.Server{
