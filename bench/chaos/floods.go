@@ -86,8 +86,8 @@ func floodIdempotency(ctx context.Context, a *api, b *budgetd, n int, bound int6
 func floodConnections(ctx context.Context, b *budgetd, n int) (row result, err error) {
 	row.name = "flood: idle connections"
 	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < uint64(n+1024) {
-		lim.Cur = min(lim.Max, uint64(n+1024))
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < uint64(n+8192) {
+		lim.Cur = min(lim.Max, uint64(n+8192))
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", b.port)
