@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	p := params{clients: 200, capacity: 20000, faultDur: 40 * time.Second, faults: 6, hang: 10 * time.Second,
-		methods: 100000, idems: 300000, idle: 20000, idemBound: 768 << 20}
+		methods: 100000, idems: 300000, idle: 12000, idemBound: 768 << 20}
 	if *short {
 		p = params{clients: 200, capacity: 2000, faultDur: 12 * time.Second, faults: 2, hang: 4 * time.Second,
 			methods: 5000, idems: 5000, idle: 2000, idemBound: 768 << 20}
