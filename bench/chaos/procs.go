@@ -269,18 +269,34 @@ func newRedis(tmp string) (*redisServer, error) {
 
 func (s *redisServer) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.port) }
 
-// Start runs Redis with AOF and appendfsync always, as docs/redis.md asks of
-// a money cap: a kill -9 must lose nothing that was acknowledged.
-func (s *redisServer) Start(ctx context.Context) error {
+// start launches redis-server without waiting for it; the channel closes
+// when the process exits.
+func (s *redisServer) start() chan struct{} {
+	exited := make(chan struct{})
 	s.cmd = exec.Command("redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--dir", s.dir,
 		"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction")
 	s.cmd.Stdout, s.cmd.Stderr = io.Discard, io.Discard
 	if err := s.cmd.Start(); err != nil {
-		return err
+		close(exited)
+		return exited
 	}
-	go func(c *exec.Cmd) { _ = c.Wait() }(s.cmd)
+	go func(c *exec.Cmd) { _ = c.Wait(); close(exited) }(s.cmd)
+	return exited
+}
+
+// Start runs Redis with AOF and appendfsync always, as docs/redis.md asks of
+// a money cap: a kill -9 must lose nothing that was acknowledged.
+func (s *redisServer) Start(ctx context.Context) error {
+	exited := s.start()
 	addr := fmt.Sprintf("127.0.0.1:%d", s.port)
 	return waitUntil(ctx, 5*time.Minute, "redis to accept connections and load its AOF", func() bool {
+		select {
+		case <-exited:
+			// It could not start (say, the port was not free yet): again.
+			exited = s.start()
+			return false
+		default:
+		}
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err != nil {
 			return false
@@ -297,10 +313,19 @@ func (s *redisServer) Kill() error {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return errors.New("redis: not started")
 	}
-	pid := s.cmd.Process.Pid
-	_ = s.cmd.Process.Kill()
+	// A background AOF rewrite runs in a forked child that holds the
+	// listening socket: it dies with the server, as in a crash of the host.
+	pids := append([]int{s.cmd.Process.Pid}, children(s.cmd.Process.Pid)...)
+	for _, p := range pids {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
 	return waitUntil(context.Background(), 10*time.Second, "redis to exit", func() bool {
-		return syscall.Kill(pid, 0) != nil || zombie(pid)
+		for _, p := range pids {
+			if syscall.Kill(p, 0) == nil && !zombie(p) {
+				return false
+			}
+		}
+		return true
 	})
 }
 
@@ -317,7 +342,7 @@ func (s *redisServer) Pause(on bool) error {
 func (s *redisServer) Stop() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Signal(syscall.SIGCONT)
-		_ = s.cmd.Process.Kill()
+		_ = s.Kill()
 	}
 }
 
