@@ -245,9 +245,10 @@ func resolve(ctx context.Context, a *api, bk *books, key string, cost decimal.De
 	deadline := time.Now().Add(time.Minute)
 	wait := 20 * time.Millisecond
 	for try := 0; ; try++ {
-		wasHung := hung.Load()
 		ans, err := a.do(ctx, http.MethodPost, path, body, idem)
-		if err == nil && ans.status == http.StatusServiceUnavailable && wasHung && hung.Load() {
+		// A 503 that ends while the store hangs: the call waited for its
+		// deadline (whether it started before or during the hang).
+		if err == nil && ans.status == http.StatusServiceUnavailable && hung.Load() {
 			bk.mu.Lock()
 			bk.slowest = max(bk.slowest, ans.took)
 			bk.mu.Unlock()
