@@ -49,6 +49,7 @@ func Run(t *testing.T, factory Factory) {
 		{"IdempotencyParallel", testIdempotencyParallel},
 		{"NotFound", testNotFound},
 		{"Differential", testDifferential},
+		{"Golden", testGolden},
 		{"LevelOverflow", testLevelOverflow},
 		{"Listing", testListing},
 		{"Periods", testPeriods},
