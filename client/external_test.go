@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/memory"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/budgetd/budgetd/internal/redis"
-	"github.com/jackc/pgx/v5"
+	"github.com/budgetd/budgetd/internal/testenv"
 )
 
 // callerMain is a program of another module: it uses the client and the
@@ -135,16 +137,7 @@ func stores(t *testing.T) map[string]func(t *testing.T) ledger.Store {
 	out := map[string]func(t *testing.T) ledger.Store{
 		"memory": func(t *testing.T) ledger.Store { return memory.New() },
 	}
-	env := func(t *testing.T, name string) string {
-		v := os.Getenv(name)
-		if v == "" {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not set; scripts/test sets it", name)
-			}
-			t.Skipf("%s is not set; run scripts/test", name)
-		}
-		return v
-	}
+	env := func(t *testing.T, name string) string { return testenv.Server(t, name) }
 	suffix := strings.ReplaceAll(strings.ToLower(t.Name()), "/", "_") + "_" + time.Now().Format("150405000000")
 	out["postgres"] = func(t *testing.T) ledger.Store {
 		url := env(t, "BUDGETD_TEST_POSTGRES")

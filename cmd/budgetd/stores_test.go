@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -18,20 +17,15 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/budgetd/budgetd/internal/testenv"
 )
 
 // storeURL returns the test server URL in env, skipping locally when unset
 // and failing in CI.
 func storeURL(t *testing.T, env string) string {
 	t.Helper()
-	u := os.Getenv(env)
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set; scripts/test sets it", env)
-		}
-		t.Skipf("%s is not set; run scripts/test", env)
-	}
-	return u
+	return testenv.Server(t, env)
 }
 
 func redisURLs(t *testing.T) map[string]string {

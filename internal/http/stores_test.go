@@ -4,16 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/memory"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/budgetd/budgetd/internal/redis"
-	"github.com/jackc/pgx/v5"
+	"github.com/budgetd/budgetd/internal/testenv"
 )
 
 // eachStore runs fn against the API over every store: memory always, and
@@ -65,14 +66,7 @@ var _ ledger.Store = (*postgres.Store)(nil)
 
 func testServer(t *testing.T, env string) string {
 	t.Helper()
-	v := os.Getenv(env)
-	if v == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set; scripts/test sets it", env)
-		}
-		t.Skipf("%s is not set; run scripts/test", env)
-	}
-	return v
+	return testenv.Server(t, env)
 }
 
 func randomHex() string {

@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -16,12 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+	"github.com/shopspring/decimal"
+
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/memory"
-	"github.com/chromedp/chromedp"
-	"github.com/shopspring/decimal"
+	"github.com/budgetd/budgetd/internal/testenv"
 )
 
 // The dashboard tests open /ui/ in headless Chromium (Debian's chromium
@@ -42,18 +43,7 @@ func browser(t *testing.T) context.Context {
 	t.Helper()
 	path := os.Getenv("BUDGETD_TEST_CHROMIUM")
 	if path == "" {
-		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-			if p, err := exec.LookPath(name); err == nil {
-				path = p
-				break
-			}
-		}
-	}
-	if path == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium is not installed; scripts/install-deps installs it")
-		}
-		t.Skip("chromium is not installed; scripts/install-deps installs it")
+		path = testenv.Program(t, "chromium", "chromium-browser", "google-chrome")
 	}
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(path),

@@ -8,24 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
-	"github.com/jackc/pgx/v5"
+	"github.com/budgetd/budgetd/internal/testenv"
 )
 
 // dsn returns the test server's URL from BUDGETD_TEST_POSTGRES (scripts/test
 // sets it). Without it the test is skipped, or fails when CI=true.
 func dsn(t testing.TB) string {
 	t.Helper()
-	url := os.Getenv("BUDGETD_TEST_POSTGRES")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("BUDGETD_TEST_POSTGRES is not set (run scripts/test)")
-		}
-		t.Skip("BUDGETD_TEST_POSTGRES is not set; run scripts/test")
-	}
-	return url
+	return testenv.Server(t, testenv.Postgres)
 }
 
 var schemaSeq atomic.Int64

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -15,8 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/shopspring/decimal"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/testenv"
 )
 
 // server is a redis-server this test started on a free loopback port.
@@ -31,12 +32,7 @@ type server struct {
 // startServer starts redis-server with extra arguments; the test stops it.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server not found")
-		}
-		t.Skip("redis-server not found")
-	}
+	testenv.Program(t, "redis-server")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

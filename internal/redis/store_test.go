@@ -4,14 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
-	goredis "github.com/redis/go-redis/v9"
+	"github.com/budgetd/budgetd/internal/testenv"
 )
 
 // serverURL returns the URL of the test server named by env (a redis:// URL
@@ -19,13 +20,7 @@ import (
 // unset, or failing it on CI.
 func serverURL(t *testing.T, env string) string {
 	t.Helper()
-	v := os.Getenv(env)
-	if v == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set", env)
-		}
-		t.Skipf("%s is not set; scripts/test sets it", env)
-	}
+	v := testenv.Server(t, env)
 	if env == "BUDGETD_TEST_REDIS_CLUSTER" && !IsURL(v) {
 		v = "redis+cluster://" + v
 	}

@@ -1,0 +1,62 @@
+// Package testenv tells tests which real servers and programs this test run
+// offers. scripts/test starts PostgreSQL, Redis and a Redis Cluster on
+// loopback and names them in environment variables; CI installs Chromium.
+// Without them a test is skipped when run locally (go test ./...) and fails
+// under CI (CI=true), so that a missing install step can never pass as a
+// skipped test.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// The environment variables scripts/test sets.
+const (
+	// Postgres is a postgres:// URL of an empty test database.
+	Postgres = "BUDGETD_TEST_POSTGRES"
+	// Redis is a redis:// URL of a standalone Redis.
+	Redis = "BUDGETD_TEST_REDIS"
+	// RedisCluster is a comma-separated list of Redis Cluster nodes
+	// (host:port), not a URL.
+	RedisCluster = "BUDGETD_TEST_REDIS_CLUSTER"
+)
+
+// CI reports whether the tests run under CI, where nothing may be skipped
+// for a missing server or program.
+func CI() bool { return os.Getenv("CI") == "true" }
+
+// Missing skips t, or fails it under CI, because what it needs (why) is not
+// there.
+func Missing(t testing.TB, why string) {
+	t.Helper()
+	if CI() {
+		t.Fatalf("%s; under CI every test must run (scripts/test and scripts/install-deps provide it)", why)
+	}
+	t.Skipf("%s; run scripts/test", why)
+}
+
+// Server returns the value of env, one of the variables above, or skips t
+// (fails it under CI) when it is unset.
+func Server(t testing.TB, env string) string {
+	t.Helper()
+	v := os.Getenv(env)
+	if v == "" {
+		Missing(t, env+" is not set")
+	}
+	return v
+}
+
+// Program returns the path of the first of names found on PATH, or skips t
+// (fails it under CI) when none is.
+func Program(t testing.TB, names ...string) string {
+	t.Helper()
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	Missing(t, names[0]+" is not installed")
+	return ""
+}
