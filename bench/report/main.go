@@ -153,6 +153,13 @@ type row struct {
 	ratio, p99Ratio float64
 }
 
+// kindRow compares a calendar-period limit with a leaky one on one store.
+type kindRow struct {
+	store           string
+	periodic, leaky series
+	ratio, p99Ratio float64
+}
+
 type scaleRow struct {
 	store          string
 	perBucket      float64
@@ -177,6 +184,7 @@ func main() {
 
 	var rows []row
 	var scales []scaleRow
+	var kinds []kindRow
 	skipped := map[string]string{}
 	for _, st := range stores {
 		dir := filepath.Join(*results, st)
@@ -192,6 +200,11 @@ func main() {
 			r.ratio = r.bd.tput() / r.bl.tput()
 			r.p99Ratio = r.bd.p99() / r.bl.p99()
 			rows = append(rows, r)
+		}
+		if kr := (kindRow{store: st, periodic: load(filepath.Join(dir, "kinds"), "periodic"), leaky: load(filepath.Join(dir, "kinds"), "leaky")}); len(kr.periodic)+len(kr.leaky) > 0 {
+			kr.ratio = kr.periodic.tput() / kr.leaky.tput()
+			kr.p99Ratio = kr.periodic.p99() / kr.leaky.p99()
+			kinds = append(kinds, kr)
 		}
 		sr := scaleRow{store: st, perBucket: math.NaN(), manyN: meta["buckets"]}
 		n, _ := strconv.ParseFloat(meta["buckets"], 64)
@@ -223,7 +236,7 @@ func main() {
 		scales = append(scales, sr)
 	}
 
-	if err := os.WriteFile(*mdPath, []byte(markdown(meta, rows, scales, skipped, *results, *notes)), 0o644); err != nil {
+	if err := os.WriteFile(*mdPath, []byte(markdown(meta, rows, scales, kinds, skipped, *results, *notes)), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
@@ -259,7 +272,7 @@ func met(ok bool, measured bool) string {
 
 func valid(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
-func markdown(meta map[string]string, rows []row, scales []scaleRow, skipped map[string]string, dir, notesPath string) string {
+func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kindRow, skipped map[string]string, dir, notesPath string) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("# Benchmarks\n\n")
@@ -315,6 +328,19 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, skipped map
 	for _, st := range stores {
 		if _, ok := skipped[st]; ok {
 			w("| %s: every target | skipped | not measured |\n", st)
+		}
+	}
+
+	if len(kinds) > 0 {
+		w("\n## Calendar periods against leaky limits\n\n")
+		w("The same spread load on budgetd alone, alternately on a limit that resets every calendar month in Europe/Berlin ")
+		w("(`budgetload --period month --tz Europe/Berlin`) and on the leaky limit above; a periodic limit should cost no more ")
+		w("than a leaky one (ratio ≈ 1 within noise). A store that refuses periodic limits shows no periodic figures.\n\n")
+		w("| store | periodic ops/s | leaky ops/s | **ratio** | periodic p50 / p99 ms | leaky p50 / p99 ms | p99 ratio | verify periodic |\n")
+		w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+		for _, k := range kinds {
+			w("| %s | %s | %s | **%s** | %s / %s | %s / %s | %s | %s |\n", k.store, f0(k.periodic.tput()), f0(k.leaky.tput()), f2(k.ratio),
+				f2(k.periodic.p50()), f2(k.periodic.p99()), f2(k.leaky.p50()), f2(k.leaky.p99()), f2(k.p99Ratio), k.periodic.verdict())
 		}
 	}
 

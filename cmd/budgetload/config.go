@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,8 @@ type config struct {
 	capacity    string
 	leakAmount  string
 	leakPer     time.Duration
+	period      string // "" for a leaky limit, else the period's "every"
+	tz          string
 	history     bool
 	cost        int64
 	setup       bool // DELETE and PUT the limit first
@@ -95,6 +98,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.capacity, "capacity", "1000000000000", "limit capacity")
 	fs.StringVar(&cfg.leakAmount, "leak-amount", "1", "limit leak amount per --leak-per")
 	fs.DurationVar(&cfg.leakPer, "leak-per", 87600*time.Hour, "limit leak period")
+	fs.StringVar(&cfg.period, "period", "", "create a calendar-period limit that resets every day, week, month, quarter or year instead of a leaky one")
+	fs.StringVar(&cfg.tz, "tz", "UTC", "the period's time zone (with --period)")
 	fs.BoolVar(&cfg.history, "history", false, "create the limit with history on (verify then counts history entries)")
 	fs.Int64Var(&cfg.cost, "cost", 1, "cost of each fillup (a reservation holds 2×cost and commits cost)")
 	fs.BoolVar(&cfg.setup, "setup", true, "delete and re-create the limit before the run (so its buckets start empty)")
@@ -137,6 +142,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return cfg, usageError{fmt.Sprintf("--limit %q is not a limit name", cfg.limit)}
 	case cfg.leakPer < time.Microsecond:
 		return cfg, usageError{"--leak-per must be at least 1µs"}
+	case cfg.period != "" && !slices.Contains([]string{"day", "week", "month", "quarter", "year"}, cfg.period):
+		return cfg, usageError{fmt.Sprintf("--period %q is not day, week, month, quarter or year", cfg.period)}
 	}
 	if cfg.mix, err = parseMix(*mix); err != nil {
 		return cfg, usageError{err.Error()}

@@ -507,6 +507,10 @@ func (l *loader) setup(ctx context.Context) error {
 	}
 	body := fmt.Sprintf(`{"capacity":%q,"leak":{"amount":%q,"per":%q},"history":%t}`,
 		l.cfg.capacity, l.cfg.leakAmount, l.cfg.leakPer.String(), l.cfg.history)
+	if l.cfg.period != "" {
+		body = fmt.Sprintf(`{"capacity":%q,"period":{"every":%q,"tz":%q},"history":%t}`,
+			l.cfg.capacity, l.cfg.period, l.cfg.tz, l.cfg.history)
+	}
 	st, err = w.call(ctx, http.MethodPut, l.limitP, []byte(body))
 	if err != nil {
 		return fmt.Errorf("PUT %s: %w", l.limitP, err)

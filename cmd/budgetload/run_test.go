@@ -206,3 +206,53 @@ func TestOpenModelChargesTheQueue(t *testing.T) {
 		t.Fatalf("unsent %d, p99 %.1fms, verify %+v: the queue is hidden", s.Unsent, s.Latency.P99, s.Verify)
 	}
 }
+
+// TestPeriodicLimit: --period creates a calendar-period limit, the run's
+// charges add up without leaking, and verify still catches a lost charge.
+func TestPeriodicLimit(t *testing.T) {
+	srv := budgetd(t)
+	s, err := runJSON(t, "--url", srv.URL, "--duration", "300ms", "--warmup", "0s", "--keys", "10", "--concurrency", "4",
+		"--period", "month", "--tz", "Europe/Berlin", "--limit", "monthly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Ops == 0 || s.Errors != 0 || s.Verify == nil || !s.Verify.OK || s.Verify.MaxLeak != "0.000000000000" {
+		t.Fatalf("%+v verify %+v", s, s.Verify)
+	}
+	res, err := http.Get(srv.URL + "/v1/limits/monthly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var doc struct {
+		Leak   *json.RawMessage `json:"leak"`
+		Period struct {
+			Every, TZ string
+		} `json:"period"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&doc); err != nil || doc.Leak != nil || doc.Period.Every != "month" || doc.Period.TZ != "Europe/Berlin" {
+		t.Fatalf("limit = %+v, %v", doc, err)
+	}
+
+	var n atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.HasSuffix(r.URL.Path, "/fillup") && n.Add(1)%10 == 0 {
+			w.WriteHeader(http.StatusOK) // claims a charge it never made
+			return
+		}
+		res := forward(srv.URL, r, body)
+		w.WriteHeader(res.code)
+		w.Write(res.body)
+	}))
+	defer proxy.Close()
+	_, err = runJSON(t, "--url", proxy.URL, "--duration", "200ms", "--warmup", "0s", "--keys", "5", "--concurrency", "4",
+		"--mix", "fillup=1", "--period", "year", "--limit", "yearly")
+	var ve verifyError
+	if !errors.As(err, &ve) {
+		t.Fatalf("%v, want a verify failure", err)
+	}
+	if _, err := runJSON(t, "--url", srv.URL, "--period", "fortnight"); exitCode(err) != 2 {
+		t.Fatalf("--period fortnight: %v, want a usage error", err)
+	}
+}
