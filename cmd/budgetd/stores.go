@@ -35,9 +35,10 @@ func openStoreURL(ctx context.Context, cfg config, log *slog.Logger) (openedStor
 			return openedStore{}, fmt.Errorf("open redis store %s: %w", redact(cfg.store), err)
 		}
 		return openedStore{
-			store:    st,
-			describe: "redis store at " + redact(cfg.store),
-			close:    func() { st.Close() },
+			store:      st,
+			describe:   "redis store at " + redact(cfg.store),
+			collectors: []prometheusCollector{st.Collector()},
+			close:      func() { st.Close() },
 		}, nil
 	}
 	return openedStore{}, usageError{fmt.Sprintf("--store %q: want memory, postgres://…, redis://… or redis+cluster://…", redact(cfg.store))}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 )
@@ -465,10 +466,27 @@ func TestClockStepBack(t *testing.T) {
 			if !reserve() {
 				t.Error("reserve: still locked out 2s after the correction")
 			}
-			// A small step back keeps the stored time: no leak until the clock catches up.
+			// Every call that found a stored time a month ahead was counted:
+			// the single, the multi-bucket and the reserve right after the
+			// correction (each denied, so each bucket was unstepped then).
+			if n := s.Stats().ClockSteps; n != 3 {
+				t.Errorf("%d clock steps counted, want 3", n)
+			}
+			reg := prometheus.NewPedanticRegistry()
+			reg.MustRegister(s.Collector())
+			mfs, err := reg.Gather()
+			if err != nil || len(mfs) != 1 || mfs[0].GetName() != "budgetd_redis_clock_steps_total" ||
+				mfs[0].GetMetric()[0].GetCounter().GetValue() != 3 {
+				t.Errorf("the store's metrics = %v, %v; want budgetd_redis_clock_steps_total 3", mfs, err)
+			}
+			// A small step back keeps the stored time: no leak until the
+			// clock catches up, and no step reported.
 			clock.Set(clock.Now().Add(-10 * time.Second))
 			if fill(one("single", "2")) {
 				t.Error("a 10s step back leaked: a full bucket accepted 2")
+			}
+			if n := s.Stats().ClockSteps; n != 3 {
+				t.Errorf("%d clock steps counted after a 10s step back, want still 3", n)
 			}
 		})
 	}

@@ -189,6 +189,11 @@ func (s *Store) fcall(ctx context.Context, op string, ro bool, keys []string, ar
 	if err != nil {
 		return reply{}, fmt.Errorf("redis %s: %w", op, err)
 	}
+	if r.stepped && !r.replayed {
+		s.clockSteps.Add(1)
+		s.log.Warn("redis: the clock was stepped back: a bucket's stored time was more than a minute ahead of now and was taken as now",
+			"op", op, "now", r.now, "keys", keys)
+	}
 	return r, nil
 }
 
@@ -197,6 +202,7 @@ func (s *Store) fcall(ctx context.Context, op string, ro bool, keys []string, ar
 // record and the buckets.
 type reply struct {
 	replayed bool
+	stepped  bool // a bucket's stored time was ahead of now by more than ledger.ClockStep
 	now      time.Time
 	x        string
 	hold     holdJSON // ID == "" when the reply has none
@@ -231,12 +237,13 @@ func parseReply(res []string) (reply, error) {
 	if len(res) < 3+holdFields || res[0] != "ok" || (len(res)-3-holdFields)%4 != 0 {
 		return reply{}, fmt.Errorf("unexpected reply %q", res)
 	}
-	now, err := parseMicros(res[1])
+	nowArg, stepped := strings.CutSuffix(res[1], "!")
+	now, err := parseMicros(nowArg)
 	if err != nil {
 		return reply{}, err
 	}
 	h := res[3 : 3+holdFields]
-	r := reply{replayed: replayed, now: now, x: res[2],
+	r := reply{replayed: replayed, stepped: stepped, now: now, x: res[2],
 		hold: holdJSON{ID: h[0], Lim: h[1], E: h[2], A: h[3], S: h[4], C: h[5], T0: h[6], TE: h[7], TR: h[8]}}
 	for b := res[3+holdFields:]; len(b) > 0; b = b[4:] {
 		r.buckets = append(r.buckets, snapJSON{L: b[0], U: b[1], H: b[2], Lim: b[3]})

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -62,11 +63,14 @@ type Store struct {
 	// eachNode runs fn on every master (one for standalone Redis).
 	eachNode func(ctx context.Context, fn func(ctx context.Context, c goredis.Cmdable) error) error
 
-	k        keys
-	now      func() time.Time // nil: Redis TIME inside each function
-	log      *slog.Logger
-	eviction string
-	cacheTTL time.Duration
+	k   keys
+	now func() time.Time // nil: Redis TIME inside each function
+	log *slog.Logger
+	// clockSteps counts the replies that found a bucket's stored time more
+	// than ledger.ClockStep ahead of now (taken as now).
+	clockSteps atomic.Uint64
+	eviction   string
+	cacheTTL   time.Duration
 	// callTimeout bounds each call (limit lookups, its wait in the batcher
 	// and at Redis).
 	callTimeout time.Duration

@@ -108,10 +108,11 @@ end
 
 -- settle: bucket.Settled plus the expiry records of memory's settle. A
 -- stored time more than CLOCK_STEP_US ahead of now (a clock stepped back)
--- is taken as now, as ledger.ClockStep says.
+-- is taken as now, as ledger.ClockStep says, and reported (c.stepped).
 local function settle(c, st, now)
   st.l = st.lv or level_at(c, st, now)
-  if now > st.u or st.u > now + CLOCK_STEP_US then st.u = now end
+  if st.u > now + CLOCK_STEP_US then c.stepped = true end
+  if now > st.u or c.stepped then st.u = now end
   expire_holds(c, st, now)
 end
 
@@ -120,6 +121,7 @@ end
 -- everything is not locked out until the clock catches up.
 local function unstep(c, st, now)
   if st.u > now + CLOCK_STEP_US then
+    c.stepped = true
     st.u = now
     redis.call('HSET', c.bk, 'u', fmt(now))
   end
@@ -174,6 +176,8 @@ local HOLD = { 'id', 'lim', 'e', 'a', 's', 'c', 't0', 'te', 'tr' }
 -- reply is the one answer shape of every bucket function:
 --   { 'ok', now, x, the 9 HOLD fields of a hold record ('' when none),
 --     then per bucket: level, updated, holds, limit }
+-- now ends in '!' when a bucket's stored time was more than CLOCK_STEP_US
+-- ahead of now and taken as now (settle, unstep), so Go logs and counts it.
 -- x is what the operation decided (accepted '1'/'0', the amount drained, a
 -- refusal, history entries). The limit is '' in a fresh answer (the Go side
 -- knows the limit it passed) and the limit document in an idempotency
@@ -184,6 +188,7 @@ local function reply(now, x, rk, items, ik, ih)
   local h = rk and redis.call('HMGET', rk, unpack(HOLD)) or {}
   for i = 1, #HOLD do out[3 + i] = h[i] or '' end
   for _, it in ipairs(items) do
+    if it.c.stepped then out[2] = fmt(now) .. '!' end
     local k = #out
     out[k + 1], out[k + 2], out[k + 3], out[k + 4] = vs(it.st.l), fmt(it.st.u), holds_str(it.st), ''
   end
