@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -461,4 +462,71 @@ func bucketRef(c echo.Context) (ledger.BucketRef, error) {
 		return ref, err
 	}
 	return ref, ledger.ValidateKey(key)
+}
+
+// jsonMeta is a meta object as it arrives. It is kept raw and checked when
+// read (parse), so that every error names its field: meta, meta.<key>, or
+// items[2].meta.
+type jsonMeta struct{ raw []byte }
+
+func (m *jsonMeta) UnmarshalJSON(b []byte) error {
+	m.raw = append(m.raw[:0], b...)
+	return nil
+}
+
+// parse returns the meta (nil when absent, null or {}), or an
+// invalid_request error naming field or the entry at fault: not an object,
+// a value that is not a string (numbers, null, objects), a value that is not
+// valid UTF-8, or any bound of ledger.ValidateMeta.
+func (m jsonMeta) parse(field string) (ledger.Meta, error) {
+	if len(m.raw) == 0 || string(m.raw) == "null" {
+		return nil, nil
+	}
+	if m.raw[0] != '{' {
+		return nil, invalidRequest(field, field+" must be a JSON object of string values")
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(m.raw, &raw); err != nil {
+		return nil, invalidRequest(field, field+" must be a JSON object of string values")
+	}
+	if len(raw) > ledger.MaxMetaEntries {
+		return nil, invalidRequest(field, fmt.Sprintf("%s has %d entries; at most %d are allowed", field, len(raw), ledger.MaxMetaEntries))
+	}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the first bad entry by key, whatever the map's order
+	out := make(ledger.Meta, len(raw))
+	for _, k := range keys {
+		v := raw[k]
+		at := field + "." + k
+		if string(v) == "null" {
+			return nil, invalidRequest(at, at+" must be a JSON string, not null")
+		}
+		var t jsonText
+		if err := t.UnmarshalJSON(v); err != nil {
+			return nil, err
+		}
+		s, err := t.string(at, "invalid_request")
+		if err != nil {
+			return nil, err
+		}
+		out[k] = s
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, ledger.ValidateMeta(field, out)
+}
+
+// metaCanon is what meta adds to a body's canonical form for its
+// Idempotency-Key: nothing without meta (so the hashes of calls without meta
+// are what they always were), else ";meta=" and the meta as JSON with its
+// keys in byte order, so that key order does not matter.
+func metaCanon(m ledger.Meta) string {
+	if len(m) == 0 {
+		return ""
+	}
+	return ";meta=" + m.JSON()
 }

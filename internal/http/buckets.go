@@ -49,6 +49,7 @@ func (s *server) getBucket(c echo.Context) error {
 
 type fillupBody struct {
 	Cost jsonAmount `json:"cost"`
+	Meta jsonMeta   `json:"meta"`
 }
 
 func (s *server) fillup(c echo.Context) error {
@@ -64,11 +65,15 @@ func (s *server) fillup(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	idem, err := idempotency(c, bucketScope("fillup", ref), "cost="+cost.String())
+	meta, err := body.Meta.parse("meta")
 	if err != nil {
 		return err
 	}
-	res, err := s.svc.Fillup(c.Request().Context(), []ledger.Item{{Bucket: ref, Cost: cost}}, idem)
+	idem, err := idempotency(c, bucketScope("fillup", ref), "cost="+cost.String()+metaCanon(meta))
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Fillup(c.Request().Context(), []ledger.Item{{Bucket: ref, Cost: cost, Meta: meta}}, idem)
 	if err != nil {
 		return err
 	}
@@ -95,6 +100,7 @@ type multiItem struct {
 	Limit jsonText   `json:"limit"`
 	Key   jsonText   `json:"key"`
 	Cost  jsonAmount `json:"cost"`
+	Meta  jsonMeta   `json:"meta"`
 }
 
 // item decodes and checks the i-th item of a multi-bucket call; the service
@@ -117,7 +123,11 @@ func (b multiBody) item(i int) (ledger.Item, error) {
 	if err != nil {
 		return ledger.Item{}, err
 	}
-	return ledger.Item{Bucket: ledger.BucketRef{Limit: limit, Key: key}, Cost: cost}, nil
+	meta, err := it.Meta.parse(at + "meta")
+	if err != nil {
+		return ledger.Item{}, err
+	}
+	return ledger.Item{Bucket: ledger.BucketRef{Limit: limit, Key: key}, Cost: cost, Meta: meta}, nil
 }
 
 // itemView is one decision of a multi-bucket Fillup, with its bucket.
@@ -151,7 +161,7 @@ func (s *server) multiFillup(c echo.Context) error {
 			return err
 		}
 		items[i] = it
-		canon.WriteString(it.Bucket.Limit + "\x00" + it.Bucket.Key + "\x00" + it.Cost.String() + "\n")
+		canon.WriteString(it.Bucket.Limit + "\x00" + it.Bucket.Key + "\x00" + it.Cost.String() + metaCanon(it.Meta) + "\n")
 	}
 	idem, err := idempotency(c, "multi-fillup", canon.String())
 	if err != nil {
@@ -183,6 +193,7 @@ func (s *server) multiFillup(c echo.Context) error {
 
 type drainBody struct {
 	Amount jsonAmount `json:"amount"`
+	Meta   jsonMeta   `json:"meta"`
 }
 
 // drainView is a bucket after a Drain: always accepted, with the amount
@@ -206,11 +217,15 @@ func (s *server) drain(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	idem, err := idempotency(c, bucketScope("drain", ref), "amount="+amount.String())
+	meta, err := body.Meta.parse("meta")
 	if err != nil {
 		return err
 	}
-	res, err := s.svc.Drain(c.Request().Context(), ref, amount, idem)
+	idem, err := idempotency(c, bucketScope("drain", ref), "amount="+amount.String()+metaCanon(meta))
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Drain(c.Request().Context(), ref, amount, idem, meta)
 	if err != nil {
 		return err
 	}

@@ -223,10 +223,12 @@ type entryView struct {
 	Event         string `json:"event"`
 	Amount        string `json:"amount"`
 	ReservationID string `json:"reservation_id,omitempty"`
+	// Meta is what the caller said of the event; absent when nothing.
+	Meta map[string]string `json:"meta,omitempty"`
 }
 
 func viewEntry(e ledger.Entry) entryView {
-	return entryView{ID: e.ID, Time: formatTime(e.Time), Event: string(e.Event), Amount: e.Amount.String(), ReservationID: e.ReservationID}
+	return entryView{ID: e.ID, Time: formatTime(e.Time), Event: string(e.Event), Amount: e.Amount.String(), ReservationID: e.ReservationID, Meta: e.Meta}
 }
 
 // page is one page of a list.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/labstack/echo/v4"
@@ -12,6 +13,7 @@ import (
 type reserveBody struct {
 	Amount jsonAmount   `json:"amount"`
 	TTL    jsonDuration `json:"ttl"`
+	Meta   jsonMeta     `json:"meta"`
 }
 
 // reservedView is the 201 answer of a Reserve: the hold and the decision at
@@ -38,11 +40,15 @@ func (s *server) reserve(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	idem, err := idempotency(c, bucketScope("reserve", ref), "amount="+amount.String()+";ttl="+ttl.String())
+	meta, err := body.Meta.parse("meta")
 	if err != nil {
 		return err
 	}
-	res, err := s.svc.Reserve(c.Request().Context(), ref, amount, ttl, idem)
+	idem, err := idempotency(c, bucketScope("reserve", ref), "amount="+amount.String()+";ttl="+ttl.String()+metaCanon(meta))
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Reserve(c.Request().Context(), ref, amount, ttl, idem, meta)
 	if err != nil {
 		return err
 	}
@@ -78,6 +84,7 @@ func (s *server) getReservation(c echo.Context) error {
 type commitBody struct {
 	Amount  jsonAmount `json:"amount"`
 	Overrun bool       `json:"overrun"`
+	Meta    jsonMeta   `json:"meta"`
 }
 
 // resolvedView is the answer of a Commit or Release: the hold and the
@@ -115,12 +122,16 @@ func (s *server) commit(c echo.Context) error {
 	if amount.Valid {
 		canon = "amount=" + amount.Decimal.String()
 	}
-	canon += ";overrun=" + strconv.FormatBool(body.Overrun)
+	meta, err := body.Meta.parse("meta")
+	if err != nil {
+		return err
+	}
+	canon += ";overrun=" + strconv.FormatBool(body.Overrun) + metaCanon(meta)
 	idem, err := idempotency(c, "commit|"+id, canon)
 	if err != nil {
 		return err
 	}
-	res, err := s.svc.Commit(c.Request().Context(), id, amount, body.Overrun, idem)
+	res, err := s.svc.Commit(c.Request().Context(), id, amount, body.Overrun, idem, meta)
 	return s.writeResolved(c, "commit", res, err)
 }
 
@@ -132,15 +143,21 @@ func (s *server) release(c echo.Context) error {
 	if err := s.mayUseHold(c, id); err != nil {
 		return err
 	}
-	var body struct{}
+	var body struct {
+		Meta jsonMeta `json:"meta"`
+	}
 	if err := readJSON(c, &body); err != nil {
 		return err
 	}
-	idem, err := idempotency(c, "release|"+id, "")
+	meta, err := body.Meta.parse("meta")
 	if err != nil {
 		return err
 	}
-	res, err := s.svc.Release(c.Request().Context(), id, idem)
+	idem, err := idempotency(c, "release|"+id, strings.TrimPrefix(metaCanon(meta), ";"))
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Release(c.Request().Context(), id, idem, meta)
 	return s.writeResolved(c, "release", res, err)
 }
 

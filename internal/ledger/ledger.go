@@ -157,6 +157,8 @@ type Entry struct {
 	Event         Event
 	Amount        decimal.Decimal
 	ReservationID string
+	// Meta is what the caller said of the event (nil when nothing).
+	Meta Meta
 }
 
 // Idempotency identifies a state-changing request for replay. A zero value

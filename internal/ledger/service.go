@@ -182,6 +182,7 @@ type CheckResult struct {
 type Item struct {
 	Bucket BucketRef
 	Cost   decimal.Decimal
+	Meta   Meta
 }
 
 // FillupResult is the answer to a Fillup: whether the call was accepted and
@@ -210,11 +211,18 @@ func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (F
 		if err := checkAmount("cost", it.Cost, false); err != nil {
 			return FillupResult{}, itemErr(err, i, len(items))
 		}
+		if err := ValidateMeta("meta", it.Meta); err != nil {
+			return FillupResult{}, itemErr(err, i, len(items))
+		}
 		j, ok := index[it.Bucket]
 		if !ok {
 			j = len(charges)
 			index[it.Bucket] = j
-			charges = append(charges, Charge{Bucket: it.Bucket})
+			charges = append(charges, Charge{Bucket: it.Bucket, Meta: it.Meta})
+		} else if !sameMeta(charges[j].Meta, it.Meta) {
+			// The items of one bucket are one charge and one history entry.
+			return FillupResult{}, itemErr(invalid("invalid_request", "meta",
+				"differs from the meta of an earlier item of the same bucket, whose costs are charged as one history entry"), i, len(items))
 		}
 		charges[j].Cost = charges[j].Cost.Add(it.Cost)
 		slot[i] = j
@@ -256,14 +264,17 @@ type DrainResult struct {
 }
 
 // Drain lowers a bucket's level by amount, clamped at zero.
-func (s *Service) Drain(ctx context.Context, ref BucketRef, amount decimal.Decimal, idem Idempotency) (DrainResult, error) {
+func (s *Service) Drain(ctx context.Context, ref BucketRef, amount decimal.Decimal, idem Idempotency, meta Meta) (DrainResult, error) {
 	if err := validateRef(ref); err != nil {
 		return DrainResult{}, err
 	}
 	if err := checkAmount("amount", amount, false); err != nil {
 		return DrainResult{}, err
 	}
-	out, err := s.store.Drain(ctx, ref, amount, idem)
+	if err := ValidateMeta("meta", meta); err != nil {
+		return DrainResult{}, err
+	}
+	out, err := s.store.Drain(ctx, ref, amount, idem, meta)
 	if err != nil {
 		return DrainResult{}, err
 	}
@@ -281,7 +292,7 @@ type ReserveResult struct {
 
 // Reserve holds amount in a bucket for ttl (when zero, DefaultTTL or the
 // longest TTL allowed, whichever is shorter).
-func (s *Service) Reserve(ctx context.Context, ref BucketRef, amount decimal.Decimal, ttl time.Duration, idem Idempotency) (ReserveResult, error) {
+func (s *Service) Reserve(ctx context.Context, ref BucketRef, amount decimal.Decimal, ttl time.Duration, idem Idempotency, meta Meta) (ReserveResult, error) {
 	if err := validateRef(ref); err != nil {
 		return ReserveResult{}, err
 	}
@@ -294,7 +305,10 @@ func (s *Service) Reserve(ctx context.Context, ref BucketRef, amount decimal.Dec
 	if ttl < MinTTL || ttl > s.maxTTL || ttl%time.Microsecond != 0 {
 		return ReserveResult{}, invalid("invalid_duration", "ttl", "must be a whole number of microseconds between %s and %s", MinTTL, s.maxTTL)
 	}
-	out, err := s.store.Reserve(ctx, ref, amount, ttl, idem)
+	if err := ValidateMeta("meta", meta); err != nil {
+		return ReserveResult{}, err
+	}
+	out, err := s.store.Reserve(ctx, ref, amount, ttl, idem, meta)
 	if err != nil {
 		return ReserveResult{}, err
 	}
@@ -316,7 +330,7 @@ type ResolveResult struct {
 
 // Commit ends a hold and charges amount (the held amount when null). A
 // refusal is returned as a *Refusal error.
-func (s *Service) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem Idempotency) (ResolveResult, error) {
+func (s *Service) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem Idempotency, meta Meta) (ResolveResult, error) {
 	if err := ValidateReservationID(id); err != nil {
 		return ResolveResult{}, err
 	}
@@ -325,17 +339,23 @@ func (s *Service) Commit(ctx context.Context, id string, amount decimal.NullDeci
 			return ResolveResult{}, err
 		}
 	}
-	out, err := s.store.Commit(ctx, id, amount, overrun, idem)
+	if err := ValidateMeta("meta", meta); err != nil {
+		return ResolveResult{}, err
+	}
+	out, err := s.store.Commit(ctx, id, amount, overrun, idem, meta)
 	return resolved(out, err)
 }
 
 // Release ends a hold without charging. A refusal is returned as a *Refusal
 // error.
-func (s *Service) Release(ctx context.Context, id string, idem Idempotency) (ResolveResult, error) {
+func (s *Service) Release(ctx context.Context, id string, idem Idempotency, meta Meta) (ResolveResult, error) {
 	if err := ValidateReservationID(id); err != nil {
 		return ResolveResult{}, err
 	}
-	out, err := s.store.Release(ctx, id, idem)
+	if err := ValidateMeta("meta", meta); err != nil {
+		return ResolveResult{}, err
+	}
+	out, err := s.store.Release(ctx, id, idem, meta)
 	return resolved(out, err)
 }
 

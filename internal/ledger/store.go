@@ -27,6 +27,10 @@ import (
 // be unknown; context errors when ctx ends. Domain refusals about holds are not
 // errors: they are reported in the outcome's Refusal so they can be replayed.
 //
+// Meta: the caller's notes on an event (Charge.Meta, the meta argument),
+// validated, are stored on the history entry the event adds (fillup, drain,
+// reserved, committed, released) and returned by History; an expiry has none.
+//
 // Idempotency: when idem.Key is not empty, a store first looks up (Scope, Key).
 // If a record exists with the same Hash it returns the stored outcome with
 // Replayed set and changes nothing; with another Hash it returns
@@ -64,13 +68,13 @@ type Store interface {
 	// Drain lowers a bucket's level by amount, clamped at zero
 	// (bucket.Drain). A positive amount adds a drain entry with the amount
 	// actually removed.
-	Drain(ctx context.Context, ref BucketRef, amount decimal.Decimal, idem Idempotency) (DrainOutcome, error)
+	Drain(ctx context.Context, ref BucketRef, amount decimal.Decimal, idem Idempotency, meta Meta) (DrainOutcome, error)
 
 	// Reserve adds a hold of amount for ttl when it fits (bucket.Reserve)
 	// and records a reserved entry. The store assigns the hold's id (at most
 	// 128 characters of [A-Za-z0-9_-]). It returns ErrTooManyHolds when the
 	// bucket has MaxHolds active holds.
-	Reserve(ctx context.Context, ref BucketRef, amount decimal.Decimal, ttl time.Duration, idem Idempotency) (ReserveOutcome, error)
+	Reserve(ctx context.Context, ref BucketRef, amount decimal.Decimal, ttl time.Duration, idem Idempotency, meta Meta) (ReserveOutcome, error)
 
 	// Commit ends an active hold and adds amount to the level
 	// (bucket.Resolve); a null amount means the held amount. Refusals:
@@ -79,12 +83,12 @@ type Store interface {
 	// again with the same amount returns the hold as it is, with no Refusal
 	// and no change. An overrun that would lift the level past MaxLevel
 	// returns ErrLevelOverflow.
-	Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem Idempotency) (ResolveOutcome, error)
+	Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem Idempotency, meta Meta) (ResolveOutcome, error)
 
 	// Release ends an active hold without charging. Refusals:
 	// RefusalExpired, RefusalClosed (committed). Releasing again returns the
 	// hold as it is.
-	Release(ctx context.Context, id string, idem Idempotency) (ResolveOutcome, error)
+	Release(ctx context.Context, id string, idem Idempotency, meta Meta) (ResolveOutcome, error)
 
 	// Reservation returns a hold (with the store's clock, so the caller can
 	// tell an expired hold) or ErrReservationNotFound. It writes nothing.
@@ -141,6 +145,7 @@ type BucketSnapshot struct {
 type Charge struct {
 	Bucket BucketRef
 	Cost   decimal.Decimal
+	Meta   Meta // stored on the charge's history entry
 }
 
 // FillupOutcome is what a store reports of a Fillup.

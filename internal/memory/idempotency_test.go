@@ -86,7 +86,7 @@ func TestIdempotencyBoundedByCount(t *testing.T) {
 	}
 	ref := ledger.BucketRef{Limit: "m", Key: "k"}
 	for i := range 4 {
-		_, err := s.Drain(ctx, ref, decimal.NewFromInt(1), ledger.Idempotency{Scope: "drain|m|k", Key: strconv.Itoa(i), Hash: "h"})
+		_, err := s.Drain(ctx, ref, decimal.NewFromInt(1), ledger.Idempotency{Scope: "drain|m|k", Key: strconv.Itoa(i), Hash: "h"}, nil)
 		if i < 3 && err != nil {
 			t.Fatalf("key %d: %v", i, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -306,7 +307,7 @@ func (s *Store) apply(l ledger.Limit, sh *shard, b *bucketRec, ns bucket.State, 
 		}
 		h.res.State = ledger.Expired
 		h.res.ResolvedAt = h.res.ExpiresAt
-		s.record(l, b, h.res.ExpiresAt, ledger.EventExpired, h.res.Amount, h.res.ID)
+		s.record(l, b, h.res.ExpiresAt, ledger.EventExpired, h.res.Amount, h.res.ID, nil)
 	}
 }
 
@@ -318,12 +319,17 @@ func (s *Store) expireHolds(l ledger.Limit, sh *shard, b *bucketRec, now time.Ti
 	}
 }
 
-func (s *Store) record(l ledger.Limit, b *bucketRec, at time.Time, ev ledger.Event, amount decimal.Decimal, holdID string) {
+func (s *Store) record(l ledger.Limit, b *bucketRec, at time.Time, ev ledger.Event, amount decimal.Decimal, holdID string, meta ledger.Meta) {
 	if !l.History {
 		return
 	}
 	id := strconv.FormatInt(s.nextID.Add(1), 10)
-	b.history = append(b.history, ledger.Entry{ID: id, Time: at, Event: ev, Amount: amount, ReservationID: holdID})
+	if len(meta) == 0 {
+		meta = nil
+	} else {
+		meta = maps.Clone(meta) // the caller's map is the caller's
+	}
+	b.history = append(b.history, ledger.Entry{ID: id, Time: at, Event: ev, Amount: amount, ReservationID: holdID, Meta: meta})
 	// Trim in steps of historySlack rather than by one entry per write, which
 	// would copy the whole slice on every write to a full bucket. Readers see
 	// only the newest HistoryPerBucket (newestHistory).
@@ -429,7 +435,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			if out.Accepted && it.Cost.Sign() > 0 {
 				b = sh.bucketFor(it.Bucket)
 				s.apply(limits[i], sh, b, next[i], bucket.Expired(b.st, now))
-				s.record(limits[i], b, now, ledger.EventFillup, it.Cost, "")
+				s.record(limits[i], b, now, ledger.EventFillup, it.Cost, "", it.Meta)
 				s.wrote(sh, now)
 			}
 			out.Items[i].Snapshot = snapshot(limits[i], b, now)
@@ -439,7 +445,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 }
 
 // Drain lowers a bucket's level, clamped at zero.
-func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency) (ledger.DrainOutcome, error) {
+func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency, meta ledger.Meta) (ledger.DrainOutcome, error) {
 	return replay(s, ctx, idem, func(o *ledger.DrainOutcome) { o.Replayed = true }, func() (ledger.DrainOutcome, error) {
 		s.limitsMu.RLock()
 		defer s.limitsMu.RUnlock()
@@ -457,7 +463,7 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		// A drain that can remove nothing is a no-op, like a drain of 0.
 		if out.Removed, ns = bucket.Drain(l.Rule(), b.state(), now, amount); out.Removed.Sign() > 0 {
 			s.apply(l, sh, b, ns, bucket.Expired(b.st, now))
-			s.record(l, b, now, ledger.EventDrain, out.Removed, "")
+			s.record(l, b, now, ledger.EventDrain, out.Removed, "", meta)
 			s.wrote(sh, now)
 		}
 		out.Snapshot = snapshot(l, sh.buckets[ref], now)
@@ -466,7 +472,7 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 }
 
 // Reserve adds a hold when it fits.
-func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency) (ledger.ReserveOutcome, error) {
+func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency, meta ledger.Meta) (ledger.ReserveOutcome, error) {
 	return replay(s, ctx, idem, func(o *ledger.ReserveOutcome) { o.Replayed = true }, func() (ledger.ReserveOutcome, error) {
 		s.limitsMu.RLock()
 		defer s.limitsMu.RUnlock()
@@ -500,7 +506,7 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		ns.Holds[len(ns.Holds)-1].ID = h.res.ID
 		s.apply(l, sh, b, ns, bucket.Expired(st, now))
 		sh.holds[h.res.ID] = h
-		s.record(l, b, now, ledger.EventReserved, amount, h.res.ID)
+		s.record(l, b, now, ledger.EventReserved, amount, h.res.ID, meta)
 		s.wrote(sh, now)
 		return ledger.ReserveOutcome{Accepted: true, Reservation: h.res, Snapshot: snapshot(l, b, now)}, nil
 	})
@@ -529,7 +535,7 @@ func holdShard(id string) int {
 }
 
 // Commit ends a hold and charges amount (the held amount when null).
-func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
 	return s.resolve(ctx, id, idem, func(l ledger.Limit, sh *shard, b *bucketRec, h *holdRec, now time.Time) (string, error) {
 		charge := h.res.Amount
 		if amount.Valid {
@@ -555,13 +561,13 @@ func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecima
 		h.res.State = ledger.Committed
 		h.res.CommittedAmount = decimal.NewNullDecimal(charge)
 		h.res.ResolvedAt = now
-		s.record(l, b, now, ledger.EventCommitted, charge, h.res.ID)
+		s.record(l, b, now, ledger.EventCommitted, charge, h.res.ID, meta)
 		return "", nil
 	})
 }
 
 // Release ends a hold without charging.
-func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
 	return s.resolve(ctx, id, idem, func(l ledger.Limit, sh *shard, b *bucketRec, h *holdRec, now time.Time) (string, error) {
 		switch h.res.State {
 		case ledger.Released:
@@ -572,7 +578,7 @@ func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency)
 		s.resolveHold(l, sh, b, h, now, decimal.Zero)
 		h.res.State = ledger.Released
 		h.res.ResolvedAt = now
-		s.record(l, b, now, ledger.EventReleased, h.res.Amount, h.res.ID)
+		s.record(l, b, now, ledger.EventReleased, h.res.Amount, h.res.ID, meta)
 		return "", nil
 	})
 }

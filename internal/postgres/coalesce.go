@@ -41,6 +41,7 @@ type fillCall struct {
 	ref      ledger.BucketRef
 	cost     string
 	idem     ledger.Idempotency
+	meta     string // the charge's meta as JSON, "" for none
 	done     chan struct{}
 	out      ledger.FillupOutcome
 	err      error
@@ -56,6 +57,7 @@ func newFillCall(ctx context.Context, ref ledger.BucketRef, cost decimal.Decimal
 // batch gets no second full timeout.
 func (s *Store) fillupSingle(ctx context.Context, it ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
 	c := newFillCall(ctx, it.Bucket, it.Cost, idem)
+	c.meta = it.Meta.JSON()
 	c.deadline = time.Now().Add(s.cfg.timeout)
 	if !s.cfg.coalesce {
 		s.runBatch([]*fillCall{c})
@@ -184,11 +186,11 @@ type batchRow struct {
 }
 
 // fillupSQL is the one statement of every Fillup.
-const fillupSQL = "SELECT * FROM budgetd_fillup($1, $2, $3, $4, $5, $6, $7, $8)"
+const fillupSQL = "SELECT * FROM budgetd_fillup($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 
 // queryFillup runs budgetd_fillup once and returns its rows in item order,
 // one per item (allOrNone: one for the call).
-func (s *Store) queryFillup(ctx context.Context, deadline time.Time, limits, keys, costs []string, scopes, idems, hashes []*string, allOrNone bool) ([]batchRow, error) {
+func (s *Store) queryFillup(ctx context.Context, deadline time.Time, limits, keys, costs []string, scopes, idems, hashes, metas []*string, allOrNone bool) ([]batchRow, error) {
 	want := len(costs)
 	if allOrNone {
 		want = 1
@@ -198,7 +200,7 @@ func (s *Store) queryFillup(ctx context.Context, deadline time.Time, limits, key
 		deadline = time.Now().Add(s.cfg.timeout)
 	}
 	err := s.doUntil(ctx, deadline, "fillup", func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, fillupSQL, limits, keys, costs, s.nowArg(), scopes, idems, hashes, allOrNone)
+		rows, err := s.pool.Query(ctx, fillupSQL, limits, keys, costs, s.nowArg(), scopes, idems, hashes, allOrNone, metas)
 		if err != nil {
 			return err
 		}
@@ -285,10 +287,14 @@ func (s *Store) runPart(batch []*fillCall) {
 	scopes := make([]*string, len(live))
 	idems := make([]*string, len(live))
 	hashes := make([]*string, len(live))
+	metas := make([]*string, len(live))
 	for i, c := range live {
 		limits[i], keys[i], costs[i] = c.ref.Limit, c.ref.Key, c.cost
 		if c.idem.Key != "" {
 			scopes[i], idems[i], hashes[i] = &c.idem.Scope, &c.idem.Key, &c.idem.Hash
+		}
+		if c.meta != "" {
+			metas[i] = &c.meta
 		}
 	}
 	// A batch of one is bounded by its caller's context; a larger one serves
@@ -299,7 +305,7 @@ func (s *Store) runPart(batch []*fillCall) {
 	if len(live) > 1 {
 		ctx, deadline = context.WithoutCancel(ctx), latestDeadline(live)
 	}
-	got, err := s.queryFillup(ctx, deadline, limits, keys, costs, scopes, idems, hashes, false)
+	got, err := s.queryFillup(ctx, deadline, limits, keys, costs, scopes, idems, hashes, metas, false)
 	for i, c := range live {
 		if err != nil {
 			c.err = err

@@ -61,7 +61,7 @@ func TestCoalescedBatchEqualsSequence(t *testing.T) {
 					amount := dec(costs[1+rng.IntN(5)])
 					ttl := time.Duration(1+rng.IntN(3_000_000)) * time.Microsecond
 					for _, r := range []ledger.BucketRef{seq, bat} {
-						if _, err := s.Reserve(ctx, r, amount, ttl, ledger.Idempotency{}); err != nil {
+						if _, err := s.Reserve(ctx, r, amount, ttl, ledger.Idempotency{}, nil); err != nil {
 							t.Fatal(err)
 						}
 					}

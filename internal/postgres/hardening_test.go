@@ -175,7 +175,7 @@ func TestClockStepBack(t *testing.T) {
 	if fill(one("single")) || fill(multi) {
 		t.Fatal("a full bucket accepted right after the correction")
 	}
-	if r, err := s.Reserve(ctx, ledger.BucketRef{Limit: "c", Key: "res"}, dec("1"), time.Minute, ledger.Idempotency{}); err != nil || r.Accepted {
+	if r, err := s.Reserve(ctx, ledger.BucketRef{Limit: "c", Key: "res"}, dec("1"), time.Minute, ledger.Idempotency{}, nil); err != nil || r.Accepted {
 		t.Fatalf("reserve right after the correction: %+v %v", r, err)
 	}
 	// Each of the four buckets was reported once (counted for the metric).
@@ -189,7 +189,7 @@ func TestClockStepBack(t *testing.T) {
 	if !fill(multi) {
 		t.Error("multi-bucket path: still locked out 2s after the correction")
 	}
-	if r, err := s.Reserve(ctx, ledger.BucketRef{Limit: "c", Key: "res"}, dec("1"), time.Minute, ledger.Idempotency{}); err != nil || !r.Accepted {
+	if r, err := s.Reserve(ctx, ledger.BucketRef{Limit: "c", Key: "res"}, dec("1"), time.Minute, ledger.Idempotency{}, nil); err != nil || !r.Accepted {
 		t.Errorf("reserve: still locked out 2s after the correction: %+v %v", r, err)
 	}
 }

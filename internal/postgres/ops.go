@@ -106,6 +106,14 @@ func (d *holdDoc) reservation() ledger.Reservation {
 
 func fromUS(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
+// metaArg is meta as its function parameter: JSON text, or NULL for none.
+func metaArg(meta ledger.Meta) any {
+	if m := meta.JSON(); m != "" {
+		return m
+	}
+	return nil
+}
+
 // idemArgs are the three idempotency parameters of a write function; an
 // empty key is NULL (no Idempotency-Key).
 func idemArgs(idem ledger.Idempotency) (any, any, any) {
@@ -141,8 +149,12 @@ func (s *Store) fillupAll(ctx context.Context, items []ledger.Charge, idem ledge
 	limits := make([]string, len(items))
 	keys := make([]string, len(items))
 	costs := make([]string, len(items))
+	metas := make([]*string, len(items))
 	for i, it := range items {
 		limits[i], keys[i], costs[i] = it.Bucket.Limit, it.Bucket.Key, it.Cost.String()
+		if m := it.Meta.JSON(); m != "" {
+			metas[i] = &m
+		}
 	}
 	var scope, key, hash *string
 	if idem.Key != "" {
@@ -160,7 +172,7 @@ func (s *Store) fillupAll(ctx context.Context, items []ledger.Charge, idem ledge
 		}
 		defer unlock()
 	}
-	rows, err := s.queryFillup(ctx, deadline, limits, keys, costs, []*string{scope}, []*string{key}, []*string{hash}, true)
+	rows, err := s.queryFillup(ctx, deadline, limits, keys, costs, []*string{scope}, []*string{key}, []*string{hash}, metas, true)
 	if err != nil {
 		return ledger.FillupOutcome{}, err
 	}
@@ -193,7 +205,7 @@ func decodeFillup(raw json.RawMessage) (ledger.FillupOutcome, error) {
 }
 
 // Drain lowers a bucket's level, clamped at zero.
-func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency) (ledger.DrainOutcome, error) {
+func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency, meta ledger.Meta) (ledger.DrainOutcome, error) {
 	scope, key, hash := idemArgs(idem)
 	var doc struct {
 		snapDoc
@@ -201,8 +213,8 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		NowUS    int64           `json:"now_us"`
 		Replayed bool            `json:"replayed"`
 	}
-	err := s.queryJSON(ctx, "drain", &doc, "SELECT budgetd_drain($1, $2, $3, $4, $5, $6, $7)",
-		ref.Limit, ref.Key, amount.String(), s.nowArg(), scope, key, hash)
+	err := s.queryJSON(ctx, "drain", &doc, "SELECT budgetd_drain($1, $2, $3, $4, $5, $6, $7, $8)",
+		ref.Limit, ref.Key, amount.String(), s.nowArg(), scope, key, hash, metaArg(meta))
 	if err != nil {
 		return ledger.DrainOutcome{}, err
 	}
@@ -210,7 +222,7 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 }
 
 // Reserve adds a hold when it fits.
-func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency) (ledger.ReserveOutcome, error) {
+func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency, meta ledger.Meta) (ledger.ReserveOutcome, error) {
 	scope, key, hash := idemArgs(idem)
 	var doc struct {
 		snapDoc
@@ -219,8 +231,8 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		NowUS       int64    `json:"now_us"`
 		Replayed    bool     `json:"replayed"`
 	}
-	err := s.queryJSON(ctx, "reserve", &doc, "SELECT budgetd_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-		ref.Limit, ref.Key, amount.String(), ttl.Microseconds(), newHoldID(), s.nowArg(), scope, key, hash)
+	err := s.queryJSON(ctx, "reserve", &doc, "SELECT budgetd_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+		ref.Limit, ref.Key, amount.String(), ttl.Microseconds(), newHoldID(), s.nowArg(), scope, key, hash, metaArg(meta))
 	if err != nil {
 		return ledger.ReserveOutcome{}, err
 	}
@@ -240,20 +252,20 @@ func newHoldID() string {
 }
 
 // Commit ends a hold and charges amount (the held amount when null).
-func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
 	var a any
 	if amount.Valid {
 		a = amount.Decimal.String()
 	}
-	return s.resolve(ctx, "commit", id, true, a, overrun, idem)
+	return s.resolve(ctx, "commit", id, true, a, overrun, idem, meta)
 }
 
 // Release ends a hold without charging.
-func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
-	return s.resolve(ctx, "release", id, false, nil, false, idem)
+func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
+	return s.resolve(ctx, "release", id, false, nil, false, idem, meta)
 }
 
-func (s *Store) resolve(ctx context.Context, op, id string, commit bool, amount any, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+func (s *Store) resolve(ctx context.Context, op, id string, commit bool, amount any, overrun bool, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
 	if err := ledger.ValidateReservationID(id); err != nil {
 		return ledger.ResolveOutcome{}, err
 	}
@@ -265,8 +277,8 @@ func (s *Store) resolve(ctx context.Context, op, id string, commit bool, amount 
 		NowUS       int64   `json:"now_us"`
 		Replayed    bool    `json:"replayed"`
 	}
-	err := s.queryJSON(ctx, op, &doc, "SELECT budgetd_resolve($1, $2, $3, $4, $5, $6, $7, $8)",
-		id, commit, amount, overrun, s.nowArg(), scope, key, hash)
+	err := s.queryJSON(ctx, op, &doc, "SELECT budgetd_resolve($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		id, commit, amount, overrun, s.nowArg(), scope, key, hash, metaArg(meta))
 	if err != nil {
 		return ledger.ResolveOutcome{}, err
 	}
@@ -311,6 +323,7 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 		Event         string          `json:"event"`
 		Amount        decimal.Decimal `json:"amount"`
 		ReservationID *string         `json:"reservation_id"`
+		Meta          ledger.Meta     `json:"meta"`
 	}
 	err := s.queryJSON(ctx, "history", &docs, "SELECT budgetd_history($1, $2, $3, $4, $5, $6)",
 		ref.Limit, ref.Key, afterUS, afterID, n, s.nowArg())
@@ -326,7 +339,7 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 			last := out[len(out)-1]
 			return out, fmt.Sprintf("%d.%s", last.Time.UnixMicro(), last.ID), nil
 		}
-		e := ledger.Entry{ID: d.ID, Time: fromUS(d.AtUS), Event: ledger.Event(d.Event), Amount: d.Amount}
+		e := ledger.Entry{ID: d.ID, Time: fromUS(d.AtUS), Event: ledger.Event(d.Event), Amount: d.Amount, Meta: d.Meta}
 		if d.ReservationID != nil {
 			e.ReservationID = *d.ReservationID
 		}

@@ -221,22 +221,22 @@ func testOneRoundTrip(t *testing.T, iso string) {
 			return err
 		}},
 		{"reserve", func() error {
-			res, err := svc.Reserve(ctx, ra, dec("5"), time.Minute, ledger.Idempotency{})
+			res, err := svc.Reserve(ctx, ra, dec("5"), time.Minute, ledger.Idempotency{}, nil)
 			holds = append(holds, res.Reservation.ID)
 			return err
 		}},
 		{"commit", func() error {
-			_, err := svc.Commit(ctx, holds[0], decimal.NewNullDecimal(dec("1")), false, ledger.Idempotency{})
+			_, err := svc.Commit(ctx, holds[0], decimal.NewNullDecimal(dec("1")), false, ledger.Idempotency{}, nil)
 			holds = holds[1:]
 			return err
 		}},
 		{"release", func() error {
-			_, err := svc.Release(ctx, holds[0], ledger.Idempotency{})
+			_, err := svc.Release(ctx, holds[0], ledger.Idempotency{}, nil)
 			holds = holds[1:]
 			return err
 		}},
 		{"drain", func() error {
-			_, err := svc.Drain(ctx, ra, dec("1"), ledger.Idempotency{})
+			_, err := svc.Drain(ctx, ra, dec("1"), ledger.Idempotency{}, nil)
 			return err
 		}},
 	}
@@ -398,7 +398,7 @@ func TestOutage(t *testing.T) {
 			return err
 		},
 		"reserve": func() error {
-			_, err := svc.Reserve(ctx, r, dec("1"), time.Minute, ledger.Idempotency{})
+			_, err := svc.Reserve(ctx, r, dec("1"), time.Minute, ledger.Idempotency{}, nil)
 			return err
 		},
 		"get limit": func() error {
@@ -550,7 +550,7 @@ func TestPrune(t *testing.T) {
 	put("h", true)
 	put("quiet", false)
 	hr, qr := ledger.BucketRef{Limit: "h", Key: "k"}, ledger.BucketRef{Limit: "quiet", Key: "k"}
-	hold, err := svc.Reserve(ctx, hr, dec("2"), time.Second, ledger.Idempotency{Scope: "reserve:h/k", Key: "i1", Hash: "x"})
+	hold, err := svc.Reserve(ctx, hr, dec("2"), time.Second, ledger.Idempotency{Scope: "reserve:h/k", Key: "i1", Hash: "x"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -602,7 +602,7 @@ func TestPrune(t *testing.T) {
 	if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: hr, Cost: dec("3")}}, ledger.Idempotency{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Reserve(ctx, hr, dec("2"), time.Minute, ledger.Idempotency{}); err != nil {
+	if _, err := svc.Reserve(ctx, hr, dec("2"), time.Minute, ledger.Idempotency{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := svc.DeleteLimit(ctx, "h"); err != nil {
@@ -676,11 +676,11 @@ func TestTooManyHolds(t *testing.T) {
 	}
 	r := ledger.BucketRef{Limit: "l", Key: "k"}
 	for i := 0; i < ledger.MaxHolds; i++ {
-		if _, err := svc.Reserve(ctx, r, dec("1"), time.Hour, ledger.Idempotency{}); err != nil {
+		if _, err := svc.Reserve(ctx, r, dec("1"), time.Hour, ledger.Idempotency{}, nil); err != nil {
 			t.Fatalf("hold %d: %v", i, err)
 		}
 	}
-	if _, err := svc.Reserve(ctx, r, dec("1"), time.Hour, ledger.Idempotency{}); !errors.Is(err, ledger.ErrTooManyHolds) {
+	if _, err := svc.Reserve(ctx, r, dec("1"), time.Hour, ledger.Idempotency{}, nil); !errors.Is(err, ledger.ErrTooManyHolds) {
 		t.Fatalf("hold %d: %v, want ErrTooManyHolds", ledger.MaxHolds+1, err)
 	}
 	st, err := svc.Bucket(ctx, r)
@@ -738,17 +738,17 @@ func TestPrunerUnderLoad(t *testing.T) {
 						case 2:
 							var out ledger.ReserveOutcome
 							ttl := time.Duration(1+i%20) * time.Millisecond
-							out, err = s.Reserve(ctx, slow, dec("2"), ttl, ledger.Idempotency{})
+							out, err = s.Reserve(ctx, slow, dec("2"), ttl, ledger.Idempotency{}, nil)
 							if err == nil && out.Accepted {
 								holds = append(holds, out.Reservation.ID)
 							}
 							if err == nil {
-								_, err = s.Reserve(ctx, fast, dec("1"), ttl, ledger.Idempotency{})
+								_, err = s.Reserve(ctx, fast, dec("1"), ttl, ledger.Idempotency{}, nil)
 							}
 						case 3:
 							if len(holds) > 0 {
 								var out ledger.ResolveOutcome
-								out, err = s.Commit(ctx, holds[0], decimal.NewNullDecimal(dec("1")), false, ledger.Idempotency{})
+								out, err = s.Commit(ctx, holds[0], decimal.NewNullDecimal(dec("1")), false, ledger.Idempotency{}, nil)
 								if err == nil && out.Refusal == "" {
 									add(out.Reservation.Bucket.Key, dec("1"))
 								}
@@ -756,12 +756,12 @@ func TestPrunerUnderLoad(t *testing.T) {
 							}
 						case 4:
 							if len(holds) > 0 {
-								_, err = s.Release(ctx, holds[0], ledger.Idempotency{})
+								_, err = s.Release(ctx, holds[0], ledger.Idempotency{}, nil)
 								holds = holds[1:]
 							}
 						case 5:
 							var out ledger.DrainOutcome
-							out, err = s.Drain(ctx, slow, dec("0.5"), ledger.Idempotency{Scope: "drain:slow/" + k, Key: fmt.Sprint(g, "-", i), Hash: "h"})
+							out, err = s.Drain(ctx, slow, dec("0.5"), ledger.Idempotency{Scope: "drain:slow/" + k, Key: fmt.Sprint(g, "-", i), Hash: "h"}, nil)
 							if err == nil {
 								add(k, out.Removed.Neg())
 							}

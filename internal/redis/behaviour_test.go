@@ -93,22 +93,22 @@ func TestOneRoundTripPerDecision(t *testing.T) {
 					t.Fatal(err)
 				}
 				one("multi-bucket Fillup", "fcall")
-				if _, err := svc.Drain(ctx, ra, decimal.NewFromInt(1), ledger.Idempotency{}); err != nil {
+				if _, err := svc.Drain(ctx, ra, decimal.NewFromInt(1), ledger.Idempotency{}, nil); err != nil {
 					t.Fatal(err)
 				}
 				one("Drain", "fcall")
-				res, err := svc.Reserve(ctx, ra, decimal.NewFromInt(5), time.Minute, ledger.Idempotency{})
+				res, err := svc.Reserve(ctx, ra, decimal.NewFromInt(5), time.Minute, ledger.Idempotency{}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
 				one("Reserve", "fcall")
-				if _, err := svc.Commit(ctx, res.Reservation.ID, decimal.NullDecimal{}, false, ledger.Idempotency{}); err != nil {
+				if _, err := svc.Commit(ctx, res.Reservation.ID, decimal.NullDecimal{}, false, ledger.Idempotency{}, nil); err != nil {
 					t.Fatal(err)
 				}
 				one("Commit", "hget", "fcall")
-				res, _ = svc.Reserve(ctx, ra, decimal.NewFromInt(5), time.Minute, ledger.Idempotency{})
+				res, _ = svc.Reserve(ctx, ra, decimal.NewFromInt(5), time.Minute, ledger.Idempotency{}, nil)
 				log.take()
-				if _, err := svc.Release(ctx, res.Reservation.ID, ledger.Idempotency{}); err != nil {
+				if _, err := svc.Release(ctx, res.Reservation.ID, ledger.Idempotency{}, nil); err != nil {
 					t.Fatal(err)
 				}
 				one("Release", "hget", "fcall")
@@ -238,7 +238,7 @@ func TestTTLs(t *testing.T) {
 	if d := pttl("slow", "k"); d < 100*time.Hour || d > 101*time.Hour {
 		t.Errorf("slow bucket PTTL %v, want just over 100h", d)
 	}
-	if _, err := svc.Reserve(ctx, ledger.BucketRef{Limit: "fast", Key: "h"}, decimal.NewFromInt(1), 20*time.Hour, ledger.Idempotency{}); err != nil {
+	if _, err := svc.Reserve(ctx, ledger.BucketRef{Limit: "fast", Key: "h"}, decimal.NewFromInt(1), 20*time.Hour, ledger.Idempotency{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if d := pttl("fast", "h"); d < 20*time.Hour+30*time.Second {
@@ -254,7 +254,7 @@ func TestTTLs(t *testing.T) {
 	if d := pttl("fast", "k"); d != -1 {
 		t.Errorf("after slowing the leak PTTL is %v, want none", d)
 	}
-	if _, err := svc.Drain(ctx, ledger.BucketRef{Limit: "fast", Key: "k"}, decimal.RequireFromString("0.5"), ledger.Idempotency{}); err != nil {
+	if _, err := svc.Drain(ctx, ledger.BucketRef{Limit: "fast", Key: "k"}, decimal.RequireFromString("0.5"), ledger.Idempotency{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if d := pttl("fast", "k"); d < 9*time.Hour+30*time.Minute {
@@ -337,18 +337,18 @@ func TestHoldAndLevelBounds(t *testing.T) {
 	tiny := decimal.RequireFromString("0.000001")
 	ids := make([]string, 0, ledger.MaxHolds)
 	for i := 0; i < ledger.MaxHolds; i++ {
-		res, err := svc.Reserve(ctx, r, tiny, time.Hour, ledger.Idempotency{})
+		res, err := svc.Reserve(ctx, r, tiny, time.Hour, ledger.Idempotency{}, nil)
 		if err != nil || !res.Decision.Accepted {
 			t.Fatalf("hold %d: %+v %v", i, res.Decision, err)
 		}
 		ids = append(ids, res.Reservation.ID)
 	}
-	if _, err := svc.Reserve(ctx, r, tiny, time.Hour, ledger.Idempotency{}); !errors.Is(err, ledger.ErrTooManyHolds) {
+	if _, err := svc.Reserve(ctx, r, tiny, time.Hour, ledger.Idempotency{}, nil); !errors.Is(err, ledger.ErrTooManyHolds) {
 		t.Fatalf("hold %d: %v, want ErrTooManyHolds", ledger.MaxHolds+1, err)
 	}
 	huge := decimal.NewNullDecimal(decimal.New(1, 12))
 	for i, id := range ids {
-		_, err := svc.Commit(ctx, id, huge, true, ledger.Idempotency{})
+		_, err := svc.Commit(ctx, id, huge, true, ledger.Idempotency{}, nil)
 		if i < len(ids)-1 && err != nil {
 			t.Fatalf("overrun commit %d: %v", i, err)
 		}
@@ -438,7 +438,7 @@ func TestClockStepBack(t *testing.T) {
 			}
 			reserve := func() bool {
 				t.Helper()
-				r, err := s.Reserve(ctx, ref("res"), decimal.RequireFromString("1"), time.Minute, ledger.Idempotency{})
+				r, err := s.Reserve(ctx, ref("res"), decimal.RequireFromString("1"), time.Minute, ledger.Idempotency{}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -76,7 +76,7 @@ func TestFastPathDifferential(t *testing.T) {
 				cost = decimal.Min(cost, ledger.MaxAmount)
 				if rng.IntN(6) == 0 {
 					removed, ns := bucket.Drain(l, st, now, cost)
-					got, err := s.Drain(ctx, ref, cost, ledger.Idempotency{})
+					got, err := s.Drain(ctx, ref, cost, ledger.Idempotency{}, nil)
 					if err != nil {
 						t.Fatalf("%s drain: %v", where, err)
 					}

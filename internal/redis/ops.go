@@ -405,10 +405,10 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			}
 			keys, ih = append(keys, ik), idem.Hash
 		}
-		args := make([]any, 0, 4+7*len(ts))
+		args := make([]any, 0, 4+8*len(ts))
 		args = append(args, s.nowArg(), ih, check, len(ts))
 		for i, t := range ts {
-			args = append(append(args, t.lim.args.list(idem)...), units(items[i].Cost))
+			args = append(append(args, t.lim.args.list(idem)...), units(items[i].Cost), items[i].Meta.JSON())
 		}
 		r, err := s.fcall(ctx, "fillup", false, keys, args...)
 		if err != nil {
@@ -455,14 +455,14 @@ func (s *Store) fillupRecord(ctx context.Context, ts []target, idem ledger.Idemp
 }
 
 // Drain lowers a bucket's level, clamped at zero.
-func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency) (ledger.DrainOutcome, error) {
+func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency, meta ledger.Meta) (ledger.DrainOutcome, error) {
 	return withFreshLimits(ctx, s, func(ctx context.Context) (ledger.DrainOutcome, error) {
 		t, err := s.target(ctx, ref)
 		if err != nil {
 			return ledger.DrainOutcome{}, err
 		}
 		ik := s.k.idemBucket(t.lim.gen, ref.Key, idem.Scope, idem.Key)
-		r, err := s.call(ctx, "drain", false, nil, t, ik, idem, units(amount))
+		r, err := s.call(ctx, "drain", false, nil, t, ik, idem, units(amount), meta.JSON())
 		if err != nil {
 			return ledger.DrainOutcome{}, err
 		}
@@ -535,7 +535,7 @@ func (h holdJSON) reservation(now time.Time) (ledger.Reservation, error) {
 }
 
 // Reserve adds a hold when it fits.
-func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency) (ledger.ReserveOutcome, error) {
+func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency, meta ledger.Meta) (ledger.ReserveOutcome, error) {
 	return withFreshLimits(ctx, s, func(ctx context.Context) (ledger.ReserveOutcome, error) {
 		t, err := s.target(ctx, ref)
 		if err != nil {
@@ -548,7 +548,7 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		id := holdID(t.lim.gen, t.slot, hex.EncodeToString(rnd[:]))
 		ik := s.k.idemBucket(t.lim.gen, ref.Key, idem.Scope, idem.Key)
 		r, err := s.call(ctx, "reserve", false, []string{s.k.holdBase(t.lim.gen, t.slot) + id}, t, ik, idem,
-			units(amount), ttl.Microseconds(), id, ref.Limit, encodeKey(ref.Key))
+			units(amount), ttl.Microseconds(), id, ref.Limit, encodeKey(ref.Key), meta.JSON())
 		if err != nil {
 			return ledger.ReserveOutcome{}, err
 		}
@@ -566,23 +566,23 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 }
 
 // Commit ends a hold and charges amount (the held amount when null).
-func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
 	a := ""
 	if amount.Valid {
 		a = units(amount.Decimal)
 	}
-	return s.resolve(ctx, id, "c", a, overrun, idem)
+	return s.resolve(ctx, id, "c", a, overrun, idem, meta)
 }
 
 // Release ends a hold without charging.
-func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
-	return s.resolve(ctx, id, "r", "", false, idem)
+func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
+	return s.resolve(ctx, id, "r", "", false, idem, meta)
 }
 
 // resolve is Commit (mode "c") or Release ("r"). The function needs the
 // hold's bucket keys in KEYS, so the bucket is read from the hold record
 // first (it never changes); the function checks it again.
-func (s *Store) resolve(ctx context.Context, id, mode, amount string, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+func (s *Store) resolve(ctx context.Context, id, mode, amount string, overrun bool, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
 	return withFreshLimits(ctx, s, func(ctx context.Context) (ledger.ResolveOutcome, error) {
 		g, slot, ok := parseHoldID(id)
 		if !ok {
@@ -606,7 +606,7 @@ func (s *Store) resolve(ctx context.Context, id, mode, amount string, overrun bo
 		}
 		t := target{lim: cl, bk: s.k.bucket(g, key), hk: s.k.history(g, key), slot: slot}
 		ik := s.k.idemHold(g, slot, id, idem.Scope, idem.Key)
-		r, err := s.call(ctx, "resolve", false, []string{rk}, t, ik, idem, mode, amount, boolArg(overrun), ekey)
+		r, err := s.call(ctx, "resolve", false, []string{rk}, t, ik, idem, mode, amount, boolArg(overrun), ekey, meta.JSON())
 		if err != nil {
 			return ledger.ResolveOutcome{}, err
 		}
@@ -686,10 +686,11 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 	return out, "", nil
 }
 
-// parseEntry reads one history line: time|id|event|amount|hold id.
+// parseEntry reads one history line: time|id|event|amount|hold id, then
+// |meta (JSON) when the entry has meta.
 func parseEntry(line string) (ledger.Entry, error) {
-	f := strings.SplitN(line, "|", 5)
-	if len(f) != 5 {
+	f := strings.SplitN(line, "|", 6)
+	if len(f) < 5 {
 		return ledger.Entry{}, fmt.Errorf("redis history: bad entry %q", line)
 	}
 	at, err := parseMicros(f[0])
@@ -704,5 +705,11 @@ func parseEntry(line string) (ledger.Entry, error) {
 	if err != nil {
 		return ledger.Entry{}, err
 	}
-	return ledger.Entry{ID: strconv.FormatInt(id, 10), Time: at, Event: ledger.Event(f[2]), Amount: amt, ReservationID: f[4]}, nil
+	e := ledger.Entry{ID: strconv.FormatInt(id, 10), Time: at, Event: ledger.Event(f[2]), Amount: amt, ReservationID: f[4]}
+	if len(f) == 6 {
+		if e.Meta, err = ledger.ParseMeta(f[5]); err != nil {
+			return ledger.Entry{}, fmt.Errorf("redis history: bad meta in %q: %w", line, err)
+		}
+	}
+	return e, nil
 }

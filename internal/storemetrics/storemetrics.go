@@ -110,33 +110,33 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 }
 
 // Drain times the wrapped store's Drain.
-func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency) (ledger.DrainOutcome, error) {
+func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency, meta ledger.Meta) (ledger.DrainOutcome, error) {
 	start := time.Now()
-	out, err := s.Store.Drain(ctx, ref, amount, idem)
+	out, err := s.Store.Drain(ctx, ref, amount, idem, nil)
 	s.observe("drain", start, err)
 	return out, err
 }
 
 // Reserve times the wrapped store's Reserve.
-func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency) (ledger.ReserveOutcome, error) {
+func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency, meta ledger.Meta) (ledger.ReserveOutcome, error) {
 	start := time.Now()
-	out, err := s.Store.Reserve(ctx, ref, amount, ttl, idem)
+	out, err := s.Store.Reserve(ctx, ref, amount, ttl, idem, nil)
 	s.observe("reserve", start, err)
 	return out, err
 }
 
 // Commit times the wrapped store's Commit.
-func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
 	start := time.Now()
-	out, err := s.Store.Commit(ctx, id, amount, overrun, idem)
+	out, err := s.Store.Commit(ctx, id, amount, overrun, idem, nil)
 	s.observe("commit", start, err)
 	return out, err
 }
 
 // Release times the wrapped store's Release.
-func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency) (ledger.ResolveOutcome, error) {
+func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
 	start := time.Now()
-	out, err := s.Store.Release(ctx, id, idem)
+	out, err := s.Store.Release(ctx, id, idem, nil)
 	s.observe("release", start, err)
 	return out, err
 }

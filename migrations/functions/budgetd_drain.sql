@@ -2,7 +2,7 @@
 -- removes nothing (0, or an empty bucket) is a no-op: it writes neither the
 -- bucket nor a history entry.
 CREATE OR REPLACE FUNCTION budgetd_drain(p_limit text, p_key text, p_amount text, p_now timestamptz,
-                                         p_scope text, p_idem text, p_hash text)
+                                         p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_amount  numeric := p_amount::numeric;
@@ -24,7 +24,7 @@ BEGIN
         v_removed := least(v_amount, v_level);
         IF v_removed > 0 THEN
             PERFORM budgetd_write(v_l.id, p_key, v_level - v_removed, v_now);
-            PERFORM budgetd_record(v_l, p_key, v_now, 'drain', v_removed, NULL);
+            PERFORM budgetd_record(v_l, p_key, v_now, 'drain', v_removed, NULL, p_meta);
         END IF;
     ELSE
         v_now := coalesce(p_now, budgetd_clock());

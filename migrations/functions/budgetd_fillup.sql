@@ -1,5 +1,6 @@
 -- budgetd_fillup(limits[], keys[], costs[], now, scopes[], idems[], hashes[],
--- all_or_none): every Fillup, the one entry point the store calls.
+-- all_or_none, metas[]): every Fillup, the one entry point the store calls.
+-- metas[i] is item i's meta as JSON text (NULL or '' for none).
 --
 -- With all_or_none the items are one multi-bucket call (bucket.Fillup per
 -- item, every item or none), with one Idempotency-Key (scopes[1], idems[1],
@@ -14,7 +15,8 @@
 -- the lock order of every call, so that calls locking several buckets do not
 -- deadlock one another. One row per item, item its position in the arguments.
 CREATE OR REPLACE FUNCTION budgetd_fillup(p_limits text[], p_keys text[], p_costs text[], p_now timestamptz,
-                                          p_scopes text[], p_idems text[], p_hashes text[], p_all_or_none boolean)
+                                          p_scopes text[], p_idems text[], p_hashes text[], p_all_or_none boolean,
+                                          p_metas text[] DEFAULT NULL)
 RETURNS TABLE (r_item int, r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts text[], r_hold_expires bigint[],
                r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_history boolean,
                r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text)
@@ -24,7 +26,7 @@ DECLARE
 BEGIN
     IF p_all_or_none THEN
         r_item := 1;
-        r_doc := budgetd_fillup_all(p_limits, p_keys, p_costs, p_now, p_scopes[1], p_idems[1], p_hashes[1]);
+        r_doc := budgetd_fillup_all(p_limits, p_keys, p_costs, p_now, p_scopes[1], p_idems[1], p_hashes[1], p_metas);
         RETURN NEXT;
         RETURN;
     END IF;
@@ -34,7 +36,7 @@ BEGIN
             SELECT b.ordinality::int, b.r_fits, b.r_level, b.r_updated_us, b.r_hold_amounts, b.r_hold_expires,
                    b.r_now_us, b.r_capacity, b.r_leak_amount, b.r_leak_per_us, b.r_history,
                    b.r_created_us, b.r_limit_updated_us, b.r_doc, b.r_err_code, b.r_err_msg
-              FROM budgetd_fillup_batch(p_limits[1], p_keys[1], p_costs, p_now, p_scopes, p_idems, p_hashes) WITH ORDINALITY AS b;
+              FROM budgetd_fillup_batch(p_limits[1], p_keys[1], p_costs, p_now, p_scopes, p_idems, p_hashes, p_metas) WITH ORDINALITY AS b;
         RETURN;
     END IF;
     FOR g IN SELECT u.l, u.k, array_agg(u.o::int ORDER BY u.o) AS items
@@ -50,7 +52,8 @@ BEGIN
                        ARRAY(SELECT p_costs[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n), p_now,
                        ARRAY(SELECT p_scopes[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n),
                        ARRAY(SELECT p_idems[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n),
-                       ARRAY(SELECT p_hashes[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n))
+                       ARRAY(SELECT p_hashes[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n),
+                       ARRAY(SELECT p_metas[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n))
                    WITH ORDINALITY AS b;
     END LOOP;
 END $$;

@@ -3,7 +3,7 @@
 -- (limit_id, key) order. Returns the outcome document, stored for the
 -- Idempotency-Key.
 CREATE OR REPLACE FUNCTION budgetd_fillup_all(p_limits text[], p_keys text[], p_costs text[], p_now timestamptz,
-                                   p_scope text, p_idem text, p_hash text)
+                                   p_scope text, p_idem text, p_hash text, p_metas text[] DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_n        int := coalesce(array_length(p_limits, 1), 0);
@@ -52,7 +52,7 @@ BEGIN
         IF v_accepted AND v_costs[i] > 0 THEN
             v_level := budgetd_settle(v_l, p_keys[i], v_now);
             PERFORM budgetd_write(v_l.id, p_keys[i], v_level + v_costs[i], v_now);
-            PERFORM budgetd_record(v_l, p_keys[i], v_now, 'fillup', v_costs[i], NULL);
+            PERFORM budgetd_record(v_l, p_keys[i], v_now, 'fillup', v_costs[i], NULL, p_metas[i]);
         ELSIF v_created[i] THEN
             DELETE FROM buckets WHERE limit_id = v_l.id AND key = p_keys[i];
         ELSE

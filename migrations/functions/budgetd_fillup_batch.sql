@@ -35,7 +35,7 @@
 -- limit; or doc (an idempotent replay, the stored jsonb); or err_code and
 -- err_msg.
 CREATE OR REPLACE FUNCTION budgetd_fillup_batch(p_limit text, p_key text, p_costs text[], p_now timestamptz,
-                                     p_scopes text[], p_idems text[], p_hashes text[])
+                                     p_scopes text[], p_idems text[], p_hashes text[], p_metas text[] DEFAULT NULL)
 RETURNS TABLE (r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts text[], r_hold_expires bigint[],
                r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_history boolean,
                r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text)
@@ -81,6 +81,7 @@ DECLARE
     a_msg      text[];
     -- Accepted costs (history) and idempotency records to write.
     w_costs    numeric[];
+    w_metas    text[];
     w_item     int[];
     w_docs     jsonb[];
 BEGIN
@@ -161,7 +162,7 @@ BEGIN
         r_now_us := budgetd_us(v_now);
         v_wrote := false;
         a_fits := '{}'; a_level := '{}'; a_upd := '{}'; a_live := '{}'; a_doc := '{}'; a_err := '{}'; a_msg := '{}';
-        w_costs := '{}'; w_item := '{}'; w_docs := '{}';
+        w_costs := '{}'; w_metas := '{}'; w_item := '{}'; w_docs := '{}';
 
         -- Decide, in order.
         FOR k IN 1 .. v_n LOOP
@@ -210,6 +211,7 @@ BEGIN
                                              THEN v_now ELSE v_bupd END);
                 IF v_hist THEN
                     w_costs := w_costs || v_cost;
+                    w_metas := w_metas || p_metas[k];
                 END IF;
             END IF;
             a_fits[k] := v_fits;
@@ -275,8 +277,9 @@ BEGIN
     -- insert in 256 trims the bucket as budgetd_record does.
     IF coalesce(array_length(w_costs, 1), 0) > 0 THEN
         WITH ins AS (
-            INSERT INTO history (limit_id, key, at, event, amount, reservation_id)
-            SELECT v_lid, p_key, v_now, 'fillup', u.c, NULL FROM unnest(w_costs) WITH ORDINALITY AS u(c, o) ORDER BY u.o
+            INSERT INTO history (limit_id, key, at, event, amount, reservation_id, meta)
+            SELECT v_lid, p_key, v_now, 'fillup', u.c, NULL, nullif(u.m, '')::jsonb
+              FROM unnest(w_costs, w_metas) WITH ORDINALITY AS u(c, m, o) ORDER BY u.o
             RETURNING id)
         SELECT bool_or(id % 256 = 0) INTO v_trim FROM ins;
         IF v_trim THEN

@@ -1,8 +1,10 @@
--- Adds a history entry when the limit keeps history. The caller holds the
+-- Adds a history entry when the limit keeps history, with the caller's meta
+-- (JSON text; NULL or '' for none). The caller holds the
 -- bucket's lock. About one insert in 256 (by id) also trims the bucket to its
 -- newest 10,000 entries, at most 1,000 rows at a time, so a busy bucket stays
 -- near that cap without a per-insert cost.
-CREATE OR REPLACE FUNCTION budgetd_record(p_l limits, p_key text, p_at timestamptz, p_event text, p_amount numeric, p_res text)
+CREATE OR REPLACE FUNCTION budgetd_record(p_l limits, p_key text, p_at timestamptz, p_event text, p_amount numeric, p_res text,
+                                          p_meta text DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_id bigint;
@@ -10,8 +12,8 @@ BEGIN
     IF NOT p_l.history THEN
         RETURN;
     END IF;
-    INSERT INTO history (limit_id, key, at, event, amount, reservation_id)
-    VALUES (p_l.id, p_key, p_at, p_event, p_amount, p_res)
+    INSERT INTO history (limit_id, key, at, event, amount, reservation_id, meta)
+    VALUES (p_l.id, p_key, p_at, p_event, p_amount, p_res, nullif(p_meta, '')::jsonb)
     RETURNING id INTO v_id;
     IF v_id % 256 = 0 THEN
         DELETE FROM history WHERE id = ANY (ARRAY(

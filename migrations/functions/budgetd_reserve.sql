@@ -1,7 +1,7 @@
 -- Reserve: adds a hold p_id of p_amount for p_ttl_us when it fits
 -- (bucket.Reserve). BD003 when the bucket has 1000 active holds.
 CREATE OR REPLACE FUNCTION budgetd_reserve(p_limit text, p_key text, p_amount text, p_ttl_us bigint, p_id text, p_now timestamptz,
-                                p_scope text, p_idem text, p_hash text)
+                                p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_amount   numeric := p_amount::numeric;
@@ -38,7 +38,7 @@ BEGIN
         INSERT INTO holds (id, limit_id, key, amount, state, created_at, expires_at)
         VALUES (p_id, v_l.id, p_key, v_amount, 'active', v_now, v_now + (p_ttl_us::text || ' microseconds')::interval)
         RETURNING * INTO v_h;
-        PERFORM budgetd_record(v_l, p_key, v_now, 'reserved', v_amount, p_id);
+        PERFORM budgetd_record(v_l, p_key, v_now, 'reserved', v_amount, p_id, p_meta);
         v_res := budgetd_hold_json(v_h, v_l.name);
     ELSIF v_created THEN
         DELETE FROM buckets WHERE limit_id = v_l.id AND key = p_key;

@@ -1,7 +1,7 @@
 -- Commit (p_commit) or release a hold (bucket.Resolve). Refusals are part of
 -- the outcome: reservation_expired, reservation_closed, exceeds_hold.
 CREATE OR REPLACE FUNCTION budgetd_resolve(p_id text, p_commit boolean, p_amount text, p_overrun boolean, p_now timestamptz,
-                                p_scope text, p_idem text, p_hash text)
+                                p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_out     jsonb;
@@ -54,7 +54,7 @@ BEGIN
             END IF;
             PERFORM budgetd_write(v_l.id, v_h.key, v_level + v_charge, v_now);
             UPDATE holds SET state = 'committed', committed_amount = v_charge, resolved_at = v_now WHERE id = p_id;
-            PERFORM budgetd_record(v_l, v_h.key, v_now, 'committed', v_charge, p_id);
+            PERFORM budgetd_record(v_l, v_h.key, v_now, 'committed', v_charge, p_id, p_meta);
             v_wrote := true;
         END IF;
     ELSE
@@ -64,7 +64,7 @@ BEGIN
             v_level := budgetd_settle(v_l, v_h.key, v_now);
             PERFORM budgetd_write(v_l.id, v_h.key, v_level, v_now);
             UPDATE holds SET state = 'released', resolved_at = v_now WHERE id = p_id;
-            PERFORM budgetd_record(v_l, v_h.key, v_now, 'released', v_h.amount, p_id);
+            PERFORM budgetd_record(v_l, v_h.key, v_now, 'released', v_h.amount, p_id, p_meta);
             v_wrote := true;
         END IF;
     END IF;

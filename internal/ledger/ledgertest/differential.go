@@ -139,7 +139,7 @@ func testDifferential(t *testing.T, e *env) {
 				case op == 5:
 					amount := randomAmount(rng, l.Capacity)
 					removed, ns := bucket.Drain(l, m.state(), now, amount)
-					got, err := e.svc.Drain(e.ctx, r, amount, ledger.Idempotency{})
+					got, err := e.svc.Drain(e.ctx, r, amount, ledger.Idempotency{}, nil)
 					if err != nil {
 						t.Fatalf("%s drain: %v", where, err)
 					}
@@ -156,7 +156,7 @@ func testDifferential(t *testing.T, e *env) {
 					}
 					ttl := time.Duration(1+rng.IntN(30)) * time.Second
 					want, ns := bucket.Reserve(l, m.state(), now, amount, now.Add(ttl))
-					got, err := e.svc.Reserve(e.ctx, r, amount, ttl, ledger.Idempotency{})
+					got, err := e.svc.Reserve(e.ctx, r, amount, ttl, ledger.Idempotency{}, nil)
 					if err != nil {
 						t.Fatalf("%s reserve: %v", where, err)
 					}
@@ -177,14 +177,14 @@ func testDifferential(t *testing.T, e *env) {
 						amount = decimal.NewNullDecimal(randomAmount(rng, h.amount.Mul(decimal.NewFromInt(2))))
 					}
 					overrun := rng.IntN(2) == 0
-					res, err := e.svc.Commit(e.ctx, id, amount, overrun, ledger.Idempotency{})
+					res, err := e.svc.Commit(e.ctx, id, amount, overrun, ledger.Idempotency{}, nil)
 					want := owner.commit(h, amount, overrun, now)
 					checkResolve(t, where+" commit", res, err, want, owner, now)
 				case op == 8 && len(ids) > 0:
 					id := ids[rng.IntN(len(ids))]
 					h := holds[id]
 					owner := models[h.owner]
-					res, err := e.svc.Release(e.ctx, id, ledger.Idempotency{})
+					res, err := e.svc.Release(e.ctx, id, ledger.Idempotency{}, nil)
 					want := owner.release(h, now)
 					checkResolve(t, where+" release", res, err, want, owner, now)
 				default:

@@ -155,7 +155,7 @@ func runGolden(e *env, name string, c *GoldenCase) ([]map[string]string, bool) {
 				periodFields(obs, d.PeriodStart, d.ResetsAt)
 			}
 		case "drain":
-			res, err := e.svc.Drain(e.ctx, r, amount, ledger.Idempotency{})
+			res, err := e.svc.Drain(e.ctx, r, amount, ledger.Idempotency{}, nil)
 			if observeErr(obs, err) {
 				obs["removed"] = res.Removed.String()
 				bucketState(obs, res.Bucket)
@@ -165,7 +165,7 @@ func runGolden(e *env, name string, c *GoldenCase) ([]map[string]string, bool) {
 			if perr != nil {
 				t.Fatalf("step %d ttl %q: %v", j, s.TTL, perr)
 			}
-			res, err := e.svc.Reserve(e.ctx, r, amount, ttl, ledger.Idempotency{})
+			res, err := e.svc.Reserve(e.ctx, r, amount, ttl, ledger.Idempotency{}, nil)
 			holds = append(holds, res.Reservation.ID)
 			if observeErr(obs, err) {
 				d := res.Decision
@@ -183,9 +183,9 @@ func runGolden(e *env, name string, c *GoldenCase) ([]map[string]string, bool) {
 				if s.Amount != "" {
 					a = decimal.NewNullDecimal(amount)
 				}
-				res, err = e.svc.Commit(e.ctx, holds[s.Hold], a, s.Overrun, ledger.Idempotency{})
+				res, err = e.svc.Commit(e.ctx, holds[s.Hold], a, s.Overrun, ledger.Idempotency{}, nil)
 			} else {
-				res, err = e.svc.Release(e.ctx, holds[s.Hold], ledger.Idempotency{})
+				res, err = e.svc.Release(e.ctx, holds[s.Hold], ledger.Idempotency{}, nil)
 			}
 			obs["state"] = string(res.Reservation.State)
 			if observeErr(obs, err) {

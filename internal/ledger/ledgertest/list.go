@@ -223,7 +223,7 @@ func testListHolds(t *testing.T, e *env) {
 	h3 := e.reserve(r, "1", time.Hour).Reservation
 	h4 := e.reserve(r, "2", time.Hour).Reservation // same instant as h3
 	e.reserve(other, "3", time.Hour)
-	if _, err := e.svc.Commit(e.ctx, h4.ID, decimal.NullDecimal{}, false, ledger.Idempotency{}); err != nil {
+	if _, err := e.svc.Commit(e.ctx, h4.ID, decimal.NullDecimal{}, false, ledger.Idempotency{}, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -259,7 +259,7 @@ func testListHolds(t *testing.T, e *env) {
 	check("three active", h1, h2, h3)
 	e.clock.Advance(9 * time.Second) // h2, reserved at +1s for 10s, expires now
 	check("one expired", h1, h3)
-	if _, err := e.svc.Release(e.ctx, h1.ID, ledger.Idempotency{}); err != nil {
+	if _, err := e.svc.Release(e.ctx, h1.ID, ledger.Idempotency{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	check("one released", h3)

@@ -92,13 +92,13 @@ func testPeriods(t *testing.T, e *env) {
 	e.bounds("state", st.PeriodStart, st.ResetsAt, "2026-01-31T23:00:00Z", "2026-02-28T23:00:00Z")
 
 	e.clock.Advance(10 * time.Minute)
-	out, err := e.svc.Commit(e.ctx, res.Reservation.ID, decimal.NewNullDecimal(dec("20")), false, ledger.Idempotency{})
+	out, err := e.svc.Commit(e.ctx, res.Reservation.ID, decimal.NewNullDecimal(dec("20")), false, ledger.Idempotency{}, nil)
 	if err != nil {
 		t.Fatalf("commit: %v", err)
 	}
 	eq(t, "level after a commit in the new period", out.Bucket.Level, "20")
 	e.bounds("commit", out.Bucket.PeriodStart, out.Bucket.ResetsAt, "2026-01-31T23:00:00Z", "2026-02-28T23:00:00Z")
-	dr, err := e.svc.Drain(e.ctx, r, dec("5"), ledger.Idempotency{})
+	dr, err := e.svc.Drain(e.ctx, r, dec("5"), ledger.Idempotency{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,7 @@ func Run(t *testing.T, factory Factory) {
 		{"NotFound", testNotFound},
 		{"Differential", testDifferential},
 		{"Golden", testGolden},
+		{"Meta", testMeta},
 		{"LevelOverflow", testLevelOverflow},
 		{"Listing", testListing},
 		{"Periods", testPeriods},
@@ -117,7 +118,7 @@ func (e *env) state(r ledger.BucketRef) ledger.BucketState {
 
 func (e *env) reserve(r ledger.BucketRef, amount string, ttl time.Duration) ledger.ReserveResult {
 	e.t.Helper()
-	res, err := e.svc.Reserve(e.ctx, r, dec(amount), ttl, ledger.Idempotency{})
+	res, err := e.svc.Reserve(e.ctx, r, dec(amount), ttl, ledger.Idempotency{}, nil)
 	if err != nil {
 		e.t.Fatalf("Reserve(%v, %s): %v", r, amount, err)
 	}
@@ -530,19 +531,19 @@ func testDrain(t *testing.T, e *env) {
 	e.limit("l", "10", "1", time.Hour, true)
 	r := ref("l", "k")
 	e.fillup(r, "5")
-	res, err := e.svc.Drain(e.ctx, r, dec("3"), ledger.Idempotency{})
+	res, err := e.svc.Drain(e.ctx, r, dec("3"), ledger.Idempotency{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "removed", res.Removed, "3")
 	eq(t, "level", res.Bucket.Level, "2")
-	res, _ = e.svc.Drain(e.ctx, r, dec("5"), ledger.Idempotency{})
+	res, _ = e.svc.Drain(e.ctx, r, dec("5"), ledger.Idempotency{}, nil)
 	eq(t, "removed when clamped", res.Removed, "2")
 	eq(t, "level when clamped", res.Bucket.Level, "0")
 	e.fillup(r, "1")
 	written := e.state(r).UpdatedAt
 	e.clock.Advance(time.Second)
-	res, _ = e.svc.Drain(e.ctx, r, dec("0"), ledger.Idempotency{})
+	res, _ = e.svc.Drain(e.ctx, r, dec("0"), ledger.Idempotency{}, nil)
 	eq(t, "removed by drain 0", res.Removed, "0")
 	if st := e.state(r); !st.UpdatedAt.Equal(written) {
 		t.Errorf("drain 0 wrote the bucket")
@@ -559,7 +560,7 @@ func testDrain(t *testing.T, e *env) {
 	}
 	// A drain of an empty bucket removes nothing and records nothing.
 	empty := ref("l", "empty")
-	res, err = e.svc.Drain(e.ctx, empty, dec("4"), ledger.Idempotency{})
+	res, err = e.svc.Drain(e.ctx, empty, dec("4"), ledger.Idempotency{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -662,11 +663,11 @@ func testHolds(t *testing.T, e *env) {
 		t.Fatal("fillup of 20 beside a hold of 80 denied")
 	}
 	// Commit above the hold without overrun is refused.
-	_, err := e.svc.Commit(e.ctx, res.Reservation.ID, decimal.NewNullDecimal(dec("81")), false, ledger.Idempotency{})
+	_, err := e.svc.Commit(e.ctx, res.Reservation.ID, decimal.NewNullDecimal(dec("81")), false, ledger.Idempotency{}, nil)
 	if refusal(err) != ledger.RefusalExceedsHold {
 		t.Fatalf("commit 81 of 80: %v, want exceeds_hold", err)
 	}
-	out, err := e.svc.Commit(e.ctx, res.Reservation.ID, decimal.NewNullDecimal(dec("61.20")), false, ledger.Idempotency{})
+	out, err := e.svc.Commit(e.ctx, res.Reservation.ID, decimal.NewNullDecimal(dec("61.20")), false, ledger.Idempotency{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -678,7 +679,7 @@ func testHolds(t *testing.T, e *env) {
 
 	// Overrun: the level may pass capacity, later calls are denied.
 	res2 := e.reserve(r, "10", time.Minute)
-	out, err = e.svc.Commit(e.ctx, res2.Reservation.ID, decimal.NewNullDecimal(dec("50")), true, ledger.Idempotency{})
+	out, err = e.svc.Commit(e.ctx, res2.Reservation.ID, decimal.NewNullDecimal(dec("50")), true, ledger.Idempotency{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -692,20 +693,20 @@ func testHolds(t *testing.T, e *env) {
 	// Release charges nothing; commit without amount charges the hold.
 	e.clock.Advance(200 * time.Hour)
 	h3 := e.reserve(r, "30", time.Minute)
-	rel, err := e.svc.Release(e.ctx, h3.Reservation.ID, ledger.Idempotency{})
+	rel, err := e.svc.Release(e.ctx, h3.Reservation.ID, ledger.Idempotency{}, nil)
 	if err != nil || rel.Reservation.State != ledger.Released {
 		t.Fatalf("release: %+v %v", rel.Reservation, err)
 	}
 	eq(t, "level after release", rel.Bucket.Level, "0")
 	h4 := e.reserve(r, "30", time.Minute)
-	com, err := e.svc.Commit(e.ctx, h4.Reservation.ID, decimal.NullDecimal{}, false, ledger.Idempotency{})
+	com, err := e.svc.Commit(e.ctx, h4.Reservation.ID, decimal.NullDecimal{}, false, ledger.Idempotency{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "committed amount (default)", com.Reservation.CommittedAmount.Decimal, "30")
 	eq(t, "level after default commit", com.Bucket.Level, "30")
 	h5 := e.reserve(r, "5", time.Minute)
-	com, err = e.svc.Commit(e.ctx, h5.Reservation.ID, decimal.NewNullDecimal(decimal.Zero), false, ledger.Idempotency{})
+	com, err = e.svc.Commit(e.ctx, h5.Reservation.ID, decimal.NewNullDecimal(decimal.Zero), false, ledger.Idempotency{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -738,10 +739,10 @@ func testHoldExpiry(t *testing.T, e *env) {
 	if got.State != ledger.Expired {
 		t.Fatalf("state at expires_at: %s, want expired", got.State)
 	}
-	if _, err := e.svc.Commit(e.ctx, h.Reservation.ID, decimal.NullDecimal{}, false, ledger.Idempotency{}); refusal(err) != ledger.RefusalExpired {
+	if _, err := e.svc.Commit(e.ctx, h.Reservation.ID, decimal.NullDecimal{}, false, ledger.Idempotency{}, nil); refusal(err) != ledger.RefusalExpired {
 		t.Fatalf("commit after expiry: %v", err)
 	}
-	if _, err := e.svc.Release(e.ctx, h.Reservation.ID, ledger.Idempotency{}); refusal(err) != ledger.RefusalExpired {
+	if _, err := e.svc.Release(e.ctx, h.Reservation.ID, ledger.Idempotency{}, nil); refusal(err) != ledger.RefusalExpired {
 		t.Fatalf("release after expiry: %v", err)
 	}
 	if d := e.fillup(r, "10"); !d.Accepted {
@@ -764,31 +765,31 @@ func testHoldResolvesOnce(t *testing.T, e *env) {
 	e.limit("l", "100", "1", time.Hour, false)
 	r := ref("l", "k")
 	id := e.reserve(r, "10", time.Minute).Reservation.ID
-	c1, err := e.svc.Commit(e.ctx, id, decimal.NewNullDecimal(dec("4")), false, ledger.Idempotency{})
+	c1, err := e.svc.Commit(e.ctx, id, decimal.NewNullDecimal(dec("4")), false, ledger.Idempotency{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, err := e.svc.Commit(e.ctx, id, decimal.NewNullDecimal(dec("4.0")), false, ledger.Idempotency{})
+	c2, err := e.svc.Commit(e.ctx, id, decimal.NewNullDecimal(dec("4.0")), false, ledger.Idempotency{}, nil)
 	if err != nil {
 		t.Fatalf("repeated identical commit: %v", err)
 	}
 	if c2.Reservation.State != ledger.Committed || !c2.Bucket.Level.Equal(c1.Bucket.Level) {
 		t.Fatalf("repeat changed something: %+v vs %+v", c2, c1)
 	}
-	if _, err := e.svc.Commit(e.ctx, id, decimal.NewNullDecimal(dec("5")), false, ledger.Idempotency{}); refusal(err) != ledger.RefusalClosed {
+	if _, err := e.svc.Commit(e.ctx, id, decimal.NewNullDecimal(dec("5")), false, ledger.Idempotency{}, nil); refusal(err) != ledger.RefusalClosed {
 		t.Fatalf("commit with another amount: %v", err)
 	}
-	if _, err := e.svc.Release(e.ctx, id, ledger.Idempotency{}); refusal(err) != ledger.RefusalClosed {
+	if _, err := e.svc.Release(e.ctx, id, ledger.Idempotency{}, nil); refusal(err) != ledger.RefusalClosed {
 		t.Fatalf("release after commit: %v", err)
 	}
 	id2 := e.reserve(r, "10", time.Minute).Reservation.ID
-	if _, err := e.svc.Release(e.ctx, id2, ledger.Idempotency{}); err != nil {
+	if _, err := e.svc.Release(e.ctx, id2, ledger.Idempotency{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.Release(e.ctx, id2, ledger.Idempotency{}); err != nil {
+	if _, err := e.svc.Release(e.ctx, id2, ledger.Idempotency{}, nil); err != nil {
 		t.Fatalf("repeated release: %v", err)
 	}
-	if _, err := e.svc.Commit(e.ctx, id2, decimal.NullDecimal{}, false, ledger.Idempotency{}); refusal(err) != ledger.RefusalClosed {
+	if _, err := e.svc.Commit(e.ctx, id2, decimal.NullDecimal{}, false, ledger.Idempotency{}, nil); refusal(err) != ledger.RefusalClosed {
 		t.Fatalf("commit after release: %v", err)
 	}
 	eq(t, "level", e.state(r).Level, "4")
@@ -810,12 +811,12 @@ func testHoldRace(t *testing.T, e *env) {
 				defer wg.Done()
 				var err error
 				if i%2 == 0 {
-					_, err = e.svc.Commit(e.ctx, id, decimal.NewNullDecimal(dec("3")), false, ledger.Idempotency{})
+					_, err = e.svc.Commit(e.ctx, id, decimal.NewNullDecimal(dec("3")), false, ledger.Idempotency{}, nil)
 					if err == nil {
 						commits.Add(1)
 					}
 				} else {
-					_, err = e.svc.Release(e.ctx, id, ledger.Idempotency{})
+					_, err = e.svc.Release(e.ctx, id, ledger.Idempotency{}, nil)
 					if err == nil {
 						releases.Add(1)
 					}
@@ -857,10 +858,10 @@ func testHistory(t *testing.T, e *env) {
 	e.clock.Advance(time.Second)
 	h := e.reserve(r, "5", time.Minute)
 	e.clock.Advance(time.Second)
-	e.svc.Commit(e.ctx, h.Reservation.ID, decimal.NewNullDecimal(dec("4")), false, ledger.Idempotency{})
+	e.svc.Commit(e.ctx, h.Reservation.ID, decimal.NewNullDecimal(dec("4")), false, ledger.Idempotency{}, nil)
 	h2 := e.reserve(r, "6", time.Minute)
-	e.svc.Release(e.ctx, h2.Reservation.ID, ledger.Idempotency{})
-	e.svc.Drain(e.ctx, r, dec("1.5"), ledger.Idempotency{})
+	e.svc.Release(e.ctx, h2.Reservation.ID, ledger.Idempotency{}, nil)
+	e.svc.Drain(e.ctx, r, dec("1.5"), ledger.Idempotency{}, nil)
 
 	var all []ledger.Entry
 	cursor := ""
@@ -953,11 +954,11 @@ func testIdempotency(t *testing.T, e *env) {
 	// Commit refusals replay as refusals.
 	id := e.reserve(r, "1", time.Minute).Reservation.ID
 	ci := ledger.Idempotency{Scope: "commit:" + id, Key: "c", Hash: "h2"}
-	_, err = e.svc.Commit(e.ctx, id, decimal.NewNullDecimal(dec("2")), false, ci)
+	_, err = e.svc.Commit(e.ctx, id, decimal.NewNullDecimal(dec("2")), false, ci, nil)
 	if refusal(err) != ledger.RefusalExceedsHold {
 		t.Fatalf("commit 2 of 1: %v", err)
 	}
-	res, err := e.svc.Commit(e.ctx, id, decimal.NewNullDecimal(dec("2")), false, ci)
+	res, err := e.svc.Commit(e.ctx, id, decimal.NewNullDecimal(dec("2")), false, ci, nil)
 	if refusal(err) != ledger.RefusalExceedsHold || !res.Replayed {
 		t.Fatalf("replayed refusal: %+v %v", res, err)
 	}
@@ -1000,10 +1001,10 @@ func testNotFound(t *testing.T, e *env) {
 	if _, err := e.svc.CanAccept(e.ctx, r, dec("1")); !errors.Is(err, ledger.ErrLimitNotFound) {
 		t.Errorf("CanAccept: %v", err)
 	}
-	if _, err := e.svc.Reserve(e.ctx, r, dec("1"), time.Minute, ledger.Idempotency{}); !errors.Is(err, ledger.ErrLimitNotFound) {
+	if _, err := e.svc.Reserve(e.ctx, r, dec("1"), time.Minute, ledger.Idempotency{}, nil); !errors.Is(err, ledger.ErrLimitNotFound) {
 		t.Errorf("Reserve: %v", err)
 	}
-	if _, err := e.svc.Drain(e.ctx, r, dec("1"), ledger.Idempotency{}); !errors.Is(err, ledger.ErrLimitNotFound) {
+	if _, err := e.svc.Drain(e.ctx, r, dec("1"), ledger.Idempotency{}, nil); !errors.Is(err, ledger.ErrLimitNotFound) {
 		t.Errorf("Drain: %v", err)
 	}
 	if _, _, err := e.svc.History(e.ctx, r, "", 10); !errors.Is(err, ledger.ErrLimitNotFound) {
@@ -1013,7 +1014,7 @@ func testNotFound(t *testing.T, e *env) {
 		if _, err := e.svc.Reservation(e.ctx, id); !errors.Is(err, ledger.ErrReservationNotFound) {
 			t.Errorf("Reservation(%q): %v", id, err)
 		}
-		if _, err := e.svc.Commit(e.ctx, id, decimal.NullDecimal{}, false, ledger.Idempotency{}); !errors.Is(err, ledger.ErrReservationNotFound) {
+		if _, err := e.svc.Commit(e.ctx, id, decimal.NullDecimal{}, false, ledger.Idempotency{}, nil); !errors.Is(err, ledger.ErrReservationNotFound) {
 			t.Errorf("Commit(%q): %v", id, err)
 		}
 	}
@@ -1032,7 +1033,7 @@ func testLevelOverflow(t *testing.T, e *env) {
 	}
 	max := decimal.NewNullDecimal(ledger.MaxAmount)
 	for _, id := range ids[:len(ids)-1] {
-		if _, err := e.svc.Commit(e.ctx, id, max, true, ledger.Idempotency{}); err != nil {
+		if _, err := e.svc.Commit(e.ctx, id, max, true, ledger.Idempotency{}, nil); err != nil {
 			t.Fatalf("overrun commit: %v", err)
 		}
 	}
@@ -1042,7 +1043,7 @@ func testLevelOverflow(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	last := ids[len(ids)-1]
-	if _, err := e.svc.Commit(e.ctx, last, max, true, ledger.Idempotency{}); !errors.Is(err, ledger.ErrLevelOverflow) {
+	if _, err := e.svc.Commit(e.ctx, last, max, true, ledger.Idempotency{}, nil); !errors.Is(err, ledger.ErrLevelOverflow) {
 		t.Fatalf("commit past MaxLevel: %v, want ErrLevelOverflow", err)
 	}
 	after, err := e.store.Inspect(e.ctx, r)

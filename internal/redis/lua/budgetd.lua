@@ -80,11 +80,15 @@ local function fits(c, st, now, cost)
   return vcmp(vadd(used, cost), c.cap) <= 0
 end
 
-local function record(c, st, t, ev, amount, rid)
+-- record adds a history entry "id|event|amount|hold[|meta]" at time t;
+-- meta is the caller's JSON object ('' or nil for none).
+local function record(c, st, t, ev, amount, rid, meta)
   if not c.hist then return end
   st.n = st.n + 1
   redis.call('HSET', c.bk, 'n', fmt(st.n))
-  redis.call('ZADD', c.hk, fmt(t), string.format('%012.0f', st.n) .. '|' .. ev .. '|' .. amount .. '|' .. rid)
+  local e = string.format('%012.0f', st.n) .. '|' .. ev .. '|' .. amount .. '|' .. rid
+  if meta and meta ~= '' then e = e .. '|' .. meta end
+  redis.call('ZADD', c.hk, fmt(t), e)
   c.wrote_hist = true
 end
 
@@ -204,8 +208,8 @@ end
 -- limit definition, then, when ih ~= '', the idempotency record, which a
 -- call of several items precedes with where an earlier version kept it.
 -- ARGV = now, ih, check ('1': the definitions are in KEYS), n, then per
--- item 7 arguments: capacity, leak amount, leak period, history flag,
--- version, limit document, cost.
+-- item 8 arguments: capacity, leak amount, leak period, history flag,
+-- version, limit document, cost, meta ('' for none).
 local function fillup(keys, args)
   local now_arg, ih, check, n = args[1], args[2], args[3] == '1', tonumber(args[4])
   local ik = ih ~= '' and keys[#keys] or nil
@@ -214,23 +218,23 @@ local function fillup(keys, args)
   local now = clock(now_arg)
   local items, accepted = {}, true
   for i = 1, n do
-    local a = 4 + 7 * (i - 1)
-    local cap, ra, rp, hist, version, lim, cost = args[a + 1], args[a + 2], args[a + 3], args[a + 4], args[a + 5],
-      args[a + 6], args[a + 7]
+    local a = 4 + 8 * (i - 1)
+    local cap, ra, rp, hist, version, lim, cost, meta = args[a + 1], args[a + 2], args[a + 3], args[a + 4], args[a + 5],
+      args[a + 6], args[a + 7], args[a + 8]
     if check and stale(keys[2 * n + i], version) then return { E_STALE } end
     local c = bkt(keys[2 * i - 1], keys[2 * i], cap, ra, rp, hist, lim)
     local st = load(c)
     local cv = nv(cost)
     local ok = fits(c, st, now, cv)
     accepted = accepted and ok
-    items[i] = { c = c, st = st, cost = cv }
+    items[i] = { c = c, st = st, cost = cv, meta = meta }
   end
   if accepted then
     for _, it in ipairs(items) do
       if not vzero(it.cost) then
         settle(it.c, it.st, now)
         it.st.l = vadd(it.st.l, it.cost)
-        record(it.c, it.st, now, 'fillup', vs(it.cost), '')
+        record(it.c, it.st, now, 'fillup', vs(it.cost), '', it.meta)
         finish(it.c, it.st, now)
       end
     end
@@ -276,7 +280,7 @@ local function settle_bucket(keys, args)
   return reply(now, '', nil, {})
 end
 
--- drain: ARGV[10] = amount. x = the amount removed.
+-- drain: ARGV[10] = amount, ARGV[11] = meta. x = the amount removed.
 local function drain(keys, args)
   local c, now, ik, early = one_bucket(keys, args, 1)
   if early then return early end
@@ -288,15 +292,15 @@ local function drain(keys, args)
     settle(c, st, now)
     removed = vmin(amount, st.l)
     st.l = vsub(st.l, removed)
-    record(c, st, now, 'drain', vs(removed), '')
+    record(c, st, now, 'drain', vs(removed), '', args[11])
     finish(c, st, now)
   end
   return reply(now, vs(removed), nil, { { c = c, st = st } }, ik, args[2])
 end
 
 -- reserve: KEYS = the new hold's record, then as in one_bucket; ARGV[10..]
--- = amount, ttl (µs), hold id, limit name, encoded bucket key. x = accepted
--- ('1'/'0').
+-- = amount, ttl (µs), hold id, limit name, encoded bucket key, meta. x =
+-- accepted ('1'/'0').
 local function reserve(keys, args)
   local rk = keys[1]
   local c, now, ik, early = one_bucket(keys, args, 2)
@@ -316,7 +320,7 @@ local function reserve(keys, args)
   redis.call('PEXPIRE', rk, fmt(math.ceil(ttl / 1000) + HOLD_KEEP_MS + SLACK_MS))
   redis.call('HSET', c.bk, 'h' .. id, vs(amount) .. ':' .. fmt(exp))
   st.holds[#st.holds + 1] = { id = id, a = vs(amount), e = exp }
-  record(c, st, now, 'reserved', vs(amount), id)
+  record(c, st, now, 'reserved', vs(amount), id, args[15])
   finish(c, st, now)
   return reply(now, '1', rk, { { c = c, st = st } }, ik, args[2])
 end
@@ -331,7 +335,7 @@ end
 -- resolve: KEYS = the hold record, its bucket, history (then definition and
 -- idempotency record as in one_bucket); ARGV[10..] = mode ('c' commit, 'r'
 -- release), amount ('' = the held amount), overrun ('1'), the encoded bucket
--- key the Go side read from the record. x = the refusal ('' when none).
+-- key the Go side read from the record, meta. x = the refusal ('' when none).
 local function resolve(keys, args)
   local rk = keys[1]
   local c, now, ik, early = one_bucket(keys, args, 2)
@@ -361,7 +365,7 @@ local function resolve(keys, args)
       st.l = vadd(st.l, charge)
       drop_hold(c, st, h.id)
       redis.call('HSET', rk, 's', 'c', 'c', vs(charge), 'tr', fmt(now))
-      record(c, st, now, 'committed', vs(charge), h.id)
+      record(c, st, now, 'committed', vs(charge), h.id, args[14])
       finish(c, st, now)
     end
   elseif h.s == 'c' then
@@ -370,7 +374,7 @@ local function resolve(keys, args)
     settle(c, st, now)
     drop_hold(c, st, h.id)
     redis.call('HSET', rk, 's', 'r', 'tr', fmt(now))
-    record(c, st, now, 'released', h.a, h.id)
+    record(c, st, now, 'released', h.a, h.id, args[14])
     finish(c, st, now)
   end
   return reply(now, refusal, rk, { { c = c, st = st } }, ik, args[2])
@@ -384,7 +388,7 @@ end
 
 -- history: ARGV[10..] = cursor time ('' for the first page), cursor id, n.
 -- Records due expiries, then lists up to n + 1 entries newest first by
--- (time, id) as x, one "time|id|event|amount|hold" per line.
+-- (time, id) as x, one "time|id|event|amount|hold[|meta]" per line.
 local function history(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1)
   if early then return early end
