@@ -286,3 +286,33 @@ func TestListings(t *testing.T) {
 		t.Fatalf("Holds: %+v %v", hs, err)
 	}
 }
+
+// TestMeta: what a call says of itself with client.Meta comes back on its
+// history entry, and bad meta is a typed problem naming the field.
+func TestMeta(t *testing.T) {
+	c, _ := newBudgetd(t)
+	ctx := context.Background()
+	on := true
+	if _, err := c.PutLimit(ctx, "spend", client.LimitSpec{Capacity: dec("100"), Leak: client.Leak{Amount: dec("1"), Per: time.Hour}, History: &on}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Fillup(ctx, "spend", "team", dec("3"), client.Meta(map[string]string{"order": "A-1042"})); err != nil {
+		t.Fatal(err)
+	}
+	hold, _, err := c.Reserve(ctx, "spend", "team", dec("5"), time.Minute, client.Meta(map[string]string{"job": "import"}))
+	if err != nil || hold == nil {
+		t.Fatalf("Reserve: %+v %v", hold, err)
+	}
+	if _, err := c.Commit(ctx, hold.ID, nil, false, client.Meta(map[string]string{"rows": "5000"})); err != nil {
+		t.Fatal(err)
+	}
+	es, _, err := c.History(ctx, "spend", "team", "", 10)
+	if err != nil || len(es) != 3 || es[0].Meta["rows"] != "5000" || es[1].Meta["job"] != "import" || es[2].Meta["order"] != "A-1042" {
+		t.Fatalf("History: %+v %v", es, err)
+	}
+	_, err = c.Fillup(ctx, "spend", "team", dec("1"), client.Meta(map[string]string{"Order": "x"}))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 400 || e.Code != "invalid_request" || e.Field != "meta" {
+		t.Fatalf("bad meta: %v", err)
+	}
+}

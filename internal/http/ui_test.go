@@ -375,6 +375,25 @@ func testDashboardPages(t *testing.T, b context.Context) {
 		if xss.Scripts != 1 || xss.Imgs != 0 || xss.Flag != nil || xss.Text != xssKey {
 			t.Errorf("a key with markup was not rendered as text on its page: %+v", xss)
 		}
+
+		// A charge whose meta holds markup: the meta column appears without
+		// a reload and shows the values as text.
+		a.clock.Advance(time.Second)
+		note := `<script>window.__xss=3</script><img src=x onerror="window.__xss=4">`
+		body, _ := json.Marshal(map[string]any{"cost": "1", "meta": map[string]string{"order": "A-1042", "note": note}})
+		a.expect("POST", "/v1/limits/team-spend/buckets/"+url.PathEscape(xssKey)+"/fillup", string(body), 200)
+		tb.wait(`[...document.querySelectorAll('#history th')].some(th => th.textContent === 'meta')`)
+		var mc struct {
+			Scripts, Imgs int
+			Flag          any
+			Cell          string
+		}
+		tb.eval(`({Scripts: document.scripts.length, Imgs: document.images.length, Flag: window.__xss ?? null,
+			Cell: document.querySelector('#history tbody tr td.meta').textContent})`, &mc)
+		if mc.Scripts != 1 || mc.Imgs != 0 || mc.Flag != nil || mc.Cell != "note="+note+"order=A-1042" {
+			t.Errorf("meta with markup was not rendered as text: %+v", mc)
+		}
+		tb.screenshot("dashboard-bucket-meta")
 	})
 }
 
