@@ -155,11 +155,10 @@ type FillupOutcome struct {
 	Replayed bool
 }
 
-// ItemOutcome is one bucket of a Fillup. Fits says whether this bucket could
-// take its cost; Snapshot is the bucket after the call when the call was
-// accepted, and as it was otherwise.
+// ItemOutcome is one bucket of a Fillup: Snapshot is the bucket after the
+// call when the call was accepted, and as it was otherwise (ledger.Service
+// derives each item's decision from it).
 type ItemOutcome struct {
-	Fits     bool
 	Snapshot Snapshot
 }
 

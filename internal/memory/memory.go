@@ -426,7 +426,6 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			b := s.shards[s.shardOf(it.Bucket)].buckets[it.Bucket]
 			var d bucket.Decision
 			d, next[i] = bucket.Fillup(limits[i].Rule(), b.state(), now, it.Cost)
-			out.Items[i].Fits = d.Accepted
 			out.Accepted = out.Accepted && d.Accepted
 		}
 		for i, it := range items {

@@ -380,5 +380,5 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 		State: st,
 		Now:   fromUS(*r.NowUS),
 	}
-	return ledger.FillupOutcome{Accepted: *r.Fits, Items: []ledger.ItemOutcome{{Fits: *r.Fits, Snapshot: snap}}}, nil
+	return ledger.FillupOutcome{Accepted: *r.Fits, Items: []ledger.ItemOutcome{{Snapshot: snap}}}, nil
 }

@@ -22,7 +22,7 @@ func answer(o ledger.FillupOutcome) string {
 	fmt.Fprintf(&b, "accepted=%v replayed=%v", o.Accepted, o.Replayed)
 	for _, it := range o.Items {
 		st := it.Snapshot.State
-		fmt.Fprintf(&b, " fits=%v level=%s updated=%d now=%d holds=[", it.Fits, st.Level, st.Updated.UnixMicro(), it.Snapshot.Now.UnixMicro())
+		fmt.Fprintf(&b, " level=%s updated=%d now=%d holds=[", st.Level, st.Updated.UnixMicro(), it.Snapshot.Now.UnixMicro())
 		for _, h := range st.Holds {
 			fmt.Fprintf(&b, "%s@%d ", h.Amount, h.ExpiresAt.UnixMicro())
 		}

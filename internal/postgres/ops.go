@@ -190,7 +190,6 @@ func decodeFillup(raw json.RawMessage) (ledger.FillupOutcome, error) {
 		NowUS    int64 `json:"now_us"`
 		Replayed bool  `json:"replayed"`
 		Items    []struct {
-			Fits bool `json:"fits"`
 			snapDoc
 		} `json:"items"`
 	}
@@ -199,7 +198,7 @@ func decodeFillup(raw json.RawMessage) (ledger.FillupOutcome, error) {
 	}
 	out := ledger.FillupOutcome{Accepted: doc.Accepted, Replayed: doc.Replayed, Items: make([]ledger.ItemOutcome, len(doc.Items))}
 	for i, it := range doc.Items {
-		out.Items[i] = ledger.ItemOutcome{Fits: it.Fits, Snapshot: it.snapshot(doc.NowUS)}
+		out.Items[i] = ledger.ItemOutcome{Snapshot: it.snapshot(doc.NowUS)}
 	}
 	return out, nil
 }
