@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -177,6 +178,7 @@ type batchRow struct {
 	Capacity   *string  `db:"r_capacity"`
 	LeakAmount *string  `db:"r_leak_amount"`
 	LeakPerUS  *int64   `db:"r_leak_per_us"`
+	Period     []byte   `db:"r_period"` // JSON (periodDoc); NULL for a leaky limit
 	History    *bool    `db:"r_history"`
 	CreatedUS  *int64   `db:"r_created_us"`
 	LimUpdated *int64   `db:"r_limit_updated_us"`
@@ -343,15 +345,29 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 	case r.Doc != nil:
 		return decodeFillup(r.Doc)
 	}
-	if r.Fits == nil || r.Level == nil || r.NowUS == nil || r.Capacity == nil || r.LeakAmount == nil ||
-		r.LeakPerUS == nil || r.History == nil || r.CreatedUS == nil || r.LimUpdated == nil || len(r.Amounts) != len(r.Expires) {
+	leaky := r.LeakAmount != nil && r.LeakPerUS != nil
+	if r.Fits == nil || r.Level == nil || r.NowUS == nil || r.Capacity == nil || leaky == (r.Period != nil) ||
+		r.History == nil || r.CreatedUS == nil || r.LimUpdated == nil || len(r.Amounts) != len(r.Expires) {
 		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: incomplete answer row: %w", ledger.ErrUnavailable)
 	}
 	level, err1 := decimal.NewFromString(*r.Level)
 	capacity, err2 := decimal.NewFromString(*r.Capacity)
-	leak, err3 := decimal.NewFromString(*r.LeakAmount)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q %q %q: %w", *r.Level, *r.Capacity, *r.LeakAmount, ledger.ErrUnavailable)
+	if err1 != nil || err2 != nil {
+		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q %q: %w", *r.Level, *r.Capacity, ledger.ErrUnavailable)
+	}
+	lim := ledger.Limit{Name: limit, Capacity: capacity, History: *r.History, CreatedAt: fromUS(*r.CreatedUS), UpdatedAt: fromUS(*r.LimUpdated)}
+	if leaky {
+		leak, err := decimal.NewFromString(*r.LeakAmount)
+		if err != nil {
+			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q: %w", *r.LeakAmount, ledger.ErrUnavailable)
+		}
+		lim.LeakAmount, lim.LeakPer = leak, time.Duration(*r.LeakPerUS)*time.Microsecond
+	} else {
+		var pd periodDoc
+		if err := json.Unmarshal(r.Period, &pd); err != nil {
+			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding period %s: %w", r.Period, ledger.ErrUnavailable)
+		}
+		lim.Period = pd.period()
 	}
 	var st bucket.State // never written: the zero State, as stateDoc.state
 	if r.UpdatedUS != nil || !level.IsZero() || len(r.Amounts) > 0 {
@@ -368,15 +384,7 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 		}
 	}
 	snap := ledger.Snapshot{
-		Limit: ledger.Limit{
-			Name:       limit,
-			Capacity:   capacity,
-			LeakAmount: leak,
-			LeakPer:    time.Duration(*r.LeakPerUS) * time.Microsecond,
-			History:    *r.History,
-			CreatedAt:  fromUS(*r.CreatedUS),
-			UpdatedAt:  fromUS(*r.LimUpdated),
-		},
+		Limit: lim,
 		State: st,
 		Now:   fromUS(*r.NowUS),
 	}

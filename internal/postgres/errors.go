@@ -22,6 +22,7 @@ const (
 	codeLevelOverflow       = "BD004"
 	codeReservationNotFound = "BD005"
 	codeKeyReused           = "BD006"
+	codePeriodTable         = "BD007" // the clock is outside a periodic limit's table of period starts: refresh it and retry
 	codeClockStep           = "BD100" // a notice: a bucket's stored time was ahead of now (see policy.go, ClockStep)
 
 	codeSerialization = "40001"
@@ -36,6 +37,7 @@ var sqlCodes = []struct{ name, code string }{
 	{"level_overflow", codeLevelOverflow},
 	{"reservation_not_found", codeReservationNotFound},
 	{"key_reused", codeKeyReused},
+	{"period_table", codePeriodTable},
 	{"clock_step", codeClockStep},
 }
 
@@ -62,6 +64,15 @@ func (s *Store) doUntil(ctx context.Context, deadline time.Time, op string, f fu
 			return err
 		}
 		code := sqlState(err)
+		if id, now, ok := periodTableMiss(err); ok && attempt < s.cfg.maxAttempts {
+			// A periodic limit's table of period starts does not reach the
+			// database's now: compute one around it and try again.
+			if err := s.refreshPeriodTable(cctx, id, now); err != nil {
+				return s.fail(ctx, op, err)
+			}
+			s.stats.periodTables.Add(1)
+			continue
+		}
 		switch code {
 		case codeSerialization:
 			s.stats.serialization.Add(1)

@@ -23,6 +23,7 @@ type limitDoc struct {
 	Capacity   decimal.Decimal `json:"capacity"`
 	LeakAmount decimal.Decimal `json:"leak_amount"`
 	LeakPerUS  int64           `json:"leak_per_us"`
+	Period     *periodDoc      `json:"period"`
 	History    bool            `json:"history"`
 	CreatedUS  int64           `json:"created_us"`
 	UpdatedUS  int64           `json:"updated_us"`
@@ -34,10 +35,29 @@ func (d limitDoc) limit() ledger.Limit {
 		Capacity:   d.Capacity,
 		LeakAmount: d.LeakAmount,
 		LeakPer:    time.Duration(d.LeakPerUS) * time.Microsecond,
+		Period:     d.Period.period(),
 		History:    d.History,
 		CreatedAt:  fromUS(d.CreatedUS),
 		UpdatedAt:  fromUS(d.UpdatedUS),
 	}
+}
+
+// periodDoc is a periodic limit's rule as budgetd_period_json writes it.
+type periodDoc struct {
+	Every    string `json:"every"`
+	TZ       string `json:"tz"`
+	StartDay *int   `json:"start_day"`
+}
+
+func (d *periodDoc) period() *ledger.Period {
+	if d == nil {
+		return nil
+	}
+	p := &ledger.Period{Every: d.Every, TZ: d.TZ}
+	if d.StartDay != nil {
+		p.StartDay = *d.StartDay
+	}
+	return p
 }
 
 type stateDoc struct {

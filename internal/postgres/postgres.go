@@ -330,12 +330,16 @@ type Stats struct {
 	// ClockSteps counts the buckets found with a stored time more than
 	// ClockStep ahead of the database clock (taken as now).
 	ClockSteps uint64
+	// PeriodTables counts the tables of period starts recomputed because
+	// the database's clock had passed the end of a periodic limit's table.
+	PeriodTables uint64
 }
 
 type counters struct {
 	serialization, deadlock, idempotency, gaveUp, unavailable atomic.Uint64
 	batches, batched                                          atomic.Uint64
 	clockSteps                                                atomic.Uint64
+	periodTables                                              atomic.Uint64 // tables of period starts recomputed
 }
 
 // Stats returns the store's counters.
@@ -349,6 +353,7 @@ func (s *Store) Stats() Stats {
 		Batches:              s.stats.batches.Load(),
 		Batched:              s.stats.batched.Load(),
 		ClockSteps:           s.stats.clockSteps.Load(),
+		PeriodTables:         s.stats.periodTables.Load(),
 	}
 }
 
@@ -379,12 +384,23 @@ func (s *Store) queryJSON(ctx context.Context, op string, out any, sql string, a
 
 // PutLimit creates or updates a limit, keeping its buckets.
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
-	if l.Period != nil {
-		return ledger.Limit{}, fmt.Errorf("limit %q: %w", l.Name, ledger.ErrPeriodsUnsupported)
-	}
 	var doc limitDoc
-	err := s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, $3, $4, $5, $6)",
-		l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), l.History, s.nowArg())
+	var err error
+	if l.Period != nil {
+		starts, terr := periodTable(*l.Period, s.goNow())
+		if terr != nil {
+			return ledger.Limit{}, terr
+		}
+		var startDay any
+		if l.Period.StartDay != 0 {
+			startDay = l.Period.StartDay
+		}
+		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4, $5, $6, $7, $8)",
+			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Period.Every, l.Period.TZ, startDay, starts)
+	} else {
+		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, $3, $4, $5, $6)",
+			l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), l.History, s.nowArg())
+	}
 	if err != nil {
 		return ledger.Limit{}, err
 	}

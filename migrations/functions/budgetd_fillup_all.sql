@@ -43,7 +43,7 @@ BEGIN
         SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = p_keys[i];
         SELECT coalesce(sum(amount), 0) INTO v_held
           FROM holds WHERE limit_id = v_l.id AND key = p_keys[i] AND state = 'active' AND expires_at > v_now;
-        v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now);
+        v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now));
         v_fits[i] := budgetd_fits(v_level, v_held, v_costs[i], v_l.capacity);
         v_accepted := v_accepted AND v_fits[i];
     END LOOP;

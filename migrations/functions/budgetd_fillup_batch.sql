@@ -37,7 +37,7 @@
 CREATE OR REPLACE FUNCTION budgetd_fillup_batch(p_limit text, p_key text, p_costs text[], p_now timestamptz,
                                      p_scopes text[], p_idems text[], p_hashes text[], p_metas text[] DEFAULT NULL)
 RETURNS TABLE (r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts text[], r_hold_expires bigint[],
-               r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_history boolean,
+               r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_period jsonb, r_history boolean,
                r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -48,6 +48,9 @@ DECLARE
     v_cap      numeric;
     v_lamt     numeric;
     v_per      bigint;
+    v_every    text;  -- the period of a periodic limit (NULL: leaky)
+    v_period   jsonb;
+    v_start    bigint;
     v_hist     boolean;
     v_lcre     timestamptz;
     v_lupd     timestamptz;
@@ -86,9 +89,9 @@ DECLARE
     w_docs     jsonb[];
 BEGIN
     LOOP
-        SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.created_at, l.updated_at,
+        SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.created_at, l.updated_at, l.period_every,
                b.level, b.updated_at, b.found
-          INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_lcre, v_lupd, v_blevel, v_bupd, v_bfound
+          INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_lcre, v_lupd, v_every, v_blevel, v_bupd, v_bfound
           FROM limits l
           LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, true AS found FROM buckets bb
                               WHERE bb.limit_id = l.id AND bb.key = p_key FOR UPDATE) b ON true
@@ -150,7 +153,10 @@ BEGIN
         END IF;
 
         -- The level at v_now, once: the items share the instant.
-        v_level := budgetd_level_at(v_blevel, v_bupd, v_lamt, v_per, v_now);
+        IF v_every IS NOT NULL THEN
+            SELECT budgetd_period_start(x, v_now), budgetd_period_json(x) INTO v_start, v_period FROM limits x WHERE x.id = v_lid;
+        END IF;
+        v_level := budgetd_level_at(v_blevel, v_bupd, v_lamt, v_per, v_now, v_start);
         -- What an answer shows until something is written: the row as stored.
         IF v_bfound THEN
             v_lvl_text := v_blevel::text;
@@ -309,6 +315,7 @@ BEGIN
     r_capacity := v_cap::text;
     r_leak_amount := v_lamt::text;
     r_leak_per_us := v_per;
+    r_period := v_period;
     r_history := v_hist;
     r_created_us := budgetd_us(v_lcre);
     r_limit_updated_us := budgetd_us(v_lupd);

@@ -11,7 +11,10 @@ DECLARE
     v_n       int;
 BEGIN
     deleted := 0;
-    FOR v_r IN SELECT b.limit_id, b.key, b.level, b.updated_at, l.id AS lid, l.leak_amount, l.leak_per_us
+    -- A periodic limit whose table does not reach now (pstart NULL) keeps its
+    -- buckets until a call refreshes the table.
+    FOR v_r IN SELECT b.limit_id, b.key, b.level, b.updated_at, l.id AS lid, l.leak_amount, l.leak_per_us,
+                      l.period_every IS NOT NULL AS periodic, budgetd_period_start(l, p_now, false) AS pstart
                  FROM buckets b LEFT JOIN limits l ON l.id = b.limit_id
                 WHERE (b.limit_id, b.key) > (p_after_limit, p_after_key COLLATE "C")
                 ORDER BY b.limit_id, b.key
@@ -19,8 +22,8 @@ BEGIN
         v_scanned := v_scanned + 1;
         next_limit := v_r.limit_id;
         next_key := v_r.key;
-        IF v_r.lid IS NOT NULL AND (budgetd_level_at(v_r.level, v_r.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now) > 0
-            OR v_r.updated_at IS NULL) THEN
+        IF v_r.lid IS NOT NULL AND (budgetd_level_at(v_r.level, v_r.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now, v_r.pstart) > 0
+            OR v_r.updated_at IS NULL OR (v_r.periodic AND v_r.pstart IS NULL)) THEN
             CONTINUE;
         END IF;
         PERFORM 1 FROM buckets WHERE limit_id = v_r.limit_id AND key = v_r.key FOR UPDATE SKIP LOCKED;
@@ -32,7 +35,7 @@ BEGIN
          WHERE b.limit_id = v_r.limit_id AND b.key = v_r.key
            AND (NOT EXISTS (SELECT 1 FROM limits l WHERE l.id = b.limit_id)
                 OR (b.updated_at IS NOT NULL
-                    AND budgetd_level_at(b.level, b.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now) = 0
+                    AND budgetd_level_at(b.level, b.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now, v_r.pstart) = 0
                     AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.limit_id = b.limit_id AND h.key = b.key AND h.state = 'active')
                     AND NOT EXISTS (SELECT 1 FROM history e WHERE e.limit_id = b.limit_id AND e.key = b.key)));
         GET DIAGNOSTICS v_n = ROW_COUNT;

@@ -1,24 +1,40 @@
--- PUT of a limit. One that changes the leak rate first settles every bucket
--- of the limit with a positive stored level at the old rate, in the same
--- transaction, so that every level is kept and the new rate applies from now
--- on only.
-CREATE OR REPLACE FUNCTION budgetd_put_limit(p_name text, p_capacity text, p_leak_amount text, p_per_us bigint, p_history boolean, p_now timestamptz)
+-- PUT of a limit: a leak (p_leak_amount, p_per_us) or a calendar period
+-- (p_every, p_tz, p_start_day, with p_starts its table of period starts in µs,
+-- computed by budgetd). One that changes the rule (the leak rate, the kind,
+-- or the period) first settles every bucket of the limit with a positive
+-- stored level under the old rule, in the same transaction, so that every
+-- level is kept and the new rule applies from now on only: a level settled at
+-- now lies in the current period of a new periodic rule.
+CREATE OR REPLACE FUNCTION budgetd_put_limit(p_name text, p_capacity text, p_leak_amount text, p_per_us bigint, p_history boolean, p_now timestamptz,
+                                             p_every text DEFAULT NULL, p_tz text DEFAULT NULL, p_start_day int DEFAULT NULL,
+                                             p_starts bigint[] DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, budgetd_clock());
-    v_old limits;
-    v_l   limits;
+    v_now   timestamptz := coalesce(p_now, budgetd_clock());
+    v_old   limits;
+    v_l     limits;
+    v_start bigint;
 BEGIN
     SELECT * INTO v_old FROM limits WHERE name = p_name FOR UPDATE;
-    INSERT INTO limits AS l (name, capacity, leak_amount, leak_per_us, history, created_at, updated_at)
-    VALUES (p_name, p_capacity::numeric, p_leak_amount::numeric, p_per_us, p_history, v_now, v_now)
+    IF v_old.id IS NOT NULL THEN
+        -- Raises period_table when the old rule's table does not reach now.
+        v_start := budgetd_period_start(v_old, v_now);
+    END IF;
+    INSERT INTO limits AS l (name, capacity, leak_amount, leak_per_us, history, created_at, updated_at,
+                             period_every, period_tz, period_start_day, period_starts)
+    VALUES (p_name, p_capacity::numeric, p_leak_amount::numeric, p_per_us, p_history, v_now, v_now,
+            p_every, p_tz, p_start_day, p_starts)
     ON CONFLICT (name) DO UPDATE
        SET capacity = EXCLUDED.capacity, leak_amount = EXCLUDED.leak_amount, leak_per_us = EXCLUDED.leak_per_us,
-           history = EXCLUDED.history, updated_at = EXCLUDED.updated_at
+           history = EXCLUDED.history, updated_at = EXCLUDED.updated_at,
+           period_every = EXCLUDED.period_every, period_tz = EXCLUDED.period_tz,
+           period_start_day = EXCLUDED.period_start_day, period_starts = EXCLUDED.period_starts
     RETURNING * INTO v_l;
-    IF v_old.id IS NOT NULL AND (v_old.leak_amount <> v_l.leak_amount OR v_old.leak_per_us <> v_l.leak_per_us) THEN
+    IF v_old.id IS NOT NULL AND (v_old.leak_amount IS DISTINCT FROM v_l.leak_amount OR v_old.leak_per_us IS DISTINCT FROM v_l.leak_per_us
+                                 OR v_old.period_every IS DISTINCT FROM v_l.period_every OR v_old.period_tz IS DISTINCT FROM v_l.period_tz
+                                 OR v_old.period_start_day IS DISTINCT FROM v_l.period_start_day) THEN
         UPDATE buckets AS b
-           SET level = trim_scale(budgetd_level_at(b.level, b.updated_at, v_old.leak_amount, v_old.leak_per_us, v_now)),
+           SET level = trim_scale(budgetd_level_at(b.level, b.updated_at, v_old.leak_amount, v_old.leak_per_us, v_now, v_start)),
                updated_at = CASE WHEN b.updated_at IS NULL OR b.updated_at < v_now OR b.updated_at > v_now + budgetd_clock_step()
                                 THEN v_now ELSE b.updated_at END
          WHERE b.limit_id = v_old.id AND b.level > 0;

@@ -30,7 +30,7 @@ BEGIN
         RAISE EXCEPTION 'bucket has % active holds', v_count USING ERRCODE = budgetd_code_too_many_holds();
     END IF;
     SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = p_key;
-    v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now);
+    v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now));
     v_accepted := budgetd_fits(v_level, v_held, v_amount, v_l.capacity);
     IF v_accepted THEN
         v_level := budgetd_settle(v_l, p_key, v_now);

@@ -10,5 +10,5 @@ BEGIN
     IF v_b.updated_at > p_now THEN
         PERFORM budgetd_note_step(v_b.updated_at, p_now);
     END IF;
-    RETURN budgetd_level_at(v_b.level, v_b.updated_at, p_l.leak_amount, p_l.leak_per_us, p_now);
+    RETURN budgetd_level_at(v_b.level, v_b.updated_at, p_l.leak_amount, p_l.leak_per_us, p_now, budgetd_period_start(p_l, p_now));
 END $$;
