@@ -40,7 +40,6 @@ var sentinels = []struct {
 	{ledger.ErrTooManyHolds, http.StatusConflict, "too_many_holds"},
 	{ledger.ErrCrossSlot, http.StatusBadRequest, "cross_slot"},
 	{ledger.ErrLevelOverflow, http.StatusUnprocessableEntity, "level_overflow"},
-	{ledger.ErrPeriodsUnsupported, http.StatusUnprocessableEntity, "period_unsupported"},
 	{ledger.ErrIdempotencyFull, http.StatusServiceUnavailable, "idempotency_store_full"},
 	{ledger.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable"},
 	{context.DeadlineExceeded, http.StatusServiceUnavailable, "store_unavailable"},

@@ -33,9 +33,6 @@ var (
 	// it may and refused a new key; nothing changed (503
 	// idempotency_store_full). Retry later, or without a key.
 	ErrIdempotencyFull = errors.New("the store's idempotency records are full")
-	// ErrPeriodsUnsupported: the store cannot keep limits that reset on
-	// calendar periods yet; nothing changed (422 period_unsupported).
-	ErrPeriodsUnsupported = errors.New("this store does not support calendar periods yet")
 	// ErrUnavailable: the store could not be reached or failed; the outcome
 	// of a write may be unknown (503 store_unavailable). Retrying with the
 	// same Idempotency-Key is safe.

@@ -45,6 +45,9 @@ const (
 	codeNotFound      = "not_found"
 	codeTooManyHolds  = "too_many_holds"
 	codeLevelOverflow = "level_overflow"
+	// codePeriodTable: the store's clock is outside the table of period
+	// starts passed for a periodic limit; the answer carries that clock.
+	codePeriodTable = "period_table"
 )
 
 // codeErrors are the ledger errors of the codes (codeStale is retried).
@@ -68,8 +71,8 @@ func luaConstants() string {
 	fmt.Fprintf(&b, "local HOLD_KEEP_MS = %d\n", ms(holdKeep))
 	fmt.Fprintf(&b, "local SLACK_MS = %d\n", ms(ttlSlack))
 	fmt.Fprintf(&b, "local CLOCK_STEP_US = %d\n", ledger.ClockStep.Microseconds())
-	fmt.Fprintf(&b, "local E_STALE, E_REUSED, E_NOT_FOUND, E_TOO_MANY_HOLDS, E_LEVEL_OVERFLOW = %q, %q, %q, %q, %q\n",
-		codeStale, codeReused, codeNotFound, codeTooManyHolds, codeLevelOverflow)
+	fmt.Fprintf(&b, "local E_STALE, E_REUSED, E_NOT_FOUND, E_TOO_MANY_HOLDS, E_LEVEL_OVERFLOW, E_PERIOD_TABLE = %q, %q, %q, %q, %q, %q\n",
+		codeStale, codeReused, codeNotFound, codeTooManyHolds, codeLevelOverflow, codePeriodTable)
 	return b.String()
 }
 

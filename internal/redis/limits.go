@@ -16,12 +16,24 @@ import (
 // defDoc is a limit definition as the hash P:lim:{P}:d:<name> holds it.
 type defDoc struct {
 	Capacity, Amount, Per, History, Created, Updated, Gen, Version string
+	Every, TZ, StartDay                                            string // a periodic limit's rule; "" for a leaky one
 }
 
 func (d defDoc) limit(name string) (cachedLimit, error) {
 	c, err1 := decimal.NewFromString(d.Capacity)
-	a, err2 := decimal.NewFromString(d.Amount)
-	per, err3 := strconv.ParseInt(d.Per, 10, 64)
+	var a decimal.Decimal
+	var per int64
+	var err2, err3 error
+	var period *ledger.Period
+	if d.Every != "" {
+		period = &ledger.Period{Every: d.Every, TZ: d.TZ}
+		if d.StartDay != "" {
+			period.StartDay, err2 = strconv.Atoi(d.StartDay)
+		}
+	} else {
+		a, err2 = decimal.NewFromString(d.Amount)
+		per, err3 = strconv.ParseInt(d.Per, 10, 64)
+	}
 	ct, err4 := strconv.ParseInt(d.Created, 10, 64)
 	ut, err5 := strconv.ParseInt(d.Updated, 10, 64)
 	g, err6 := strconv.ParseInt(d.Gen, 10, 64)
@@ -31,7 +43,7 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 		}
 	}
 	l := ledger.Limit{
-		Name: name, Capacity: c, LeakAmount: a, LeakPer: time.Duration(per) * time.Microsecond,
+		Name: name, Capacity: c, LeakAmount: a, LeakPer: time.Duration(per) * time.Microsecond, Period: period,
 		History: d.History == "1", CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
 	}
 	return cachedLimit{l: l, gen: g, version: d.Version}, nil
@@ -51,7 +63,8 @@ func defFromPairs(v any) defDoc {
 }
 
 func defFromMap(m map[string]string) defDoc {
-	return defDoc{Capacity: m["c"], Amount: m["a"], Per: m["p"], History: m["hi"], Created: m["ct"], Updated: m["ut"], Gen: m["g"], Version: m["v"]}
+	return defDoc{Capacity: m["c"], Amount: m["a"], Per: m["p"], History: m["hi"], Created: m["ct"], Updated: m["ut"], Gen: m["g"], Version: m["v"],
+		Every: m["pe"], TZ: m["pz"], StartDay: m["pd"]}
 }
 
 func fromMicros(us int64) time.Time {
@@ -72,9 +85,6 @@ func boolArg(b bool) string {
 // A new leak rate applies from the PUT on: every bucket is first settled at
 // the old rate (one script call per non-empty bucket, see settleLimit).
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
-	if l.Period != nil {
-		return ledger.Limit{}, fmt.Errorf("limit %q: %w", l.Name, ledger.ErrPeriodsUnsupported)
-	}
 	_, err := retryStale(ctx, s, func(ctx context.Context) (struct{}, error) {
 		prev, err := s.fetchLimit(ctx, l.Name)
 		switch {
@@ -82,7 +92,7 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 			return struct{}{}, nil
 		case err != nil:
 			return struct{}{}, err
-		case !prev.l.LeakAmount.Equal(l.LeakAmount) || prev.l.LeakPer != l.LeakPer:
+		case !prev.l.SameRule(l):
 			return struct{}{}, s.settleLimit(ctx, prev)
 		}
 		return struct{}{}, nil
@@ -91,8 +101,14 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 		return ledger.Limit{}, err
 	}
 	keys := []string{s.k.limitDef(l.Name), s.k.limitIdx(), s.k.limitGen(), s.k.limitGens()}
-	res, err := s.batch.do(ctx, &fcall{fn: fn("limit_put"), keys: keys,
-		args: []any{s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History)}}).Slice()
+	args := []any{s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History), "", "", ""}
+	if p := l.Period; p != nil {
+		args[3], args[4], args[6], args[7] = "", "", p.Every, p.TZ
+		if p.StartDay != 0 {
+			args[8] = strconv.Itoa(p.StartDay)
+		}
+	}
+	res, err := s.batch.do(ctx, &fcall{fn: fn("limit_put"), keys: keys, args: args}).Slice()
 	if err != nil {
 		return ledger.Limit{}, s.fail(ctx, "put limit", err)
 	}
@@ -106,10 +122,12 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	}
 	cl = s.remember(cl)
 	if old.Gen != "" {
-		if prev, err := old.limit(l.Name); err == nil && slowerLeak(prev.l, cl.l) {
-			// Buckets carry TTLs computed with the old, faster leak: they
-			// could expire while not yet empty. Drop those TTLs; the next
-			// write to each bucket sets one from the new rate.
+		if prev, err := old.limit(l.Name); err == nil && !prev.l.SameRule(cl.l) &&
+			(prev.l.Periodic() || cl.l.Periodic() || slowerLeak(prev.l, cl.l)) {
+			// Buckets carry TTLs computed with the old rule (a faster leak,
+			// or the end of a period): they could expire while not yet
+			// empty under the new one. Drop those TTLs; the next write to
+			// each bucket sets one from the new rule.
 			if err := s.scanKeys(ctx, s.k.gen(cl.gen)+":b:*", func(ctx context.Context, c goredis.Cmdable, ks []string) error {
 				p := c.Pipeline()
 				for _, k := range ks {
@@ -271,7 +289,7 @@ func (s *Store) scanKeys(ctx context.Context, pattern string, fn func(ctx contex
 // remember caches cl, with its script arguments formatted, and returns it.
 func (s *Store) remember(cl cachedLimit) cachedLimit {
 	cl.fetched = time.Now()
-	cl.args = newLimitArgs(s.k, cl.l, cl.gen, cl.version)
+	cl.args = newLimitArgs(s.k, cl.l, cl.gen, cl.version, s.goNow().Add(time.Duration(s.periodSkew.Load())))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limits[cl.l.Name] = cl

@@ -33,13 +33,14 @@ func fromUnits(s string) (decimal.Decimal, error) {
 // limitDoc is the limit as an idempotency record keeps it (opaque to Lua),
 // so a replayed outcome shows the limit of the original call.
 type limitDoc struct {
-	N  string `json:"n"`
-	C  string `json:"c"`
-	A  string `json:"a"`
-	P  int64  `json:"p"`
-	H  bool   `json:"h"`
-	CT int64  `json:"ct"`
-	UT int64  `json:"ut"`
+	N  string         `json:"n"`
+	C  string         `json:"c"`
+	A  string         `json:"a"`
+	P  int64          `json:"p"`
+	PD *ledger.Period `json:"pd,omitempty"` // a periodic limit's rule
+	H  bool           `json:"h"`
+	CT int64          `json:"ct"`
+	UT int64          `json:"ut"`
 }
 
 func encodeLimit(l ledger.Limit) string {
@@ -50,7 +51,7 @@ func encodeLimit(l ledger.Limit) string {
 		return t.UnixMicro()
 	}
 	b, _ := json.Marshal(limitDoc{N: l.Name, C: l.Capacity.String(), A: l.LeakAmount.String(), P: l.LeakPer.Microseconds(),
-		H: l.History, CT: micros(l.CreatedAt), UT: micros(l.UpdatedAt)})
+		PD: l.Period, H: l.History, CT: micros(l.CreatedAt), UT: micros(l.UpdatedAt)})
 	return string(b)
 }
 
@@ -65,7 +66,7 @@ func decodeLimit(s string) (ledger.Limit, error) {
 		return ledger.Limit{}, fmt.Errorf("redis: bad limit document %q", s)
 	}
 	return ledger.Limit{Name: d.N, Capacity: c, LeakAmount: a, LeakPer: time.Duration(d.P) * time.Microsecond,
-		History: d.H, CreatedAt: fromMicros(d.CT), UpdatedAt: fromMicros(d.UT)}, nil
+		Period: d.PD, History: d.H, CreatedAt: fromMicros(d.CT), UpdatedAt: fromMicros(d.UT)}, nil
 }
 
 // target is one bucket of a call: its limit and its keys.
@@ -98,8 +99,13 @@ type limitArgs struct {
 	defKey     string // the definition key, checked against version on a standalone server
 }
 
-func newLimitArgs(k keys, l ledger.Limit, gen int64, version string) limitArgs {
-	a, p := leakRatio(l)
+func newLimitArgs(k keys, l ledger.Limit, gen int64, version string, at time.Time) limitArgs {
+	var a, p string
+	if l.Period != nil {
+		a, p = "P", periodTable(*l.Period, at)
+	} else {
+		a, p = leakRatio(l)
+	}
 	return limitArgs{capacity: units(l.Capacity), leakAmount: a, leakPer: p, history: boolArg(l.History),
 		version: strconv.FormatInt(gen, 10) + ":" + version, doc: encodeLimit(l), defKey: k.limitDef(l.Name)}
 }
@@ -147,7 +153,13 @@ func withFreshLimits[T any](ctx context.Context, s *Store, op func(ctx context.C
 func retryStale[T any](ctx context.Context, s *Store, op func(ctx context.Context) (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
 		out, err := op(ctx)
-		if !errors.Is(err, errStale) {
+		var pt *periodTableError
+		switch {
+		case errors.As(err, &pt):
+			// A periodic limit's table did not reach the store's clock:
+			// tables are made around that clock from now on.
+			s.periodSkew.Store(int64(pt.now.Sub(s.goNow())))
+		case !errors.Is(err, errStale):
 			return out, err
 		}
 		if attempt == 2 {
@@ -221,6 +233,13 @@ func parseReply(res []string) (reply, error) {
 	}
 	if err, ok := codeErrors[res[0]]; ok {
 		return reply{}, err
+	}
+	if res[0] == codePeriodTable && len(res) == 2 {
+		now, err := parseMicros(res[1])
+		if err != nil {
+			return reply{}, err
+		}
+		return reply{}, &periodTableError{now: now}
 	}
 	replayed := false
 	if res[0] == "replay" && len(res) == 2 {

@@ -69,6 +69,10 @@ type Store struct {
 	// clockSteps counts the replies that found a bucket's stored time more
 	// than ledger.ClockStep ahead of now (taken as now).
 	clockSteps atomic.Uint64
+	// periodSkew is the store's clock minus budgetd's (ns), as last seen
+	// when a table of period starts missed; tables are made around
+	// budgetd's clock plus it.
+	periodSkew atomic.Int64
 	eviction   string
 	cacheTTL   time.Duration
 	// callTimeout bounds each call (limit lookups, its wait in the batcher

@@ -54,8 +54,7 @@ func Outcome(err error) string {
 		return "in_flight"
 	case errors.Is(err, ledger.ErrTooManyHolds):
 		return "too_many_holds"
-	case errors.As(err, &inv), errors.Is(err, ledger.ErrCrossSlot), errors.Is(err, ledger.ErrLevelOverflow),
-		errors.Is(err, ledger.ErrPeriodsUnsupported):
+	case errors.As(err, &inv), errors.Is(err, ledger.ErrCrossSlot), errors.Is(err, ledger.ErrLevelOverflow):
 		return "invalid"
 	case errors.Is(err, ledger.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return "unavailable"

@@ -54,14 +54,13 @@ budgetd_store_duration_seconds_count{op="ping",outcome="ok"} 1
 func TestOutcome(t *testing.T) {
 	for err, want := range map[error]string{
 		nil: "ok",
-		fmt.Errorf("x: %w", ledger.ErrUnavailable):            "unavailable",
-		context.DeadlineExceeded:                              "unavailable",
-		context.Canceled:                                      "canceled",
-		ledger.ErrIdempotencyInFlight:                         "in_flight",
-		ledger.ErrIdempotencyKeyReused:                        "idempotency_conflict",
-		&ledger.InvalidError{Code: "invalid_key"}:             "invalid",
-		fmt.Errorf("limit: %w", ledger.ErrPeriodsUnsupported): "invalid",
-		errors.New("boom"):                                    "error",
+		fmt.Errorf("x: %w", ledger.ErrUnavailable): "unavailable",
+		context.DeadlineExceeded:                   "unavailable",
+		context.Canceled:                           "canceled",
+		ledger.ErrIdempotencyInFlight:              "in_flight",
+		ledger.ErrIdempotencyKeyReused:             "idempotency_conflict",
+		&ledger.InvalidError{Code: "invalid_key"}:  "invalid",
+		errors.New("boom"):                         "error",
 	} {
 		if got := storemetrics.Outcome(err); got != want {
 			t.Errorf("Outcome(%v) = %s, want %s", err, got, want)

@@ -115,9 +115,7 @@ func runGolden(e *env, name string, c *GoldenCase) ([]map[string]string, bool) {
 	e.clock.Set(start)
 	if c.Limit.Period != nil {
 		p := ledger.Period{Every: c.Limit.Period.Every, TZ: c.Limit.Period.TZ, StartDay: c.Limit.Period.StartDay}
-		if !e.periodic(name, c.Limit.Capacity, p, true) {
-			return nil, false
-		}
+		e.periodic(name, c.Limit.Capacity, p, true)
 	} else {
 		per, err := time.ParseDuration(c.Limit.Per)
 		if err != nil {

@@ -42,8 +42,31 @@ end
 -- bkt is one bucket of a call: its keys and its limit as the Go side passed
 -- it (capacity, leak amount and period divided by their gcd, history flag,
 -- and the limit document, opaque here, that an idempotency record keeps).
+-- A periodic limit passes 'P' as its leak amount and, as its leak period, a
+-- table of consecutive period starts (µs, comma-separated) that budgetd
+-- computed around its clock: Lua never computes a calendar.
 local function bkt(bk, hk, cap, ra, rp, hist, lim)
-  return { bk = bk, hk = hk, cap = nv(cap), lp = leak_params(ra, rp), hist = hist == '1', lim = lim }
+  local c = { bk = bk, hk = hk, cap = nv(cap), hist = hist == '1', lim = lim }
+  if ra == 'P' then c.starts = rp else c.lp = leak_params(ra, rp) end
+  return c
+end
+
+-- in_period finds the period of a periodic bucket c that contains now in its
+-- table: c.ps, c.pe = its start and end. It reports false when now is
+-- outside the table (the caller answers E_PERIOD_TABLE with now, and budgetd
+-- calls again with a table around that now).
+local function in_period(c, now)
+  local prev
+  for s in string.gmatch(c.starts, '[^,]+') do
+    local t = tonumber(s)
+    if t > now then
+      if not prev then return false end
+      c.ps, c.pe = prev, t
+      return true
+    end
+    prev = t
+  end
+  return false
 end
 
 -- load reads a bucket.
@@ -66,6 +89,12 @@ end
 
 -- level_at: bucket.LevelAt. leaked = floor(amount × dt / per), in units.
 local function level_at(c, st, now)
+  if c.starts then
+    -- bucket.periodLevel: the stored level when written in this period
+    -- or later, else zero; it does not leak.
+    if vzero(st.l) or st.u == 0 or st.u < c.ps then return pair(0, 0) end
+    return st.l
+  end
   if vzero(st.l) or st.u == 0 or now <= st.u then return st.l end
   return leak(c.lp, st.l, now - st.u)
 end
@@ -137,7 +166,10 @@ end
 local function finish(c, st, now)
   redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u))
   local us = 0
-  if not vzero(st.l) then
+  if not vzero(st.l) and c.starts then
+    us = c.pe - now -- the level is zero from the period's end on
+    if st.u > now then us = c.pe - now + (st.u - now) end
+  elseif not vzero(st.l) then
     us = vnum(st.l) * c.lp.rp / c.lp.raf
     us = us * (1 + 1e-9) + 1
     if st.u > now then us = us + (st.u - now) end
@@ -223,6 +255,7 @@ local function fillup(keys, args)
       args[a + 6], args[a + 7], args[a + 8]
     if check and stale(keys[2 * n + i], version) then return { E_STALE } end
     local c = bkt(keys[2 * i - 1], keys[2 * i], cap, ra, rp, hist, lim)
+    if c.starts and not in_period(c, now) then return { E_PERIOD_TABLE, fmt(now) } end
     local st = load(c)
     local cv = nv(cost)
     local ok = fits(c, st, now, cv)
@@ -257,7 +290,9 @@ local function one_bucket(keys, args, b)
   local rec = idem_get(ik, ih)
   if rec then return nil, nil, nil, rec end
   if check and stale(keys[b + 2], version) then return nil, nil, nil, { E_STALE } end
-  return bkt(keys[b], keys[b + 1], cap, ra, rp, hist, lim), clock(now_arg), ik
+  local c, now = bkt(keys[b], keys[b + 1], cap, ra, rp, hist, lim), clock(now_arg)
+  if c.starts and not in_period(c, now) then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
+  return c, now, ik
 end
 
 -- inspect: a bucket as stored (no writes).
@@ -416,12 +451,14 @@ end
 
 -- limit_put: KEYS = definition, name index, generation counter, generation
 -- → name; ARGV = now, name, capacity, leak amount, per (µs), history
--- ('1'/'0'). A new limit takes the next generation; an existing one keeps
+-- ('1'/'0'), then a periodic limit's every, tz and start_day ('' for a
+-- leaky limit, whose amount and per are '' when periodic). A new limit takes the next generation; an existing one keeps
 -- its generation and creation time. Answers the definition before and after
 -- as flat field/value lists.
 local function limit_put(keys, args)
   local dk, idx, genc, gens = keys[1], keys[2], keys[3], keys[4]
   local now_arg, name, cap, amount, per, hist = args[1], args[2], args[3], args[4], args[5], args[6]
+  local every, tz, sday = args[7] or '', args[8] or '', args[9] or ''
   local now = fmt(clock(now_arg))
   local old = redis.call('HGETALL', dk)
   local g, ct = redis.call('HGET', dk, 'g'), redis.call('HGET', dk, 'ct')
@@ -431,7 +468,8 @@ local function limit_put(keys, args)
     redis.call('ZADD', idx, 0, name)
     redis.call('HSET', gens, g, name)
   end
-  redis.call('HSET', dk, 'c', cap, 'a', amount, 'p', per, 'hi', hist, 'ct', ct, 'ut', now, 'g', g)
+  redis.call('HSET', dk, 'c', cap, 'a', amount, 'p', per, 'hi', hist, 'ct', ct, 'ut', now, 'g', g,
+    'pe', every, 'pz', tz, 'pd', sday)
   redis.call('HINCRBY', dk, 'v', 1)
   return { redis.call('HGETALL', dk), old }
 end

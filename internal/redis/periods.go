@@ -1,0 +1,54 @@
+package redis
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+)
+
+// periodTableLen is how many period starts the Go side passes with each call
+// on a periodic limit: from the period before the one containing budgetd's
+// clock, seven periods ahead. The function finds the store's clock in it; a
+// miss (clocks far apart, or a limit cached across a reset) answers
+// period_table with the store's clock, and the call is made again with a
+// table around it.
+const periodTableLen = 8
+
+// periodTable is the table of period starts of p around at, as the functions
+// read it: microseconds since the epoch, comma-separated. The boundaries come
+// from budgetd's own time-zone database (internal/calendar), never Redis's.
+func periodTable(p ledger.Period, at time.Time) string {
+	cp, err := p.Calendar() // validated when put; Calendar falls back to UTC rules otherwise
+	if err != nil {
+		return ""
+	}
+	start, _ := cp.Bounds(at)
+	var b strings.Builder
+	for i, t := range cp.Starts(start.Add(-time.Microsecond), periodTableLen) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(t.UnixMicro(), 10))
+	}
+	return b.String()
+}
+
+// periodTableError: the store's clock (now) was outside the table of period
+// starts passed for a periodic limit.
+type periodTableError struct{ now time.Time }
+
+func (e *periodTableError) Error() string {
+	return fmt.Sprintf("redis: the store's clock %s is outside the table of period starts", e.now.Format(time.RFC3339Nano))
+}
+
+// goNow is budgetd's clock (or a test's pinned one): only where a table of
+// period starts is centred; the store's clock decides the period.
+func (s *Store) goNow() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
