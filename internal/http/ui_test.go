@@ -233,6 +233,45 @@ func TestDashboard(t *testing.T) {
 	t.Run("token", func(t *testing.T) { testDashboardToken(t, b) })
 	t.Run("meta", func(t *testing.T) { testDashboardMeta(t, b) })
 	t.Run("pages of buckets", func(t *testing.T) { testDashboardPager(t, b) })
+	t.Run("periods", func(t *testing.T) { testDashboardPeriods(t, b) })
+}
+
+// testDashboardPeriods: a limit that resets every calendar month shows its
+// rule, and its bucket's chart resets at the month's start: the points are
+// the levels the API answered, over every store.
+func testDashboardPeriods(t *testing.T, b context.Context) {
+	eachStore(t, func(t *testing.T, a *api) {
+		a.clock.Set(time.Date(2026, 3, 31, 20, 0, 0, 0, time.UTC)) // 22:00 in Berlin
+		a.expect("PUT", "/v1/limits/monthly", `{"capacity":"100","period":{"every":"month","tz":"Europe/Berlin"},"history":true}`, 200)
+		path := "/v1/limits/monthly/buckets/team"
+		var want []string
+		for _, step := range []struct {
+			after time.Duration
+			cost  string
+		}{{0, "30"}, {time.Hour, "12.5"}, {2 * time.Hour, "5"}, {24 * time.Hour, "1"}} {
+			a.clock.Advance(step.after)
+			want = append(want, a.expect("POST", path+"/fillup", `{"cost":"`+step.cost+`"}`, 200).str("level"))
+		}
+		if want[2] != "5" {
+			t.Fatalf("the month did not reset in the API: %v", want)
+		}
+		tb := openAPITab(t, b, a)
+		tb.open("")
+		tb.wait(`document.querySelector('#limits tr[data-limit="monthly"]')`)
+		for _, r := range tb.rows("#limits") {
+			if r["_"] == "monthly" && r["rule"] != "resets every month (Europe/Berlin)" {
+				t.Errorf("limit row %v", r)
+			}
+		}
+		tb.open("#/l/monthly/b/team")
+		tb.wait(`document.querySelectorAll('svg.chart circle.point').length === 4`)
+		var got []string
+		tb.eval(`[...document.querySelectorAll('svg.chart circle.point')].map(c => c.dataset.level)`, &got)
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("chart levels %v, the API answered %v", got, want)
+		}
+		tb.screenshot("dashboard-bucket-periodic")
+	})
 }
 
 // testDashboardPages opens each page of the dashboard over every store and

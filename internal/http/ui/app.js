@@ -132,6 +132,7 @@ const DELTA = { fillup: 1n, committed: 1n, drain: -1n };
 // package bucket: leak floor(amount × Δt / per) at 12 digits, clamp at zero,
 // then add. It returns the points after each entry and the polyline.
 function levelSeries(entries, limit, start, endUs) {
+  if (limit.period) return periodSeries(entries, limit.period, start, endUs);
   const amount = toUnits(limit.leak.amount);
   const per = durationUs(limit.leak.per);
   const leaked = (dt) => (dt <= 0n || per <= 0n ? 0n : (amount * dt) / per);
@@ -171,6 +172,83 @@ function levelSeries(entries, limit, start, endUs) {
   return { points, line, end: at(endUs) };
 }
 
+// periodKey names the calendar period of a periodic limit that contains
+// the instant t (µs): the local date in the limit's zone, read with Intl
+// (the browser's zone rules), mapped to its period as SPEC says: a day, an
+// ISO week from start_day, a month or quarter from start_day, a year.
+function periodKey(t, p) {
+  const parts = {};
+  for (const x of periodFormat(p.tz).formatToParts(new Date(usToMs(t)))) parts[x.type] = x.value;
+  const y = Number(parts.year), m = Number(parts.month), d = Number(parts.day);
+  const sd = p.start_day || 1;
+  const dayNo = Math.floor(Date.UTC(y, m - 1, d) / 86400000);
+  switch (p.every) {
+    case "day": return dayNo;
+    case "week": { const wd = (new Date(dayNo * 86400000).getUTCDay() + 6) % 7 + 1; return dayNo - ((wd - sd + 7) % 7); }
+    case "month": return y * 12 + (m - 1) - (d < sd ? 1 : 0);
+    case "quarter": { const mi = y * 12 + (m - 1) - (d < sd ? 1 : 0); return Math.floor(mi / 3); }
+    default: return y;
+  }
+}
+
+const periodFormats = new Map();
+function periodFormat(tz) {
+  if (!periodFormats.has(tz)) {
+    periodFormats.set(tz, new Intl.DateTimeFormat("en-US", { timeZone: tz || "UTC", year: "numeric", month: "2-digit", day: "2-digit" }));
+  }
+  return periodFormats.get(tz);
+}
+
+// nextReset is the first instant after a (µs) in another period than a's,
+// found by bisection between a and b (b in a later period), to the
+// millisecond: a period starts on a whole local second.
+function nextReset(a, b, p) {
+  const k = periodKey(a, p);
+  let lo = a, hi = b;
+  while (hi - lo > 1000n) {
+    const mid = lo + (hi - lo) / 2n;
+    if (periodKey(mid, p) === k) lo = mid; else hi = mid;
+  }
+  return hi - (hi % 1000n);
+}
+
+// periodSeries is levelSeries for a periodic limit: the level does not
+// leak; it is what the current period was charged, and it drops to zero at
+// the first period start after the bucket's last write.
+function periodSeries(entries, p, start, endUs) {
+  let level = start;
+  let last = entries.length ? timeUs(entries[0].time) : endUs;
+  const points = [];
+  const line = [];
+  const reset = (t) => {
+    if (level > 0n && periodKey(t, p) !== periodKey(last, p)) {
+      const r = nextReset(last, t, p);
+      if (line.length) line.push([r, level]);
+      line.push([r, 0n]);
+      level = 0n;
+    }
+  };
+  for (const e of entries) {
+    const t = timeUs(e.time);
+    reset(t);
+    line.push([t, level]);
+    if (SETTLES.has(e.event)) {
+      last = t;
+      if (DELTA[e.event]) {
+        level += DELTA[e.event] * toUnits(e.amount);
+        if (level < 0n) level = 0n;
+      }
+    }
+    line.push([t, level]);
+    points.push({ t, level, entry: e });
+  }
+  if (endUs > last) {
+    reset(endUs);
+    line.push([endUs, level]);
+  }
+  return { points, line, end: level };
+}
+
 function drawChart(entries, limit, bucket, truncated) {
   const W = 800, H = 260, L = 56, R = 12, T = 12, B = 28;
   const nowUs = BigInt(Date.now()) * 1000n;
@@ -183,7 +261,7 @@ function drawChart(entries, limit, bucket, truncated) {
     const target = toUnits(bucket.level);
     let lo = 0n, hi = target + toUnits(limit.capacity) * 4n + ONE;
     for (const e of entries) if (e.event === "drain") hi += toUnits(e.amount);
-    hi += (toUnits(limit.leak.amount) * (endUs - (entries.length ? timeUs(entries[0].time) : endUs))) / (durationUs(limit.leak.per) || 1n);
+    if (limit.leak) hi += (toUnits(limit.leak.amount) * (endUs - (entries.length ? timeUs(entries[0].time) : endUs))) / (durationUs(limit.leak.per) || 1n);
     while (lo < hi) {
       const mid = (lo + hi) / 2n;
       if (levelSeries(entries, limit, mid, endUs).end >= target) hi = mid; else lo = mid + 1n;
@@ -247,7 +325,13 @@ function crumbs(...parts) {
   });
 }
 
-function rule(l) { return `${l.leak.amount} per ${l.leak.per}`; }
+function rule(l) {
+  if (l.period) {
+    const from = l.period.start_day && l.period.start_day !== 1 ? ` from day ${l.period.start_day}` : "";
+    return `resets every ${l.period.every}${from} (${l.period.tz})`;
+  }
+  return `${l.leak.amount} per ${l.leak.per}`;
+}
 
 function fullness(b) {
   const cap = toUnits(b.capacity);
