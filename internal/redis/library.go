@@ -57,6 +57,7 @@ var codeErrors = map[string]error{
 	codeNotFound:      ledger.ErrReservationNotFound,
 	codeTooManyHolds:  ledger.ErrTooManyHolds,
 	codeLevelOverflow: ledger.ErrLevelOverflow,
+	codePeriodTable:   errPeriodTable, // answered with the store's clock: a *periodTableError
 }
 
 // luaConstants is the Lua that declares the constants above for the library.

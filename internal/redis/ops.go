@@ -231,15 +231,15 @@ func parseReply(res []string) (reply, error) {
 	if len(res) == 0 {
 		return reply{}, errors.New("empty reply")
 	}
-	if err, ok := codeErrors[res[0]]; ok {
-		return reply{}, err
-	}
 	if res[0] == codePeriodTable && len(res) == 2 {
 		now, err := parseMicros(res[1])
 		if err != nil {
 			return reply{}, err
 		}
 		return reply{}, &periodTableError{now: now}
+	}
+	if err, ok := codeErrors[res[0]]; ok {
+		return reply{}, err
 	}
 	replayed := false
 	if res[0] == "replay" && len(res) == 2 {

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -36,13 +37,18 @@ func periodTable(p ledger.Period, at time.Time) string {
 	return b.String()
 }
 
-// periodTableError: the store's clock (now) was outside the table of period
-// starts passed for a periodic limit.
+// errPeriodTable: the store's clock was outside the table of period starts
+// passed for a periodic limit (the call is made again around that clock).
+var errPeriodTable = errors.New("the store's clock is outside the table of period starts")
+
+// periodTableError is errPeriodTable with the store's clock (now).
 type periodTableError struct{ now time.Time }
 
 func (e *periodTableError) Error() string {
-	return fmt.Sprintf("redis: the store's clock %s is outside the table of period starts", e.now.Format(time.RFC3339Nano))
+	return fmt.Sprintf("redis: %v (%s)", errPeriodTable, e.now.Format(time.RFC3339Nano))
 }
+
+func (e *periodTableError) Unwrap() error { return errPeriodTable }
 
 // goNow is budgetd's clock (or a test's pinned one): only where a table of
 // period starts is centred; the store's clock decides the period.
