@@ -36,6 +36,7 @@ func Run(t *testing.T, factory Factory) {
 		{"Exactness", testExactness},
 		{"Magnitudes", testMagnitudes},
 		{"ConcurrentFillups", testConcurrentFillups},
+		{"ConcurrentDifferential", testConcurrentDifferential},
 		{"Drain", testDrain},
 		{"MultiBucket", testMultiBucket},
 		{"MultiBucketConcurrent", testMultiBucketConcurrent},
