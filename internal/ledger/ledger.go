@@ -52,6 +52,22 @@ func (p Period) Calendar() (calendar.Period, error) {
 	return calendar.Period{Every: u, Zone: loc, StartDay: p.StartDay}, nil
 }
 
+// StartsAround returns the starts, in microseconds since the epoch, of n
+// consecutive periods of p (a stored limit's: read as Rule reads it), the
+// first being the period before the one that contains at: the table a
+// database store is given so that it can tell by its own clock which period
+// "now" is in without computing a calendar.
+func (p Period) StartsAround(at time.Time, n int) []int64 {
+	cp := p.stored()
+	start, _ := cp.Bounds(at)
+	starts := cp.Starts(start.Add(-time.Microsecond), n)
+	out := make([]int64, len(starts))
+	for i, t := range starts {
+		out[i] = t.UnixMicro()
+	}
+	return out
+}
+
 // Periodic reports whether l resets on calendar periods.
 func (l Limit) Periodic() bool { return l.Period != nil }
 
@@ -74,14 +90,21 @@ func (l Limit) SameRule(o Limit) bool {
 func (l Limit) Rule() bucket.Limit {
 	r := bucket.Limit{Capacity: l.Capacity, LeakAmount: l.LeakAmount, LeakPer: l.LeakPer}
 	if l.Period != nil {
-		p, err := l.Period.Calendar()
-		if err != nil {
-			u, _ := calendar.ParseUnit(l.Period.Every)
-			p = calendar.Period{Every: u, Zone: time.UTC, StartDay: l.Period.StartDay}
-		}
+		p := l.Period.stored()
 		r.Period = &p
 	}
 	return r
+}
+
+// stored is the calendar period of a stored limit: should its zone ever be
+// missing from the embedded database, it is read in UTC (see Rule).
+func (p Period) stored() calendar.Period {
+	cp, err := p.Calendar()
+	if err != nil {
+		u, _ := calendar.ParseUnit(p.Every)
+		cp = calendar.Period{Every: u, Zone: time.UTC, StartDay: p.StartDay}
+	}
+	return cp
 }
 
 // BucketRef names one bucket: a limit and a caller-chosen key.

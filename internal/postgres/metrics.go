@@ -14,6 +14,8 @@ var (
 		"Connections of the pool, by state (acquired, idle, constructing).", []string{"state"}, nil)
 	maxConnsDesc = prometheus.NewDesc("budgetd_postgres_pool_max_connections",
 		"The pool's maximum size.", nil, nil)
+	periodTablesDesc = prometheus.NewDesc("budgetd_postgres_period_tables_total",
+		"Tables of period starts recomputed because the database clock had left a periodic limit's table.", nil, nil)
 	clockStepsDesc = prometheus.NewDesc("budgetd_postgres_clock_steps_total",
 		"Buckets found with a stored time more than a minute ahead of the database clock (a clock stepped back), taken as now.", nil, nil)
 )
@@ -25,7 +27,7 @@ func (s *Store) Collector() prometheus.Collector { return collector{s} }
 type collector struct{ s *Store }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{retriesDesc, gaveUpDesc, unavailableDesc, connsDesc, maxConnsDesc, clockStepsDesc} {
+	for _, d := range []*prometheus.Desc{retriesDesc, gaveUpDesc, unavailableDesc, connsDesc, maxConnsDesc, clockStepsDesc, periodTablesDesc} {
 		ch <- d
 	}
 }
@@ -38,6 +40,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(gaveUpDesc, prometheus.CounterValue, float64(st.GaveUp))
 	ch <- prometheus.MustNewConstMetric(unavailableDesc, prometheus.CounterValue, float64(st.Unavailable))
 	ch <- prometheus.MustNewConstMetric(clockStepsDesc, prometheus.CounterValue, float64(st.ClockSteps))
+	ch <- prometheus.MustNewConstMetric(periodTablesDesc, prometheus.CounterValue, float64(st.PeriodTables))
 	ps := c.s.pool.Stat()
 	ch <- prometheus.MustNewConstMetric(connsDesc, prometheus.GaugeValue, float64(ps.AcquiredConns()), "acquired")
 	ch <- prometheus.MustNewConstMetric(connsDesc, prometheus.GaugeValue, float64(ps.IdleConns()), "idle")

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -24,18 +23,8 @@ const periodTableLen = 64
 // consecutive periods of p, the first being the period before the one that
 // contains now, computed with budgetd's own time-zone database: the database
 // never computes a calendar, so every store draws the same boundaries.
-func periodTable(p ledger.Period, now time.Time) ([]int64, error) {
-	cp, err := p.Calendar()
-	if err != nil {
-		return nil, err
-	}
-	start, _ := cp.Bounds(now)
-	starts := cp.Starts(start.Add(-time.Microsecond), periodTableLen)
-	out := make([]int64, len(starts))
-	for i, t := range starts {
-		out[i] = t.UnixMicro()
-	}
-	return out, nil
+func periodTable(p ledger.Period, now time.Time) []int64 {
+	return p.StartsAround(now, periodTableLen)
 }
 
 // goNow is budgetd's own clock (or the pinned one of a test), used only to
@@ -82,12 +71,8 @@ func (s *Store) refreshPeriodTable(ctx context.Context, id int64, now time.Time)
 	if startDay != nil {
 		p.StartDay = *startDay
 	}
-	starts, err := periodTable(p, now)
-	if err != nil {
-		return fmt.Errorf("limit %d: %w", id, err)
-	}
 	_, err = s.pool.Exec(ctx, `UPDATE limits SET period_starts = $2
 		WHERE id = $1 AND period_every = $3 AND period_tz = $4 AND period_start_day IS NOT DISTINCT FROM $5`,
-		id, starts, p.Every, p.TZ, startDay)
+		id, periodTable(p, now), p.Every, p.TZ, startDay)
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestPeriodTable: a periodic limit's table of period starts (64 periods,
@@ -61,6 +62,21 @@ func TestPeriodTable(t *testing.T) {
 	}
 	if n := s.Stats().PeriodTables; n != 1 {
 		t.Fatalf("%d tables recomputed after 200 days, want 1", n)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "budgetd_postgres_period_tables_total" {
+			counted = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if counted != 1 {
+		t.Errorf("budgetd_postgres_period_tables_total = %v, want 1", counted)
 	}
 	// A PUT there (the old table no longer reaches now) keeps the level.
 	if _, err := svc.PutLimit(ctx, "daily", ledger.LimitSpec{Capacity: dec("20"), Period: daily, History: true}); err != nil {

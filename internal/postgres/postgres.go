@@ -387,10 +387,7 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	var doc limitDoc
 	var err error
 	if l.Period != nil {
-		starts, terr := periodTable(*l.Period, s.goNow())
-		if terr != nil {
-			return ledger.Limit{}, terr
-		}
+		starts := periodTable(*l.Period, s.goNow())
 		var startDay any
 		if l.Period.StartDay != 0 {
 			startDay = l.Period.StartDay

@@ -22,17 +22,12 @@ const periodTableLen = 8
 // read it: microseconds since the epoch, comma-separated. The boundaries come
 // from budgetd's own time-zone database (internal/calendar), never Redis's.
 func periodTable(p ledger.Period, at time.Time) string {
-	cp, err := p.Calendar() // validated when put; Calendar falls back to UTC rules otherwise
-	if err != nil {
-		return ""
-	}
-	start, _ := cp.Bounds(at)
 	var b strings.Builder
-	for i, t := range cp.Starts(start.Add(-time.Microsecond), periodTableLen) {
+	for i, us := range p.StartsAround(at, periodTableLen) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(strconv.FormatInt(t.UnixMicro(), 10))
+		b.WriteString(strconv.FormatInt(us, 10))
 	}
 	return b.String()
 }

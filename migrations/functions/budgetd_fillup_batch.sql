@@ -51,6 +51,7 @@ DECLARE
     v_every    text;  -- the period of a periodic limit (NULL: leaky)
     v_period   jsonb;
     v_start    bigint;
+    v_starts   bigint[];
     v_hist     boolean;
     v_lcre     timestamptz;
     v_lupd     timestamptz;
@@ -90,8 +91,8 @@ DECLARE
 BEGIN
     LOOP
         SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.created_at, l.updated_at, l.period_every,
-               b.level, b.updated_at, b.found
-          INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_lcre, v_lupd, v_every, v_blevel, v_bupd, v_bfound
+               l.period_starts, budgetd_period_json(l), b.level, b.updated_at, b.found
+          INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_lcre, v_lupd, v_every, v_starts, v_period, v_blevel, v_bupd, v_bfound
           FROM limits l
           LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, true AS found FROM buckets bb
                               WHERE bb.limit_id = l.id AND bb.key = p_key FOR UPDATE) b ON true
@@ -154,7 +155,7 @@ BEGIN
 
         -- The level at v_now, once: the items share the instant.
         IF v_every IS NOT NULL THEN
-            SELECT budgetd_period_start(x, v_now), budgetd_period_json(x) INTO v_start, v_period FROM limits x WHERE x.id = v_lid;
+            v_start := budgetd_period_find(v_starts, v_now, p_limit, v_lid);
         END IF;
         v_level := budgetd_level_at(v_blevel, v_bupd, v_lamt, v_per, v_now, v_start);
         -- What an answer shows until something is written: the row as stored.

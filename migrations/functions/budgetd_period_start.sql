@@ -6,34 +6,14 @@
 -- that now and retries. With p_strict false it answers NULL instead.
 CREATE OR REPLACE FUNCTION budgetd_period_start(p_l limits, p_now timestamptz, p_strict boolean DEFAULT true)
 RETURNS bigint LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    v_s   bigint[] := p_l.period_starts;
-    v_now bigint;
-    v_lo  int;
-    v_hi  int;
-    v_mid int;
 BEGIN
     IF p_l.period_every IS NULL THEN
         RETURN NULL;
     END IF;
-    v_now := budgetd_us(p_now);
-    v_lo := 1;
-    v_hi := coalesce(array_length(v_s, 1), 0);
-    IF v_hi < 2 OR v_now < v_s[v_lo] OR v_now >= v_s[v_hi] THEN
-        IF NOT p_strict THEN
-            RETURN NULL;
-        END IF;
-        RAISE EXCEPTION 'limit %: the clock is outside its table of period starts', p_l.name
-            USING ERRCODE = budgetd_code_period_table(), DETAIL = p_l.id || ' ' || v_now;
+    IF NOT p_strict AND (coalesce(array_length(p_l.period_starts, 1), 0) < 2
+                         OR budgetd_us(p_now) < p_l.period_starts[1]
+                         OR budgetd_us(p_now) >= p_l.period_starts[array_length(p_l.period_starts, 1)]) THEN
+        RETURN NULL;
     END IF;
-    -- v_s[v_lo] <= now < v_s[v_hi]
-    WHILE v_hi - v_lo > 1 LOOP
-        v_mid := (v_lo + v_hi) / 2;
-        IF v_s[v_mid] <= v_now THEN
-            v_lo := v_mid;
-        ELSE
-            v_hi := v_mid;
-        END IF;
-    END LOOP;
-    RETURN v_s[v_lo];
+    RETURN budgetd_period_find(p_l.period_starts, p_now, p_l.name, p_l.id);
 END $$;
