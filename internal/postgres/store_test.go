@@ -142,8 +142,8 @@ func TestRetriesNeverAccept(t *testing.T) {
 			t.Errorf("gave up metric %v, want %d", mf.GetMetric()[0].GetCounter().GetValue(), unavailable.Load())
 		}
 	}
-	if len(mfs) != 6 {
-		t.Errorf("%d metric families, want 6", len(mfs))
+	if len(mfs) != 7 { // retries, gave up, unavailable, pool connections and size, clock steps, period tables
+		t.Errorf("%d metric families, want 7", len(mfs))
 	}
 }
 
