@@ -168,7 +168,10 @@ local function finish(c, st, now)
   local us = 0
   if not vzero(st.l) and c.starts then
     us = c.pe - now -- the level is zero from the period's end on
-    if st.u > now then us = c.pe - now + (st.u - now) end
+    -- Written ahead of the clock (a step back within CLOCK_STEP_US) in the
+    -- next period: the level lasts to that period's end, at most twice this
+    -- period's length away.
+    if st.u >= c.pe then us = c.pe - now + 2 * (c.pe - c.ps) end
   elseif not vzero(st.l) then
     us = vnum(st.l) * c.lp.rp / c.lp.raf
     us = us * (1 + 1e-9) + 1
