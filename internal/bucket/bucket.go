@@ -18,12 +18,10 @@
 package bucket
 
 import (
-	"math/big"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/calendar"
-	"github.com/shopspring/decimal"
 )
 
 // LevelScale is the number of fractional digits a level carries. The leak over
@@ -36,8 +34,8 @@ const LevelScale = 12
 // Period is not nil, the calendar period at whose start the level returns to
 // zero (the leak fields are then unused).
 type Limit struct {
-	Capacity   decimal.Decimal
-	LeakAmount decimal.Decimal
+	Capacity   Amount
+	LeakAmount Amount
 	LeakPer    time.Duration
 	Period     *calendar.Period
 }
@@ -48,7 +46,7 @@ type Limit struct {
 // tell which of its holds a transition kept or expired.
 type Hold struct {
 	ID        string
-	Amount    decimal.Decimal
+	Amount    Amount
 	ExpiresAt time.Time
 }
 
@@ -56,7 +54,7 @@ type Hold struct {
 // holds. A zero State is an empty bucket that was never written. Holds that
 // have expired by "now" are ignored by every function here.
 type State struct {
-	Level   decimal.Decimal
+	Level   Amount
 	Updated time.Time
 	Holds   []Hold
 }
@@ -65,16 +63,16 @@ type State struct {
 //
 // Level, Held, Remaining and Capacity describe the bucket after the call when
 // it was accepted and as it is now otherwise. RetryAfter is the wait, in
-// seconds with microsecond precision rounded up, until the cost would fit if no
-// other traffic arrived; it is zero when the call was accepted or when the cost
-// can never fit (NeverFits: cost > capacity).
+// whole microseconds rounded up, until the cost would fit if no other traffic
+// arrived; it is zero when the call was accepted or when the cost can never
+// fit (NeverFits: cost > capacity).
 type Decision struct {
 	Accepted   bool
-	Level      decimal.Decimal
-	Held       decimal.Decimal
-	Remaining  decimal.Decimal
-	Capacity   decimal.Decimal
-	RetryAfter decimal.Decimal
+	Level      Amount
+	Held       Amount
+	Remaining  Amount
+	Capacity   Amount
+	RetryAfter Micros
 	NeverFits  bool
 	// At is the instant the decision was made ("now").
 	At time.Time
@@ -93,16 +91,17 @@ func micros(t time.Time) int64 {
 	return t.UnixMicro()
 }
 
+
 // Leaked is the amount that leaks from a bucket of limit l over d, rounded
 // down to LevelScale digits: floor(LeakAmount × d / LeakPer). A negative d
-// leaks nothing.
-func Leaked(l Limit, d time.Duration) decimal.Decimal {
+// leaks nothing. A leak too large for an Amount (far above any level: 10^12
+// per microsecond for a century) saturates at the largest Amount.
+func Leaked(l Limit, d time.Duration) Amount {
 	us := d.Microseconds()
 	if us <= 0 {
-		return decimal.Zero
+		return Amount{}
 	}
-	q, _ := l.LeakAmount.Mul(decimal.NewFromInt(us)).QuoRem(decimal.NewFromInt(l.LeakPer.Microseconds()), LevelScale)
-	return q
+	return Amount{mulDiv(l.LeakAmount.v, uint64(us), uint64(l.LeakPer.Microseconds()))}
 }
 
 // LevelAt is the bucket's level at now: the stored level minus what leaked
@@ -110,34 +109,41 @@ func Leaked(l Limit, d time.Duration) decimal.Decimal {
 // stored level when the bucket was written in the period that contains now
 // (or later: a stored time ahead of the clock counts as the current period),
 // and zero otherwise.
-func LevelAt(l Limit, s State, now time.Time) decimal.Decimal {
+func LevelAt(l Limit, s State, now time.Time) Amount {
 	if l.Period != nil {
 		start, _ := l.Period.Bounds(now)
 		return periodLevel(s, start)
 	}
+	return leakyLevel(l, s, now)
+}
+
+func leakyLevel(l Limit, s State, now time.Time) Amount {
 	if s.Level.Sign() <= 0 || s.Updated.IsZero() {
-		return decimal.Max(s.Level, decimal.Zero)
+		return MaxAmount(s.Level, Amount{})
 	}
-	dt := time.Duration(micros(now)-micros(s.Updated)) * time.Microsecond
-	lvl := s.Level.Sub(Leaked(l, dt))
-	if lvl.Sign() < 0 {
-		return decimal.Zero
+	us := micros(now) - micros(s.Updated)
+	if us <= 0 {
+		return s.Level
 	}
-	return lvl
+	leaked := mulDiv(l.LeakAmount.v, uint64(us), uint64(l.LeakPer.Microseconds()))
+	if leaked.cmp(s.Level.v) >= 0 {
+		return Amount{}
+	}
+	return Amount{s.Level.v.sub(leaked)}
 }
 
 // periodLevel is the level of a periodic bucket in the period that starts
 // at start: one comparison, however many periods the bucket sat idle.
-func periodLevel(s State, start time.Time) decimal.Decimal {
+func periodLevel(s State, start time.Time) Amount {
 	if s.Level.Sign() <= 0 || s.Updated.IsZero() || micros(s.Updated) < micros(start) {
-		return decimal.Zero
+		return Amount{}
 	}
 	return s.Level
 }
 
 // HeldAt is the sum of the holds that are still active at now.
-func HeldAt(s State, now time.Time) decimal.Decimal {
-	sum := decimal.Zero
+func HeldAt(s State, now time.Time) Amount {
+	var sum Amount
 	n := micros(now)
 	for _, h := range s.Holds {
 		if micros(h.ExpiresAt) > n {
@@ -161,39 +167,38 @@ func ActiveHolds(s State, now time.Time) []Hold {
 
 // CanAccept answers whether adding cost at now would be accepted, without
 // changing anything. A cost of zero is always accepted.
-func CanAccept(l Limit, s State, now time.Time, cost decimal.Decimal) Decision {
-	var level decimal.Decimal
-	var start, end time.Time
+func CanAccept(l Limit, s State, now time.Time, cost Amount) (d Decision) {
+	decide(&l, &s, now, cost, &d)
+	return d
+}
+
+// decide is CanAccept writing into *d (the transitions call it on their own
+// result, so that the decision is built once, in place).
+func decide(l *Limit, s *State, now time.Time, cost Amount, d *Decision) {
+	var end time.Time
 	if l.Period != nil {
-		start, end = l.Period.Bounds(now)
-		level = periodLevel(s, start)
+		d.PeriodStart, end = l.Period.Bounds(now)
+		d.ResetsAt = end
+		d.Level = periodLevel(*s, d.PeriodStart)
 	} else {
-		level = LevelAt(l, s, now)
+		d.Level = leakyLevel(*l, *s, now)
 	}
-	held := HeldAt(s, now)
-	d := Decision{
-		Level:       level,
-		Held:        held,
-		Capacity:    l.Capacity,
-		Remaining:   remaining(l.Capacity, level, held),
-		NeverFits:   cost.GreaterThan(l.Capacity),
-		PeriodStart: start,
-		ResetsAt:    end,
-		At:          now,
-	}
-	if cost.Sign() == 0 || level.Add(held).Add(cost).LessThanOrEqual(l.Capacity) {
+	d.Held = HeldAt(*s, now)
+	d.Capacity = l.Capacity
+	d.Remaining = remaining(l.Capacity, d.Level, d.Held)
+	d.At = now
+	if cost.IsZero() || d.Level.Add(d.Held).Add(cost).Cmp(l.Capacity) <= 0 {
 		d.Accepted = true
-		d.NeverFits = false
-		return d
+		return
 	}
+	d.NeverFits = cost.GreaterThan(l.Capacity)
 	if !d.NeverFits {
 		if l.Period != nil {
-			d.RetryAfter = periodRetryAfter(l, s, now, level, end, cost)
+			d.RetryAfter = periodRetryAfter(*l, *s, now, d.Level, end, cost)
 		} else {
-			d.RetryAfter = retryAfter(l, s, now, cost)
+			d.RetryAfter = retryAfter(*l, *s, now, cost)
 		}
 	}
-	return d
 }
 
 // Every transition below that writes (Fillup and Reserve when accepted with a
@@ -201,16 +206,16 @@ func CanAccept(l Limit, s State, now time.Time, cost decimal.Decimal) Decision {
 // settles the bucket to now: the level leaks to now, Updated moves to now
 // (never backwards) and the holds of Expired(s, now) are dropped, in that
 // order. A store records exactly those holds as expired; Settle and Expire
-// return them.
+// return them. The level at now is computed once per call.
 
 // Fillup adds cost to the bucket when it fits and returns the decision and
 // the new state. A denied call, or a cost of zero, returns s unchanged.
-func Fillup(l Limit, s State, now time.Time, cost decimal.Decimal) (Decision, State) {
-	d := CanAccept(l, s, now, cost)
-	if !d.Accepted || cost.Sign() == 0 {
+func Fillup(l Limit, s State, now time.Time, cost Amount) (d Decision, ns State) {
+	decide(&l, &s, now, cost, &d)
+	if !d.Accepted || cost.IsZero() {
 		return d, s
 	}
-	ns := settle(l, s, now)
+	ns = settled(s, now, d.Level)
 	ns.Level = ns.Level.Add(cost)
 	d.Level = ns.Level
 	d.Remaining = remaining(l.Capacity, d.Level, d.Held)
@@ -221,12 +226,12 @@ func Fillup(l Limit, s State, now time.Time, cost decimal.Decimal) (Decision, St
 // returns the decision and the new state. The level is settled to now. The
 // new hold is the last of the new state's Holds, with an empty ID for the
 // store to fill in.
-func Reserve(l Limit, s State, now time.Time, amount decimal.Decimal, expires time.Time) (Decision, State) {
-	d := CanAccept(l, s, now, amount)
+func Reserve(l Limit, s State, now time.Time, amount Amount, expires time.Time) (d Decision, ns State) {
+	decide(&l, &s, now, amount, &d)
 	if !d.Accepted {
 		return d, s
 	}
-	ns := settle(l, s, now)
+	ns = settled(s, now, d.Level)
 	ns.Holds = append(ns.Holds, Hold{Amount: amount, ExpiresAt: expires})
 	d.Held = d.Held.Add(amount)
 	d.Remaining = remaining(l.Capacity, d.Level, d.Held)
@@ -236,7 +241,7 @@ func Reserve(l Limit, s State, now time.Time, amount decimal.Decimal, expires ti
 // Resolve ends the hold at index i of s.Holds and adds charge to the level
 // (zero for a release). The level may pass capacity: a commit with overrun is
 // the only way that happens. It returns the new state.
-func Resolve(l Limit, s State, now time.Time, i int, charge decimal.Decimal) State {
+func Resolve(l Limit, s State, now time.Time, i int, charge Amount) State {
 	ns := settle(l, s, now)
 	holds := make([]Hold, 0, len(ns.Holds))
 	for j, h := range s.Holds {
@@ -252,12 +257,16 @@ func Resolve(l Limit, s State, now time.Time, i int, charge decimal.Decimal) Sta
 // Drain lowers the level by amount, clamped at zero, and returns what was
 // actually removed and the new state. A zero amount, or a bucket whose level
 // is zero now, changes nothing.
-func Drain(l Limit, s State, now time.Time, amount decimal.Decimal) (decimal.Decimal, State) {
-	if amount.Sign() <= 0 || LevelAt(l, s, now).Sign() == 0 {
-		return decimal.Zero, s
+func Drain(l Limit, s State, now time.Time, amount Amount) (Amount, State) {
+	if amount.Sign() <= 0 {
+		return Amount{}, s
 	}
-	ns := settle(l, s, now)
-	removed := decimal.Min(amount, ns.Level)
+	level := LevelAt(l, s, now)
+	if level.IsZero() {
+		return Amount{}, s
+	}
+	ns := settled(s, now, level)
+	removed := MinAmount(amount, ns.Level)
 	ns.Level = ns.Level.Sub(removed)
 	return removed, ns
 }
@@ -295,34 +304,45 @@ func Expired(s State, now time.Time) []Hold {
 }
 
 func settle(l Limit, s State, now time.Time) State {
-	ns := State{Level: LevelAt(l, s, now), Updated: s.Updated, Holds: ActiveHolds(s, now)}
+	return settled(s, now, LevelAt(l, s, now))
+}
+
+// settled is s settled to now, given its level at now.
+func settled(s State, now time.Time, level Amount) State {
+	ns := State{Level: level, Updated: s.Updated, Holds: ActiveHolds(s, now)}
 	if now.After(ns.Updated) {
-		ns.Updated = now.Truncate(time.Microsecond)
+		ns.Updated = now.Round(0) // no monotonic reading, as Truncate
+		if now.Nanosecond()%1000 != 0 {
+			ns.Updated = now.Truncate(time.Microsecond)
+		}
 	}
 	return ns
 }
 
-func remaining(capacity, level, held decimal.Decimal) decimal.Decimal {
+func remaining(capacity, level, held Amount) Amount {
 	r := capacity.Sub(level).Sub(held)
 	if r.Sign() < 0 {
-		return decimal.Zero
+		return Amount{}
 	}
 	return r
 }
 
-// retryAfter is the earliest wait, in seconds rounded up to the microsecond,
-// after which level + held + cost ≤ capacity holds with no other traffic. The
-// held amount falls as holds expire, so the wait is searched segment by
-// segment between expiries. It assumes cost ≤ capacity.
+// byExpiry orders holds by ExpiresAt.
+func byExpiry(a, b Hold) int { return a.ExpiresAt.Compare(b.ExpiresAt) }
+
+// retryAfter is the earliest wait, in microseconds rounded up, after which
+// level + held + cost ≤ capacity holds with no other traffic. The held
+// amount falls as holds expire, so the wait is searched segment by segment
+// between expiries. It assumes cost ≤ capacity.
 //
 // The leak is measured from the state's last write, exactly as LevelAt will
 // measure it then, so the answer is never early and never late.
-func retryAfter(l Limit, s State, now time.Time, cost decimal.Decimal) decimal.Decimal {
+func retryAfter(l Limit, s State, now time.Time, cost Amount) Micros {
 	n := micros(now)
-	elapsed := decimal.NewFromInt(n - micros(s.Updated))
+	elapsed := i128(n - micros(s.Updated))
 	holds := ActiveHolds(s, now)
-	sort.Slice(holds, func(i, j int) bool { return holds[i].ExpiresAt.Before(holds[j].ExpiresAt) })
-	held := decimal.Zero
+	slices.SortStableFunc(holds, byExpiry)
+	var held Amount
 	for _, h := range holds {
 		held = held.Add(h.Amount)
 	}
@@ -336,17 +356,19 @@ func retryAfter(l Limit, s State, now time.Time, cost decimal.Decimal) decimal.D
 		}
 		target := l.Capacity.Sub(cost).Sub(held)
 		if target.Sign() >= 0 {
-			wait := decimal.NewFromInt(start)
+			wait := i128(start)
 			if need := s.Level.Sub(target); need.Sign() > 0 {
-				wait = decimal.Max(wait, leakTime(l, need).Sub(elapsed))
+				if w := leakTime(l, need).sub(elapsed); w.cmp(wait) > 0 {
+					wait = w
+				}
 			}
-			if last || wait.LessThan(decimal.NewFromInt(end)) {
-				return wait.Shift(-6)
+			if last || wait.cmp(i128(end)) < 0 {
+				return Micros{wait}
 			}
 		}
 		if last {
 			// Unreachable while cost ≤ capacity: the last segment has no holds.
-			return decimal.Zero
+			return Micros{}
 		}
 		start = end
 		for i < len(holds) && micros(holds[i].ExpiresAt)-n == start {
@@ -361,7 +383,7 @@ func retryAfter(l Limit, s State, now time.Time, cost decimal.Decimal) decimal.D
 // period's end (each ≥ now) at which level(t) + held(t) + cost ≤ capacity,
 // where level(t) is level before end and zero from end on. It assumes
 // cost ≤ capacity, so the latest of those instants always fits.
-func periodRetryAfter(l Limit, s State, now time.Time, level decimal.Decimal, end time.Time, cost decimal.Decimal) decimal.Decimal {
+func periodRetryAfter(l Limit, s State, now time.Time, level Amount, end time.Time, cost Amount) Micros {
 	n, e := micros(now), max(micros(end), micros(now))
 	if level.Sign() > 0 && micros(s.Updated) >= e {
 		// Written ahead of the clock, in a later period: the level stays until
@@ -370,14 +392,14 @@ func periodRetryAfter(l Limit, s State, now time.Time, level decimal.Decimal, en
 		e = micros(later)
 	}
 	holds := ActiveHolds(s, now)
-	sort.Slice(holds, func(i, j int) bool { return holds[i].ExpiresAt.Before(holds[j].ExpiresAt) })
+	slices.SortStableFunc(holds, byExpiry)
 	held := HeldAt(s, now)
 	at := make([]int64, 0, len(holds)+1)
 	for _, h := range holds {
 		at = append(at, micros(h.ExpiresAt))
 	}
 	at = append(at, e)
-	sort.Slice(at, func(i, j int) bool { return at[i] < at[j] })
+	slices.Sort(at)
 	i := 0
 	for _, t := range at {
 		for i < len(holds) && micros(holds[i].ExpiresAt) <= t {
@@ -386,26 +408,19 @@ func periodRetryAfter(l Limit, s State, now time.Time, level decimal.Decimal, en
 		}
 		lvl := level
 		if t >= e {
-			lvl = decimal.Zero
+			lvl = Amount{}
 		}
-		if lvl.Add(held).Add(cost).LessThanOrEqual(l.Capacity) {
-			return decimal.NewFromInt(t - n).Shift(-6)
+		if lvl.Add(held).Add(cost).Cmp(l.Capacity) <= 0 {
+			return MicrosOf(t - n)
 		}
 	}
-	return decimal.NewFromInt(at[len(at)-1] - n).Shift(-6) // unreachable while cost ≤ capacity
+	return MicrosOf(at[len(at)-1] - n) // unreachable while cost ≤ capacity
 }
 
 // leakTime is the least whole number of microseconds d with Leaked(l, d) ≥
-// need, for need > 0 with at most LevelScale digits: ceil(need × per / amount).
-// It may exceed int64 for tiny rates, so it is returned as a decimal.
-func leakTime(l Limit, need decimal.Decimal) decimal.Decimal {
-	// Integers scaled by 10^LevelScale make the division exact.
-	num := need.Shift(LevelScale).BigInt()
-	num.Mul(num, big.NewInt(l.LeakPer.Microseconds()))
-	den := l.LeakAmount.Shift(LevelScale).BigInt()
-	q, r := new(big.Int).QuoRem(num, den, new(big.Int))
-	if r.Sign() != 0 {
-		q.Add(q, big.NewInt(1))
-	}
-	return decimal.NewFromBigInt(q, 0)
+// need, for need > 0: ceil(need × per / amount), exact in 192 bits. It may
+// exceed int64 for tiny rates, hence 128 bits; it saturates at the largest
+// int128 only past any wait a supported limit can ask for.
+func leakTime(l Limit, need Amount) int128 {
+	return mulDivCeil(need.v, uint64(l.LeakPer.Microseconds()), l.LeakAmount.v)
 }

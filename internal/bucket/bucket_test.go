@@ -8,7 +8,7 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-func d(s string) decimal.Decimal { return decimal.RequireFromString(s) }
+func d(s string) Amount { return MustAmount(s) }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -28,13 +28,20 @@ func TestLeaked(t *testing.T) {
 		{"0.000001", 87600 * time.Hour, 24 * time.Hour, "0.000000000273"}, // tiny rate
 		{"1", time.Second, -time.Hour, "0"},                               // backwards clock
 		{"1", time.Second, 0, "0"},
-		{"1000000000000", time.Microsecond, 100 * 365 * 24 * time.Hour, "3153600000000000000000000000"},
+		{"1000000000000", time.Microsecond, 365 * 24 * time.Hour, "31536000000000000000000000"},
+		{"999999.999999", 87600 * time.Hour, 7 * time.Microsecond, "0.000000022196"},
 	}
 	for _, tc := range tests {
 		l := Limit{Capacity: d("1"), LeakAmount: d(tc.amount), LeakPer: tc.per}
 		if got := Leaked(l, tc.dt); !got.Equal(d(tc.want)) {
 			t.Errorf("Leaked(%s per %s, %s) = %s, want %s", tc.amount, tc.per, tc.dt, got, tc.want)
 		}
+	}
+	// A century at 10^12 per µs passes what an Amount holds, and any level:
+	// it saturates at the largest Amount.
+	l := Limit{Capacity: d("1"), LeakAmount: d("1000000000000"), LeakPer: time.Microsecond}
+	if got := Leaked(l, 100*365*24*time.Hour); got != (Amount{maxInt128}) {
+		t.Errorf("Leaked over a century = %s, want the largest Amount", got)
 	}
 }
 
@@ -73,9 +80,9 @@ func TestSteps(t *testing.T) {
 			dec = CanAccept(l, s, now, d(st.cost))
 		case "drain":
 			_, s = Drain(l, s, now, d(st.cost))
-			dec = CanAccept(l, s, now, decimal.Zero)
+			dec = CanAccept(l, s, now, Amount{})
 		}
-		if dec.Accepted != st.accepted || !dec.Level.Equal(d(st.level)) || !dec.RetryAfter.Equal(d(st.retry)) {
+		if dec.Accepted != st.accepted || !dec.Level.Equal(d(st.level)) || dec.RetryAfter != sec(st.retry) {
 			t.Fatalf("step %d %s %s at %s: accepted=%v level=%s retry=%s, want %v %s %s",
 				i, st.op, st.cost, st.at, dec.Accepted, dec.Level, dec.RetryAfter, st.accepted, st.level, st.retry)
 		}
@@ -89,7 +96,7 @@ func TestSteps(t *testing.T) {
 // microsecond before retry_after and accepted at it.
 func TestRetryAfterIsExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	amt := func(max int64) decimal.Decimal { return decimal.New(r.Int64N(max)+1, -int32(r.IntN(7))) }
+	amt := func(max int64) Amount { return dd(decimal.New(r.Int64N(max)+1, -int32(r.IntN(7)))) }
 	checked := 0
 	defer func() {
 		if checked < 500 {
@@ -121,8 +128,8 @@ func TestRetryAfterIsExact(t *testing.T) {
 			continue
 		}
 		checked++
-		wait := time.Duration(dec.RetryAfter.Shift(6).IntPart()) * time.Microsecond
-		if !dec.RetryAfter.Shift(6).IsInteger() || wait <= 0 {
+		wait := dec.RetryAfter.Duration()
+		if wait <= 0 {
 			t.Fatalf("retry_after %s is not a positive whole number of µs", dec.RetryAfter)
 		}
 		if early := CanAccept(l, s, now.Add(wait-time.Microsecond), cost); early.Accepted {
@@ -144,7 +151,7 @@ func TestHolds(t *testing.T) {
 		t.Fatal("fillup beside the hold over capacity accepted")
 	}
 	// retry_after is the hold's expiry, not the leak (which would take 1h).
-	if dec := CanAccept(l, s, t0.Add(30*time.Second), d("21")); !dec.RetryAfter.Equal(d("30")) {
+	if dec := CanAccept(l, s, t0.Add(30*time.Second), d("21")); dec.RetryAfter != sec("30") {
 		t.Fatalf("retry_after = %s, want 30", dec.RetryAfter)
 	}
 	if got := HeldAt(s, t0.Add(time.Minute)); !got.IsZero() {
@@ -204,16 +211,16 @@ func FuzzFillup(f *testing.F) {
 		if capacity <= 0 || amount <= 0 || per <= 0 || capacity > 1e18 || amount > 1e18 || per > 3e14 {
 			return
 		}
-		l := Limit{Capacity: decimal.New(capacity, -6), LeakAmount: decimal.New(amount, -6), LeakPer: time.Duration(per) * time.Microsecond}
+		l := Limit{Capacity: dd(decimal.New(capacity, -6)), LeakAmount: dd(decimal.New(amount, -6)), LeakPer: time.Duration(per) * time.Microsecond}
 		var s State
 		now := t0
 		for i, op := range ops {
 			now = now.Add(time.Duration(int64(op)-64) * time.Millisecond) // also backwards
-			cost := decimal.New(int64(op)*int64(i+1)*997, -6)
+			cost := dd(decimal.New(int64(op)*int64(i+1)*997, -6))
 			before := s
 			var dec Decision
 			if op%5 == 0 {
-				dec, s = Reserve(l, s, now, cost.Add(decimal.New(1, -6)), now.Add(time.Duration(op)*time.Millisecond+time.Microsecond))
+				dec, s = Reserve(l, s, now, cost.Add(dd(decimal.New(1, -6))), now.Add(time.Duration(op)*time.Millisecond+time.Microsecond))
 			} else {
 				dec, s = Fillup(l, s, now, cost)
 			}
@@ -326,4 +333,18 @@ func BenchmarkSettleHolds(b *testing.B) {
 	for b.Loop() {
 		Settle(l, s, now)
 	}
+}
+
+// dd is the decimal x as an Amount.
+func dd(x decimal.Decimal) Amount {
+	a, ok := FromDecimal(x)
+	if !ok {
+		panic("not an amount: " + x.String())
+	}
+	return a
+}
+
+// sec is s seconds as a wait.
+func sec(s string) Micros {
+	return MicrosOf(decimal.RequireFromString(s).Shift(6).IntPart())
 }

@@ -72,7 +72,7 @@ func TestPeriodBoundaries(t *testing.T) {
 			}
 			last := end.Add(-time.Microsecond)
 			dec = CanAccept(l, s, last, d("1"))
-			if dec.Accepted || !dec.Level.Equal(d("100")) || !dec.RetryAfter.Equal(d("0.000001")) || !dec.ResetsAt.Equal(end) {
+			if dec.Accepted || !dec.Level.Equal(d("100")) || dec.RetryAfter != sec("0.000001") || !dec.ResetsAt.Equal(end) {
 				t.Fatalf("one microsecond before the reset: %+v", dec)
 			}
 			dec, s = Fillup(l, s, end, d("100"))
@@ -155,17 +155,17 @@ func TestPeriodSteps(t *testing.T) {
 				case "reserve":
 					dec, s = Reserve(l, s, now, d(st.cost), now.Add(st.ttl))
 				case "commit", "release":
-					charge := decimal.Zero
+					charge := Amount{}
 					if st.op == "commit" {
 						charge = d(st.cost)
 					}
 					s = Resolve(l, s, now, 0, charge)
-					dec = CanAccept(l, s, now, decimal.Zero)
+					dec = CanAccept(l, s, now, Amount{})
 				case "drain":
 					_, s = Drain(l, s, now, d(st.cost))
-					dec = CanAccept(l, s, now, decimal.Zero)
+					dec = CanAccept(l, s, now, Amount{})
 				}
-				if dec.Accepted != st.accepted || !dec.Level.Equal(d(st.level)) || !dec.Held.Equal(d(st.held)) || !dec.RetryAfter.Equal(d(st.retry)) {
+				if dec.Accepted != st.accepted || !dec.Level.Equal(d(st.level)) || !dec.Held.Equal(d(st.held)) || dec.RetryAfter != sec(st.retry) {
 					t.Fatalf("step %d %s %s at %s: accepted=%v level=%s held=%s retry=%s, want %v %s %s %s",
 						i, st.op, st.cost, st.at, dec.Accepted, dec.Level, dec.Held, dec.RetryAfter, st.accepted, st.level, st.held, st.retry)
 				}
@@ -189,7 +189,7 @@ func TestPeriodAheadOfClock(t *testing.T) {
 		t.Fatalf("%+v: a level written ahead of the clock must count", dec)
 	}
 	want := at(t, "2026-03-01T00:00:00Z").Sub(now).Seconds()
-	if !dec.RetryAfter.Equal(decimal.NewFromFloat(want)) {
+	if !dec.RetryAfter.Seconds().Equal(decimal.NewFromFloat(want)) {
 		t.Fatalf("retry_after %s, want %v (the end of February)", dec.RetryAfter, want)
 	}
 	if got := CanAccept(l, s, now.Add(time.Duration(want)*time.Second), d("1")); !got.Accepted {
@@ -213,7 +213,7 @@ func TestPeriodRetryAfterIsExact(t *testing.T) {
 			if dec.Accepted || dec.NeverFits {
 				continue
 			}
-			wait := time.Duration(dec.RetryAfter.Shift(6).IntPart()) * time.Microsecond
+			wait := dec.RetryAfter.Duration()
 			if CanAccept(l, s, now.Add(wait-time.Microsecond), d(cost)).Accepted {
 				t.Fatalf("case %d cost %s: accepted before retry_after %s", i, cost, dec.RetryAfter)
 			}
@@ -253,9 +253,9 @@ func FuzzPeriodic(f *testing.F) {
 		var s State
 		for i := 0; i+1 < len(ops); i += 2 {
 			now = now.Add(time.Duration(ops[i]) * 17 * time.Minute)
-			cost := decimal.NewFromInt(int64(ops[i+1] % 120))
+			cost := dd(decimal.NewFromInt(int64(ops[i+1] % 120)))
 			if ops[i+1]%7 == 0 {
-				_, s = Reserve(l, s, now, decimal.NewFromInt(int64(ops[i+1]%30)+1), now.Add(time.Duration(ops[i])*time.Minute+time.Second))
+				_, s = Reserve(l, s, now, dd(decimal.NewFromInt(int64(ops[i+1]%30)+1)), now.Add(time.Duration(ops[i])*time.Minute+time.Second))
 				continue
 			}
 			before := CanAccept(l, s, now, cost)
@@ -268,7 +268,7 @@ func FuzzPeriodic(f *testing.F) {
 				t.Fatalf("decision %+v for cost %s", before, cost)
 			}
 			if !before.Accepted && !before.NeverFits {
-				wait := time.Duration(before.RetryAfter.Shift(6).IntPart()) * time.Microsecond
+				wait := before.RetryAfter.Duration()
 				if wait <= 0 || CanAccept(l, s, now.Add(wait-time.Microsecond), cost).Accepted || !CanAccept(l, s, now.Add(wait), cost).Accepted {
 					t.Fatalf("retry_after %s for cost %s is not exact: %+v", before.RetryAfter, cost, before)
 				}

@@ -64,7 +64,7 @@ func periodPlot(t *testing.T) []byte {
 					sr.spent[at.Month()] += 250
 				}
 			}
-			lvl, _ := LevelAt(sr.l, sr.s, at).Float64()
+			lvl, _ := LevelAt(sr.l, sr.s, at).Decimal().Float64()
 			sr.points = append(sr.points, fmt.Sprintf("%.1f,%.1f", x(at), y(lvl)))
 		}
 	}
