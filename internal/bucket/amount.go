@@ -232,6 +232,27 @@ func (a Amount) LessThanOrEqual(b Amount) bool { return a.v.cmp(b.v) <= 0 }
 // GreaterThanOrEqual reports whether a ≥ b.
 func (a Amount) GreaterThanOrEqual(b Amount) bool { return a.v.cmp(b.v) >= 0 }
 
+// Floor returns a rounded down to a whole number, and false when that
+// passes an int64.
+func (a Amount) Floor() (int64, bool) {
+	v := a.v
+	neg := v.sign() < 0
+	if neg {
+		v = v.neg()
+	}
+	q, r := v.divRem64(unit)
+	if neg && r != 0 {
+		q = q.add(int128{lo: 1})
+	}
+	if q.hi != 0 || q.lo > 1<<63-1 {
+		return 0, false
+	}
+	if neg {
+		return -int64(q.lo), true
+	}
+	return int64(q.lo), true
+}
+
 // Equal reports whether a = b.
 func (a Amount) Equal(b Amount) bool { return a == b }
 
@@ -362,6 +383,9 @@ func (m Micros) IsZero() bool { return m.v == int128{} }
 
 // Cmp returns -1, 0 or +1 as m is shorter than, equal to or longer than o.
 func (m Micros) Cmp(o Micros) int { return m.v.cmp(o.v) }
+
+// Equal reports whether m = o.
+func (m Micros) Equal(o Micros) bool { return m == o }
 
 // String returns m in seconds, in plain notation with at most 6 fractional
 // digits and no trailing zeros: "899.957224", "1", "0".

@@ -91,7 +91,6 @@ func micros(t time.Time) int64 {
 	return t.UnixMicro()
 }
 
-
 // Leaked is the amount that leaks from a bucket of limit l over d, rounded
 // down to LevelScale digits: floor(LeakAmount × d / LeakPer). A negative d
 // leaks nothing. A leak too large for an Amount (far above any level: 10^12
@@ -415,6 +414,16 @@ func periodRetryAfter(l Limit, s State, now time.Time, level Amount, end time.Ti
 		}
 	}
 	return MicrosOf(at[len(at)-1] - n) // unreachable while cost ≤ capacity
+}
+
+// LeakTime is the least whole number of microseconds in which amount leaks
+// from a bucket of the leaky limit l (zero for amount ≤ 0 or a limit that
+// does not leak): how long a full bucket, or a level, takes to empty.
+func LeakTime(l Limit, amount Amount) Micros {
+	if amount.Sign() <= 0 || l.LeakAmount.Sign() <= 0 || l.Period != nil {
+		return Micros{}
+	}
+	return Micros{leakTime(l, amount)}
 }
 
 // leakTime is the least whole number of microseconds d with Leaked(l, d) ≥

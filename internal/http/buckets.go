@@ -233,7 +233,7 @@ func (s *server) drain(c echo.Context) error {
 	b := viewBucket(res.Bucket)
 	s.audit(c, "drain", slog.String("limit", ref.Limit), slog.String("bucket_key", ref.Key),
 		slog.String("amount", amount.String()), slog.String("removed", res.Removed.String()),
-		slog.String("level_before", res.Bucket.Level.Add(res.Removed).String()), slog.String("level_after", res.Bucket.Level.String()),
+		slog.String("level_before", res.Bucket.Level.Decimal().Add(res.Removed).String()), slog.String("level_after", res.Bucket.Level.String()),
 		slog.Bool("replayed", res.Replayed))
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, drainView{
 		decisionView: decisionView{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity,

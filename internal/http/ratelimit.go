@@ -1,43 +1,45 @@
 package http
 
 import (
-	"math/big"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/labstack/echo/v4"
-	"github.com/shopspring/decimal"
 )
 
 // maxHeaderInt is the largest integer a header carries: the structured-field
 // integer range (RFC 9651: at most 15 digits). Retry-After and the RateLimit
 // fields are clamped to it, so every client can parse them.
-var maxHeaderInt = decimal.RequireFromString("999999999999999")
+const maxHeaderInt = 999_999_999_999_999
 
-// headerInt writes a whole, non-negative number for a header, clamped to
-// maxHeaderInt.
-func headerInt(d decimal.Decimal) string {
+// clampHeader clamps a whole number of seconds or units to [0, maxHeaderInt];
+// ok false (a value past an int64) clamps to maxHeaderInt.
+func clampHeader(n int64, ok bool) int64 {
 	switch {
-	case d.Sign() <= 0:
-		return "0"
-	case d.GreaterThan(maxHeaderInt):
-		return maxHeaderInt.String()
+	case !ok || n > maxHeaderInt:
+		return maxHeaderInt
+	case n < 0:
+		return 0
 	}
-	return d.Truncate(0).String()
+	return n
 }
+
+// headerInt writes a whole number for a header (already clamped).
+func headerInt(n int64) string { return strconv.FormatInt(n, 10) }
 
 // quota is what the RateLimit fields say of one limit of a call
 // (draft-ietf-httpapi-ratelimit-headers): the policy's quota q and window w,
-// and the bucket's remaining r and reset t. t is nil when the call's cost can
-// never fit.
+// and the bucket's remaining r and reset t, each clamped to maxHeaderInt.
+// hasT is false when the call's cost can never fit.
 type quota struct {
 	name   string
 	denied bool
-	q, w   decimal.Decimal
-	r      decimal.Decimal
-	t      *decimal.Decimal
+	q, w   int64
+	r      int64
+	t      int64
+	hasT   bool
 }
 
 // quotaOf derives the RateLimit values of a decision made under limit l
@@ -48,63 +50,38 @@ type quota struct {
 // and t the seconds the level takes to leak to zero, both rounded up; on a
 // denial t is the decision's Retry-After. A periodic limit gives w = the
 // period's length and t = the seconds from the decision until it resets,
-// both rounded up.
+// both rounded up. Everything is integer arithmetic on the exact amounts.
 func quotaOf(name string, l ledger.Limit, d bucket.Decision) quota {
 	qt := quota{
 		name:   name,
 		denied: !d.Accepted,
-		q:      d.Capacity.Floor(),
-		r:      d.Remaining.Floor(),
+		q:      clampHeader(d.Capacity.Floor()),
+		r:      clampHeader(d.Remaining.Floor()),
 	}
 	periodic := l.Period != nil && !d.ResetsAt.IsZero()
+	rule := l.Rule()
 	if periodic {
 		qt.w = ceilSeconds(d.ResetsAt.Sub(d.PeriodStart))
 	} else {
-		qt.w = leakSeconds(l, l.Capacity)
+		qt.w = clampHeader(bucket.LeakTime(rule, rule.Capacity).CeilSeconds())
 	}
 	switch {
 	case d.Accepted && periodic:
-		t := ceilSeconds(d.ResetsAt.Sub(d.At))
-		qt.t = &t
+		qt.t, qt.hasT = ceilSeconds(d.ResetsAt.Sub(d.At)), true
 	case d.Accepted:
-		t := leakSeconds(l, d.Level)
-		qt.t = &t
+		qt.t, qt.hasT = clampHeader(bucket.LeakTime(rule, d.Level).CeilSeconds()), true
 	case !d.NeverFits:
-		t := d.RetryAfter.Ceil()
-		qt.t = &t
+		qt.t, qt.hasT = clampHeader(d.RetryAfter.CeilSeconds()), true
 	}
 	return qt
 }
 
 // ceilSeconds is d in whole seconds, rounded up (never below zero).
-func ceilSeconds(d time.Duration) decimal.Decimal {
+func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
-		return decimal.Zero
+		return 0
 	}
-	return decimal.NewFromInt(int64((d + time.Second - 1) / time.Second))
-}
-
-// leakSeconds is the time, in whole seconds rounded up, that a level of
-// amount takes to leak to zero under the leaky limit l: amount × per /
-// leak amount, computed exactly in integers.
-func leakSeconds(l ledger.Limit, amount decimal.Decimal) decimal.Decimal {
-	if amount.Sign() <= 0 || l.LeakAmount.Sign() <= 0 {
-		return decimal.Zero
-	}
-	// amount = a × 10^ea, leak = b × 10^eb, per = us × 10^-6 s:
-	// seconds = a × us / b × 10^(ea − eb − 6).
-	num := new(big.Int).Mul(amount.Coefficient(), big.NewInt(l.LeakPer.Microseconds()))
-	den := l.LeakAmount.Coefficient()
-	if e := int64(amount.Exponent()) - int64(l.LeakAmount.Exponent()) - 6; e > 0 {
-		num.Mul(num, new(big.Int).Exp(big.NewInt(10), big.NewInt(e), nil))
-	} else if e < 0 {
-		den.Mul(den, new(big.Int).Exp(big.NewInt(10), big.NewInt(-e), nil))
-	}
-	q, m := num.QuoRem(num, den, new(big.Int))
-	if m.Sign() != 0 {
-		q.Add(q, big.NewInt(1))
-	}
-	return decimal.NewFromBigInt(q, 0)
+	return clampHeader(int64((d+time.Second-1)/time.Second), true)
 }
 
 // setRateLimit sets RateLimit-Policy and RateLimit on an answer, one list
@@ -127,18 +104,24 @@ func setRateLimit(c echo.Context, qs ...quota) {
 			}
 		}
 	}
-	policy := make([]string, len(order))
-	state := make([]string, len(order))
+	var policy, state []byte
 	for i, q := range order {
-		policy[i] = sfString(q.name) + ";q=" + headerInt(q.q) + ";w=" + headerInt(q.w)
-		state[i] = sfString(q.name) + ";r=" + headerInt(q.r)
-		if q.t != nil {
-			state[i] += ";t=" + headerInt(*q.t)
+		if i > 0 {
+			policy = append(policy, ", "...)
+			state = append(state, ", "...)
+		}
+		policy = appendSFString(policy, q.name)
+		policy = strconv.AppendInt(append(policy, ";q="...), q.q, 10)
+		policy = strconv.AppendInt(append(policy, ";w="...), q.w, 10)
+		state = appendSFString(state, q.name)
+		state = strconv.AppendInt(append(state, ";r="...), q.r, 10)
+		if q.hasT {
+			state = strconv.AppendInt(append(state, ";t="...), q.t, 10)
 		}
 	}
 	h := c.Response().Header()
-	h.Set("RateLimit-Policy", strings.Join(policy, ", "))
-	h.Set("RateLimit", strings.Join(state, ", "))
+	h["Ratelimit-Policy"] = []string{string(policy)}
+	h["Ratelimit"] = []string{string(state)}
 }
 
 // tighter says whether a is the more restrictive of two buckets of a limit:
@@ -148,26 +131,28 @@ func tighter(a, b quota) bool {
 	if a.denied != b.denied {
 		return a.denied
 	}
-	if a.r.Cmp(b.r) != 0 {
-		return a.r.LessThan(b.r)
+	if a.r != b.r {
+		return a.r < b.r
 	}
 	switch {
-	case a.t == nil:
-		return b.t != nil
-	case b.t == nil:
+	case !a.hasT:
+		return b.hasT
+	case !b.hasT:
 		return false
 	}
-	return a.t.GreaterThan(*b.t)
+	return a.t > b.t
 }
 
-// sfString is a structured-field String (RFC 9651 3.3.3). Limit names are
-// [a-z0-9._-], so only the quotes are ever needed; escaping is kept for
-// safety.
-func sfString(s string) string {
-	if strings.ContainsAny(s, `"\`) {
-		s = sfEscaper.Replace(s)
+// appendSFString appends s as a structured-field String (RFC 9651 3.3.3).
+// Limit names are [a-z0-9._-], so only the quotes are ever needed; escaping
+// is kept for safety.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
 	}
-	return `"` + s + `"`
+	return append(b, '"')
 }
-
-var sfEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`)

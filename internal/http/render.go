@@ -9,7 +9,6 @@ import (
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/labstack/echo/v4"
-	"github.com/shopspring/decimal"
 )
 
 // timeFormat is RFC 3339 in UTC with exactly six fractional digits.
@@ -87,7 +86,7 @@ func viewDecision(d bucket.Decision) decisionView {
 // rounded up to whole seconds and clamped to maxHeaderInt, "" when the cost
 // never fits.
 func retryAfterHeader(ds ...bucket.Decision) string {
-	var most decimal.Decimal
+	var most bucket.Micros
 	for _, d := range ds {
 		if d.Accepted {
 			continue
@@ -95,11 +94,11 @@ func retryAfterHeader(ds ...bucket.Decision) string {
 		if d.NeverFits {
 			return ""
 		}
-		if d.RetryAfter.GreaterThan(most) {
+		if d.RetryAfter.Cmp(most) > 0 {
 			most = d.RetryAfter
 		}
 	}
-	return headerInt(most.Ceil())
+	return headerInt(clampHeader(most.CeilSeconds()))
 }
 
 // writeDenied answers a Fillup or Reserve that was denied: 429 with the

@@ -88,7 +88,7 @@ func (l Limit) SameRule(o Limit) bool {
 // from the embedded database, it is read in UTC rather than failing every
 // call on the limit.
 func (l Limit) Rule() bucket.Limit {
-	r := bucket.Limit{Capacity: l.Capacity, LeakAmount: l.LeakAmount, LeakPer: l.LeakPer}
+	r := bucket.Limit{Capacity: Amount(l.Capacity), LeakAmount: Amount(l.LeakAmount), LeakPer: l.LeakPer}
 	if l.Period != nil {
 		p := l.Period.stored()
 		r.Period = &p
@@ -105,6 +105,18 @@ func (p Period) stored() calendar.Period {
 		cp = calendar.Period{Every: u, Zone: time.UTC, StartDay: p.StartDay}
 	}
 	return cp
+}
+
+// Amount returns the decimal d as the bucket rule's exact fixed-point
+// amount. Every amount the service accepts (docs/rounding.md) and every level
+// a store keeps converts exactly, most without allocating; anything else is a
+// broken invariant, and panics rather than being charged as something else.
+func Amount(d decimal.Decimal) bucket.Amount {
+	a, ok := bucket.FromDecimal(d)
+	if !ok {
+		panic("ledger: amount out of range: " + d.String())
+	}
+	return a
 }
 
 // BucketRef names one bucket: a limit and a caller-chosen key.

@@ -119,10 +119,10 @@ func (s *Service) DeleteLimit(ctx context.Context, name string) error {
 
 // BucketState is a bucket as GET …/buckets/{key} shows it without a cost.
 type BucketState struct {
-	Level     decimal.Decimal
-	Held      decimal.Decimal
-	Remaining decimal.Decimal
-	Capacity  decimal.Decimal
+	Level     bucket.Amount
+	Held      bucket.Amount
+	Remaining bucket.Amount
+	Capacity  bucket.Amount
 	UpdatedAt time.Time // zero for a bucket never written
 	// PeriodStart and ResetsAt bound the current period of a periodic
 	// limit; zero for a leaky one.
@@ -132,7 +132,7 @@ type BucketState struct {
 
 // StateOf derives a bucket's state from a snapshot.
 func StateOf(sn Snapshot) BucketState {
-	d := bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, decimal.Zero)
+	d := bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, bucket.Amount{})
 	return BucketState{Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: sn.State.Updated,
 		PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt}
 }
@@ -169,7 +169,7 @@ func (s *Service) Check(ctx context.Context, ref BucketRef, cost decimal.Decimal
 	if err != nil {
 		return CheckResult{}, err
 	}
-	return CheckResult{Decision: bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, cost), Limit: sn.Limit}, nil
+	return CheckResult{Decision: bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, Amount(cost)), Limit: sn.Limit}, nil
 }
 
 // CheckResult is a CanAccept decision with the limit it was made under.
@@ -251,9 +251,9 @@ func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (F
 // otherwise.
 func fillupDecision(sn Snapshot, cost decimal.Decimal, accepted bool) bucket.Decision {
 	if accepted {
-		return bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, decimal.Zero)
+		return bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, bucket.Amount{})
 	}
-	return bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, cost)
+	return bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, Amount(cost))
 }
 
 // DrainResult is the answer to a Drain.

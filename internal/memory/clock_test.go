@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/memory"
@@ -96,7 +97,7 @@ func TestClockSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := decimal.RequireFromString("4993.055555555556"); !st.Level.Equal(want) {
+	if want := bucket.MustAmount("4993.055555555556"); !st.Level.Equal(want) {
 		t.Fatalf("level an hour after the start = %s, want %s", st.Level, want)
 	}
 	if !fill(6) || fill(1) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/memory"
@@ -60,7 +61,7 @@ func TestIdempotencyBoundedByBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sn.State.Level.Equal(decimal.NewFromInt(int64(accepted))) {
+	if !sn.State.Level.Equal(bucket.AmountOf(int64(accepted))) {
 		t.Fatalf("level %s after %d accepted calls: a refused call charged", sn.State.Level, accepted)
 	}
 	if out, err := s.Fillup(ctx, charge, key(0)); err != nil || !out.Replayed {

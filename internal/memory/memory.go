@@ -425,7 +425,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		for i, it := range items {
 			b := s.shards[s.shardOf(it.Bucket)].buckets[it.Bucket]
 			var d bucket.Decision
-			d, next[i] = bucket.Fillup(limits[i].Rule(), b.state(), now, it.Cost)
+			d, next[i] = bucket.Fillup(limits[i].Rule(), b.state(), now, ledger.Amount(it.Cost))
 			out.Accepted = out.Accepted && d.Accepted
 		}
 		for i, it := range items {
@@ -458,9 +458,9 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		defer sh.mu.Unlock()
 		out := ledger.DrainOutcome{}
 		b := sh.buckets[ref]
-		var ns bucket.State
 		// A drain that can remove nothing is a no-op, like a drain of 0.
-		if out.Removed, ns = bucket.Drain(l.Rule(), b.state(), now, amount); out.Removed.Sign() > 0 {
+		if removed, ns := bucket.Drain(l.Rule(), b.state(), now, ledger.Amount(amount)); removed.Sign() > 0 {
+			out.Removed = removed.Decimal()
 			s.apply(l, sh, b, ns, bucket.Expired(b.st, now))
 			s.record(l, b, now, ledger.EventDrain, out.Removed, "", meta)
 			s.wrote(sh, now)
@@ -489,7 +489,7 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		if len(bucket.ActiveHolds(st, now)) >= ledger.MaxHolds {
 			return ledger.ReserveOutcome{}, ledger.ErrTooManyHolds
 		}
-		d, ns := bucket.Reserve(l.Rule(), st, now, amount, now.Add(ttl))
+		d, ns := bucket.Reserve(l.Rule(), st, now, ledger.Amount(amount), now.Add(ttl))
 		if !d.Accepted {
 			return ledger.ReserveOutcome{Snapshot: snapshot(l, b, now)}, nil
 		}
@@ -553,7 +553,7 @@ func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecima
 			return ledger.RefusalExceedsHold, nil
 		}
 		// Refuse an overflow before anything moves: an error changes nothing.
-		if bucket.LevelAt(l.Rule(), b.st, now).Add(charge).GreaterThan(ledger.MaxLevel) {
+		if bucket.LevelAt(l.Rule(), b.st, now).Add(ledger.Amount(charge)).GreaterThan(ledger.Amount(ledger.MaxLevel)) {
 			return "", ledger.ErrLevelOverflow
 		}
 		s.resolveHold(l, sh, b, h, now, charge)
@@ -586,7 +586,7 @@ func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency,
 // adding charge to the level.
 func (s *Store) resolveHold(l ledger.Limit, sh *shard, b *bucketRec, h *holdRec, now time.Time, charge decimal.Decimal) {
 	i := slices.IndexFunc(b.st.Holds, func(x bucket.Hold) bool { return x.ID == h.res.ID })
-	s.apply(l, sh, b, bucket.Resolve(l.Rule(), b.st, now, i, charge), bucket.Expired(b.st, now))
+	s.apply(l, sh, b, bucket.Resolve(l.Rule(), b.st, now, i, ledger.Amount(charge)), bucket.Expired(b.st, now))
 }
 
 // resolve runs the common part of Commit and Release: find the hold, lock

@@ -350,9 +350,9 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 		r.History == nil || r.CreatedUS == nil || r.LimUpdated == nil || len(r.Amounts) != len(r.Expires) {
 		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: incomplete answer row: %w", ledger.ErrUnavailable)
 	}
-	level, err1 := decimal.NewFromString(*r.Level)
+	level, ok := bucket.ParseAmount(*r.Level)
 	capacity, err2 := decimal.NewFromString(*r.Capacity)
-	if err1 != nil || err2 != nil {
+	if !ok || err2 != nil {
 		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q %q: %w", *r.Level, *r.Capacity, ledger.ErrUnavailable)
 	}
 	lim := ledger.Limit{Name: limit, Capacity: capacity, History: *r.History, CreatedAt: fromUS(*r.CreatedUS), UpdatedAt: fromUS(*r.LimUpdated)}
@@ -376,8 +376,8 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 			st.Updated = fromUS(*r.UpdatedUS)
 		}
 		for i, a := range r.Amounts {
-			amount, err := decimal.NewFromString(a)
-			if err != nil {
+			amount, ok := bucket.ParseAmount(a)
+			if !ok {
 				return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding hold %q: %w", a, ledger.ErrUnavailable)
 			}
 			st.Holds[i] = bucket.Hold{Amount: amount, ExpiresAt: fromUS(r.Expires[i])}

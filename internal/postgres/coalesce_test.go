@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
@@ -306,7 +307,7 @@ func TestCoalescingHotKey(t *testing.T) {
 			}
 			if out.Accepted {
 				levels <- out.Items[0].Snapshot.State.Level.String()
-			} else if lv := out.Items[0].Snapshot.State.Level; !lv.Equal(dec("100")) {
+			} else if lv := out.Items[0].Snapshot.State.Level; !lv.Equal(bucket.MustAmount("100")) {
 				errs <- fmt.Errorf("a denied call saw level %s, want 100", lv)
 			}
 		}()

@@ -69,12 +69,12 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 			var p numParser
 			l.Capacity, l.LeakAmount, l.LeakPer = p.num(capacity), p.num(amount), time.Duration(perUS)*time.Microsecond
 			l.CreatedAt, l.UpdatedAt = l.CreatedAt.UTC(), l.UpdatedAt.UTC()
-			st := bucket.State{Level: p.num(*level)}
+			st := bucket.State{Level: ledger.Amount(p.num(*level))}
 			if updated != nil {
 				st.Updated = updated.UTC()
 			}
 			for i := range amounts {
-				st.Holds = append(st.Holds, bucket.Hold{Amount: p.num(amounts[i]), ExpiresAt: expires[i].UTC()})
+				st.Holds = append(st.Holds, bucket.Hold{Amount: ledger.Amount(p.num(amounts[i])), ExpiresAt: expires[i].UTC()})
 			}
 			if p.err != nil {
 				return p.err

@@ -73,12 +73,12 @@ func (d stateDoc) state() bucket.State {
 	if d.UpdatedUS == nil && d.Level.IsZero() && len(d.Holds) == 0 {
 		return bucket.State{} // never written
 	}
-	st := bucket.State{Level: d.Level, Holds: make([]bucket.Hold, len(d.Holds))}
+	st := bucket.State{Level: ledger.Amount(d.Level), Holds: make([]bucket.Hold, len(d.Holds))}
 	if d.UpdatedUS != nil {
 		st.Updated = fromUS(*d.UpdatedUS)
 	}
 	for i, h := range d.Holds {
-		st.Holds[i] = bucket.Hold{Amount: h.Amount, ExpiresAt: fromUS(h.ExpiresUS)}
+		st.Holds[i] = bucket.Hold{Amount: ledger.Amount(h.Amount), ExpiresAt: fromUS(h.ExpiresUS)}
 	}
 	return st
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
@@ -48,7 +49,7 @@ func TestPeriodTable(t *testing.T) {
 		t.Fatal("a new day did not start from zero")
 	}
 	st, err := svc.Bucket(ctx, r)
-	if err != nil || !st.Level.Equal(dec("7")) || !st.PeriodStart.Equal(time.Date(2026, 3, 28, 23, 0, 0, 0, time.UTC)) ||
+	if err != nil || !st.Level.Equal(bucket.MustAmount("7")) || !st.PeriodStart.Equal(time.Date(2026, 3, 28, 23, 0, 0, 0, time.UTC)) ||
 		!st.ResetsAt.Equal(time.Date(2026, 3, 29, 22, 0, 0, 0, time.UTC)) { // a 23-hour day
 		t.Fatalf("state %+v %v", st, err)
 	}
@@ -82,7 +83,7 @@ func TestPeriodTable(t *testing.T) {
 	if _, err := svc.PutLimit(ctx, "daily", ledger.LimitSpec{Capacity: dec("20"), Period: daily, History: true}); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := svc.Bucket(ctx, r); err != nil || !st.Level.Equal(dec("10")) || !st.Remaining.Equal(dec("10")) {
+	if st, err := svc.Bucket(ctx, r); err != nil || !st.Level.Equal(bucket.MustAmount("10")) || !st.Remaining.Equal(bucket.MustAmount("10")) {
 		t.Fatalf("after a PUT: %+v %v", st, err)
 	}
 	l, err := svc.GetLimit(ctx, "daily")

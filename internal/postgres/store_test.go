@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
@@ -75,7 +76,7 @@ func TestHotKey(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if st.Level.LessThan(dec("97.99")) || st.Level.GreaterThan(dec("98")) {
+				if st.Level.LessThan(bucket.MustAmount("97.99")) || st.Level.GreaterThan(bucket.MustAmount("98")) {
 					t.Fatalf("level %s, want 98 (minus a negligible leak)", st.Level)
 				}
 				after := s.Stats()
@@ -124,7 +125,7 @@ func TestRetriesNeverAccept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := decimal.NewFromInt(1 + accepted.Load()); st.Level.Round(0).Cmp(want) != 0 {
+	if want := decimal.NewFromInt(1 + accepted.Load()); st.Level.Decimal().Round(0).Cmp(want) != 0 {
 		t.Fatalf("level %s after %d accepted fillups, want %s", st.Level, accepted.Load(), want)
 	}
 	t.Logf("accepted %d, unavailable %d, stats %+v", accepted.Load(), unavailable.Load(), s.Stats())
@@ -684,7 +685,7 @@ func TestTooManyHolds(t *testing.T) {
 		t.Fatalf("hold %d: %v, want ErrTooManyHolds", ledger.MaxHolds+1, err)
 	}
 	st, err := svc.Bucket(ctx, r)
-	if err != nil || !st.Held.Equal(dec("1000")) {
+	if err != nil || !st.Held.Equal(bucket.MustAmount("1000")) {
 		t.Fatalf("held %s, %v", st.Held, err)
 	}
 }
@@ -790,7 +791,7 @@ func TestPrunerUnderLoad(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := sn.State.Level
-				if want := charged[k]; got.Sub(want).Abs().GreaterThan(dec("0.001")) {
+				if want := charged[k]; got.Decimal().Sub(want).Abs().GreaterThan(dec("0.001")) {
 					t.Errorf("slow/%s level %s, want %s", k, got, want)
 				}
 			}

@@ -186,7 +186,7 @@ func TestUpgradeFromReleased(t *testing.T) {
 			t.Fatalf("%s replay: %+v, want %s", name, got, first)
 		}
 		for i, it := range got.Items {
-			if !it.Snapshot.State.Level.Equal(dec(want.Items[i].State.Level)) {
+			if !it.Snapshot.State.Level.Equal(ledger.Amount(dec(want.Items[i].State.Level))) {
 				t.Errorf("%s replay item %d: %+v, want %s", name, i, it, first)
 			}
 		}
@@ -223,7 +223,7 @@ func TestUpgradeFromReleased(t *testing.T) {
 		t.Fatalf("release after the upgrade: %+v %v", rel, err)
 	}
 	f, err := s.Fillup(ctx, []ledger.Charge{{Bucket: ref("api", "a"), Cost: dec("1")}}, ledger.Idempotency{})
-	if err != nil || !f.Accepted || !f.Items[0].Snapshot.State.Level.Equal(bucket.LevelAt(snap.Limit.Rule(), snap.State, snap.Now).Add(dec("1"))) {
+	if err != nil || !f.Accepted || !f.Items[0].Snapshot.State.Level.Equal(bucket.LevelAt(snap.Limit.Rule(), snap.State, snap.Now).Add(bucket.MustAmount("1"))) {
 		t.Errorf("fillup after the upgrade: %+v %v (level before %s)", f, err, snap.State.Level)
 	}
 }

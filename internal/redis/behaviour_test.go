@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/prometheus/client_golang/prometheus"
@@ -360,7 +361,7 @@ func TestHoldAndLevelBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := decimal.RequireFromString("999000000000009.999"); !st.Level.Equal(want) {
+	if want := bucket.MustAmount("999000000000009.999"); !st.Level.Equal(want) {
 		t.Fatalf("level %s, want %s", st.Level, want)
 	}
 }
@@ -396,7 +397,7 @@ func TestLimitChangedByAnotherInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := fill(sb, 2)
-	if err != nil || res.Accepted || !res.Items[0].Capacity.Equal(decimal.NewFromInt(6)) {
+	if err != nil || res.Accepted || !res.Items[0].Capacity.Equal(bucket.AmountOf(6)) {
 		t.Fatalf("fillup of 2 on 5/6 through the other instance: %+v %v", res, err)
 	}
 	if err := sa.DeleteLimit(ctx, "l"); err != nil {

@@ -203,7 +203,7 @@ func TestLuaLeakMatchesRule(t *testing.T) {
 	}
 	var checks []check
 	for i := 0; i < 3000; i++ {
-		l := bucket.Limit{Capacity: decimal.New(1, 12), LeakAmount: amount(), LeakPer: per()}
+		l := bucket.Limit{Capacity: ledger.Amount(decimal.New(1, 12)), LeakAmount: ledger.Amount(amount()), LeakPer: per()}
 		level := decimal.New(r.Int64N(1<<62), -12)
 		switch r.IntN(3) {
 		case 0:
@@ -221,14 +221,14 @@ func TestLuaLeakMatchesRule(t *testing.T) {
 			dt = time.Duration(r.Int64N(int64(87600*time.Hour/time.Microsecond))) * time.Microsecond
 		}
 		now := updated.Add(dt)
-		st := bucket.State{Level: level, Updated: updated}
+		st := bucket.State{Level: ledger.Amount(level), Updated: updated}
 		checks = append(checks, check{
 			a:    fmt.Sprintf("%s|%d|%d", units(level), updated.UnixMicro(), now.UnixMicro()),
-			b:    fmt.Sprintf("%s|%d", units(l.LeakAmount), l.LeakPer.Microseconds()),
-			want: bucket.LevelAt(l, st, now),
+			b:    fmt.Sprintf("%s|%d", units(l.LeakAmount.Decimal()), l.LeakPer.Microseconds()),
+			want: bucket.LevelAt(l, st, now).Decimal(),
 		})
 		// The store passes the ratio reduced by the gcd (leakRatio).
-		ra, rp := leakRatio(ledger.Limit{LeakAmount: l.LeakAmount, LeakPer: l.LeakPer})
+		ra, rp := leakRatio(ledger.Limit{LeakAmount: l.LeakAmount.Decimal(), LeakPer: l.LeakPer})
 		checks = append(checks, check{a: checks[len(checks)-1].a, b: ra + "|" + rp, want: checks[len(checks)-1].want})
 	}
 	for start := 0; start < len(checks); start += 200 { // short calls: Redis serves others meanwhile
@@ -267,14 +267,14 @@ func TestLuaLeakFastPathBoundary(t *testing.T) {
 	}
 	var checks []check
 	add := func(amountUnits int64, per time.Duration, levelUnits *big.Int, dt int64) {
-		l := bucket.Limit{Capacity: decimal.New(1, 12), LeakAmount: decimal.New(amountUnits, -12), LeakPer: per}
+		l := bucket.Limit{Capacity: ledger.Amount(decimal.New(1, 12)), LeakAmount: ledger.Amount(decimal.New(amountUnits, -12)), LeakPer: per}
 		level := decimal.NewFromBigInt(levelUnits, -12)
 		now := updated.Add(time.Duration(dt) * time.Microsecond)
-		want := bucket.LevelAt(l, bucket.State{Level: level, Updated: updated}, now)
+		want := bucket.LevelAt(l, bucket.State{Level: ledger.Amount(level), Updated: updated}, now)
 		a := fmt.Sprintf("%s|%d|%d", levelUnits, updated.UnixMicro(), now.UnixMicro())
-		checks = append(checks, check{a, fmt.Sprintf("%d|%d", amountUnits, per.Microseconds()), want})
-		ra, rp := leakRatio(ledger.Limit{LeakAmount: l.LeakAmount, LeakPer: per})
-		checks = append(checks, check{a, ra + "|" + rp, want})
+		checks = append(checks, check{a, fmt.Sprintf("%d|%d", amountUnits, per.Microseconds()), want.Decimal()})
+		ra, rp := leakRatio(ledger.Limit{LeakAmount: l.LeakAmount.Decimal(), LeakPer: per})
+		checks = append(checks, check{a, ra + "|" + rp, want.Decimal()})
 	}
 	amounts := []int64{1, 7, 1_000_000, 999_999_000_000, 1_000_000_000_000, 123_456_789_000_000, 999_999_999_999_000_000}
 	pers := []time.Duration{time.Microsecond, 3 * time.Microsecond, time.Second, 7 * time.Second, time.Hour, 87600 * time.Hour}

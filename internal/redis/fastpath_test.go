@@ -43,8 +43,8 @@ func TestFastPathDifferential(t *testing.T) {
 				LeakAmount: decimal.RequireFromString(sh.amount), LeakPer: sh.per}); err != nil {
 				t.Fatal(err)
 			}
-			l := bucket.Limit{Capacity: decimal.RequireFromString(sh.capacity), LeakAmount: decimal.RequireFromString(sh.amount), LeakPer: sh.per}
-			ra, _ := leakRatio(ledger.Limit{LeakAmount: l.LeakAmount, LeakPer: l.LeakPer})
+			l := bucket.Limit{Capacity: ledger.Amount(decimal.RequireFromString(sh.capacity)), LeakAmount: ledger.Amount(decimal.RequireFromString(sh.amount)), LeakPer: sh.per}
+			ra, _ := leakRatio(ledger.Limit{LeakAmount: l.LeakAmount.Decimal(), LeakPer: l.LeakPer})
 			edge := int64(1<<53) / max(decimal.RequireFromString(ra).IntPart(), 1) // a·dt = 2^53
 			ref := ledger.BucketRef{Limit: name, Key: "k"}
 			// Times stay below 2^53 µs (year 2255), as Redis TIME does.
@@ -69,25 +69,25 @@ func TestFastPathDifferential(t *testing.T) {
 				where := fmt.Sprintf("step %d dt %dµs", step, dt)
 				// Costs that fill the bucket to about its capacity, or less.
 				free := l.Capacity.Sub(bucket.LevelAt(l, st, now))
-				cost := decimal.New(rng.Int64N(max(free.Shift(6).IntPart(), 0)+2), -6)
+				cost := decimal.New(rng.Int64N(max(free.Decimal().Shift(6).IntPart(), 0)+2), -6)
 				if rng.IntN(3) == 0 {
 					cost = decimal.New(rng.Int64N(1000), -6)
 				}
 				cost = decimal.Min(cost, ledger.MaxAmount)
 				if rng.IntN(6) == 0 {
-					removed, ns := bucket.Drain(l, st, now, cost)
+					removed, ns := bucket.Drain(l, st, now, ledger.Amount(cost))
 					got, err := s.Drain(ctx, ref, cost, ledger.Idempotency{}, nil)
 					if err != nil {
 						t.Fatalf("%s drain: %v", where, err)
 					}
-					if !got.Removed.Equal(removed) {
+					if !got.Removed.Equal(removed.Decimal()) {
 						t.Fatalf("%s drain %s removed %s, want %s", where, cost, got.Removed, removed)
 					}
 					if cost.Sign() > 0 {
 						st = ns
 					}
 				} else {
-					want, ns := bucket.Fillup(l, st, now, cost)
+					want, ns := bucket.Fillup(l, st, now, ledger.Amount(cost))
 					got, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ref, Cost: cost}}, ledger.Idempotency{})
 					if err != nil {
 						t.Fatalf("%s fillup: %v", where, err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
@@ -69,7 +70,7 @@ func TestFillupIdempotencyRecordFormat(t *testing.T) {
 				t.Fatalf("replay of an earlier record: %+v %v", rep, err)
 			}
 			sn := rep.Items[0].Snapshot
-			if !sn.State.Level.Equal(decimal.NewFromInt(99)) || !sn.Limit.Capacity.Equal(decimal.NewFromInt(99)) || !sn.Limit.LeakAmount.Equal(decimal.NewFromInt(2)) {
+			if !sn.State.Level.Equal(bucket.AmountOf(99)) || !sn.Limit.Capacity.Equal(decimal.NewFromInt(99)) || !sn.Limit.LeakAmount.Equal(decimal.NewFromInt(2)) {
 				t.Fatalf("replayed snapshot %+v, want level 99 under capacity 99, leak 2", sn)
 			}
 		})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/shopspring/decimal"
 )
@@ -79,7 +80,7 @@ func TestMultiBucketIdempotencyKeyedByCall(t *testing.T) {
 			before = levels()
 			rep, err := s.Fillup(ctx, charge("{u}c", "{u}d"), old)
 			if err != nil || !rep.Replayed || !rep.Accepted || len(rep.Items) != 2 ||
-				!rep.Items[1].Snapshot.State.Level.Equal(decimal.NewFromInt(40)) || !rep.Items[1].Snapshot.Limit.Capacity.Equal(cl.l.Capacity) {
+				!rep.Items[1].Snapshot.State.Level.Equal(bucket.AmountOf(40)) || !rep.Items[1].Snapshot.Limit.Capacity.Equal(cl.l.Capacity) {
 				t.Fatalf("retry of a call an earlier version recorded: %+v %v, want its record replayed", rep, err)
 			}
 			if after := levels(); !maps.Equal(before, after) {

@@ -30,6 +30,16 @@ func fromUnits(s string) (decimal.Decimal, error) {
 	return d.Shift(-bucket.LevelScale), nil
 }
 
+// amountFromUnits reads an amount in the functions' unit as the bucket
+// rule's exact amount.
+func amountFromUnits(s string) (bucket.Amount, error) {
+	a, ok := bucket.ParseUnits(s)
+	if !ok {
+		return bucket.Amount{}, fmt.Errorf("redis: bad amount %q", s)
+	}
+	return a, nil
+}
+
 // limitDoc is the limit as an idempotency record keeps it (opaque to Lua),
 // so a replayed outcome shows the limit of the original call.
 type limitDoc struct {
@@ -334,7 +344,7 @@ func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, e
 			return ledger.Snapshot{}, err
 		}
 	}
-	lvl, err := fromUnits(j.L)
+	lvl, err := amountFromUnits(j.L)
 	if err != nil {
 		return ledger.Snapshot{}, err
 	}
@@ -346,7 +356,7 @@ func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, e
 	if j.H != "" {
 		for _, h := range strings.Split(j.H, ",") {
 			a, e, _ := strings.Cut(h, ":")
-			amt, err := fromUnits(a)
+			amt, err := amountFromUnits(a)
 			if err != nil {
 				return ledger.Snapshot{}, err
 			}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/shopspring/decimal"
@@ -49,7 +50,7 @@ func TestPeriodTable(t *testing.T) {
 				t.Fatal("a new day did not start from zero")
 			}
 			st, err := svc.Bucket(ctx, r)
-			if err != nil || !st.Level.Equal(dec("7")) || !st.ResetsAt.Equal(time.Date(2026, 3, 29, 22, 0, 0, 0, time.UTC)) {
+			if err != nil || !st.Level.Equal(bucket.MustAmount("7")) || !st.ResetsAt.Equal(time.Date(2026, 3, 29, 22, 0, 0, 0, time.UTC)) {
 				t.Fatalf("state %+v %v", st, err)
 			}
 			clock.Advance(200 * 24 * time.Hour) // far past the cached limit's table
@@ -59,7 +60,7 @@ func TestPeriodTable(t *testing.T) {
 			if _, err := svc.PutLimit(ctx, "daily", ledger.LimitSpec{Capacity: dec("20"), Period: &ledger.Period{Every: "day", TZ: "Europe/Berlin"}}); err != nil {
 				t.Fatal(err)
 			}
-			if st, err := svc.Bucket(ctx, r); err != nil || !st.Level.Equal(dec("10")) || !st.Remaining.Equal(dec("10")) {
+			if st, err := svc.Bucket(ctx, r); err != nil || !st.Level.Equal(bucket.MustAmount("10")) || !st.Remaining.Equal(bucket.MustAmount("10")) {
 				t.Fatalf("after a PUT: %+v %v", st, err)
 			}
 		})

@@ -23,7 +23,7 @@ import (
 // is the sum of the accepted costs.
 func testConcurrentDifferential(t *testing.T, e *env) {
 	e.limit("conc", "100", "1", time.Hour, true)
-	l := bucket.Limit{Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: time.Hour}
+	l := bucket.Limit{Capacity: bucket.MustAmount("100"), LeakAmount: bucket.MustAmount("1"), LeakPer: time.Hour}
 	now := e.clock.Now()
 	rng := rand.New(rand.NewPCG(7, 11))
 	costs := []string{"0.5", "1", "2.25", "3.000001", "7", "12.5", "0"}
@@ -68,13 +68,13 @@ func testConcurrentDifferential(t *testing.T, e *env) {
 		}
 		slices.SortFunc(acc, func(x, y *call) int { return x.d.Level.Cmp(y.d.Level) })
 		states := map[string]bucket.State{"0": {}}
-		level := decimal.Zero
+		var level bucket.Amount
 		for _, c := range acc {
 			st := bucket.State{Level: level}
 			if level.Sign() > 0 {
 				st.Updated = now
 			}
-			want, next := bucket.Fillup(l, st, now, c.cost)
+			want, next := bucket.Fillup(l, st, now, ledger.Amount(c.cost))
 			if !want.Accepted || !c.d.Level.Equal(want.Level) || !c.d.Remaining.Equal(want.Remaining) {
 				t.Fatalf("bucket %d: %s accepted at level %s (remaining %s); after %s the rule gives %+v", b, c.cost, c.d.Level, c.d.Remaining, level, want)
 			}
@@ -89,7 +89,7 @@ func testConcurrentDifferential(t *testing.T, e *env) {
 			if !ok {
 				t.Fatalf("bucket %d: a call of %s answered level %s, a level the bucket never had", b, c.cost, c.d.Level)
 			}
-			want := bucket.CanAccept(l, st, now, c.cost)
+			want := bucket.CanAccept(l, st, now, ledger.Amount(c.cost))
 			if c.d.Accepted != want.Accepted || !c.d.Remaining.Equal(want.Remaining) || !c.d.RetryAfter.Equal(want.RetryAfter) {
 				t.Fatalf("bucket %d: %s at level %s answered %+v, the rule %+v", b, c.cost, c.d.Level, c.d, want)
 			}

@@ -33,9 +33,9 @@ type model struct {
 }
 
 func (m *model) state() bucket.State {
-	s := bucket.State{Level: m.level, Updated: m.upd}
+	s := bucket.State{Level: ledger.Amount(m.level), Updated: m.upd}
 	for _, h := range m.holds {
-		s.Holds = append(s.Holds, bucket.Hold{Amount: h.amount, ExpiresAt: h.expires})
+		s.Holds = append(s.Holds, bucket.Hold{Amount: ledger.Amount(h.amount), ExpiresAt: h.expires})
 	}
 	return s
 }
@@ -43,7 +43,7 @@ func (m *model) state() bucket.State {
 // set takes a new state from the rule after a step that settled the bucket
 // (which drops the holds expired by now).
 func (m *model) set(s bucket.State, now time.Time) {
-	m.level, m.upd = s.Level, s.Updated
+	m.level, m.upd = s.Level.Decimal(), s.Updated
 	var kept []*modelHold
 	for _, h := range m.holds {
 		if h.expires.After(now) {
@@ -99,8 +99,8 @@ func testDifferential(t *testing.T, e *env) {
 				l, ll = stored.Rule(), stored
 			} else {
 				e.limit(name, sh.capacity, sh.amount, sh.per, true)
-				l = bucket.Limit{Capacity: dec(sh.capacity), LeakAmount: dec(sh.amount), LeakPer: sh.per}
-				ll = ledger.Limit{Capacity: l.Capacity, LeakAmount: l.LeakAmount, LeakPer: l.LeakPer}
+				l = bucket.Limit{Capacity: ledger.Amount(dec(sh.capacity)), LeakAmount: ledger.Amount(dec(sh.amount)), LeakPer: sh.per}
+				ll = ledger.Limit{Capacity: l.Capacity.Decimal(), LeakAmount: l.LeakAmount.Decimal(), LeakPer: l.LeakPer}
 			}
 			refs := []ledger.BucketRef{ref(name, "{d}a"), ref(name, "{d}b")}
 			models := []*model{{limit: l}, {limit: l}}
@@ -124,36 +124,36 @@ func testDifferential(t *testing.T, e *env) {
 				where += fmt.Sprintf(" op %d bucket %d", op, b)
 				switch {
 				case op < 3:
-					cost := randomAmount(rng, l.Capacity)
-					want, ns := bucket.Fillup(l, m.state(), now, cost)
+					cost := randomAmount(rng, l.Capacity.Decimal())
+					want, ns := bucket.Fillup(l, m.state(), now, ledger.Amount(cost))
 					got := e.fillup(r, cost.String())
 					sameDecision(t, where+" fillup "+cost.String(), got, want)
 					if want.Accepted && cost.Sign() > 0 {
 						m.set(ns, now)
 					}
 				case op < 5:
-					cost := randomAmount(rng, l.Capacity)
-					sameDecision(t, where+" can "+cost.String(), e.can(r, cost.String()), bucket.CanAccept(l, m.state(), now, cost))
+					cost := randomAmount(rng, l.Capacity.Decimal())
+					sameDecision(t, where+" can "+cost.String(), e.can(r, cost.String()), bucket.CanAccept(l, m.state(), now, ledger.Amount(cost)))
 				case op == 5:
-					amount := randomAmount(rng, l.Capacity)
-					removed, ns := bucket.Drain(l, m.state(), now, amount)
+					amount := randomAmount(rng, l.Capacity.Decimal())
+					removed, ns := bucket.Drain(l, m.state(), now, ledger.Amount(amount))
 					got, err := e.svc.Drain(e.ctx, r, amount, ledger.Idempotency{}, nil)
 					if err != nil {
 						t.Fatalf("%s drain: %v", where, err)
 					}
-					if !got.Removed.Equal(removed) {
+					if !got.Removed.Equal(removed.Decimal()) {
 						t.Fatalf("%s drain %s removed %s, want %s", where, amount, got.Removed, removed)
 					}
 					if removed.Sign() > 0 {
 						m.set(ns, now)
 					}
 				case op == 6:
-					amount := randomAmount(rng, l.Capacity)
+					amount := randomAmount(rng, l.Capacity.Decimal())
 					if amount.Sign() == 0 {
 						amount = decimal.New(1, -6)
 					}
 					ttl := time.Duration(1+rng.IntN(30)) * time.Second
-					want, ns := bucket.Reserve(l, m.state(), now, amount, now.Add(ttl))
+					want, ns := bucket.Reserve(l, m.state(), now, ledger.Amount(amount), now.Add(ttl))
 					got, err := e.svc.Reserve(e.ctx, r, amount, ttl, ledger.Idempotency{}, nil)
 					if err != nil {
 						t.Fatalf("%s reserve: %v", where, err)
@@ -187,9 +187,9 @@ func testDifferential(t *testing.T, e *env) {
 					checkResolve(t, where+" release", res, err, want, owner, now)
 				default:
 					// Both buckets at once, all or nothing.
-					c0, c1 := randomAmount(rng, l.Capacity), randomAmount(rng, l.Capacity)
-					d0 := bucket.CanAccept(l, models[0].state(), now, c0)
-					d1 := bucket.CanAccept(l, models[1].state(), now, c1)
+					c0, c1 := randomAmount(rng, l.Capacity.Decimal()), randomAmount(rng, l.Capacity.Decimal())
+					d0 := bucket.CanAccept(l, models[0].state(), now, ledger.Amount(c0))
+					d1 := bucket.CanAccept(l, models[1].state(), now, ledger.Amount(c1))
 					res, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: refs[0], Cost: c0}, {Bucket: refs[1], Cost: c1}}, ledger.Idempotency{})
 					if err != nil {
 						t.Fatalf("%s multi: %v", where, err)
@@ -199,8 +199,8 @@ func testDifferential(t *testing.T, e *env) {
 					}
 					if res.Accepted {
 						var ns0, ns1 bucket.State
-						d0, ns0 = bucket.Fillup(l, models[0].state(), now, c0)
-						d1, ns1 = bucket.Fillup(l, models[1].state(), now, c1)
+						d0, ns0 = bucket.Fillup(l, models[0].state(), now, ledger.Amount(c0))
+						d1, ns1 = bucket.Fillup(l, models[1].state(), now, ledger.Amount(c1))
 						if c0.Sign() > 0 {
 							models[0].set(ns0, now)
 						}
@@ -279,7 +279,7 @@ func (m *model) resolve(h *modelHold, now time.Time, charge decimal.Decimal) {
 			i = j
 		}
 	}
-	ns := bucket.Resolve(m.limit, m.state(), now, i, charge)
+	ns := bucket.Resolve(m.limit, m.state(), now, i, ledger.Amount(charge))
 	var kept []*modelHold
 	for _, mh := range m.holds {
 		if mh != h {
@@ -302,7 +302,7 @@ func checkResolve(t *testing.T, where string, res ledger.ResolveResult, err erro
 		t.Fatalf("%s: state %s, want %s", where, res.Reservation.State, want.state)
 	}
 	if err == nil {
-		w := bucket.CanAccept(owner.limit, owner.state(), now, decimal.Zero)
+		w := bucket.CanAccept(owner.limit, owner.state(), now, bucket.Amount{})
 		if !res.Bucket.Level.Equal(w.Level) || !res.Bucket.Held.Equal(w.Held) {
 			t.Fatalf("%s: bucket level %s held %s, want %s %s", where, res.Bucket.Level, res.Bucket.Held, w.Level, w.Held)
 		}

@@ -222,7 +222,7 @@ func observeErr(obs map[string]string, err error) bool {
 	return false
 }
 
-func decision(obs map[string]string, accepted, never bool, level, held, remaining, retry decimal.Decimal) {
+func decision(obs map[string]string, accepted, never bool, level, held, remaining, retry fmt.Stringer) {
 	obs["accepted"] = strconv.FormatBool(accepted)
 	obs["never_fits"] = strconv.FormatBool(never)
 	obs["level"] = level.String()

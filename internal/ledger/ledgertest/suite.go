@@ -127,9 +127,11 @@ func (e *env) reserve(r ledger.BucketRef, amount string, ttl time.Duration) ledg
 }
 
 // eq fails unless got equals want as decimals (want given as a string).
-func eq(t *testing.T, what string, got decimal.Decimal, want string) {
+// eq checks an amount (a decimal, a bucket.Amount, or a bucket.Micros in
+// seconds) against the decimal want.
+func eq(t *testing.T, what string, got fmt.Stringer, want string) {
 	t.Helper()
-	if !got.Equal(dec(want)) {
+	if g, err := decimal.NewFromString(got.String()); err != nil || !g.Equal(dec(want)) {
 		t.Errorf("%s = %s, want %s", what, got, want)
 	}
 }
@@ -635,10 +637,10 @@ func testMultiBucketConcurrent(t *testing.T, e *env) {
 	}
 	wg.Wait()
 	la, lb := e.state(ra).Level, e.state(rb).Level
-	if !la.Equal(decimal.NewFromInt(both.Load()+onlyA.Load())) || !lb.Equal(decimal.NewFromInt(both.Load())) {
+	if la != bucket.AmountOf(both.Load()+onlyA.Load()) || lb != bucket.AmountOf(both.Load()) {
 		t.Fatalf("levels a=%s b=%s, accepted both=%d onlyA=%d", la, lb, both.Load(), onlyA.Load())
 	}
-	if la.GreaterThan(dec("50")) || lb.GreaterThan(dec("30")) {
+	if la.GreaterThan(bucket.AmountOf(50)) || lb.GreaterThan(bucket.AmountOf(30)) {
 		t.Fatalf("over-admitted: a=%s b=%s", la, lb)
 	}
 }
@@ -835,7 +837,7 @@ func testHoldRace(t *testing.T, e *env) {
 		level := e.state(r).Level
 		switch got.State {
 		case ledger.Committed:
-			if commits.Load() != 10 || releases.Load() != 0 || !level.Equal(before.Add(dec("3"))) {
+			if commits.Load() != 10 || releases.Load() != 0 || level != before.Add(bucket.AmountOf(3)) {
 				t.Fatalf("committed: commits=%d releases=%d level %s→%s", commits.Load(), releases.Load(), before, level)
 			}
 		case ledger.Released:
