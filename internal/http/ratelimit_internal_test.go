@@ -34,7 +34,7 @@ func TestLeakSeconds(t *testing.T) {
 		{"0.000001", "1000000000000", time.Microsecond, 1}, // tiny but not zero
 		{"0", "1", time.Second, 0},
 		{"1000000000000", "0.000001", 87600 * time.Hour, maxHeaderInt}, // 3.1536e26 s, clamped
-		{"999999999999", "1000000", time.Hour, 3600000000}, // 3599999999.9964 s
+		{"999999999999", "1000000", time.Hour, 3600000000},             // 3599999999.9964 s
 	} {
 		got := clampHeader(bucket.LeakTime(bucket.Limit{LeakAmount: a(tc.leak), LeakPer: tc.per}, a(tc.amount)).CeilSeconds())
 		if got != tc.want {
