@@ -201,6 +201,9 @@ func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (F
 	if len(items) == 0 || len(items) > MaxItems {
 		return FillupResult{}, invalid("invalid_request", "items", "between 1 and %d items are allowed, got %d", MaxItems, len(items))
 	}
+	if len(items) == 1 {
+		return s.fillupOne(ctx, items[0], idem)
+	}
 	index := make(map[BucketRef]int, len(items))
 	var charges []Charge
 	slot := make([]int, len(items))
@@ -244,6 +247,29 @@ func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (F
 		res.Limits[i] = out.Items[slot[i]].Snapshot.Limit
 	}
 	return res, nil
+}
+
+// fillupOne is Fillup of one item: the same checks and answer, without the
+// bookkeeping that merges the items of a bucket.
+func (s *Service) fillupOne(ctx context.Context, it Item, idem Idempotency) (FillupResult, error) {
+	if err := validateRef(it.Bucket); err != nil {
+		return FillupResult{}, itemErr(err, 0, 1)
+	}
+	if err := checkAmount("cost", it.Cost, false); err != nil {
+		return FillupResult{}, itemErr(err, 0, 1)
+	}
+	if err := ValidateMeta("meta", it.Meta); err != nil {
+		return FillupResult{}, itemErr(err, 0, 1)
+	}
+	out, err := s.store.Fillup(ctx, []Charge{{Bucket: it.Bucket, Cost: it.Cost, Meta: it.Meta}}, idem)
+	if err != nil {
+		return FillupResult{}, err
+	}
+	if len(out.Items) != 1 {
+		return FillupResult{}, fmt.Errorf("store answered %d items for 1 bucket", len(out.Items))
+	}
+	sn := out.Items[0].Snapshot
+	return FillupResult{Accepted: out.Accepted, Items: []bucket.Decision{fillupDecision(sn, it.Cost, out.Accepted)}, Limits: []Limit{sn.Limit}, Replayed: out.Replayed}, nil
 }
 
 // fillupDecision derives a decision from a store's snapshot: the bucket after
