@@ -43,7 +43,7 @@ func (s *server) getBucket(c echo.Context) error {
 	d := res.Decision
 	s.m.decided(ref.Limit, "check", d, cost, false)
 	setRateLimit(c, quotaOf(ref.Limit, res.Limit, d))
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewDecision(d))
+	writeDecision(c, http.StatusOK, d)
 	return nil
 }
 
@@ -84,9 +84,13 @@ func (s *server) fillup(c echo.Context) error {
 	}
 	setRateLimit(c, quotaOf(ref.Limit, res.Limits[0], d))
 	if !res.Accepted {
-		return writeDenied(c, viewDecision(d), d)
+		if h := retryAfterHeader(d); h != "" {
+			c.Response().Header()["Retry-After"] = []string{h}
+		}
+		writeDecision(c, http.StatusTooManyRequests, d)
+		return nil
 	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewDecision(d))
+	writeDecision(c, http.StatusOK, d)
 	return nil
 }
 

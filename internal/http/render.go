@@ -3,7 +3,9 @@ package http
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/bucket"
@@ -80,6 +82,55 @@ func viewDecision(d bucket.Decision) decisionView {
 		v.RetryAfter = &s
 	}
 	return v
+}
+
+// bufPool holds the buffers answers are encoded into.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// writeDecision answers with one decision as JSON: what writeJSON writes of
+// viewDecision(d), byte for byte, encoded without reflection into a pooled
+// buffer (the answer of every single-bucket Fillup and CanAccept).
+func writeDecision(c echo.Context, status int, d bucket.Decision) {
+	bp := bufPool.Get().(*[]byte)
+	b := append(appendDecision((*bp)[:0], d), '\n')
+	_ = c.Blob(status, echo.MIMEApplicationJSON, b)
+	*bp = b
+	bufPool.Put(bp)
+}
+
+// appendDecision appends the JSON of viewDecision(d).
+func appendDecision(b []byte, d bucket.Decision) []byte {
+	b = append(b, `{"accepted":`...)
+	b = strconv.AppendBool(b, d.Accepted)
+	b = append(b, `,"level":"`...)
+	b = d.Level.Append(b)
+	b = append(b, `","held":"`...)
+	b = d.Held.Append(b)
+	b = append(b, `","remaining":"`...)
+	b = d.Remaining.Append(b)
+	b = append(b, `","capacity":"`...)
+	b = d.Capacity.Append(b)
+	b = append(b, `","retry_after":`...)
+	if !d.Accepted && !d.NeverFits {
+		b = append(d.RetryAfter.Append(append(b, '"')), '"')
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"never_fits":`...)
+	b = strconv.AppendBool(b, d.NeverFits)
+	b = append(b, `,"period_start":`...)
+	b = appendOptTime(b, d.PeriodStart)
+	b = append(b, `,"resets_at":`...)
+	b = appendOptTime(b, d.ResetsAt)
+	return append(b, '}')
+}
+
+// appendOptTime appends the JSON of optTime(t).
+func appendOptTime(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return append(b, "null"...)
+	}
+	return append(t.UTC().AppendFormat(append(b, '"'), timeFormat), '"')
 }
 
 // retryAfterHeader is the Retry-After header for a denial: retry_after
