@@ -69,9 +69,11 @@ func (s *server) fillup(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	idem, err := idempotency(c, bucketScope("fillup", ref), "cost="+cost.String()+metaCanon(meta))
-	if err != nil {
-		return err
+	var idem ledger.Idempotency
+	if c.Request().Header.Get("Idempotency-Key") != "" { // the scope and canonical body only then
+		if idem, err = idempotency(c, bucketScope("fillup", ref), "cost="+cost.String()+metaCanon(meta)); err != nil {
+			return err
+		}
 	}
 	res, err := s.svc.Fillup(c.Request().Context(), []ledger.Item{{Bucket: ref, Cost: cost, Meta: meta}}, idem)
 	if err != nil {
