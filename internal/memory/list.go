@@ -60,7 +60,7 @@ func (s *Store) ListHolds(_ context.Context, ref ledger.BucketRef) ([]ledger.Res
 	defer sh.mu.Unlock()
 	out := []ledger.Reservation{}
 	if b := sh.buckets[ref]; b != nil {
-		for _, x := range b.st.Holds {
+		for _, x := range b.holds() {
 			if h := sh.holds[x.ID]; h != nil && h.res.State == ledger.Active && now.Before(h.res.ExpiresAt) {
 				out = append(out, h.res)
 			}

@@ -126,11 +126,70 @@ type shard struct {
 }
 
 // bucketRec is one bucket: its state as package bucket returned it last
-// (st.Holds are the holds not yet resolved or recorded as expired, each with
-// its id) and its history.
+// (the holds not yet resolved or recorded as expired, each with its id) and
+// its history. It is kept small, 32 bytes, since a store holds millions of
+// idle buckets: the level, the time in microseconds (0: never written) and,
+// only for a bucket that has holds or history, the rest.
 type bucketRec struct {
-	st      bucket.State
+	level   bucket.Amount
+	updated int64
+	more    *bucketMore
+}
+
+// bucketMore is what few buckets have.
+type bucketMore struct {
+	holds   []bucket.Hold
 	history []ledger.Entry
+}
+
+// holds returns b's holds, nil for none.
+func (b *bucketRec) holds() []bucket.Hold {
+	if b.more == nil {
+		return nil
+	}
+	return b.more.holds
+}
+
+// history returns b's history, nil for none.
+func (b *bucketRec) history() []ledger.Entry {
+	if b.more == nil {
+		return nil
+	}
+	return b.more.history
+}
+
+// setHistory replaces b's history.
+func (b *bucketRec) setHistory(h []ledger.Entry) {
+	if b.more == nil {
+		if len(h) == 0 {
+			return
+		}
+		b.more = &bucketMore{}
+	}
+	b.more.history = h
+	b.trim()
+}
+
+// set stores st as b's state.
+func (b *bucketRec) set(st bucket.State) {
+	b.level, b.updated = st.Level, 0
+	if !st.Updated.IsZero() {
+		b.updated = st.Updated.UnixMicro()
+	}
+	if len(st.Holds) > 0 && b.more == nil {
+		b.more = &bucketMore{}
+	}
+	if b.more != nil {
+		b.more.holds = st.Holds
+		b.trim()
+	}
+}
+
+// trim drops b.more once it holds nothing.
+func (b *bucketRec) trim() {
+	if len(b.more.holds) == 0 && len(b.more.history) == 0 {
+		b.more = nil
+	}
 }
 
 type holdRec struct {
@@ -184,8 +243,8 @@ func (s *Store) settleLimit(l ledger.Limit, now time.Time) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for ref, b := range sh.buckets {
-			if ref.Limit == l.Name && b.st.Level.Sign() > 0 {
-				ns, expired := bucket.Settle(l.Rule(), b.st, now)
+			if ref.Limit == l.Name && b.level.Sign() > 0 {
+				ns, expired := bucket.Settle(l.Rule(), b.state(), now)
 				s.apply(l, sh, b, ns, expired)
 			}
 		}
@@ -262,7 +321,11 @@ func (b *bucketRec) state() bucket.State {
 	if b == nil {
 		return bucket.State{}
 	}
-	return b.st
+	st := bucket.State{Level: b.level, Holds: b.holds()}
+	if b.updated != 0 {
+		st.Updated = time.UnixMicro(b.updated).UTC()
+	}
+	return st
 }
 
 func snapshot(l ledger.Limit, b *bucketRec, now time.Time) ledger.Snapshot {
@@ -284,11 +347,18 @@ func (s *Store) Inspect(_ context.Context, ref ledger.BucketRef) (ledger.Snapsho
 	return snapshot(l, sh.buckets[ref], now), nil
 }
 
-// bucketFor returns the bucket record of ref, creating it.
-func (sh *shard) bucketFor(ref ledger.BucketRef) *bucketRec {
+// bucketFor returns the bucket record of ref, a bucket of limit l, creating
+// it. A new entry's key names the limit with l.Name, one string shared by
+// all its buckets, and copies the key, which may be part of a larger string
+// (a request's path) that the map would otherwise keep alive.
+func (sh *shard) bucketFor(l ledger.Limit, ref ledger.BucketRef) *bucketRec {
 	b := sh.buckets[ref]
 	if b == nil {
 		b = &bucketRec{}
+		if l.Name == ref.Limit {
+			ref.Limit = l.Name
+		}
+		ref.Key = strings.Clone(ref.Key)
 		sh.buckets[ref] = b
 	}
 	return b
@@ -299,7 +369,7 @@ func (sh *shard) bucketFor(ref ledger.BucketRef) *bucketRec {
 // bucket's level, time or holds goes through here, so the store keeps no
 // arithmetic of its own. The caller holds sh.mu.
 func (s *Store) apply(l ledger.Limit, sh *shard, b *bucketRec, ns bucket.State, expired []bucket.Hold) {
-	b.st = ns
+	b.set(ns)
 	for _, x := range expired {
 		h := sh.holds[x.ID]
 		if h == nil || h.res.State != ledger.Active {
@@ -314,7 +384,7 @@ func (s *Store) apply(l ledger.Limit, sh *shard, b *bucketRec, ns bucket.State, 
 // expireHolds records the holds of b that have expired by now, leaving its
 // level and time as they are.
 func (s *Store) expireHolds(l ledger.Limit, sh *shard, b *bucketRec, now time.Time) {
-	if ns, expired := bucket.Expire(b.st, now); len(expired) > 0 {
+	if ns, expired := bucket.Expire(b.state(), now); len(expired) > 0 {
 		s.apply(l, sh, b, ns, expired)
 	}
 }
@@ -329,13 +399,14 @@ func (s *Store) record(l ledger.Limit, b *bucketRec, at time.Time, ev ledger.Eve
 	} else {
 		meta = maps.Clone(meta) // the caller's map is the caller's
 	}
-	b.history = append(b.history, ledger.Entry{ID: id, Time: at, Event: ev, Amount: amount, ReservationID: holdID, Meta: meta})
+	h := append(b.history(), ledger.Entry{ID: id, Time: at, Event: ev, Amount: amount, ReservationID: holdID, Meta: meta})
 	// Trim in steps of historySlack rather than by one entry per write, which
 	// would copy the whole slice on every write to a full bucket. Readers see
 	// only the newest HistoryPerBucket (newestHistory).
-	if len(b.history) > HistoryPerBucket+historySlack {
-		b.history = slices.Delete(b.history, 0, len(b.history)-HistoryPerBucket)
+	if len(h) > HistoryPerBucket+historySlack {
+		h = slices.Delete(h, 0, len(h)-HistoryPerBucket)
 	}
+	b.setHistory(h)
 }
 
 // historySlack is how many entries past HistoryPerBucket a bucket stores
@@ -346,7 +417,8 @@ const historySlack = HistoryPerBucket / 8
 // newestHistory is the part of b's history that is listed: the newest
 // HistoryPerBucket entries.
 func (b *bucketRec) newestHistory() []ledger.Entry {
-	return b.history[max(0, len(b.history)-HistoryPerBucket):]
+	h := b.history()
+	return h[max(0, len(h)-HistoryPerBucket):]
 }
 
 // wrote counts a write to sh and, now and then, sweeps it.
@@ -368,12 +440,14 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 			continue
 		}
 		s.expireHolds(l, sh, b, now)
-		cut := 0
-		for cut < len(b.history) && now.Sub(b.history[cut].Time) > HistoryRetention {
+		h, cut := b.history(), 0
+		for cut < len(h) && now.Sub(h[cut].Time) > HistoryRetention {
 			cut++
 		}
-		b.history = slices.Delete(b.history, 0, cut)
-		if len(b.st.Holds) == 0 && len(b.history) == 0 && bucket.LevelAt(l.Rule(), b.st, now).IsZero() {
+		if cut > 0 {
+			b.setHistory(slices.Delete(h, 0, cut))
+		}
+		if b.more == nil && bucket.LevelAt(l.Rule(), b.state(), now).IsZero() {
 			delete(sh.buckets, ref)
 		}
 	}
@@ -435,8 +509,8 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			sh := &s.shards[s.shardOf(it.Bucket)]
 			b := sh.buckets[it.Bucket]
 			if out.Accepted && it.Cost.Sign() > 0 {
-				b = sh.bucketFor(it.Bucket)
-				s.apply(limits[i], sh, b, next[i], bucket.Expired(b.st, now))
+				b = sh.bucketFor(limits[i], it.Bucket)
+				s.apply(limits[i], sh, b, next[i], bucket.Expired(b.state(), now))
 				s.record(limits[i], b, now, ledger.EventFillup, it.Cost, "", it.Meta)
 				s.wrote(sh, now)
 			}
@@ -465,8 +539,8 @@ func (s *Store) fillupOne(it ledger.Charge) (ledger.FillupOutcome, error) {
 	b := sh.buckets[it.Bucket]
 	d, ns := bucket.Fillup(rule, b.state(), now, cost)
 	if d.Accepted && cost.Sign() > 0 {
-		b = sh.bucketFor(it.Bucket)
-		s.apply(l, sh, b, ns, bucket.Expired(b.st, now))
+		b = sh.bucketFor(l, it.Bucket)
+		s.apply(l, sh, b, ns, bucket.Expired(b.state(), now))
 		s.record(l, b, now, ledger.EventFillup, it.Cost, "", it.Meta)
 		s.wrote(sh, now)
 	}
@@ -491,7 +565,7 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		// A drain that can remove nothing is a no-op, like a drain of 0.
 		if removed, ns := bucket.Drain(l.Rule(), b.state(), now, ledger.Amount(amount)); removed.Sign() > 0 {
 			out.Removed = removed.Decimal()
-			s.apply(l, sh, b, ns, bucket.Expired(b.st, now))
+			s.apply(l, sh, b, ns, bucket.Expired(b.state(), now))
 			s.record(l, b, now, ledger.EventDrain, out.Removed, "", meta)
 			s.wrote(sh, now)
 		}
@@ -523,7 +597,7 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		if !d.Accepted {
 			return ledger.ReserveOutcome{Snapshot: snapshot(l, b, now)}, nil
 		}
-		b = sh.bucketFor(ref)
+		b = sh.bucketFor(l, ref)
 		h := &holdRec{res: ledger.Reservation{
 			ID:        newHoldID(si),
 			Bucket:    ref,
@@ -583,7 +657,7 @@ func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecima
 			return ledger.RefusalExceedsHold, nil
 		}
 		// Refuse an overflow before anything moves: an error changes nothing.
-		if bucket.LevelAt(l.Rule(), b.st, now).Add(ledger.Amount(charge)).GreaterThan(ledger.Amount(ledger.MaxLevel)) {
+		if bucket.LevelAt(l.Rule(), b.state(), now).Add(ledger.Amount(charge)).GreaterThan(ledger.Amount(ledger.MaxLevel)) {
 			return "", ledger.ErrLevelOverflow
 		}
 		s.resolveHold(l, sh, b, h, now, charge)
@@ -615,8 +689,9 @@ func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency,
 // resolveHold ends the active, unexpired hold h of b with bucket.Resolve,
 // adding charge to the level.
 func (s *Store) resolveHold(l ledger.Limit, sh *shard, b *bucketRec, h *holdRec, now time.Time, charge decimal.Decimal) {
-	i := slices.IndexFunc(b.st.Holds, func(x bucket.Hold) bool { return x.ID == h.res.ID })
-	s.apply(l, sh, b, bucket.Resolve(l.Rule(), b.st, now, i, ledger.Amount(charge)), bucket.Expired(b.st, now))
+	st := b.state()
+	i := slices.IndexFunc(st.Holds, func(x bucket.Hold) bool { return x.ID == h.res.ID })
+	s.apply(l, sh, b, bucket.Resolve(l.Rule(), st, now, i, ledger.Amount(charge)), bucket.Expired(st, now))
 }
 
 // resolve runs the common part of Commit and Release: find the hold, lock
@@ -642,7 +717,7 @@ func (s *Store) resolve(ctx context.Context, id string, idem ledger.Idempotency,
 		if err != nil {
 			return ledger.ResolveOutcome{}, ledger.ErrReservationNotFound
 		}
-		b := sh.bucketFor(h.res.Bucket)
+		b := sh.bucketFor(l, h.res.Bucket)
 		var refusal string
 		if h.res.State == ledger.Expired || (h.res.State == ledger.Active && !now.Before(h.res.ExpiresAt)) {
 			s.expireHolds(l, sh, b, now)
