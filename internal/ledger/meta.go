@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"encoding/json"
-	"regexp"
 	"unicode/utf8"
 )
 
@@ -17,7 +16,18 @@ const (
 	MaxMetaBytes = 2048
 )
 
-var metaKeyRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+// validMetaKey reports whether k matches [a-z0-9_.-]{1,64}.
+func validMetaKey(k string) bool {
+	if len(k) == 0 || len(k) > 64 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if !isNameByte(k[i]) {
+			return false
+		}
+	}
+	return true
+}
 
 // Meta is what a caller says of a charge (an order id, a user, a job): up to
 // MaxMetaEntries string values under keys of [a-z0-9_.-]{1,64}. It is stored
@@ -33,7 +43,7 @@ func ValidateMeta(field string, m Meta) error {
 	}
 	total := 0
 	for k, v := range m {
-		if !metaKeyRE.MatchString(k) {
+		if !validMetaKey(k) {
 			return invalid("invalid_request", field, "key %q is not 1-64 characters of [a-z0-9_.-]", clip(k))
 		}
 		switch {

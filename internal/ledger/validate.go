@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"regexp"
 	"time"
 	"unicode/utf8"
 
@@ -28,15 +27,86 @@ const (
 // MaxAmount is the largest amount accepted on input: 10^12.
 var MaxAmount = decimal.New(1, 12)
 
-var (
-	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	amountRE = regexp.MustCompile(`^(0|[1-9][0-9]*)(\.[0-9]{1,6})?$`)
-	holdIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-)
+// The input grammars are checked by the scanners below, a byte at a time,
+// rather than by regular expressions: they sit on every request's path.
+
+// isNameByte reports whether c may appear in a limit name or a meta key
+// ([a-z0-9._-]).
+func isNameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
+// validName reports whether name matches [a-z0-9][a-z0-9._-]{0,63}.
+func validName(name string) bool {
+	if len(name) == 0 || len(name) > 64 || name[0] == '.' || name[0] == '_' || name[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if !isNameByte(name[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// validHoldID reports whether id matches [A-Za-z0-9_-]{1,128}.
+func validHoldID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// scanAmount reads s as (0|[1-9][0-9]*)(\.[0-9]{1,6})? of at most 32 bytes
+// and returns it as coef × 10^-frac; ok is false for anything else, and big
+// is true (with ok) for an integer part of more than 13 digits, which is
+// above MaxAmount and would not fit the coefficient.
+func scanAmount(s string) (coef int64, frac int, big, ok bool) {
+	if len(s) == 0 || len(s) > 32 {
+		return 0, 0, false, false
+	}
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	intDigits := i
+	if intDigits == 0 || (intDigits > 1 && s[0] == '0') {
+		return 0, 0, false, false
+	}
+	if i < len(s) {
+		if s[i] != '.' {
+			return 0, 0, false, false
+		}
+		frac = len(s) - i - 1
+		if frac < 1 || frac > AmountScale {
+			return 0, 0, false, false
+		}
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < '0' || s[j] > '9' {
+				return 0, 0, false, false
+			}
+		}
+	}
+	if intDigits > 13 {
+		return 0, 0, true, true
+	}
+	for j := 0; j < len(s); j++ {
+		if s[j] != '.' {
+			coef = coef*10 + int64(s[j]-'0')
+		}
+	}
+	return coef, frac, false, true
+}
 
 // ValidateName checks a limit name: [a-z0-9][a-z0-9._-]{0,63}.
 func ValidateName(name string) error {
-	if !nameRE.MatchString(name) {
+	if !validName(name) {
 		return invalid("invalid_name", "name", "limit names are 1-64 characters of [a-z0-9._-] starting with a letter or digit")
 	}
 	return nil
@@ -65,15 +135,16 @@ func ValidateKey(key string) error {
 // of at most 10^12, naming field in the error. Nothing is rounded: an amount
 // that does not fit is refused.
 func ParseAmount(field, s string) (decimal.Decimal, error) {
-	if len(s) > 32 || !amountRE.MatchString(s) {
+	coef, frac, big, ok := scanAmount(s)
+	if !ok {
 		return decimal.Decimal{}, invalid("invalid_amount", field,
 			"%q is not a plain decimal with at most 6 fractional digits (like 12 or 12.37)", clip(s))
 	}
-	d, err := decimal.NewFromString(s)
-	if err != nil {
-		return decimal.Decimal{}, invalid("invalid_amount", field, "%q is not a decimal", clip(s))
+	var d decimal.Decimal
+	if !big {
+		d = decimal.New(coef, -int32(frac))
 	}
-	if d.GreaterThan(MaxAmount) {
+	if big || d.GreaterThan(MaxAmount) {
 		return decimal.Decimal{}, invalid("invalid_amount", field, "%s is above the maximum 1000000000000", clip(s))
 	}
 	return d, nil
@@ -148,7 +219,7 @@ func ValidatePeriod(every string, tz *string, startDay *int) (Period, error) {
 // ValidateReservationID reports whether id can name a hold at all. A
 // malformed id is reported as ErrReservationNotFound (404), as SPEC asks.
 func ValidateReservationID(id string) error {
-	if !holdIDRE.MatchString(id) {
+	if !validHoldID(id) {
 		return ErrReservationNotFound
 	}
 	return nil

@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"errors"
+	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -86,7 +88,7 @@ func FuzzParseAmount(f *testing.F) {
 		if d.Sign() < 0 || d.GreaterThan(MaxAmount) || d.Exponent() < -AmountScale {
 			t.Fatalf("ParseAmount(%q) accepted %s", s, d)
 		}
-		if !decimal.RequireFromString(s).Equal(d) || !amountRE.MatchString(s) {
+		if !decimal.RequireFromString(s).Equal(d) || !refAmountRE.MatchString(s) {
 			t.Fatalf("ParseAmount(%q) = %s", s, d)
 		}
 	})
@@ -147,6 +149,61 @@ func TestValidatePeriod(t *testing.T) {
 		var ie *InvalidError
 		if !errors.As(err, &ie) || ie.Code != "invalid_request" || ie.Field != tc.field {
 			t.Errorf("ValidatePeriod(%q, %v, %v) = %v; want invalid_request naming %s", tc.every, tc.tz, tc.day, err, tc.field)
+		}
+	}
+}
+
+// The scanners against the regular expressions they replaced, which stay
+// here as the reference grammar.
+var (
+	refNameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	refAmountRE  = regexp.MustCompile(`^(0|[1-9][0-9]*)(\.[0-9]{1,6})?$`)
+	refHoldIDRE  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+	refMetaKeyRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+)
+
+func TestScannersMatchGrammar(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	alphabet := "0123456789.-_aZz@ \x00\xff"
+	seeds := []string{"", "0", "00", "01", "1.", ".5", "1.0000000", "1.000000", "1000000000000", "1000000000000.000001",
+		"99999999999999", "a", "-a", ".a", "_a", "a-b.c_d", strings.Repeat("a", 64), strings.Repeat("a", 65),
+		strings.Repeat("A", 128), strings.Repeat("A", 129), "h_-9"}
+	for i := range 200_000 {
+		var s string
+		if i < len(seeds) {
+			s = seeds[i]
+		} else {
+			n := r.IntN(20)
+			if r.IntN(10) == 0 {
+				n = 60 + r.IntN(80)
+			}
+			b := make([]byte, n)
+			for j := range b {
+				b[j] = alphabet[r.IntN(len(alphabet))]
+			}
+			s = string(b)
+		}
+		if validName(s) != refNameRE.MatchString(s) {
+			t.Fatalf("validName(%q) = %v", s, validName(s))
+		}
+		if validHoldID(s) != refHoldIDRE.MatchString(s) {
+			t.Fatalf("validHoldID(%q) = %v", s, validHoldID(s))
+		}
+		if validMetaKey(s) != refMetaKeyRE.MatchString(s) {
+			t.Fatalf("validMetaKey(%q) = %v", s, validMetaKey(s))
+		}
+		d, err := ParseAmount("cost", s)
+		want := len(s) <= 32 && refAmountRE.MatchString(s)
+		if want {
+			if w := decimal.RequireFromString(s); w.GreaterThan(MaxAmount) {
+				if err == nil {
+					t.Fatalf("ParseAmount(%q) took an amount above the maximum", s)
+				}
+			} else if err != nil || !d.Equal(w) || d.String() != w.String() {
+				t.Fatalf("ParseAmount(%q) = %s, %v", s, d, err)
+			}
+		} else if err == nil {
+			t.Fatalf("ParseAmount(%q) = %s, want refused", s, d)
 		}
 	}
 }
