@@ -35,17 +35,16 @@ const maxIdempotencyKey = 255
 // (case-insensitively): {"cost":"1","Cost":"4"} would charge 4 while a proxy
 // or an audit log reading the first member saw 1.
 func readJSON(c echo.Context, dst any) error {
-	r := c.Request()
-	if r.ContentLength > maxBody {
-		return errTooLarge
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	bp, err := readBody(c)
 	if err != nil {
-		return invalidRequest("body", "could not read the request body")
+		return err
 	}
-	if len(body) > maxBody {
-		return errTooLarge
-	}
+	defer bufPool.Put(bp)
+	return decodeBody(*bp, dst)
+}
+
+// decodeBody is readJSON of a body already read.
+func decodeBody(body []byte, dst any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
@@ -53,6 +52,60 @@ func readJSON(c echo.Context, dst any) error {
 		return err
 	}
 	return decodeStrict(body, dst, "")
+}
+
+// readBody reads the request body, at most maxBody bytes, into a buffer of
+// bufPool that the caller puts back once done with it.
+func readBody(c echo.Context) (*[]byte, error) {
+	r := c.Request()
+	if r.ContentLength > maxBody {
+		return nil, errTooLarge
+	}
+	bp := bufPool.Get().(*[]byte)
+	b := (*bp)[:0]
+	if r.Body != nil {
+		for {
+			if len(b) == cap(b) {
+				b = append(b, 0)[:len(b)]
+			}
+			n, err := r.Body.Read(b[len(b):min(cap(b), maxBody+1)])
+			b = b[:len(b)+n]
+			if len(b) > maxBody {
+				*bp = b[:0]
+				bufPool.Put(bp)
+				return nil, errTooLarge
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				*bp = b[:0]
+				bufPool.Put(bp)
+				return nil, invalidRequest("body", "could not read the request body")
+			}
+		}
+	}
+	*bp = b
+	return bp, nil
+}
+
+// plainCost reads the common Fillup body {"cost":"12.37"} exactly so written
+// (no space, no escape, no other member) and returns the cost's text; ok is
+// false for every other body, which goes through encoding/json. Both read
+// such a body alike: it has one member, a string without escapes.
+func plainCost(body []byte) (string, bool) {
+	const head, tail = `{"cost":"`, `"}`
+	n := len(body) - len(head) - len(tail)
+	if n < 1 || n > 32 || string(body[:len(head)]) != head || string(body[len(body)-len(tail):]) != tail {
+		return "", false
+	}
+	text := body[len(head) : len(head)+n]
+	for _, c := range text {
+		if c < '.' || c > '9' || c == '/' {
+			return "", false
+		}
+	}
+	return string(text), true
 }
 
 // duplicateMember returns an invalid_request error naming the first member of

@@ -58,9 +58,17 @@ func (s *server) fillup(c echo.Context) error {
 		return err
 	}
 	var body fillupBody
-	if err := readJSON(c, &body); err != nil {
+	bp, err := readBody(c)
+	if err != nil {
 		return err
 	}
+	if text, ok := plainCost(*bp); ok {
+		body.Cost = jsonAmount{text: text, set: true}
+	} else if err := decodeBody(*bp, &body); err != nil {
+		bufPool.Put(bp)
+		return err
+	}
+	bufPool.Put(bp)
 	cost, err := body.Cost.required("cost")
 	if err != nil {
 		return err

@@ -150,8 +150,16 @@ func statusLabel(code int) string {
 	if code < 100 || code > 599 {
 		return "other"
 	}
-	return strconv.Itoa(code)
+	return statusLabels[code-100]
 }
+
+// statusLabels holds the labels of the codes 100–599, made once.
+var statusLabels = func() (l [500]string) {
+	for i := range l {
+		l[i] = strconv.Itoa(100 + i)
+	}
+	return l
+}()
 
 // publicRoute reports whether a route needs no token: the probes, the API
 // description and the dashboard's static files.
@@ -253,11 +261,11 @@ func (s *server) authenticate() echo.MiddlewareFunc {
 		}
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		if s.keys == nil {
+			return next // echo applies middleware on every request: nothing to build
+		}
 		authed := keyAuth(check(next))
 		return func(c echo.Context) error {
-			if s.keys == nil {
-				return next(c)
-			}
 			q := c.Request().URL.Query()
 			for _, p := range tokenParams {
 				if q.Has(p) {

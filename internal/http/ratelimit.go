@@ -104,24 +104,36 @@ func setRateLimit(c echo.Context, qs ...quota) {
 			}
 		}
 	}
-	var policy, state []byte
+	// Both fields are written into one pooled buffer, policy then state,
+	// and become one string and one two-element slice: two allocations.
+	bp := bufPool.Get().(*[]byte)
+	b := (*bp)[:0]
 	for i, q := range order {
 		if i > 0 {
-			policy = append(policy, ", "...)
-			state = append(state, ", "...)
+			b = append(b, ", "...)
 		}
-		policy = appendSFString(policy, q.name)
-		policy = strconv.AppendInt(append(policy, ";q="...), q.q, 10)
-		policy = strconv.AppendInt(append(policy, ";w="...), q.w, 10)
-		state = appendSFString(state, q.name)
-		state = strconv.AppendInt(append(state, ";r="...), q.r, 10)
+		b = appendSFString(b, q.name)
+		b = strconv.AppendInt(append(b, ";q="...), q.q, 10)
+		b = strconv.AppendInt(append(b, ";w="...), q.w, 10)
+	}
+	split := len(b)
+	for i, q := range order {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendSFString(b, q.name)
+		b = strconv.AppendInt(append(b, ";r="...), q.r, 10)
 		if q.hasT {
-			state = strconv.AppendInt(append(state, ";t="...), q.t, 10)
+			b = strconv.AppendInt(append(b, ";t="...), q.t, 10)
 		}
 	}
+	both := string(b)
+	*bp = b
+	bufPool.Put(bp)
+	vals := []string{both[:split], both[split:]}
 	h := c.Response().Header()
-	h["Ratelimit-Policy"] = []string{string(policy)}
-	h["Ratelimit"] = []string{string(state)}
+	h["Ratelimit-Policy"] = vals[0:1:1]
+	h["Ratelimit"] = vals[1:2:2]
 }
 
 // tighter says whether a is the more restrictive of two buckets of a limit:
