@@ -1,53 +1,47 @@
 package http
 
 import (
-	"encoding/json"
-	"errors"
-	"strings"
+	"math/rand/v2"
 	"testing"
-	"unicode/utf8"
-
-	"github.com/budgetd/budgetd/internal/ledger"
 )
 
-// FuzzDuplicateMember: any input is answered without a panic; a refusal is
-// invalid_request naming a field; and a body that is valid JSON with a member
-// repeated in another case is always refused.
-func FuzzDuplicateMember(f *testing.F) {
-	for _, s := range []string{
-		`{"cost":"1"}`, `{"cost":"1","Cost":"4"}`, `{"items":[{"cost":"1"},{"cost":"2","COST":"3"}]}`,
-		`{"leak":{"amount":"1","per":"1h"},"capacity":"2"}`, `[{"a":1,"A":2}]`, `{"a":{"b":[1,{"c":2}]},"d":3}`,
-		`{"a":`, `{"a":1e999,"A":2}`, `{"\u017f":1,"s":2}`, `{}`, `{"a":[[[]]],"b":{}}`,
-	} {
-		f.Add(s)
+// TestPlainCost: every body the fast path takes is read exactly as the
+// strict decoder reads it, and bodies it must not take (other members,
+// escapes, spaces, other types) are left to the decoder.
+func TestPlainCost(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	alphabet := `0123456789.-e+/"\ ,:{}ab`
+	bodies := []string{`{"cost":"1"}`, `{"cost":"12.37"}`, `{"cost":""}`, `{"cost":"1","meta":{}}`, `{"cost": "1"}`,
+		`{"Cost":"1"}`, `{"cost":"\u0031"}`, `{"cost":1}`, `{"cost":"1/2"}`, `{"cost":"1"} `, `{"cost":"1"}{}`,
+		`{"cost":"` + string(make([]byte, 33)) + `"}`, `{"cost":"999999999999999999999999999999999"}`}
+	for range 20_000 {
+		b := make([]byte, r.IntN(12))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		bodies = append(bodies, `{"cost":"`+string(b)+`"}`)
 	}
-	f.Fuzz(func(t *testing.T, body string) {
-		err := duplicateMember([]byte(body))
-		if err != nil {
-			var inv *ledger.InvalidError
-			if !errors.As(err, &inv) || inv.Code != "invalid_request" || inv.Field == "" {
-				t.Fatalf("%q: %v", body, err)
-			}
-			return
+	took := 0
+	for _, body := range bodies {
+		text, ok := plainCost([]byte(body))
+		if !ok {
+			continue
 		}
-		// The same object with its first member given again in upper case
-		// must be refused.
-		var obj map[string]json.RawMessage
-		if json.Unmarshal([]byte(body), &obj) != nil || len(obj) == 0 {
-			return
+		took++
+		var want fillupBody
+		if err := decodeBody([]byte(body), &want); err != nil {
+			t.Fatalf("%s: fast path took %q, the decoder refuses: %v", body, text, err)
 		}
-		trimmed := strings.TrimSpace(body)
-		for name, v := range obj {
-			upper := strings.ToUpper(name)
-			if !strings.EqualFold(upper, name) || !utf8.ValidString(name) {
-				continue // not the same name to encoding/json (dotless ı and I)
-			}
-			again, _ := json.Marshal(upper)
-			doubled := "{" + string(again) + ":" + string(v) + "," + trimmed[1:]
-			if duplicateMember([]byte(doubled)) == nil {
-				t.Fatalf("%q: not refused", doubled)
-			}
-			break
+		if !want.Cost.set || want.Cost.bad || want.Cost.text != text || want.Meta.raw != nil {
+			t.Fatalf("%s: fast path %q, decoder %+v", body, text, want)
 		}
-	})
+	}
+	if took < 1000 {
+		t.Fatalf("the fast path took only %d bodies", took)
+	}
+	for _, body := range []string{`{"cost":"1","meta":{}}`, `{"cost": "1"}`, `{"Cost":"1"}`, `{"cost":"\u0031"}`, `{"cost":1}`, `{"cost":""}`} {
+		if _, ok := plainCost([]byte(body)); ok {
+			t.Errorf("the fast path took %s", body)
+		}
+	}
 }
