@@ -436,12 +436,24 @@ func checkAmount(field string, d decimal.Decimal, positive bool) error {
 		return invalid("invalid_amount", field, "must not be negative")
 	case positive && d.Sign() == 0:
 		return invalid("invalid_amount", field, "must be greater than 0")
-	case d.GreaterThan(MaxAmount):
+	case aboveMax(d):
 		return invalid("invalid_amount", field, "must be at most 1000000000000")
 	case d.Exponent() < -AmountScale && !d.Equal(d.Truncate(AmountScale)):
 		return invalid("invalid_amount", field, "has more than %d fractional digits", AmountScale)
 	}
 	return nil
+}
+
+// maxFixed is MaxAmount as the rule's fixed-point amount.
+var maxFixed = bucket.AmountOf(1_000_000_000_000)
+
+// aboveMax reports whether d > MaxAmount, comparing in fixed point (no
+// math/big rescaling) whenever d converts.
+func aboveMax(d decimal.Decimal) bool {
+	if a, ok := bucket.FromDecimal(d); ok {
+		return a.GreaterThan(maxFixed)
+	}
+	return d.GreaterThan(MaxAmount)
 }
 
 func itemErr(err error, i, n int) error {

@@ -144,7 +144,7 @@ func ParseAmount(field, s string) (decimal.Decimal, error) {
 	if !big {
 		d = decimal.New(coef, -int32(frac))
 	}
-	if big || d.GreaterThan(MaxAmount) {
+	if big || aboveMax(d) {
 		return decimal.Decimal{}, invalid("invalid_amount", field, "%s is above the maximum 1000000000000", clip(s))
 	}
 	return d, nil
