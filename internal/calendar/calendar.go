@@ -19,9 +19,11 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -248,6 +250,33 @@ func first(d date, loc *time.Location) time.Time {
 // Bounds returns the start of the period that contains t and the start of
 // the next one (start ≤ t < end).
 func (p Period) Bounds(t time.Time) (start, end time.Time) {
+	// Nearly every call falls in the period the last call on the same rule
+	// found: remember it, a few nanoseconds against a calendar walk.
+	slot := &recent[maphash.Comparable(recentSeed, p)%uint64(len(recent))]
+	if r := slot.Load(); r != nil && r.p == p && !t.Before(r.start) && t.Before(r.end) {
+		return r.start, r.end
+	}
+	start, end = p.bounds(t)
+	slot.Store(&recentBounds{p: p, start: start, end: end})
+	return start, end
+}
+
+// recentBounds is a period that Bounds found, for its rule.
+type recentBounds struct {
+	p          Period
+	start, end time.Time
+}
+
+// recent caches one period per slot, the slot chosen by the rule's hash;
+// a slot holds whichever rule used it last. A period's bounds never change,
+// so a cached one is the answer for every instant inside it.
+var (
+	recent     [256]atomic.Pointer[recentBounds]
+	recentSeed = maphash.MakeSeed()
+)
+
+// bounds is Bounds without the cache.
+func (p Period) bounds(t time.Time) (start, end time.Time) {
 	loc := p.Zone
 	if loc == nil {
 		loc = time.UTC

@@ -2,6 +2,8 @@ package calendar
 
 import (
 	"errors"
+	"math/rand/v2"
+	"sync"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +187,46 @@ func BenchmarkBounds(b *testing.B) {
 	for b.Loop() {
 		p.Bounds(at)
 	}
+}
+
+// TestBoundsCache: the remembered periods give exactly what the calendar
+// walk gives, for rules that share cache slots and instants that jump back
+// and forth across boundaries and DST changes, from many goroutines.
+func TestBoundsCache(t *testing.T) {
+	var rules []Period
+	for _, z := range []string{"UTC", "Europe/Berlin", "America/Santiago", "Asia/Kolkata", "Pacific/Apia"} {
+		loc, err := LoadZone(z)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range []string{"day", "week", "month", "quarter", "year"} {
+			every, _ := ParseUnit(u)
+			p := Period{Every: every, Zone: loc}
+			if u == "week" || u == "month" || u == "quarter" {
+				p.StartDay = 1
+			}
+			rules = append(rules, p)
+		}
+	}
+	base := time.Date(2026, 3, 28, 0, 0, 0, 0, time.UTC)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 3))
+			for range 20_000 {
+				p := rules[r.IntN(len(rules))]
+				at := base.Add(time.Duration(r.Int64N(int64(400 * 24 * time.Hour))))
+				if r.IntN(3) == 0 {
+					at = base.Add(time.Duration(r.Int64N(int64(72 * time.Hour))))
+				}
+				s1, e1 := p.Bounds(at)
+				s2, e2 := p.bounds(at)
+				if !s1.Equal(s2) || !e1.Equal(e2) {
+					t.Errorf("%v at %s: cached [%s, %s), walked [%s, %s)", p, at, s1, e1, s2, e2)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
