@@ -3,8 +3,8 @@ package calendar
 import (
 	"errors"
 	"math/rand/v2"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
