@@ -18,8 +18,14 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// units is an amount as an integer number of 10^-12, the functions' unit.
-func units(d decimal.Decimal) string { return d.Shift(bucket.LevelScale).BigInt().String() }
+// units is an amount as an integer number of 10^-12, the functions' unit:
+// in fixed point for every amount that converts (all the API takes).
+func units(d decimal.Decimal) string {
+	if a, ok := bucket.FromDecimal(d); ok {
+		return a.Units()
+	}
+	return d.Shift(bucket.LevelScale).BigInt().String()
+}
 
 // fromUnits is the inverse of units.
 func fromUnits(s string) (decimal.Decimal, error) {
