@@ -4,6 +4,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -299,4 +300,31 @@ func TestRuleMatchesBigReference(t *testing.T) {
 			t.Fatalf("%d: Fillup level %s, reference %s", i, ns.Level, lvl.Add(cost.Decimal()))
 		}
 	}
+}
+
+// FuzzAmount: any text ParseAmount takes is the decimal it reads as, prints
+// back as that decimal, and survives the units round trip; text it refuses
+// is no decimal of at most 12 fractional digits that fits.
+func FuzzAmount(f *testing.F) {
+	for _, s := range []string{"0", "1", "-1", "12.37", "0.000000000001", "1.5000000000000", "170141183460469231731687303.715884105727", "1e3", ".5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, ok := ParseAmount(s)
+		d, err := decimal.NewFromString(s)
+		body := strings.TrimPrefix(s, "-")
+		plain := err == nil && body != "" && body[0] >= '0' && body[0] <= '9' && !strings.ContainsAny(body, "eE+- ") && !strings.HasSuffix(body, ".")
+		if !ok {
+			if plain && d.Exponent() >= -LevelScale && new(big.Int).Abs(d.Shift(LevelScale).BigInt()).Cmp(maxBig128) <= 0 {
+				t.Fatalf("ParseAmount(%q) refused the decimal %s", s, d)
+			}
+			return
+		}
+		if err != nil || !a.Decimal().Equal(d) || a.String() != d.String() {
+			t.Fatalf("ParseAmount(%q) = %s, decimal %s (%v)", s, a, d, err)
+		}
+		if u, ok := ParseUnits(a.Units()); !ok || u != a {
+			t.Fatalf("units round trip of %s: %s", a, a.Units())
+		}
+	})
 }
