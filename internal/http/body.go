@@ -222,7 +222,7 @@ func decodeStrict(data []byte, dst any, prefix string) error {
 	if err := dec.Decode(dst); err != nil {
 		return decodeError(err, prefix)
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if len(bytes.TrimSpace(data[dec.InputOffset():])) != 0 {
 		return invalidRequest("body", "unexpected data after the JSON object")
 	}
 	return nil
