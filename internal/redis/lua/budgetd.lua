@@ -69,9 +69,9 @@ local function in_period(c, now)
   return false
 end
 
--- load reads a bucket.
-local function load(c)
-  local f = redis.call('HGETALL', c.bk)
+-- load reads a bucket (f: its fields when the caller already read them).
+local function load(c, f)
+  f = f or redis.call('HGETALL', c.bk)
   local st = { l = pair(0, 0), u = 0, n = 0, holds = {} }
   for i = 1, #f, 2 do
     local k, v = f[i], f[i + 1]
@@ -239,6 +239,67 @@ local function reply(now, x, rk, items, ik, ih)
   return out
 end
 
+-- memo keeps what the arguments that repeat from call to call (a limit's
+-- capacity and leak rate, common costs) parse to, so the lean Fillup below
+-- parses them once, not on every call. It lives as long as the library is
+-- loaded (a cache: the values are the same either way, and nothing mutates
+-- them) and is emptied when it reaches MEMO_MAX entries.
+local MEMO_MAX, memo, memo_n = 1024, {}, 0
+local function remember(k, v)
+  if memo_n >= MEMO_MAX then memo, memo_n = {}, 0 end
+  memo[k], memo_n = v, memo_n + 1
+  return v
+end
+local function nv_memo(s) return memo[s] or remember(s, nv(s)) end
+local function lp_memo(ra, rp)
+  local k = ra .. '/' .. rp
+  return memo[k] or remember(k, leak_params(ra, rp))
+end
+
+-- fillup_lean is fillup for the commonest call, one leaky bucket without
+-- history or idempotency key, while the bucket holds nothing but its level
+-- and time (f, as read): the same rule as fillup, settle and finish below,
+-- with the bucket in locals instead of tables. It returns nil when the
+-- bucket has other fields (holds, a history counter); fillup then goes on.
+local function fillup_lean(bk, f, now, cap, ra, rp, cost)
+  local ls, us = '0', '0'
+  for i = 1, #f, 2 do
+    local k = f[i]
+    if k == 'l' then ls = f[i + 1] elseif k == 'u' then us = f[i + 1] else return nil end
+  end
+  local cv, nows = nv_memo(cost), fmt(now)
+  local stepped, x = false, '1'
+  if vzero(cv) then
+    -- Accepted, nothing written: the answer shows the bucket as stored.
+  else
+    local l, u = nv(ls), tonumber(us)
+    local lp, lv = lp_memo(ra, rp), l
+    if not (vzero(l) or u == 0 or now <= u) then lv = leak(lp, l, now - u) end
+    local nl = vadd(lv, cv)
+    if vcmp(nl, nv_memo(cap)) <= 0 then
+      -- settle, add, finish
+      if u > now + CLOCK_STEP_US then stepped = true end
+      if now > u or stepped then u, us = now, nows end
+      ls = vs(nl)
+      redis.call('HSET', bk, 'l', ls, 'u', us)
+      local t = vnum(nl) * lp.rp / lp.raf
+      t = t * (1 + 1e-9) + 1
+      if u > now then t = t + (u - now) end
+      local ms = math.ceil(t / 1000) + SLACK_MS
+      if ms > 1e15 then redis.call('PERSIST', bk) else redis.call('PEXPIRE', bk, fmt(ms)) end
+    else
+      x = '0' -- unstep
+      if u > now + CLOCK_STEP_US then
+        stepped, us = true, nows
+        redis.call('HSET', bk, 'u', us)
+      end
+    end
+  end
+  if stepped then nows = nows .. '!' end
+  local out = { 'ok', nows, x, '', '', '', '', '', '', '', '', '', ls, us, '', '' } -- reply's shape
+  return out
+end
+
 -- fillup: KEYS = bucket, history per item, then (standalone) each item's
 -- limit definition, then, when ih ~= '', the idempotency record, which a
 -- call of several items precedes with where an earlier version kept it.
@@ -257,9 +318,15 @@ local function fillup(keys, args)
     local cap, ra, rp, hist, version, lim, cost, meta = args[a + 1], args[a + 2], args[a + 3], args[a + 4], args[a + 5],
       args[a + 6], args[a + 7], args[a + 8]
     if check and stale(keys[2 * n + i], version) then return { E_STALE } end
+    local f
+    if n == 1 and not ik and ra ~= 'P' and hist == '0' then
+      f = redis.call('HGETALL', keys[1])
+      local out = fillup_lean(keys[1], f, now, cap, ra, rp, cost)
+      if out then return out end
+    end
     local c = bkt(keys[2 * i - 1], keys[2 * i], cap, ra, rp, hist, lim)
     if c.starts and not in_period(c, now) then return { E_PERIOD_TABLE, fmt(now) } end
-    local st = load(c)
+    local st = load(c, f)
     local cv = nv(cost)
     local ok = fits(c, st, now, cv)
     accepted = accepted and ok
