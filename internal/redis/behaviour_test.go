@@ -415,14 +415,23 @@ func TestLimitChangedByAnotherInstance(t *testing.T) {
 // not locked out after the clock is corrected. Right after the correction
 // it is still full (a clock going back leaks nothing), and from then on it
 // leaks from the corrected now, on the single-bucket, multi-bucket and
-// reserve paths, on standalone Redis and on Redis Cluster.
+// reserve paths, on standalone Redis and on Redis Cluster, with history
+// and without (a single-bucket Fillup then takes fillup_lean).
 func TestClockStepBack(t *testing.T) {
-	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
-		t.Run(env, func(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		hist bool
+	}{{"BUDGETD_TEST_REDIS", true}, {"BUDGETD_TEST_REDIS_CLUSTER", true}, {"BUDGETD_TEST_REDIS", false}, {"BUDGETD_TEST_REDIS_CLUSTER", false}} {
+		env := tc.env
+		name := env
+		if !tc.hist {
+			name += "_no_history"
+		}
+		t.Run(name, func(t *testing.T) {
 			clock := ledgertest.NewClock()
 			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
 			ctx := context.Background()
-			if _, err := s.PutLimit(ctx, ledger.Limit{Name: "c", Capacity: decimal.RequireFromString("10"), LeakAmount: decimal.RequireFromString("1"), LeakPer: time.Second, History: true}); err != nil {
+			if _, err := s.PutLimit(ctx, ledger.Limit{Name: "c", Capacity: decimal.RequireFromString("10"), LeakAmount: decimal.RequireFromString("1"), LeakPer: time.Second, History: tc.hist}); err != nil {
 				t.Fatal(err)
 			}
 			ref := func(key string) ledger.BucketRef { return ledger.BucketRef{Limit: "c", Key: "{t}" + key} }

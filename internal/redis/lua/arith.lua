@@ -7,8 +7,10 @@
 -- result of every routine below stays under 2^53, so it is exact.
 
 -- fmt formats an exact integer-valued double (< 2^53) without exponent.
+-- Lua 5.1's %d converts to a C long (64 bits here), which holds such a
+-- double exactly, and is about twice as fast as %.0f.
 local function fmt(x)
-  return string.format('%.0f', x)
+  return string.format('%d', x)
 end
 
 local BASE, BD = 10000000, 7
@@ -157,7 +159,7 @@ end
 local function vs(a)
   if a.h == nil then return bs(a) end
   if a.h == 0 then return fmt(a.l) end
-  return fmt(a.h) .. string.format('%012.0f', a.l)
+  return string.format('%d%012d', a.h, a.l)
 end
 
 local function vbig(a)
@@ -238,6 +240,7 @@ local function leak(lp, level, dt)
     local p = lp.ran * dt
     if p < LIM then
       local q = (p - math.fmod(p, lp.rp)) / lp.rp
+      if q == 0 then return level end -- nothing leaked yet (a hot bucket)
       local ql = math.fmod(q, E12)
       local lk = pair((q - ql) / E12, ql)
       if vcmp(lk, level) >= 0 then return pair(0, 0) end

@@ -11,10 +11,13 @@
 -- Amounts are integers in units of 10^-12 stored as decimal strings; times are
 -- integer microseconds since the Unix epoch (exact doubles, < 2^53).
 
+-- clock returns now in µs and as a decimal string (what fmt(now) gives):
+-- TIME's seconds and its microseconds padded to six digits.
 local function clock(arg)
-  if arg ~= '' then return tonumber(arg) end
+  if arg ~= '' then return tonumber(arg), arg end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  return tonumber(s), s
 end
 
 -- stale reports whether the limit definition dk (standalone only; nil in
@@ -69,9 +72,9 @@ local function in_period(c, now)
   return false
 end
 
--- load reads a bucket.
-local function load(c)
-  local f = redis.call('HGETALL', c.bk)
+-- load reads a bucket (f: its fields when the caller already read them).
+local function load(c, f)
+  f = f or redis.call('HGETALL', c.bk)
   local st = { l = pair(0, 0), u = 0, n = 0, holds = {} }
   for i = 1, #f, 2 do
     local k, v = f[i], f[i + 1]
@@ -239,6 +242,93 @@ local function reply(now, x, rk, items, ik, ih)
   return out
 end
 
+-- memo keeps what the arguments that repeat from call to call (a limit's
+-- capacity and leak rate, common costs) parse to, so the lean Fillup below
+-- parses them once, not on every call. It lives as long as the library is
+-- loaded (a cache: the values are the same either way, and nothing mutates
+-- them) and is emptied when it reaches MEMO_MAX entries.
+local MEMO_MAX, memo, memo_n = 1024, {}, 0
+local function remember(k, v)
+  if memo_n >= MEMO_MAX then memo, memo_n = {}, 0 end
+  memo[k], memo_n = v, memo_n + 1
+  return v
+end
+local function nv_memo(s) return memo[s] or remember(s, nv(s)) end
+local function lp_memo(ra, rp)
+  local k = ra .. '/' .. rp
+  return memo[k] or remember(k, leak_params(ra, rp))
+end
+
+-- fillup_lean is fillup for the commonest call, one leaky bucket without
+-- history or idempotency key, while the bucket holds nothing but its level
+-- and time (f, as read): the same rule as fillup, settle and finish below,
+-- in plain Lua numbers. A level is H * 10^12 + L units in two locals, as a
+-- pair of arith.lua, with the same bounds (H < 2^52), and the leak is
+-- arith.lua's fast path; anything beyond them goes to the general path.
+-- It returns nil for the general path to go on (also when the bucket has
+-- other fields: holds, a history counter).
+local function fillup_lean(bk, f, now, nows, cap, ra, rp, cost)
+  local ls, us = '0', '0'
+  for i = 1, #f, 2 do
+    local k = f[i]
+    if k == 'l' then ls = f[i + 1] elseif k == 'u' then us = f[i + 1] else return nil end
+  end
+  local cv, cp = nv_memo(cost), nv_memo(cap)
+  if cv.h == nil or cp.h == nil then return nil end
+  local stepped, x = false, '1'
+  if cv.h == 0 and cv.l == 0 then
+    -- Accepted, nothing written: the answer shows the bucket as stored.
+  else
+    -- nv
+    local n, h, l = #ls, 0, 0
+    if n <= 12 then l = tonumber(ls)
+    elseif n <= 28 then h, l = tonumber(string.sub(ls, 1, n - 12)), tonumber(string.sub(ls, n - 11))
+    else return nil end
+    if h >= HMAX then return nil end
+    local u, lp = tonumber(us), lp_memo(ra, rp)
+    -- level_at (leak)
+    if not ((h == 0 and l == 0) or u == 0 or now <= u) then
+      if not lp.ran then return nil end
+      local p = lp.ran * (now - u)
+      if p >= LIM then return nil end
+      local q = (p - math.fmod(p, lp.rp)) / lp.rp
+      if q > 0 then
+        local ql = math.fmod(q, E12)
+        local qh = (q - ql) / E12
+        if qh > h or (qh == h and ql >= l) then h, l = 0, 0
+        else
+          h, l = h - qh, l - ql
+          if l < 0 then l = l + E12; h = h - 1 end
+        end
+      end
+    end
+    -- fits: vadd, vcmp
+    h, l = h + cv.h, l + cv.l
+    if l >= E12 then l = l - E12; h = h + 1 end
+    if h < cp.h or (h == cp.h and l <= cp.l) then
+      -- settle, add, finish
+      if u > now + CLOCK_STEP_US then stepped = true end
+      if now > u or stepped then u, us = now, nows end
+      if h == 0 then ls = fmt(l) else ls = string.format('%d%012d', h, l) end
+      redis.call('HSET', bk, 'l', ls, 'u', us)
+      local t = (h * E12 + l) * lp.rp / lp.raf
+      t = t * (1 + 1e-9) + 1
+      if u > now then t = t + (u - now) end
+      local ms = math.ceil(t / 1000) + SLACK_MS
+      if ms > 1e15 then redis.call('PERSIST', bk) else redis.call('PEXPIRE', bk, fmt(ms)) end
+    else
+      x = '0' -- unstep
+      if u > now + CLOCK_STEP_US then
+        stepped, us = true, nows
+        redis.call('HSET', bk, 'u', us)
+      end
+    end
+  end
+  if stepped then nows = nows .. '!' end
+  local out = { 'ok', nows, x, '', '', '', '', '', '', '', '', '', ls, us, '', '' } -- reply's shape
+  return out
+end
+
 -- fillup: KEYS = bucket, history per item, then (standalone) each item's
 -- limit definition, then, when ih ~= '', the idempotency record, which a
 -- call of several items precedes with where an earlier version kept it.
@@ -246,20 +336,27 @@ end
 -- item 8 arguments: capacity, leak amount, leak period, history flag,
 -- version, limit document, cost, meta ('' for none).
 local function fillup(keys, args)
-  local now_arg, ih, check, n = args[1], args[2], args[3] == '1', tonumber(args[4])
+  local now_arg, ih, check = args[1], args[2], args[3] == '1'
+  local n = args[4] == '1' and 1 or tonumber(args[4]) -- one item spares a strtod
   local ik = ih ~= '' and keys[#keys] or nil
   local rec = idem_get(ik, ih) or (ik and n > 1 and idem_get(keys[#keys - 1], ih))
   if rec then return rec end
-  local now = clock(now_arg)
+  local now, nows = clock(now_arg)
   local items, accepted = {}, true
   for i = 1, n do
     local a = 4 + 8 * (i - 1)
     local cap, ra, rp, hist, version, lim, cost, meta = args[a + 1], args[a + 2], args[a + 3], args[a + 4], args[a + 5],
       args[a + 6], args[a + 7], args[a + 8]
     if check and stale(keys[2 * n + i], version) then return { E_STALE } end
+    local f
+    if n == 1 and not ik and ra ~= 'P' and hist == '0' then -- the usual call: fillup_lean
+      f = redis.call('HGETALL', keys[1])
+      local out = fillup_lean(keys[1], f, now, nows, cap, ra, rp, cost)
+      if out then return out end
+    end
     local c = bkt(keys[2 * i - 1], keys[2 * i], cap, ra, rp, hist, lim)
     if c.starts and not in_period(c, now) then return { E_PERIOD_TABLE, fmt(now) } end
-    local st = load(c)
+    local st = load(c, f)
     local cv = nv(cost)
     local ok = fits(c, st, now, cv)
     accepted = accepted and ok
@@ -462,7 +559,7 @@ local function limit_put(keys, args)
   local dk, idx, genc, gens = keys[1], keys[2], keys[3], keys[4]
   local now_arg, name, cap, amount, per, hist = args[1], args[2], args[3], args[4], args[5], args[6]
   local every, tz, sday = args[7] or '', args[8] or '', args[9] or ''
-  local now = fmt(clock(now_arg))
+  local _, now = clock(now_arg)
   local old = redis.call('HGETALL', dk)
   local g, ct = redis.call('HGET', dk, 'g'), redis.call('HGET', dk, 'ct')
   if not g then
