@@ -274,7 +274,7 @@ func (r admitting) Admit(c *call) bool {
 // once past it, and the queued call is sent when its key's batch returns.
 func TestKeyBusy(t *testing.T) {
 	g := newGate()
-	b := groupcommit.New(3, 10, g.run, groupcommit.Rule[*call](admitting{&keyRule{busy: map[int]int{}}}))
+	b := groupcommit.New(3, 10, g.run, admitting{&keyRule{busy: map[int]int{}}})
 	ctx := context.Background()
 	x1 := &call{id: 1, key: 'x', hold: make(chan struct{})}
 	dx1 := do(b, ctx, time.Time{}, x1)
@@ -321,7 +321,7 @@ func TestLeaderGivesUp(t *testing.T) {
 		g := newGate()
 		ctx := context.Background()
 		cctx, cancel := context.WithCancel(ctx)
-		b := groupcommit.New(1, 10, g.run, groupcommit.Rule[*call](&cancelRule{cancelOn: 1, cancel: cancel}))
+		b := groupcommit.New(1, 10, g.run, &cancelRule{cancelOn: 1, cancel: cancel})
 		first := do(b, ctx, time.Time{}, &call{id: 0})
 		<-g.started
 		leader := do(b, cctx, time.Time{}, &call{id: 1})
@@ -414,7 +414,7 @@ func TestConcurrentCounting(t *testing.T) {
 		mu.Unlock()
 		inFlight.Add(-1)
 	}
-	b := groupcommit.New(slots, maxBatch, run, groupcommit.Rule[*call](admitting{&keyRule{busy: map[int]int{}}}))
+	b := groupcommit.New(slots, maxBatch, run, admitting{&keyRule{busy: map[int]int{}}})
 	type result struct {
 		c   *call
 		err error
