@@ -6,9 +6,12 @@
 // at the store) and that the store's Rule admits is sent at once, as a batch
 // of one, by its own goroutine. Otherwise it queues. Whoever's batch returns
 // sends the next one: it chooses from the queue, in arrival order, up to the
-// most calls a batch may hold that the Rule admits, and hands them to the
-// goroutine of the first of them, which sends them. When nothing may go, the
-// slot is given up. A call's deadline (and its context) covers its wait in
+// most calls a batch may hold that the Rule admits, and sends them, one batch
+// after another while any may go; when nothing may go, the slot is given up.
+// (A caller's goroutine whose batch of one returned has its answer: it hands
+// the sending to a new goroutine rather than make its caller wait.) The next
+// batch starts right after the previous one's callers are woken, with no
+// hand-over to a goroutine that has yet to be scheduled. A call's deadline (and its context) covers its wait in
 // the queue: a call whose context ends or whose deadline passes while it is
 // queued leaves the queue, is answered with that error and is never sent.
 //
@@ -73,10 +76,7 @@ type entry[T any] struct {
 	ctx      context.Context
 	deadline time.Time
 	state    state
-	// wake receives the batch this call is to send (it leads it), or nil
-	// once the call's batch has returned. Buffered, so that a caller who
-	// has stopped waiting never holds up the sender.
-	wake chan []*entry[T]
+	done     chan struct{} // closed once run has returned for the call's batch
 }
 
 type state uint8
@@ -85,17 +85,16 @@ const (
 	queued  state = iota
 	taken         // in a batch: sent, or about to be
 	dropped       // left the queue unsent: its context or deadline ended
-	leading       // taken, and the first of its batch: its goroutine sends it
 )
 
 // New returns a Batcher that has at most slots batches at the store at once,
 // each of at most maxBatch calls (both at least 1). run sends a batch and
 // answers every call in it; it is called with no lock held, from the
-// goroutine of a caller of Do (the arriving caller for a batch of one sent at
-// once, otherwise the caller of the batch's first call, or a goroutine of the
-// batcher's when that caller has stopped waiting), and up to slots runs go on
-// at once, each with its own batch. Within a batch the calls are in arrival
-// order. rule may be nil: then any call may go whenever a slot is free.
+// arriving caller's goroutine for a batch of one sent at once and from a
+// goroutine of the batcher's for a batch chosen from the queue, and up to
+// slots runs go on at once, each with its own batch. Within a batch the calls
+// are in arrival order. rule may be nil: then any call may go whenever a
+// slot is free.
 func New[T any](slots, maxBatch int, run func(batch []T), rule Rule[T]) *Batcher[T] {
 	if slots < 1 || maxBatch < 1 {
 		panic("groupcommit: slots and maxBatch must be at least 1")
@@ -120,10 +119,12 @@ func (b *Batcher[T]) Do(ctx context.Context, deadline time.Time, c T) error {
 	if b.inFlight < b.slots && b.admitAlone(c) {
 		b.inFlight++
 		b.mu.Unlock()
-		b.lead([]*entry[T]{{call: c, state: leading}})
+		batch := []T{c}
+		b.run(batch)
+		b.sendNext(batch, true)
 		return nil
 	}
-	e := &entry[T]{call: c, ctx: ctx, deadline: deadline, wake: make(chan []*entry[T], 1)}
+	e := &entry[T]{call: c, ctx: ctx, deadline: deadline, done: make(chan struct{})}
 	b.queue = append(b.queue, e)
 	b.mu.Unlock()
 
@@ -135,10 +136,7 @@ func (b *Batcher[T]) Do(ctx context.Context, deadline time.Time, c T) error {
 	}
 	var err error
 	select {
-	case batch := <-e.wake:
-		if batch != nil {
-			b.lead(batch)
-		}
+	case <-e.done:
 		return nil
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -153,15 +151,9 @@ func (b *Batcher[T]) Do(ctx context.Context, deadline time.Time, c T) error {
 		e.state = dropped
 	}
 	b.mu.Unlock()
-	switch st {
-	case leading:
-		// Chosen to send the batch: it comes now; a goroutine sends it.
-		if batch := <-e.wake; batch != nil {
-			go b.lead(batch)
-		}
-	case taken:
+	if st == taken {
 		select {
-		case <-e.wake: // answered after all
+		case <-e.done: // answered after all
 			return nil
 		default:
 		}
@@ -178,34 +170,44 @@ func (b *Batcher[T]) admitAlone(c T) bool {
 	return b.rule.Admit(c)
 }
 
-// lead runs batch (it holds one slot), then passes the slot on: to the first
-// call of the next batch chosen from the queue, or back when nothing may go.
-// Then it wakes the other callers of batch.
-func (b *Batcher[T]) lead(batch []*entry[T]) {
+// sendNext is called by the holder of a slot with the calls of the batch
+// that just returned: it sends the next batches until nothing that may go is
+// queued, then gives the slot up. With handOff (the goroutine is a caller's,
+// whose answer is in), a new goroutine does the sending.
+func (b *Batcher[T]) sendNext(returned []T, handOff bool) {
+	for {
+		b.mu.Lock()
+		if b.rule != nil {
+			for _, c := range returned {
+				b.rule.Returned(c)
+			}
+		}
+		next := b.take()
+		if next == nil {
+			b.inFlight--
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		if handOff {
+			go func() { b.sendNext(b.send(next), false) }()
+			return
+		}
+		returned = b.send(next)
+	}
+}
+
+// send runs batch, then wakes its callers, and returns its calls.
+func (b *Batcher[T]) send(batch []*entry[T]) []T {
 	calls := make([]T, len(batch))
 	for i, e := range batch {
 		calls[i] = e.call
 	}
 	b.run(calls)
-	b.mu.Lock()
-	if b.rule != nil {
-		for _, c := range calls {
-			b.rule.Returned(c)
-		}
+	for _, e := range batch {
+		close(e.done)
 	}
-	next := b.take()
-	if next == nil {
-		b.inFlight--
-	} else {
-		next[0].state = leading
-	}
-	b.mu.Unlock()
-	if next != nil {
-		next[0].wake <- next
-	}
-	for _, e := range batch[1:] {
-		e.wake <- nil
-	}
+	return calls
 }
 
 // take removes from the queue and returns, in arrival order, up to b.max

@@ -313,10 +313,11 @@ func TestKeyBusy(t *testing.T) {
 	}
 }
 
-// TestLeaderGivesUp: the call chosen to lead the next batch may have stopped
-// waiting (here its context ends just as the batch is chosen); the batch is
-// sent all the same and its other calls answered.
-func TestLeaderGivesUp(t *testing.T) {
+// TestGivesUpOnceChosen: a call whose caller stops waiting just as its batch
+// is chosen (here its context ends then) is sent all the same, with the other
+// calls of its batch, which are answered; its caller gets its context's error
+// or, when the answer came first, nil.
+func TestGivesUpOnceChosen(t *testing.T) {
 	for i := range 200 {
 		g := newGate()
 		ctx := context.Background()

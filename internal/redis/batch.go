@@ -13,8 +13,9 @@ import (
 // scheduling is internal/groupcommit's: a call that finds fewer than
 // maxInflight pipelines at Redis is sent at once by its own goroutine, so an
 // idle store adds no latency; otherwise it waits in a queue, and the
-// goroutine whose pipeline comes back hands the queue (up to maxBatch calls)
-// to the first queued call, which sends it as the next pipeline. Redis needs
+// goroutine whose pipeline comes back sends the queue (up to maxBatch calls)
+// as the next pipeline (a caller's goroutine hands that to a new goroutine,
+// so that its caller has its answer at once). Redis needs
 // no rule of its own on which calls may go together: each call is still
 // exactly one FCALL, run atomically on its own by Redis; batching only shares
 // the round trip, so every answer is the one the call would have got alone,
