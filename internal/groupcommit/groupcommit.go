@@ -9,11 +9,13 @@
 // most calls a batch may hold that the Rule admits, and sends them, one batch
 // after another while any may go; when nothing may go, the slot is given up.
 // (A caller's goroutine whose batch of one returned has its answer: it hands
-// the sending to a new goroutine rather than make its caller wait.) The next
-// batch starts right after the previous one's callers are woken, with no
-// hand-over to a goroutine that has yet to be scheduled. A call's deadline (and its context) covers its wait in
-// the queue: a call whose context ends or whose deadline passes while it is
-// queued leaves the queue, is answered with that error and is never sent.
+// the sending to a new goroutine rather than make its caller wait.) So the
+// next batch starts right after the previous one's callers are woken, with
+// no hand-over to a goroutine that has yet to be scheduled.
+//
+// A call's deadline (and its context) covers its wait in the queue: a call
+// whose context ends or whose deadline passes while it is queued leaves the
+// queue, is answered with that error and is never sent.
 //
 // The package knows nothing of what a call is: the store's run function sends
 // a batch and answers each call in it (in the call's own fields), and its
@@ -38,9 +40,9 @@ var ErrDeadline = fmt.Errorf("groupcommit: the call's deadline passed before its
 // and must not call the batcher.
 //
 // Refusing a call is for calls that have to wait for a batch at the store
-// (a call of the same key, say): the queue is looked at again only when a
-// batch returns or a call arrives, so a call refused while no batch is at
-// the store waits for the next one, or until its deadline.
+// (a call of the same key, say): queued calls are looked at again only when
+// a batch returns, so a call refused while no batch is at the store waits
+// for the next one to return, or until its deadline.
 type Rule[T any] interface {
 	// Pass begins one choice of calls to send. Admit is then asked about
 	// candidates, in arrival order: the one arriving call when it might go
@@ -53,7 +55,8 @@ type Rule[T any] interface {
 	// offered again in a later pass.
 	Admit(c T) bool
 	// Returned is called for each call of a batch once run has returned
-	// for that batch, before any further pass.
+	// for that batch, before the pass that chooses the next batch for its
+	// slot.
 	Returned(c T)
 }
 
