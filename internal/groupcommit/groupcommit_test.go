@@ -68,6 +68,13 @@ func queued(t *testing.T, b *groupcommit.Batcher[*call], n int) {
 	waitFor(t, fmt.Sprintf("%d calls are queued", n), func() bool { _, q := b.Load(); return q == n })
 }
 
+// idle waits until b has no batch in flight and no call queued: a caller is
+// answered before the goroutine that ran its batch gives the slot up.
+func idle(t *testing.T, b *groupcommit.Batcher[*call]) {
+	t.Helper()
+	waitFor(t, "the batcher is idle", func() bool { n, q := b.Load(); return n == 0 && q == 0 })
+}
+
 func ids(batch []*call) []int {
 	var out []int
 	for _, c := range batch {
@@ -116,9 +123,7 @@ func TestIdleGoesAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n, q := b.Load(); n != 0 || q != 0 {
-		t.Fatalf("%d in flight, %d queued at the end; want none", n, q)
-	}
+	idle(t, b)
 }
 
 // TestQueueGoesInBatches: calls that queue behind a batch go together when it
@@ -147,9 +152,7 @@ func TestQueueGoesInBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n, q := b.Load(); n != 0 || q != 0 {
-		t.Fatalf("%d in flight, %d queued at the end; want none", n, q)
-	}
+	idle(t, b)
 }
 
 // TestCancelledWhileQueued: a queued call whose context ends, or whose
@@ -308,9 +311,7 @@ func TestKeyBusy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n, q := b.Load(); n != 0 || q != 0 {
-		t.Fatalf("%d in flight, %d queued at the end; want none", n, q)
-	}
+	idle(t, b)
 }
 
 // TestGivesUpOnceChosen: a call whose caller stops waiting just as its batch
@@ -344,7 +345,7 @@ func TestGivesUpOnceChosen(t *testing.T) {
 		if err := <-leader; err != nil && !errors.Is(err, context.Canceled) {
 			t.Fatalf("round %d: leader: %v", i, err)
 		}
-		waitFor(t, "the batcher is idle", func() bool { n, q := b.Load(); return n == 0 && q == 0 })
+		idle(t, b)
 	}
 }
 
@@ -469,9 +470,7 @@ func TestConcurrentCounting(t *testing.T) {
 	if biggest > maxBatch {
 		t.Fatalf("a batch of %d calls, more than %d", biggest, maxBatch)
 	}
-	if n, q := b.Load(); n != 0 || q != 0 {
-		t.Fatalf("%d in flight, %d queued at the end; want none", n, q)
-	}
+	idle(t, b)
 	if ok+gaveUp != workers*each || ok < workers*each*3/4 {
 		t.Fatalf("%d answered, %d gave up of %d", ok, gaveUp, workers*each)
 	}
