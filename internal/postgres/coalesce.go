@@ -3,11 +3,12 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/groupcommit"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,25 +18,65 @@ import (
 // maxBatch is the most Fillups one database call decides.
 const maxBatch = 256
 
-// coalescer queues single-bucket Fillups and sends what queued as one
-// database call: one round trip, one transaction and one commit flush for
-// many callers (see migrations/functions/budgetd_fillup.sql). A call queues when a
-// call of its bucket is at the database (it would wait for that row's lock
-// anyway: a hot bucket) or when every connection the store may use is busy.
-// Whoever's batch returns sends the next one: every queued call whose bucket
-// is not at the database, in arrival order, the calls of one bucket decided
-// one after another under one lock of its row. A call that finds a connection
-// free and its bucket idle goes at once, as a batch of one: coalescing adds
-// no round trip and no wait of its own.
-type coalescer struct {
-	mu       sync.Mutex
-	slots    int // calls to the database at once; the pool's size
-	inFlight int
-	busy     map[ledger.BucketRef]int // calls of a bucket at the database
-	queue    []*fillCall
+// Single-bucket Fillups go through a group-commit batcher
+// (internal/groupcommit) that sends what queued as one database call: one
+// round trip, one transaction and one commit flush for many callers (see
+// migrations/functions/budgetd_fillup.sql). It has as many batches at the
+// database at once as the pool has connections; a call that finds a
+// connection free and its bucket idle goes at once, as a batch of one, so
+// coalescing adds no round trip and no wait of its own. Whoever's batch
+// returns sends the next one.
+//
+// fillRule is this store's own part: which queued calls may go. A call
+// whose bucket is at the database waits (it would wait for that row's lock
+// anyway: a hot bucket); the others go in arrival order, the calls of one
+// bucket decided one after another under one lock of its row. A call left
+// in the queue holds back the later calls with its Idempotency-Key, so that
+// a key is always decided by its first call. The batcher calls it under its
+// lock.
+type fillRule struct {
+	busy map[ledger.BucketRef]int // calls of a bucket at the database, or admitted to go
+	// In this pass: the buckets of calls admitted (their later calls join
+	// them), and the Idempotency-Keys of calls left queued.
+	admitted map[ledger.BucketRef]bool
+	blocked  map[[2]string]bool
 }
 
-// fillCall is one queued Fillup and, once done is closed, its answer.
+func newFillRule() *fillRule {
+	return &fillRule{busy: map[ledger.BucketRef]int{}, admitted: map[ledger.BucketRef]bool{}, blocked: map[[2]string]bool{}}
+}
+
+// Pass begins a choice of calls: none admitted or left queued yet.
+func (r *fillRule) Pass() {
+	clear(r.admitted)
+	clear(r.blocked)
+}
+
+// Admit lets c go unless its bucket was at the database when the pass began
+// or an earlier call left queued carries its Idempotency-Key. A call it lets
+// go counts as at the database until Returned.
+func (r *fillRule) Admit(c *fillCall) bool {
+	k := [2]string{c.idem.Scope, c.idem.Key}
+	if r.busy[c.ref] > 0 && !r.admitted[c.ref] || c.idem.Key != "" && r.blocked[k] {
+		if c.idem.Key != "" {
+			r.blocked[k] = true
+		}
+		return false
+	}
+	r.busy[c.ref]++
+	r.admitted[c.ref] = true
+	return true
+}
+
+// Returned: c's batch is back from the database.
+func (r *fillRule) Returned(c *fillCall) {
+	if r.busy[c.ref]--; r.busy[c.ref] == 0 {
+		delete(r.busy, c.ref)
+	}
+}
+
+// fillCall is one single-bucket Fillup and, once its batch has run, its
+// answer.
 type fillCall struct {
 	ctx      context.Context
 	deadline time.Time // the store's timeout from the call on; zero: from the batch on
@@ -43,17 +84,16 @@ type fillCall struct {
 	cost     string
 	idem     ledger.Idempotency
 	meta     string // the charge's meta as JSON, "" for none
-	done     chan struct{}
 	out      ledger.FillupOutcome
 	err      error
 }
 
 func newFillCall(ctx context.Context, ref ledger.BucketRef, cost decimal.Decimal, idem ledger.Idempotency) *fillCall {
-	return &fillCall{ctx: ctx, ref: ref, cost: cost.String(), idem: idem, done: make(chan struct{})}
+	return &fillCall{ctx: ctx, ref: ref, cost: cost.String(), idem: idem}
 }
 
-// fillupSingle charges one bucket: through the queue when coalescing is on,
-// otherwise as a batch of one. The store's timeout counts from here: the
+// fillupSingle charges one bucket: through the batcher when coalescing is
+// on, otherwise as a batch of one. The store's timeout counts from here: the
 // time the call waits in the queue is part of it, so a call queued behind a
 // batch gets no second full timeout.
 func (s *Store) fillupSingle(ctx context.Context, it ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
@@ -64,104 +104,19 @@ func (s *Store) fillupSingle(ctx context.Context, it ledger.Charge, idem ledger.
 		s.runBatch([]*fillCall{c})
 		return c.out, c.err
 	}
-	co := &s.co
-	co.mu.Lock()
-	if co.inFlight < co.slots && co.busy[c.ref] == 0 {
-		co.inFlight++
-		co.busy[c.ref]++
-		co.mu.Unlock()
-		batch := []*fillCall{c}
-		s.runBatch(batch)
-		// Send what queued meanwhile, in a goroutine: this caller has its
-		// answer.
-		s.sendNext(batch, true)
+	switch err := s.co.Do(ctx, c.deadline, c); {
+	case err == nil:
 		return c.out, c.err
-	}
-	co.queue = append(co.queue, c)
-	co.mu.Unlock()
-	t := time.NewTimer(time.Until(c.deadline))
-	defer t.Stop()
-	select {
-	case <-c.done:
-		return c.out, c.err
-	case <-ctx.Done():
-		// The batch may still charge it: the outcome is unknown, as for a
-		// direct call cancelled while its statement runs.
-		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: %w", ctx.Err())
-	case <-t.C:
+	case errors.Is(err, groupcommit.ErrDeadline):
+		// Still queued (then never sent) or at the database.
 		s.stats.unavailable.Add(1)
 		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: no answer within %s (queued behind other calls; the outcome is unknown, retry with the same Idempotency-Key): %w",
 			s.cfg.timeout, ledger.ErrUnavailable)
+	default:
+		// The batch may still charge it: the outcome is unknown, as for a
+		// direct call cancelled while its statement runs.
+		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: %w", err)
 	}
-}
-
-// sendNext is called with the batch that just returned, by the holder of its
-// connection slot: it sends the next batches until nothing it may send is
-// queued, then gives the slot up. With handOff, a goroutine does the sending.
-func (s *Store) sendNext(done []*fillCall, handOff bool) {
-	co := &s.co
-	for {
-		co.mu.Lock()
-		for _, c := range done {
-			if co.busy[c.ref]--; co.busy[c.ref] == 0 {
-				delete(co.busy, c.ref)
-			}
-		}
-		next := co.take()
-		if len(next) == 0 {
-			co.inFlight--
-			co.mu.Unlock()
-			return
-		}
-		co.mu.Unlock()
-		if handOff {
-			go func() {
-				s.runBatch(next)
-				s.sendNext(next, false)
-			}()
-			return
-		}
-		s.runBatch(next)
-		done = next
-	}
-}
-
-// take removes from the queue and returns, in arrival order, up to maxBatch
-// calls whose bucket is not at the database, and marks their buckets busy.
-// A call left in the queue holds back the later calls with its
-// Idempotency-Key, so that a key is always decided by its first call. The
-// caller holds co.mu.
-func (co *coalescer) take() []*fillCall {
-	var batch []*fillCall
-	var blocked map[[2]string]bool
-	rest := co.queue[:0]
-	for i, c := range co.queue {
-		k := [2]string{c.idem.Scope, c.idem.Key}
-		if len(batch) == maxBatch {
-			rest = append(rest, co.queue[i:]...)
-			break
-		}
-		if co.busy[c.ref] > 0 || c.idem.Key != "" && blocked[k] {
-			if c.idem.Key != "" {
-				if blocked == nil {
-					blocked = map[[2]string]bool{}
-				}
-				blocked[k] = true
-			}
-			rest = append(rest, c)
-			continue
-		}
-		batch = append(batch, c)
-	}
-	clear(co.queue[len(rest):])
-	co.queue = rest
-	if len(co.queue) == 0 {
-		co.queue = nil // let the backing array go
-	}
-	for _, c := range batch {
-		co.busy[c.ref]++
-	}
-	return batch
 }
 
 // batchRow is one row of budgetd_fillup: an answer in columns, an outcome
@@ -268,12 +223,10 @@ func (s *Store) runPart(batch []*fillCall) {
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.err = fmt.Errorf("postgres fillup: %w", err)
-			close(c.done)
 			continue
 		}
 		if !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
 			c.err = fmt.Errorf("postgres fillup: no answer within %s: %w", s.cfg.timeout, ledger.ErrUnavailable)
-			close(c.done)
 			continue
 		}
 		live = append(live, c)
@@ -314,7 +267,6 @@ func (s *Store) runPart(batch []*fillCall) {
 		} else {
 			c.out, c.err = s.decodeBatchRow(ctx, c.ref.Limit, &got[i])
 		}
-		close(c.done)
 	}
 }
 

@@ -24,7 +24,6 @@ func (s *Store) FillupBatchIdem(ctx context.Context, ref ledger.BucketRef, costs
 	outs := make([]ledger.FillupOutcome, len(batch))
 	errs := make([]error, len(batch))
 	for i, c := range batch {
-		<-c.done
 		outs[i], errs[i] = c.out, c.err
 	}
 	return outs, errs
@@ -35,12 +34,11 @@ func (s *Store) FillupBatchIdem(ctx context.Context, ref ledger.BucketRef, costs
 func (s *Store) FillupBatchRaw(ctx context.Context, ref ledger.BucketRef, costs []string) []error {
 	batch := make([]*fillCall, len(costs))
 	for i, c := range costs {
-		batch[i] = &fillCall{ctx: ctx, ref: ref, cost: c, done: make(chan struct{})}
+		batch[i] = &fillCall{ctx: ctx, ref: ref, cost: c}
 	}
 	s.runBatch(batch)
 	errs := make([]error, len(batch))
 	for i, c := range batch {
-		<-c.done
 		errs[i] = c.err
 	}
 	return errs
@@ -64,7 +62,6 @@ func (s *Store) FillupCalls(ctx context.Context, refs []ledger.BucketRef, costs 
 	outs := make([]ledger.FillupOutcome, len(batch))
 	errs := make([]error, len(batch))
 	for i, c := range batch {
-		<-c.done
 		outs[i], errs[i] = c.out, c.err
 	}
 	return outs, errs

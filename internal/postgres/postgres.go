@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/groupcommit"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -199,8 +200,9 @@ type Store struct {
 	pool *pgxpool.Pool
 	cfg  *config
 
-	stats      counters
-	co         coalescer
+	stats counters
+	// co sends single-bucket Fillups in batches (coalesce.go).
+	co         *groupcommit.Batcher[*fillCall]
 	multiLocks keyLocks // SERIALIZABLE: multi-bucket Fillups of a bucket one at a time (keylock.go)
 
 	kick      chan struct{}
@@ -239,8 +241,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("postgres pool: %w", err)
 	}
 	s.pool = pool
-	s.co.slots = int(pool.Config().MaxConns)
-	s.co.busy = map[ledger.BucketRef]int{}
+	s.co = groupcommit.New(int(pool.Config().MaxConns), maxBatch, s.runBatch, newFillRule())
 	if c.pruneInterval > 0 {
 		go s.pruneLoop()
 	} else {

@@ -2,24 +2,26 @@ package redis
 
 import (
 	"context"
-	"slices"
-	"sync"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/groupcommit"
 	goredis "github.com/redis/go-redis/v9"
 )
 
 // Function calls that arrive while others are at Redis go together in one
-// pipeline: one write and one read for many FCALLs, like a group commit.
-// A call that finds fewer than maxInflight pipelines at Redis is sent at once
-// by its own goroutine, so an idle store adds no latency; otherwise it waits
-// in a queue, and the goroutine whose pipeline comes back hands the queue
-// (up to maxBatch calls) to the first queued call, which sends it as the
-// next pipeline. Each call is still exactly one FCALL, run atomically on its
-// own by Redis; batching only shares the round trip, so every answer is the
-// one the call would have got alone, and a call's error (a lost connection,
-// a deadline) is its own. A call's deadline covers its wait in the queue as
-// well as its pipeline at Redis. docs/redis.md has figures.
+// pipeline: one write and one read for many FCALLs, like a group commit. The
+// scheduling is internal/groupcommit's: a call that finds fewer than
+// maxInflight pipelines at Redis is sent at once by its own goroutine, so an
+// idle store adds no latency; otherwise it waits in a queue, and the
+// goroutine whose pipeline comes back sends the queue (up to maxBatch calls)
+// as the next pipeline (a caller's goroutine hands that to a new goroutine,
+// so that its caller has its answer at once). Redis needs
+// no rule of its own on which calls may go together: each call is still
+// exactly one FCALL, run atomically on its own by Redis; batching only shares
+// the round trip, so every answer is the one the call would have got alone,
+// and a call's error (a lost connection, a deadline) is its own. A call's
+// deadline covers its wait in the queue as well as its pipeline at Redis.
+// docs/redis.md has figures.
 const (
 	maxBatch    = 64
 	maxInflight = 2
@@ -27,14 +29,12 @@ const (
 
 // fcall is one function call on its way through the batcher.
 type fcall struct {
+	ctx  context.Context // the caller's, for its values; the pipeline's deadline is its own
 	fn   string
 	ro   bool // FCALL_RO
 	keys []string
 	args []any
 	cmd  *goredis.Cmd // the reply, once sent
-	// wake receives the batch this call is to send (it leads it), or nil
-	// when another goroutine sent the call and cmd holds its reply.
-	wake chan []*fcall
 	// deadline bounds the call's wait in the queue and at Redis.
 	deadline time.Time
 }
@@ -67,110 +67,55 @@ func (noRetry) NoRetry() bool { return true }
 
 // batcher pipelines concurrent function calls; see the comment above.
 type batcher struct {
-	client   rediser
-	max      int // calls per pipeline
-	inflight int // pipelines at Redis, at most maxInflight
-	limit    int // maxInflight
-	timeout  time.Duration
+	gc      *groupcommit.Batcher[*fcall]
+	client  rediser
+	timeout time.Duration
 	// reload loads the library again after a server said a function does
 	// not exist (nothing ran for those calls, so they are sent again).
 	reload func(ctx context.Context) error
-	mu     sync.Mutex
-	queue  []*fcall
 }
 
-func newBatcher(c rediser, timeout time.Duration, reload func(context.Context) error) *batcher {
-	return &batcher{client: c, max: maxBatch, limit: maxInflight, timeout: timeout, reload: reload}
+// newBatcher returns a batcher with at most inflight pipelines at Redis, of
+// at most max calls each (the store uses maxInflight and maxBatch).
+func newBatcher(c rediser, timeout time.Duration, reload func(context.Context) error, inflight, max int) *batcher {
+	b := &batcher{client: c, timeout: timeout, reload: reload}
+	b.gc = groupcommit.New(inflight, max, b.send, nil)
+	return b
 }
 
 // do runs c and returns its reply. The call gets one deadline, timeout from
 // now or ctx's if that is sooner, for its wait in the queue and at Redis: a
 // call that is still queued then leaves the queue unsent, and a sent one
 // fails when its pipeline's reply has not come by the earliest deadline in
-// it. A cancelled ctx stops the wait only while the call is still queued;
-// once sent, the call's outcome is awaited (the deadline bounds it) and
-// ctx's error reported by the caller.
+// it. When ctx ends or the deadline passes first, do returns that error at
+// once (a call already sent may still run: its outcome is unknown).
 func (b *batcher) do(ctx context.Context, c *fcall) *goredis.Cmd {
+	c.ctx = ctx
 	c.deadline = time.Now().Add(b.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
 		c.deadline = d
 	}
-	b.mu.Lock()
-	if b.inflight < b.limit {
-		b.inflight++
-		b.mu.Unlock()
-		b.lead(ctx, []*fcall{c})
-		return c.cmd
-	}
-	c.wake = make(chan []*fcall, 1)
-	b.queue = append(b.queue, c)
-	b.mu.Unlock()
-	timer := time.NewTimer(time.Until(c.deadline))
-	defer timer.Stop()
-	var batch []*fcall
-	var gone error
-	select {
-	case batch = <-c.wake:
-	case <-ctx.Done():
-		gone = ctx.Err()
-	case <-timer.C:
-		gone = context.DeadlineExceeded
-	}
-	if gone != nil {
-		b.mu.Lock()
-		if i := slices.Index(b.queue, c); i >= 0 {
-			b.queue = slices.Delete(b.queue, i, i+1)
-			b.mu.Unlock()
-			cmd := goredis.NewCmd(ctx)
-			cmd.SetErr(gone)
-			return cmd
-		}
-		b.mu.Unlock()
-		batch = <-c.wake // taken already: it is being sent
-	}
-	if batch != nil {
-		b.lead(ctx, batch)
+	if err := b.gc.Do(ctx, c.deadline, c); err != nil {
+		cmd := goredis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
 	}
 	return c.cmd
 }
 
-// lead sends batch (one in-flight turn), then passes the turn on to the
-// queued calls, if any, and wakes the calls of batch.
-func (b *batcher) lead(ctx context.Context, batch []*fcall) {
+// send runs the calls of batch as FCALLs in one pipeline, bounded by the
+// earliest deadline among them, then, when a server did not know a function
+// (nothing ran for that call), loads the library and sends those calls
+// again. It is the batcher's run: one goroutine per pipeline at Redis.
+func (b *batcher) send(batch []*fcall) {
 	deadline := batch[0].deadline
 	for _, c := range batch[1:] {
 		if c.deadline.Before(deadline) {
 			deadline = c.deadline
 		}
 	}
-	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	b.send(sctx, batch)
-	cancel()
-	var next []*fcall
-	b.mu.Lock()
-	switch n := len(b.queue); {
-	case n == 0:
-		b.inflight--
-	case n <= b.max:
-		next, b.queue = b.queue, nil
-	default:
-		next, b.queue = b.queue[:b.max:b.max], b.queue[b.max:]
-	}
-	b.mu.Unlock()
-	if next != nil {
-		next[0].wake <- next
-	}
-	for _, c := range batch {
-		if c.wake != nil && c != batch[0] {
-			c.wake <- nil
-		}
-	}
-}
-
-// send runs the calls of batch as FCALLs in one pipeline, then, when a
-// server did not know a function (nothing ran for that call), loads the
-// library and sends those calls again.
-func (b *batcher) send(ctx context.Context, batch []*fcall) {
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(batch[0].ctx), deadline)
+	defer cancel()
 	for _, c := range batch {
 		c.cmd = c.command(ctx)
 	}

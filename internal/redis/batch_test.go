@@ -100,9 +100,7 @@ redis.register_function{function_name = 'read' .. N, flags = {'no-writes'},
 			b := newBatcher(s.client, time.Minute, func(ctx context.Context) error {
 				reloads.Add(1)
 				return reload(ctx)
-			})
-			b.limit = 1
-			b.max = 16
+			}, 1, 16)
 			ctx := context.Background()
 			const n = 400
 			var wg sync.WaitGroup
@@ -206,8 +204,7 @@ redis.register_function('incr' .. N, function(keys, args) return redis.call('INC
 	key := s.k.prefix + ":t:slow"
 	for _, how := range []string{"context", "deadline"} {
 		t.Run(how, func(t *testing.T) {
-			b := newBatcher(s.client, time.Minute, reload)
-			b.limit = 1
+			b := newBatcher(s.client, time.Minute, reload, 1, maxBatch)
 			started := make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
@@ -215,27 +212,31 @@ redis.register_function('incr' .. N, function(keys, args) return redis.call('INC
 				done <- b.do(ctx, &fcall{fn: "slow_" + nonce, keys: []string{key + "x"}}).Err()
 			}()
 			<-started
-			time.Sleep(50 * time.Millisecond) // the slow function is at Redis
-			cctx := ctx
+			// The slow function has the one pipeline slot.
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+				if n, _ := b.gc.Load(); n == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the slow call never went")
+				}
+			}
+			cctx, second := ctx, *b // the second call shares the batcher
 			if how == "context" {
 				var cancel context.CancelFunc
 				cctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
 				defer cancel()
 			} else {
-				b.mu.Lock()
-				b.timeout = 50 * time.Millisecond
-				b.mu.Unlock()
+				second.timeout = 50 * time.Millisecond
 			}
-			err := b.do(cctx, &fcall{fn: "incr_" + nonce, keys: []string{key}}).Err()
+			err := second.do(cctx, &fcall{fn: "incr_" + nonce, keys: []string{key}}).Err()
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("queued call returned %v, want its deadline", err)
 			}
 			if err := <-done; err != nil && how == "context" {
 				t.Fatal(err)
 			}
-			b.mu.Lock()
-			queued, inflight := len(b.queue), b.inflight
-			b.mu.Unlock()
+			inflight, queued := b.gc.Load()
 			if queued != 0 || inflight != 0 {
 				t.Fatalf("queue %d, in flight %d after both calls returned", queued, inflight)
 			}

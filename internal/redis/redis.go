@@ -166,7 +166,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if err := s.connect(url); err != nil {
 		return nil, err
 	}
-	s.batch = newBatcher(s.client, s.callTimeout, s.loadLibrary)
+	s.batch = newBatcher(s.client, s.callTimeout, s.loadLibrary, maxInflight, maxBatch)
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		s.client.Close()
 		return nil, s.fail(ctx, "ping", err)
