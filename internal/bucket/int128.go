@@ -81,6 +81,9 @@ func mul192(a int128, m uint64) ([3]uint64, bool) {
 // maxInt128 when the quotient does not fit.
 func mulDiv(a int128, m, d uint64) int128 {
 	p, _ := mul192(a, m)
+	if p[2] == 0 && p[1] == 0 { // the common case: the product fits 64 bits
+		return int128{lo: p[0] / d}
+	}
 	if p[2] >= d {
 		return maxInt128
 	}
