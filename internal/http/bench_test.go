@@ -3,6 +3,7 @@ package http_test
 import (
 	"bytes"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -25,10 +26,14 @@ import (
 // in budgetload's default run. Keys are spread over benchKeys buckets.
 const benchKeys = 1024
 
+// quiet drops the audit lines of a benchmark's set-up, which would land in
+// the middle of go test's result lines.
+var quiet = budgethttp.WithLogger(slog.New(slog.DiscardHandler))
+
 // benchAPI is a handler over a fresh memory store with limit "bench".
 func benchAPI(b *testing.B, history bool) http.Handler {
 	b.Helper()
-	h := budgethttp.New(ledger.NewService(memory.New()))
+	h := budgethttp.New(ledger.NewService(memory.New()), quiet)
 	body := `{"capacity":"1000000000000","leak":{"amount":"1","per":"87600h"},"history":` + strconv.FormatBool(history) + `}`
 	if rec := benchServe(h, "PUT", "/v1/limits/bench", body); rec.Code != http.StatusOK {
 		b.Fatalf("PUT limit: %d %s", rec.Code, rec.Body)
@@ -245,7 +250,7 @@ func BenchmarkFillupHotParallel(b *testing.B) {
 // BenchmarkFillupPeriodic is Fillup on a calendar-month limit in
 // Europe/Berlin, to compare with BenchmarkFillup (a leaky limit).
 func BenchmarkFillupPeriodic(b *testing.B) {
-	h := budgethttp.New(ledger.NewService(memory.New()))
+	h := budgethttp.New(ledger.NewService(memory.New()), quiet)
 	body := `{"capacity":"1000000000000","period":{"every":"month","tz":"Europe/Berlin"},"history":false}`
 	if rec := benchServe(h, "PUT", "/v1/limits/bench", body); rec.Code != http.StatusOK {
 		b.Fatalf("PUT limit: %d %s", rec.Code, rec.Body)
