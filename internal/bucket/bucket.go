@@ -116,11 +116,14 @@ func LevelAt(l Limit, s State, now time.Time) Amount {
 	return leakyLevel(l, s, now)
 }
 
-func leakyLevel(l Limit, s State, now time.Time) Amount {
+func leakyLevel(l Limit, s State, now time.Time) Amount { return leakyLevelAt(l, s, micros(now)) }
+
+// leakyLevelAt is leakyLevel at n microseconds since the epoch.
+func leakyLevelAt(l Limit, s State, n int64) Amount {
 	if s.Level.Sign() <= 0 || s.Updated.IsZero() {
 		return MaxAmount(s.Level, Amount{})
 	}
-	us := micros(now) - micros(s.Updated)
+	us := n - micros(s.Updated)
 	if us <= 0 {
 		return s.Level
 	}
@@ -141,9 +144,11 @@ func periodLevel(s State, start time.Time) Amount {
 }
 
 // HeldAt is the sum of the holds that are still active at now.
-func HeldAt(s State, now time.Time) Amount {
+func HeldAt(s State, now time.Time) Amount { return heldAt(s, micros(now)) }
+
+// heldAt is HeldAt at n microseconds since the epoch.
+func heldAt(s State, n int64) Amount {
 	var sum Amount
-	n := micros(now)
 	for _, h := range s.Holds {
 		if micros(h.ExpiresAt) > n {
 			sum = sum.Add(h.Amount)
@@ -175,14 +180,17 @@ func CanAccept(l Limit, s State, now time.Time, cost Amount) (d Decision) {
 // result, so that the decision is built once, in place).
 func decide(l *Limit, s *State, now time.Time, cost Amount, d *Decision) {
 	var end time.Time
+	n := micros(now)
 	if l.Period != nil {
 		d.PeriodStart, end = l.Period.Bounds(now)
 		d.ResetsAt = end
 		d.Level = periodLevel(*s, d.PeriodStart)
 	} else {
-		d.Level = leakyLevel(*l, *s, now)
+		d.Level = leakyLevelAt(*l, *s, n)
 	}
-	d.Held = HeldAt(*s, now)
+	if len(s.Holds) > 0 {
+		d.Held = heldAt(*s, n)
+	}
 	d.Capacity = l.Capacity
 	d.Remaining = remaining(l.Capacity, d.Level, d.Held)
 	d.At = now
