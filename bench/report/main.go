@@ -134,17 +134,28 @@ var baselineName = map[string]string{
 	"redis":    "one EVALSHA per request",
 }
 
-// target is the least budgetd/baseline throughput ratio the issue asks for.
+// target is the least budgetd/baseline throughput ratio the issues ask for
+// (issue 13's, which raised issue 5's: memory 0.9×, Redis 1.2×, PostgreSQL
+// 2× spread and 4× on one hot key).
 func target(store, mode string) float64 {
 	switch {
 	case store == "memory":
-		return 0.85
+		return 0.9
 	case store == "redis":
-		return 1.0
+		return 1.2
 	case mode == "hot":
-		return 2.0
+		return 4.0
 	}
-	return 0.9
+	return 2.0
+}
+
+// p99Target is the most budgetd's p99 may be, as a multiple of the
+// baseline's (issue 13: 1.5× on the memory store; issue 5: 2× elsewhere).
+func p99Target(store string) float64 {
+	if store == "memory" {
+		return 1.5
+	}
+	return 2
 }
 
 type row struct {
@@ -320,7 +331,8 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 		w("| %s %s: throughput ≥ %.2f× the %s | %s× | %s |\n", r.store, r.mode, t, baselineName[r.store], f2(r.ratio), met(r.ratio >= t, valid(r.ratio)))
 	}
 	for _, r := range rows {
-		w("| %s %s: p99 ≤ 2× the baseline's | %s× (%s ms vs %s ms) | %s |\n", r.store, r.mode, f2(r.p99Ratio), f2(r.bd.p99()), f2(r.bl.p99()), met(r.p99Ratio <= 2, valid(r.p99Ratio)))
+		pt := p99Target(r.store)
+		w("| %s %s: p99 ≤ %g× the baseline's | %s× (%s ms vs %s ms) | %s |\n", r.store, r.mode, pt, f2(r.p99Ratio), f2(r.bd.p99()), f2(r.bl.p99()), met(r.p99Ratio <= pt, valid(r.p99Ratio)))
 	}
 	for _, s := range scales {
 		w("| %s: throughput at %s keys ≥ 0.9× at 1k keys | %s× | %s |\n", s.store, s.manyN, f2(s.ratio), met(s.ratio >= 0.9, valid(s.ratio)))
