@@ -89,6 +89,22 @@ func readBody(c echo.Context) (*[]byte, error) {
 	return bp, nil
 }
 
+// readFillupBody is readJSON for a single-bucket Fillup: the common body
+// {"cost":"…"} is taken without encoding/json (plainCost), any other goes
+// through the strict decoder.
+func readFillupBody(c echo.Context, body *fillupBody) error {
+	bp, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	defer bufPool.Put(bp)
+	if text, ok := plainCost(*bp); ok {
+		body.Cost = jsonAmount{text: text, set: true}
+		return nil
+	}
+	return decodeBody(*bp, body)
+}
+
 // plainCost reads the common Fillup body {"cost":"12.37"} exactly so written
 // (no space, no escape, no other member) and returns the cost's text; ok is
 // false for every other body, which goes through encoding/json. Both read

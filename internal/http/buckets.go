@@ -58,17 +58,9 @@ func (s *server) fillup(c echo.Context) error {
 		return err
 	}
 	var body fillupBody
-	bp, err := readBody(c)
-	if err != nil {
+	if err := readFillupBody(c, &body); err != nil {
 		return err
 	}
-	if text, ok := plainCost(*bp); ok {
-		body.Cost = jsonAmount{text: text, set: true}
-	} else if err := decodeBody(*bp, &body); err != nil {
-		bufPool.Put(bp)
-		return err
-	}
-	bufPool.Put(bp)
 	cost, err := body.Cost.required("cost")
 	if err != nil {
 		return err
@@ -94,9 +86,7 @@ func (s *server) fillup(c echo.Context) error {
 	}
 	setRateLimit(c, quotaOf(ref.Limit, res.Limits[0], d))
 	if !res.Accepted {
-		if h := retryAfterHeader(d); h != "" {
-			c.Response().Header()["Retry-After"] = []string{h}
-		}
+		setRetryAfter(c, d)
 		writeDecision(c, http.StatusTooManyRequests, d)
 		return nil
 	}

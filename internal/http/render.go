@@ -152,13 +152,19 @@ func retryAfterHeader(ds ...bucket.Decision) string {
 	return headerInt(clampHeader(most.CeilSeconds()))
 }
 
+// setRetryAfter sets the Retry-After of a denial (none when a cost never
+// fits).
+func setRetryAfter(c echo.Context, ds ...bucket.Decision) {
+	if h := retryAfterHeader(ds...); h != "" {
+		c.Response().Header()["Retry-After"] = []string{h}
+	}
+}
+
 // writeDenied answers a Fillup or Reserve that was denied: 429 with the
 // decision(s) as plain JSON and Retry-After unless a cost never fits. The
 // RateLimit fields are set by the caller (setRateLimit).
 func writeDenied(c echo.Context, body any, ds ...bucket.Decision) error {
-	if h := retryAfterHeader(ds...); h != "" {
-		c.Response().Header().Set("Retry-After", h)
-	}
+	setRetryAfter(c, ds...)
 	writeJSON(c, http.StatusTooManyRequests, echo.MIMEApplicationJSON, body)
 	return nil
 }

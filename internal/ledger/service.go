@@ -208,14 +208,8 @@ func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (F
 	var charges []Charge
 	slot := make([]int, len(items))
 	for i, it := range items {
-		if err := validateRef(it.Bucket); err != nil {
-			return FillupResult{}, itemErr(err, i, len(items))
-		}
-		if err := checkAmount("cost", it.Cost, false); err != nil {
-			return FillupResult{}, itemErr(err, i, len(items))
-		}
-		if err := ValidateMeta("meta", it.Meta); err != nil {
-			return FillupResult{}, itemErr(err, i, len(items))
+		if err := validateItem(it, i, len(items)); err != nil {
+			return FillupResult{}, err
 		}
 		j, ok := index[it.Bucket]
 		if !ok {
@@ -252,14 +246,8 @@ func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (F
 // fillupOne is Fillup of one item: the same checks and answer, without the
 // bookkeeping that merges the items of a bucket.
 func (s *Service) fillupOne(ctx context.Context, it Item, idem Idempotency) (FillupResult, error) {
-	if err := validateRef(it.Bucket); err != nil {
-		return FillupResult{}, itemErr(err, 0, 1)
-	}
-	if err := checkAmount("cost", it.Cost, false); err != nil {
-		return FillupResult{}, itemErr(err, 0, 1)
-	}
-	if err := ValidateMeta("meta", it.Meta); err != nil {
-		return FillupResult{}, itemErr(err, 0, 1)
+	if err := validateItem(it, 0, 1); err != nil {
+		return FillupResult{}, err
 	}
 	out, err := s.store.Fillup(ctx, []Charge{{Bucket: it.Bucket, Cost: it.Cost, Meta: it.Meta}}, idem)
 	if err != nil {
@@ -270,6 +258,20 @@ func (s *Service) fillupOne(ctx context.Context, it Item, idem Idempotency) (Fil
 	}
 	sn := out.Items[0].Snapshot
 	return FillupResult{Accepted: out.Accepted, Items: []bucket.Decision{fillupDecision(sn, it.Cost, out.Accepted)}, Limits: []Limit{sn.Limit}, Replayed: out.Replayed}, nil
+}
+
+// validateItem checks item i of a Fillup of n items, naming it in the error.
+func validateItem(it Item, i, n int) error {
+	if err := validateRef(it.Bucket); err != nil {
+		return itemErr(err, i, n)
+	}
+	if err := checkAmount("cost", it.Cost, false); err != nil {
+		return itemErr(err, i, n)
+	}
+	if err := ValidateMeta("meta", it.Meta); err != nil {
+		return itemErr(err, i, n)
+	}
+	return nil
 }
 
 // fillupDecision derives a decision from a store's snapshot: the bucket after

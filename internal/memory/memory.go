@@ -509,10 +509,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			sh := &s.shards[s.shardOf(it.Bucket)]
 			b := sh.buckets[it.Bucket]
 			if out.Accepted && it.Cost.Sign() > 0 {
-				b = sh.bucketFor(limits[i], it.Bucket)
-				s.apply(limits[i], sh, b, next[i], bucket.Expired(b.state(), now))
-				s.record(limits[i], b, now, ledger.EventFillup, it.Cost, "", it.Meta)
-				s.wrote(sh, now)
+				b = s.charge(limits[i], sh, it, next[i], now)
 			}
 			out.Items[i].Snapshot = snapshot(limits[i], b, now)
 		}
@@ -539,12 +536,20 @@ func (s *Store) fillupOne(it ledger.Charge) (ledger.FillupOutcome, error) {
 	b := sh.buckets[it.Bucket]
 	d, ns := bucket.Fillup(rule, b.state(), now, cost)
 	if d.Accepted && cost.Sign() > 0 {
-		b = sh.bucketFor(l, it.Bucket)
-		s.apply(l, sh, b, ns, bucket.Expired(b.state(), now))
-		s.record(l, b, now, ledger.EventFillup, it.Cost, "", it.Meta)
-		s.wrote(sh, now)
+		b = s.charge(l, sh, it, ns, now)
 	}
 	return ledger.FillupOutcome{Accepted: d.Accepted, Items: []ledger.ItemOutcome{{Snapshot: snapshot(l, b, now)}}}, nil
+}
+
+// charge stores ns, the state an accepted Fillup of it returned, in its
+// bucket (creating it), with the history entry, and returns the bucket. The
+// caller holds sh.mu.
+func (s *Store) charge(l ledger.Limit, sh *shard, it ledger.Charge, ns bucket.State, now time.Time) *bucketRec {
+	b := sh.bucketFor(l, it.Bucket)
+	s.apply(l, sh, b, ns, bucket.Expired(b.state(), now))
+	s.record(l, b, now, ledger.EventFillup, it.Cost, "", it.Meta)
+	s.wrote(sh, now)
+	return b
 }
 
 // Drain lowers a bucket's level, clamped at zero.
