@@ -100,7 +100,12 @@ func Leaked(l Limit, d time.Duration) Amount {
 	if us <= 0 {
 		return Amount{}
 	}
-	return Amount{mulDiv(l.LeakAmount.v, uint64(us), uint64(l.LeakPer.Microseconds()))}
+	return Amount{leakOver(l, us)}
+}
+
+// leakOver is the leak over us > 0 microseconds, in units.
+func leakOver(l Limit, us int64) int128 {
+	return mulDiv(l.LeakAmount.v, uint64(us), uint64(l.LeakPer.Microseconds()))
 }
 
 // LevelAt is the bucket's level at now: the stored level minus what leaked
@@ -113,12 +118,10 @@ func LevelAt(l Limit, s State, now time.Time) Amount {
 		start, _ := l.Period.Bounds(now)
 		return periodLevel(s, start)
 	}
-	return leakyLevel(l, s, now)
+	return leakyLevelAt(l, s, micros(now))
 }
 
-func leakyLevel(l Limit, s State, now time.Time) Amount { return leakyLevelAt(l, s, micros(now)) }
-
-// leakyLevelAt is leakyLevel at n microseconds since the epoch.
+// leakyLevelAt is LevelAt of a leaky limit at n microseconds since the epoch.
 func leakyLevelAt(l Limit, s State, n int64) Amount {
 	if s.Level.Sign() <= 0 || s.Updated.IsZero() {
 		return MaxAmount(s.Level, Amount{})
@@ -127,7 +130,7 @@ func leakyLevelAt(l Limit, s State, n int64) Amount {
 	if us <= 0 {
 		return s.Level
 	}
-	leaked := mulDiv(l.LeakAmount.v, uint64(us), uint64(l.LeakPer.Microseconds()))
+	leaked := leakOver(l, us)
 	if leaked.cmp(s.Level.v) >= 0 {
 		return Amount{}
 	}
