@@ -17,7 +17,7 @@ func Example_rowCountPreCheck() {
 	defer srv.Close()
 	ctx := context.Background()
 	c, _ := client.New(srv.URL)
-	c.PutLimit(ctx, "tenant-rows", client.LimitSpec{Capacity: dec("100000"), Leak: client.Leak{Amount: dec("100000"), Per: time.Hour}})
+	c.PutLimit(ctx, "tenant-rows", client.LimitSpec{Capacity: dec("100000"), Leak: &client.Leak{Amount: dec("100000"), Per: time.Hour}})
 	c.Fillup(ctx, "tenant-rows", "t42", dec("90000")) // earlier imports this hour
 
 	batch := dec("25000")
@@ -50,7 +50,7 @@ func Example_spendCap() {
 	defer srv.Close()
 	ctx := context.Background()
 	c, _ := client.New(srv.URL)
-	c.PutLimit(ctx, "team-spend", client.LimitSpec{Capacity: dec("5000.00"), Leak: client.Leak{Amount: dec("5000.00"), Per: 720 * time.Hour}})
+	c.PutLimit(ctx, "team-spend", client.LimitSpec{Capacity: dec("5000.00"), Leak: &client.Leak{Amount: dec("5000.00"), Per: 720 * time.Hour}})
 
 	for _, spend := range []string{"4999.99", "0.02", "0.01"} {
 		d, err := c.Fillup(ctx, "team-spend", "team-a", dec(spend))
@@ -83,7 +83,7 @@ func Example_reserveThenCommit() {
 	defer srv.Close()
 	ctx := context.Background()
 	c, _ := client.New(srv.URL)
-	c.PutLimit(ctx, "llm-dollars", client.LimitSpec{Capacity: dec("10"), Leak: client.Leak{Amount: dec("10"), Per: 24 * time.Hour}})
+	c.PutLimit(ctx, "llm-dollars", client.LimitSpec{Capacity: dec("10"), Leak: &client.Leak{Amount: dec("10"), Per: 24 * time.Hour}})
 
 	run := func(job string, work func() (decimal.Decimal, error)) {
 		hold, d, err := c.Reserve(ctx, "llm-dollars", "team-a", dec("2.00"), 10*time.Minute)

@@ -160,7 +160,7 @@ func (c *cli) client() (*client.Client, error) {
 func callError(err error) error {
 	var p *client.Error
 	if errors.As(err, &p) {
-		msg := p.Code
+		msg := string(p.Code)
 		if p.Detail != "" {
 			msg += ": " + p.Detail
 		}
@@ -333,7 +333,7 @@ func (c *cli) limitsPut(ctx context.Context, cl *client.Client) error {
 		return usageError{fmt.Sprintf("--leak: %q is not a duration like 1s or 720h", per)}
 	}
 	history := c.history
-	l, err := cl.PutLimit(ctx, c.args[0], client.LimitSpec{Capacity: capacity, Leak: client.Leak{Amount: leakAmount, Per: d}, History: &history})
+	l, err := cl.PutLimit(ctx, c.args[0], client.LimitSpec{Capacity: capacity, Leak: &client.Leak{Amount: leakAmount, Per: d}, History: &history})
 	if err != nil {
 		return err
 	}

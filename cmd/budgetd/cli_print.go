@@ -173,7 +173,7 @@ func (c *cli) printHistory(es []client.Entry, next string) error {
 	if c.json {
 		out := make([]entryJSON, len(es))
 		for i, e := range es {
-			out[i] = entryJSON{e.ID, fmtTime(e.Time), e.Event, e.Amount.String(), e.ReservationID, e.Meta}
+			out[i] = entryJSON{e.ID, fmtTime(e.Time), string(e.Event), e.Amount.String(), e.ReservationID, e.Meta}
 		}
 		var nc *string
 		if next != "" {
@@ -183,7 +183,7 @@ func (c *cli) printHistory(es []client.Entry, next string) error {
 	}
 	rows := make([][]string, len(es))
 	for i, e := range es {
-		rows[i] = []string{fmtTime(e.Time), e.Event, e.Amount.String(), or(e.ReservationID, "-"), e.ID}
+		rows[i] = []string{fmtTime(e.Time), string(e.Event), e.Amount.String(), or(e.ReservationID, "-"), e.ID}
 	}
 	c.table("TIME\tEVENT\tAMOUNT\tRESERVATION\tID", rows)
 	if next != "" {
@@ -196,13 +196,13 @@ func (c *cli) printHolds(hs []client.Reservation) error {
 	if c.json {
 		out := make([]holdJSON, len(hs))
 		for i, h := range hs {
-			out[i] = holdJSON{h.ID, h.State, h.Amount.String(), fmtTime(h.CreatedAt), fmtTime(h.ExpiresAt)}
+			out[i] = holdJSON{h.ID, string(h.State), h.Amount.String(), fmtTime(h.CreatedAt), fmtTime(h.ExpiresAt)}
 		}
 		return c.printJSON(map[string]any{"items": out})
 	}
 	rows := make([][]string, len(hs))
 	for i, h := range hs {
-		rows[i] = []string{h.ID, h.State, h.Amount.String(), fmtTime(h.ExpiresAt)}
+		rows[i] = []string{h.ID, string(h.State), h.Amount.String(), fmtTime(h.ExpiresAt)}
 	}
 	c.table("ID\tSTATE\tAMOUNT\tEXPIRES", rows)
 	return nil

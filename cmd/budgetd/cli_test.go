@@ -83,7 +83,7 @@ func TestCLI(t *testing.T) {
 
 	// budgetd's problems: detail and field, a non-zero exit.
 	expect(1, "limit_not_found", "fillup", "nope", "k", "1")
-	expect(1, "(field leak.per)", "limits", "put", "bad", "--capacity", "1", "--leak", "1/0s")
+	expect(2, "(field leak.per)", "limits", "put", "bad", "--capacity", "1", "--leak", "1/0s") // refused before sending
 	expect(2, "invalid_amount", "fillup", "rows", "k", "0.0000001") // refused before sending
 	expect(2, "not a plain decimal", "fillup", "rows", "k", "1e3")
 	expect(2, "wrong arguments", "fillup", "rows")
