@@ -47,7 +47,7 @@ func budgetd(t *testing.T) *client.Client {
 func perUser(r *http.Request) ([]client.Item, error) {
 	u := r.Header.Get("X-User")
 	if u == "" {
-		return nil, errors.New("no X-User")
+		return nil, middleware.BadRequest(errors.New("no X-User"))
 	}
 	if r.URL.Path == "/free" {
 		return nil, nil
