@@ -14,7 +14,7 @@ import (
 	wire "github.com/budgetd/budgetd/api"
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
-	"github.com/budgetd/budgetd/internal/memory"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/shopspring/decimal"
 )
 
@@ -55,11 +55,17 @@ func decodesAs[T any](t *testing.T, what string, body []byte) T {
 	return v
 }
 
-// The server's answers, for every limit kind, strictly decode into the api
-// types and encode back to the same bytes; the api request bodies are
-// accepted as they are written.
+// The server's answers, for every limit kind and on every store, strictly
+// decode into the api types and encode back to the same bytes; the api
+// request bodies are accepted as they are written.
 func TestServerSpeaksTheAPITypes(t *testing.T) {
-	srv := httptest.NewServer(budgethttp.New(ledger.NewService(memory.New())))
+	eachStoreRaw(t, func(t *testing.T, clock *ledgertest.Clock, store ledger.Store) {
+		speaksTheAPITypes(t, store)
+	})
+}
+
+func speaksTheAPITypes(t *testing.T, store ledger.Store) {
+	srv := httptest.NewServer(budgethttp.New(ledger.NewService(store)))
 	defer srv.Close()
 	call := func(method, path string, body any) (int, []byte) {
 		t.Helper()
@@ -122,7 +128,7 @@ func TestServerSpeaksTheAPITypes(t *testing.T) {
 			t.Fatalf("denied Fillup %s: %d %s", name, status, b)
 		}
 		decodesAs[wire.Decision](t, "denied Fillup "+name, b)
-		_, b = call("POST", "/v1/fillup", wire.MultiFillupRequest{Items: []wire.MultiFillupItem{{Limit: name, Key: "k", Cost: dec("0.125"), Meta: wire.Meta{"m": "1"}}, {Limit: name, Key: "j", Cost: dec("0.001")}}})
+		_, b = call("POST", "/v1/fillup", wire.MultiFillupRequest{Items: []wire.MultiFillupItem{{Limit: name, Key: "k", Cost: dec("0.125"), Meta: wire.Meta{"m": "1"}}, {Limit: name, Key: "{k}j", Cost: dec("0.001")}}})
 		decodesAs[wire.MultiFillupResult](t, "multi "+name, b)
 		status, b = call("POST", bucket+"/reservations", wire.ReserveRequest{Amount: dec("0.1"), TTL: wire.Duration(time.Minute), Meta: wire.Meta{"job": "x"}})
 		if status != 201 {
