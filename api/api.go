@@ -68,9 +68,9 @@ type Limit struct {
 	// History says whether the limit records history entries.
 	History bool `json:"history"`
 	// CreatedAt is when the limit was first created.
-	CreatedAt time.Time `json:"created_at"`
+	CreatedAt Time `json:"created_at"`
 	// UpdatedAt is when the limit was last written.
-	UpdatedAt time.Time `json:"updated_at"`
+	UpdatedAt Time `json:"updated_at"`
 }
 
 // Kind returns the kind of the limit, "" when the document sets none.
@@ -153,10 +153,10 @@ type Decision struct {
 	NeverFits bool `json:"never_fits"`
 	// PeriodStart is the start of the current period of a periodic limit;
 	// nil for another kind.
-	PeriodStart *time.Time `json:"period_start"`
+	PeriodStart *Time `json:"period_start"`
 	// ResetsAt is when the current period ends and the level starts again
 	// from zero; nil for another kind.
-	ResetsAt *time.Time `json:"resets_at"`
+	ResetsAt *Time `json:"resets_at"`
 }
 
 // RetryAfterDuration returns RetryAfter as a duration, rounded up to the
@@ -185,12 +185,12 @@ type BucketState struct {
 	Capacity decimal.Decimal `json:"capacity"`
 	// UpdatedAt is when the bucket was last written; nil for a bucket never
 	// written.
-	UpdatedAt *time.Time `json:"updated_at"`
+	UpdatedAt *Time `json:"updated_at"`
 	// PeriodStart is the start of the current period of a periodic limit;
 	// nil for another kind.
-	PeriodStart *time.Time `json:"period_start"`
+	PeriodStart *Time `json:"period_start"`
 	// ResetsAt is when the current period ends; nil for another kind.
-	ResetsAt *time.Time `json:"resets_at"`
+	ResetsAt *Time `json:"resets_at"`
 }
 
 // BucketListItem is one bucket of GET /v1/limits/{name}/buckets.
@@ -231,12 +231,12 @@ type Reservation struct {
 	// CommittedAmount is what a commit charged; nil unless committed.
 	CommittedAmount *decimal.Decimal `json:"committed_amount"`
 	// CreatedAt is when the hold was made.
-	CreatedAt time.Time `json:"created_at"`
+	CreatedAt Time `json:"created_at"`
 	// ExpiresAt is when an unresolved hold expires.
-	ExpiresAt time.Time `json:"expires_at"`
+	ExpiresAt Time `json:"expires_at"`
 	// ResolvedAt is when the hold was committed, released or expired; nil
 	// while active.
-	ResolvedAt *time.Time `json:"resolved_at"`
+	ResolvedAt *Time `json:"resolved_at"`
 }
 
 // Reserved is the 201 answer of an accepted Reserve: the hold and the
@@ -261,7 +261,7 @@ type Resolved struct {
 type Drained struct {
 	Decision
 	// UpdatedAt is when the bucket was last written.
-	UpdatedAt *time.Time `json:"updated_at"`
+	UpdatedAt *Time `json:"updated_at"`
 	// Removed is the amount actually removed (the level is clamped at
 	// zero).
 	Removed decimal.Decimal `json:"removed"`
@@ -295,7 +295,7 @@ type HistoryEntry struct {
 	// ID is assigned by the store and grows with insertion order.
 	ID string `json:"id"`
 	// Time is when the event happened.
-	Time time.Time `json:"time"`
+	Time Time `json:"time"`
 	// Event is what happened.
 	Event Event `json:"event"`
 	// Amount is the event's amount (see the Event constants).
@@ -414,6 +414,52 @@ type ReleaseRequest struct {
 type Health struct {
 	// Status is "ok" when healthy.
 	Status string `json:"status"`
+}
+
+// Time is an instant as budgetd writes it: RFC 3339 in UTC with exactly six
+// fractional digits ("2026-11-22T14:05:21.656930Z", the Timestamp of the
+// OpenAPI document), so a document read and written again is the same bytes.
+// It embeds time.Time: t.Before(u.Time), t.Format(…) and t.Time work as
+// usual.
+type Time struct{ time.Time }
+
+// TimeFormat is the layout of a Time.
+const TimeFormat = "2006-01-02T15:04:05.000000Z"
+
+// NewTime returns t as a Time.
+func NewTime(t time.Time) Time { return Time{t} }
+
+// OptTime returns t as a *Time, nil when t is the zero time.
+func OptTime(t time.Time) *Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &Time{t}
+}
+
+// String returns the time as budgetd writes it.
+func (t Time) String() string { return t.UTC().Format(TimeFormat) }
+
+// MarshalJSON writes the time as budgetd does.
+func (t Time) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, len(TimeFormat)+2)
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, TimeFormat)
+	return append(b, '"'), nil
+}
+
+// UnmarshalJSON reads an RFC 3339 time (any number of fractional digits).
+func (t *Time) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a time must be an RFC 3339 JSON string: %w", err)
+	}
+	v, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return err
+	}
+	*t = Time{v}
+	return nil
 }
 
 // Duration is a time.Duration written as a Go duration string without the

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/budgetd/budgetd/api"
 	"github.com/shopspring/decimal"
@@ -132,7 +131,7 @@ func jsonFields(t reflect.Type) map[string]jsonField {
 
 var (
 	decimalType  = reflect.TypeFor[decimal.Decimal]()
-	timeType     = reflect.TypeFor[time.Time]()
+	timeType     = reflect.TypeFor[api.Time]()
 	durationType = reflect.TypeFor[api.Duration]()
 )
 

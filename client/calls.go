@@ -205,7 +205,7 @@ func (c *Client) Drain(ctx context.Context, limit, key string, amt decimal.Decim
 	if err := decode(a, &d); err != nil {
 		return Drained{}, err
 	}
-	b := Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: d.UpdatedAt, PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt}
+	b := Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: optTime(d.UpdatedAt), PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt)}
 	return Drained{Removed: d.Removed, Bucket: b}, nil
 }
 

@@ -72,8 +72,17 @@ type Decision struct {
 func decisionOfDoc(d api.Decision) Decision {
 	return Decision{
 		Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity,
-		RetryAfter: d.RetryAfterDuration(), NeverFits: d.NeverFits, PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt,
+		RetryAfter: d.RetryAfterDuration(), NeverFits: d.NeverFits, PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt),
 	}
+}
+
+// optTime is a time that may be absent, as a *time.Time.
+func optTime(t *api.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	v := t.Time
+	return &v
 }
 
 // Limit is a limit document: exactly one of Leak and Period is set.
@@ -119,7 +128,7 @@ type Period struct {
 }
 
 func limitOfDoc(d api.Limit) Limit {
-	l := Limit{Name: d.Name, Capacity: d.Capacity, History: d.History, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}
+	l := Limit{Name: d.Name, Capacity: d.Capacity, History: d.History, CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time}
 	if d.Leak != nil {
 		l.Leak = &Leak{Amount: d.Leak.Amount, Per: time.Duration(d.Leak.Per)}
 	}
@@ -178,7 +187,7 @@ type Bucket struct {
 }
 
 func bucketOfDoc(key string, d api.BucketState) Bucket {
-	return Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: d.UpdatedAt, PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt}
+	return Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: optTime(d.UpdatedAt), PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt)}
 }
 
 // Item is one (limit, key, cost) of a multi-bucket Fillup, with what to
@@ -224,7 +233,12 @@ type Reservation struct {
 	ResolvedAt      *time.Time
 }
 
-func reservationOfDoc(d api.Reservation) Reservation { return Reservation(d) }
+func reservationOfDoc(d api.Reservation) Reservation {
+	return Reservation{
+		ID: d.ID, Limit: d.Limit, Key: d.Key, State: d.State, Amount: d.Amount, CommittedAmount: d.CommittedAmount,
+		CreatedAt: d.CreatedAt.Time, ExpiresAt: d.ExpiresAt.Time, ResolvedAt: optTime(d.ResolvedAt),
+	}
+}
 
 // Resolved is the answer to Commit and Release: the hold as it is and the
 // bucket's state after the call.
@@ -251,5 +265,5 @@ type Entry struct {
 }
 
 func entryOfDoc(d api.HistoryEntry) Entry {
-	return Entry{ID: d.ID, Time: d.Time, Event: d.Event, Amount: d.Amount, ReservationID: d.ReservationID, Meta: d.Meta}
+	return Entry{ID: d.ID, Time: d.Time.Time, Event: d.Event, Amount: d.Amount, ReservationID: d.ReservationID, Meta: d.Meta}
 }

@@ -53,7 +53,7 @@ func (c *cli) table(header string, rows [][]string) {
 
 // limitDoc is l as budgetd's limit document.
 func limitDoc(l client.Limit) api.Limit {
-	d := api.Limit{Name: l.Name, Capacity: l.Capacity, History: l.History, CreatedAt: l.CreatedAt, UpdatedAt: l.UpdatedAt}
+	d := api.Limit{Name: l.Name, Capacity: l.Capacity, History: l.History, CreatedAt: api.NewTime(l.CreatedAt), UpdatedAt: api.NewTime(l.UpdatedAt)}
 	if l.Leak != nil {
 		d.Leak = &api.Leak{Amount: l.Leak.Amount, Per: api.Duration(l.Leak.Per)}
 	}
@@ -119,7 +119,15 @@ func (c *cli) printLimits(ctx context.Context, cl *client.Client, ls []client.Li
 }
 
 func bucketDoc(b client.Bucket) api.BucketState {
-	return api.BucketState{Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, UpdatedAt: b.UpdatedAt, PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt}
+	return api.BucketState{Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, UpdatedAt: docTime(b.UpdatedAt), PeriodStart: docTime(b.PeriodStart), ResetsAt: docTime(b.ResetsAt)}
+}
+
+// docTime is a time that may be absent, as the api writes it.
+func docTime(t *time.Time) *api.Time {
+	if t == nil {
+		return nil
+	}
+	return &api.Time{Time: *t}
 }
 
 func (c *cli) printBucket(b client.Bucket) error {
@@ -135,7 +143,7 @@ func (c *cli) printBucket(b client.Bucket) error {
 }
 
 func decisionDoc(d client.Decision) api.Decision {
-	out := api.Decision{Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, NeverFits: d.NeverFits, PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt}
+	out := api.Decision{Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, NeverFits: d.NeverFits, PeriodStart: docTime(d.PeriodStart), ResetsAt: docTime(d.ResetsAt)}
 	if !d.Accepted && !d.NeverFits {
 		s := decimal.NewFromInt(d.RetryAfter.Microseconds()).Shift(-6)
 		out.RetryAfter = &s
@@ -178,7 +186,12 @@ func denial(d client.Decision) error {
 	return nil
 }
 
-func reservationDoc(r client.Reservation) api.Reservation { return api.Reservation(r) }
+func reservationDoc(r client.Reservation) api.Reservation {
+	return api.Reservation{
+		ID: r.ID, Limit: r.Limit, Key: r.Key, State: r.State, Amount: r.Amount, CommittedAmount: r.CommittedAmount,
+		CreatedAt: api.NewTime(r.CreatedAt), ExpiresAt: api.NewTime(r.ExpiresAt), ResolvedAt: docTime(r.ResolvedAt),
+	}
+}
 
 // printReserved prints a Reserve: the hold (only its id with -q, for
 // hold=$(budgetd reserve … -q)), or the denial.
@@ -219,8 +232,8 @@ func (c *cli) printDrained(d client.Drained) error {
 	b := d.Bucket
 	if c.json {
 		return c.printJSON(api.Drained{
-			Decision:  api.Decision{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt},
-			UpdatedAt: b.UpdatedAt, Removed: d.Removed,
+			Decision:  api.Decision{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, PeriodStart: docTime(b.PeriodStart), ResetsAt: docTime(b.ResetsAt)},
+			UpdatedAt: docTime(b.UpdatedAt), Removed: d.Removed,
 		})
 	}
 	c.table("REMOVED\tLEVEL\tHELD\tREMAINING\tCAPACITY", [][]string{{d.Removed.String(), b.Level.String(), b.Held.String(), b.Remaining.String(), b.Capacity.String()}})
@@ -231,7 +244,7 @@ func (c *cli) printHistory(es []client.Entry, next string) error {
 	if c.json {
 		out := make([]api.HistoryEntry, len(es))
 		for i, e := range es {
-			out[i] = api.HistoryEntry{ID: e.ID, Time: e.Time, Event: e.Event, Amount: e.Amount, ReservationID: e.ReservationID, Meta: e.Meta}
+			out[i] = api.HistoryEntry{ID: e.ID, Time: api.NewTime(e.Time), Event: e.Event, Amount: e.Amount, ReservationID: e.ReservationID, Meta: e.Meta}
 		}
 		p := api.Page[api.HistoryEntry]{Items: out}
 		if next != "" {

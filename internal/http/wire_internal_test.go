@@ -1,12 +1,14 @@
 package http
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/budgetd/budgetd/api"
+	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/shopspring/decimal"
 )
 
@@ -41,7 +43,7 @@ func wireFields(t reflect.Type) map[string]wireField {
 // wireKind is the JSON type a Go type is written as; a struct is "object".
 func wireKind(t reflect.Type) string {
 	switch t {
-	case reflect.TypeFor[decimal.Decimal](), reflect.TypeFor[time.Time](), reflect.TypeFor[api.Duration](),
+	case reflect.TypeFor[decimal.Decimal](), reflect.TypeFor[api.Time](), reflect.TypeFor[api.Duration](),
 		reflect.TypeFor[jsonAmount](), reflect.TypeFor[jsonDuration](), reflect.TypeFor[jsonText]():
 		return "string"
 	case reflect.TypeFor[jsonMeta](), reflect.TypeFor[api.Meta](), reflect.TypeFor[map[string]string]():
@@ -159,6 +161,45 @@ func TestViewsAreTheAPITypes(t *testing.T) {
 	for name := range body {
 		if name != "name" && name != "created_at" && name != "updated_at" {
 			t.Errorf("LimitPut.%s: the server reads it, package api does not have it", name)
+		}
+	}
+}
+
+// apiDecision is d as the api type, built from the exact decimals (not from
+// the lean encoder's text).
+func apiDecision(d bucket.Decision) api.Decision {
+	v := api.Decision{
+		Accepted: d.Accepted, Level: d.Level.Decimal(), Held: d.Held.Decimal(), Remaining: d.Remaining.Decimal(),
+		Capacity: d.Capacity.Decimal(), NeverFits: d.NeverFits, PeriodStart: api.OptTime(d.PeriodStart), ResetsAt: api.OptTime(d.ResetsAt),
+	}
+	if !d.Accepted && !d.NeverFits {
+		s := d.RetryAfter.Seconds()
+		v.RetryAfter = &s
+	}
+	return v
+}
+
+// The lean encoder of decisions (every single-bucket Fillup and CanAccept)
+// writes byte for byte what encoding/json writes of the api type, for
+// accepted, denied, never fitting and periodic decisions at every
+// magnitude.
+func TestAppendDecisionIsTheAPIType(t *testing.T) {
+	a := bucket.MustAmount
+	at := time.Date(2026, 11, 30, 23, 0, 0, 123456000, time.FixedZone("x", 3600))
+	for i, d := range []bucket.Decision{
+		{Accepted: true, Level: a("25000"), Remaining: a("75000"), Capacity: a("100000")},
+		{Level: a("99998.811750000002"), Held: a("0.000000000001"), Remaining: a("1.188249999998"), Capacity: a("100000"), RetryAfter: bucket.MicrosOf(899_957_224)},
+		{NeverFits: true, Level: a("1000000000000000"), Capacity: a("1")},
+		{Accepted: true, Level: a("12.37"), Capacity: a("5000"), Remaining: a("4987.63"), PeriodStart: at, ResetsAt: at.AddDate(0, 1, 0)},
+		{Level: a("5000"), Capacity: a("5000"), RetryAfter: bucket.MicrosOf(1), PeriodStart: at, ResetsAt: at.AddDate(0, 1, 0)},
+		{Level: a("0.5"), Capacity: a("1"), Remaining: a("0.5"), RetryAfter: bucket.MicrosOf(86_400_000_000_000)},
+	} {
+		want, err := json.Marshal(apiDecision(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendDecision(nil, d); string(got) != string(want) {
+			t.Errorf("%d:\n got %s\nwant %s", i, got, want)
 		}
 	}
 }
