@@ -20,11 +20,15 @@ import (
 )
 
 // A monthly cap in Berlin and a leaky limit round-trip through a real
-// budgetd: created, read, listed together, resized, and their buckets carry
-// the period's bounds (the periodic one) or none (the leaky one).
+// budgetd on every store: created, read, listed together, resized, and their
+// buckets carry the period's bounds (the periodic one) or none (the leaky
+// one).
 func TestEveryLimitKindRoundTrips(t *testing.T) {
+	eachStore(t, everyLimitKindRoundTrips)
+}
+
+func everyLimitKindRoundTrips(t *testing.T, c *client.Client) {
 	ctx := context.Background()
-	c, _ := newBudgetd(t)
 	monthly, err := c.PutLimit(ctx, "team-spend", client.LimitSpec{Capacity: dec("5000.00"), Period: &client.Period{Every: api.Month, TZ: "Europe/Berlin"}})
 	if err != nil || monthly.Kind() != api.KindPeriod || monthly.Leak != nil || monthly.Period.Every != api.Month || monthly.Period.TZ != "Europe/Berlin" || monthly.Period.StartDay != 1 || !monthly.Capacity.Equal(dec("5000")) {
 		t.Fatalf("PutLimit monthly: %+v %v", monthly, err)
