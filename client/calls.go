@@ -79,6 +79,9 @@ func (c *Client) DeleteLimit(ctx context.Context, name string) error {
 // Bucket returns the state of the bucket (limit, key); a bucket never
 // written is empty with a nil UpdatedAt.
 func (c *Client) Bucket(ctx context.Context, limit, key string) (Bucket, error) {
+	if err := checkBucket("", limit, key); err != nil {
+		return Bucket{}, err
+	}
 	a, err := c.do(ctx, http.MethodGet, bucketPath(limit, key), nil, nil, callOpts{})
 	if err != nil {
 		return Bucket{}, err
@@ -111,6 +114,9 @@ func (c *Client) ListBuckets(ctx context.Context, limit, cursor string, n int) (
 // CanAccept asks whether a Fillup of cost would be accepted now. It changes
 // nothing.
 func (c *Client) CanAccept(ctx context.Context, limit, key string, cost decimal.Decimal) (Decision, error) {
+	if err := checkBucket("", limit, key); err != nil {
+		return Decision{}, err
+	}
 	if err := checkAmount("cost", cost); err != nil {
 		return Decision{}, err
 	}
@@ -125,6 +131,9 @@ func (c *Client) CanAccept(ctx context.Context, limit, key string, cost decimal.
 // Decision, never an error for a denial. The Meta option is stored on the
 // history entry.
 func (c *Client) Fillup(ctx context.Context, limit, key string, cost decimal.Decimal, opts ...CallOption) (Decision, error) {
+	if err := checkBucket("", limit, key); err != nil {
+		return Decision{}, err
+	}
 	o := applyOpts(opts)
 	if err := checkAmount("cost", cost); err != nil {
 		return Decision{}, err
@@ -190,6 +199,9 @@ func (c *Client) FillupMany(ctx context.Context, items []Item, opts ...CallOptio
 // Drain lowers the bucket's level by amount (clamped at zero): refunds and
 // corrections. The Meta option is stored on the history entry.
 func (c *Client) Drain(ctx context.Context, limit, key string, amt decimal.Decimal, opts ...CallOption) (Drained, error) {
+	if err := checkBucket("", limit, key); err != nil {
+		return Drained{}, err
+	}
 	o := applyOpts(opts)
 	if err := checkAmount("amount", amt); err != nil {
 		return Drained{}, err
@@ -214,6 +226,9 @@ func (c *Client) Drain(ctx context.Context, limit, key string, amt decimal.Decim
 // denied, the Reservation is nil. The Meta option is stored on the history
 // entry.
 func (c *Client) Reserve(ctx context.Context, limit, key string, amt decimal.Decimal, ttl time.Duration, opts ...CallOption) (*Reservation, Decision, error) {
+	if err := checkBucket("", limit, key); err != nil {
+		return nil, Decision{}, err
+	}
 	o := applyOpts(opts)
 	if err := checkAmount("amount", amt); err != nil {
 		return nil, Decision{}, err
@@ -300,6 +315,9 @@ func (c *Client) Reservation(ctx context.Context, id string) (Reservation, error
 
 // Holds lists the active holds of the bucket (limit, key).
 func (c *Client) Holds(ctx context.Context, limit, key string) ([]Reservation, error) {
+	if err := checkBucket("", limit, key); err != nil {
+		return nil, err
+	}
 	a, err := c.do(ctx, http.MethodGet, bucketPath(limit, key)+"/reservations", nil, nil, callOpts{})
 	if err != nil {
 		return nil, err
@@ -318,6 +336,9 @@ func (c *Client) Holds(ctx context.Context, limit, key string) ([]Reservation, e
 // History lists up to n entries of the bucket, newest first, after cursor,
 // and the next page's cursor ("" at the end).
 func (c *Client) History(ctx context.Context, limit, key, cursor string, n int) ([]Entry, string, error) {
+	if err := checkBucket("", limit, key); err != nil {
+		return nil, "", err
+	}
 	a, err := c.do(ctx, http.MethodGet, bucketPath(limit, key)+"/history", pageQuery(cursor, n), nil, callOpts{})
 	if err != nil {
 		return nil, "", err

@@ -29,7 +29,9 @@ func checkAmount(field string, d decimal.Decimal) error {
 	return refused(api.CheckAmount(field, d, false))
 }
 
-// checkBucket refuses a malformed limit name or bucket key before sending.
+// checkBucket refuses a malformed limit name or bucket key before sending
+// (an empty key would name another path); prefix is "items[2]." for an item
+// of a multi-bucket call.
 func checkBucket(prefix, limit, key string) error {
 	if err := api.CheckName(prefix+"limit", limit); err != nil {
 		return refused(err)

@@ -218,6 +218,15 @@ func TestSpecsRefusedBeforeSending(t *testing.T) {
 	if !errors.As(err, &e) || e.Field != "items[1].key" || e.Code != api.CodeInvalidKey {
 		t.Errorf("FillupMany empty key: %v", err)
 	}
+	if _, err := c.Fillup(ctx, "l", "", dec("1")); !client.IsCode(err, api.CodeInvalidKey) {
+		t.Errorf("Fillup of an empty key: %v", err)
+	}
+	if _, err := c.Bucket(ctx, "Not A Name", "k"); !client.IsCode(err, api.CodeInvalidName) {
+		t.Errorf("Bucket of a bad name: %v", err)
+	}
+	if _, _, err := c.Reserve(ctx, "l", "k\x00", dec("1"), 0); !client.IsCode(err, api.CodeInvalidKey) {
+		t.Errorf("Reserve of a key with NUL: %v", err)
+	}
 	if _, err := c.FillupMany(ctx, nil); !client.IsCode(err, api.CodeInvalidRequest) {
 		t.Errorf("FillupMany of nothing: %v", err)
 	}
