@@ -215,6 +215,8 @@ func TestOpenAPIMatchesTheTypes(t *testing.T) {
 		"Limit":                   reflect.TypeFor[api.Limit](),
 		"Leak":                    reflect.TypeFor[api.Leak](),
 		"Period":                  reflect.TypeFor[api.Period](),
+		"LeakPut":                 reflect.TypeFor[api.Leak](),
+		"PeriodPut":               reflect.TypeFor[api.PeriodPut](),
 		"LimitPut":                reflect.TypeFor[api.LimitPut](),
 		"Decision":                reflect.TypeFor[api.Decision](),
 		"BucketState":             reflect.TypeFor[api.BucketState](),
