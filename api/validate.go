@@ -91,7 +91,9 @@ func CheckKey(field, key string) error {
 }
 
 // Validate refuses a Meta budgetd would refuse, naming field ("meta",
-// "items[2].meta") or the entry at fault ("meta.order").
+// "items[2].meta") or the entry at fault ("meta.order"): too many entries,
+// a malformed key, a value too long, not UTF-8 or with a control character
+// other than tab, line feed and carriage return, too many bytes in all.
 func (m Meta) Validate(field string) error {
 	if len(m) > MaxMetaEntries {
 		return invalid(CodeInvalidRequest, field, "has %d entries; at most %d are allowed", len(m), MaxMetaEntries)
@@ -109,6 +111,11 @@ func (m Meta) Validate(field string) error {
 			return invalid(CodeInvalidRequest, field+"."+k, "is %d bytes; at most %d are allowed", len(v), MaxMetaValueBytes)
 		case !utf8.ValidString(v):
 			return invalid(CodeInvalidRequest, field+"."+k, "is not valid UTF-8")
+		}
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f {
+				return invalid(CodeInvalidRequest, field+"."+k, "contains the control character U+%04X; only tab, line feed and carriage return are allowed", c)
+			}
 		}
 		total += len(k) + len(v)
 	}

@@ -213,6 +213,15 @@ func TestSpecsRefusedBeforeSending(t *testing.T) {
 			t.Errorf("%s with 17 meta entries: %v", name, err)
 		}
 	}
+	if _, err := c.Fillup(ctx, "l", "k", dec("1"), client.Meta(map[string]string{"note": "a\x00b"})); !client.IsCode(err, api.CodeInvalidRequest) {
+		t.Errorf("meta with NUL: %v", err)
+	}
+	// Tabs and line breaks are allowed: this one is sent.
+	c.Fillup(ctx, "l", "k", dec("1"), client.Meta(map[string]string{"note": "line\nline\ttab"}))
+	if calls.Load() != 1 {
+		t.Errorf("meta with a line break was not sent")
+	}
+	calls.Store(0)
 	_, err := c.FillupMany(ctx, []client.Item{{Limit: "l", Key: "k", Cost: dec("1")}, {Limit: "l", Key: "", Cost: dec("1")}})
 	var e *client.Error
 	if !errors.As(err, &e) || e.Field != "items[1].key" || e.Code != api.CodeInvalidKey {
