@@ -1,11 +1,16 @@
 // Package client is the Go client of budgetd: one typed call per endpoint of
-// its HTTP API (docs/api.md), amounts as exact decimals.
+// its HTTP API (docs/api.md), amounts as exact decimals. It sends and reads
+// the documents of package api (the wire contract the server is tested
+// against) and hands them out as plain Go values: limits of every kind
+// (LimitSpec with Leak or Period), decisions and buckets with the bounds of a
+// period (PeriodStart, ResetsAt), holds and history with their meta.
 //
 // A denial is an answer, not an error: Fillup, Reserve and CheckN return a
 // Decision whose Accepted is false and whose RetryAfter says when the cost
 // would fit. Errors are for bad input, missing things, closed holds and
 // broken infrastructure; budgetd's problems arrive as *Error with its Code
-// and Field.
+// (an api.Code) and Field, and input budgetd would refuse is refused before
+// sending (an *Error with Status 0).
 //
 // Every state-changing call carries an Idempotency-Key, generated when the
 // caller gives none, and is retried with the same key on network errors and
