@@ -8,9 +8,9 @@
 // A denial is an answer, not an error: CanAccept, Fillup and Reserve return
 // a Decision (FillupMany a MultiDecision) whose Accepted is false and whose
 // RetryAfter says when the cost would fit. Errors are for bad input, missing
-// things, closed holds and broken infrastructure; budgetd's problems arrive as *Error with its Code
-// (an api.Code) and Field, and input budgetd would refuse is refused before
-// sending (an *Error with Status 0).
+// things, closed holds and broken infrastructure; budgetd's problems arrive
+// as *Error with its Code (an api.Code) and Field, and input budgetd would
+// refuse is refused before sending (an *Error with Status 0).
 //
 // Every state-changing call carries an Idempotency-Key, generated when the
 // caller gives none, and is retried with the same key on network errors and
