@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -196,7 +197,25 @@ func scopeFor(method, route string) auth.Scope {
 // tokenParams are query parameters that carry a token by convention; a
 // request with one is refused, so that a token never sits in a URL (and in
 // every proxy's log).
+// Names are compared without regard to case (Access_Token too).
 var tokenParams = []string{"access_token", "token", "api_key", "apikey"}
+
+// tokenParam reports whether the query parameter name is one of
+// tokenParams in any case.
+func tokenParam(name string) bool {
+	for _, p := range tokenParams {
+		if strings.EqualFold(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// everyLimit reports whether k may act on every limit: unrestricted, or
+// restricted by the pattern "*" that matches every name.
+func everyLimit(k *auth.Key) bool {
+	return k.AllLimits() || slices.Contains(k.Limits, "*")
+}
 
 // authError is a 401 or 403 with the reason counted in metrics.
 type authError struct {
@@ -252,6 +271,11 @@ func (s *server) authenticate() echo.MiddlewareFunc {
 			if want := scopeFor(c.Request().Method, route); !k.Allows(want) {
 				return forbidden("scope", "the key "+k.Name+" does not have the "+want.String()+" scope")
 			}
+			if route == "/metrics" && !everyLimit(k) {
+				// The series name every limit and carry its counts and
+				// spend: only a key allowed every limit may read them.
+				return forbidden("limit", "the key "+k.Name+" may act on some limits only, and /metrics describes every limit: scrape with a key allowed every limit")
+			}
 			if name := c.Param("name"); name != "" && !k.AllLimits() {
 				if n, err := pathParam(c, "name"); err != nil || !k.MayUse(n) {
 					return forbidden("limit", "the key "+k.Name+" may not act on this limit")
@@ -266,9 +290,14 @@ func (s *server) authenticate() echo.MiddlewareFunc {
 		}
 		authed := keyAuth(check(next))
 		return func(c echo.Context) error {
-			q := c.Request().URL.Query()
-			for _, p := range tokenParams {
-				if q.Has(p) {
+			r := c.Request()
+			if len(r.Header.Values(echo.HeaderAuthorization)) > 1 {
+				// A proxy that checks one of them would see another caller
+				// than budgetd acts as: refuse before anything else.
+				return &ledger.InvalidError{Code: "invalid_request", Field: echo.HeaderAuthorization, Reason: "send one Authorization header, not several"}
+			}
+			for p := range r.URL.Query() {
+				if tokenParam(p) {
 					return unauthorized("query", "a token is never accepted in the URL, where logs keep it: send Authorization: Bearer TOKEN, and replace the token you sent")
 				}
 			}
