@@ -24,6 +24,7 @@ type config struct {
 	shutdownDelay   time.Duration
 	logLevel        string
 	logFormat       string
+	logKeys         bool
 	authFile        string
 	insecureNoAuth  bool
 	tlsCert         string
@@ -80,6 +81,7 @@ var options = []option{
 	{flag: "shutdown-timeout", env: "BUDGETD_SHUTDOWN_TIMEOUT", def: "10s", help: "how long in-flight requests may finish after SIGTERM"},
 	{flag: "log-level", env: "BUDGETD_LOG_LEVEL", def: "info", help: "debug, info, warn or error"},
 	{flag: "log-format", env: "BUDGETD_LOG_FORMAT", def: "text", help: "text or json"},
+	{flag: "log-keys", env: "BUDGETD_LOG_KEYS", def: "false", help: "put request paths, bucket keys included, in the access log and error lines (keys are often user ids or addresses)", boolean: true},
 	{flag: "version", def: "false", help: "print the version and exit", boolean: true},
 }
 
@@ -166,6 +168,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	}
 	var err error
 	if cfg.insecureNoAuth, err = boolOption("insecure-no-auth", get("insecure-no-auth")); err != nil {
+		return config{}, nil, err
+	}
+	if cfg.logKeys, err = boolOption("log-keys", get("log-keys")); err != nil {
 		return config{}, nil, err
 	}
 	if cfg.version, err = boolOption("version", get("version")); err != nil {

@@ -93,6 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	draining := make(chan struct{})
 	opts := []budgethttp.Option{
 		budgethttp.WithLogger(log), budgethttp.WithAccessLog(log), budgethttp.WithMaxTTL(cfg.maxTTL), budgethttp.WithDraining(draining),
+		budgethttp.WithLogKeys(cfg.logKeys),
 		budgethttp.WithCollectors(append(st.collectors, store.Collector(), buildInfoCollector())...),
 	}
 	if cfg.authFile != "" {

@@ -100,8 +100,9 @@ var knownMethods = map[string]bool{
 }
 
 // observe writes the access-log line and the request metrics of each
-// request: method, route template (never the path or query, which may hold
-// keys or a misplaced token), status, duration, request id and key name.
+// request: method, route template (never the query, which may hold a
+// misplaced token, nor the path, which holds bucket keys, unless
+// WithLogKeys), status, duration, request id and key name.
 func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -138,9 +139,12 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if len(method) > 16 {
 			method = method[:16] + "…"
 		}
-		s.access.LogAttrs(r.Context(), slog.LevelInfo, "request",
-			slog.String("method", method), slog.String("route", route), slog.Int("status", status),
-			slog.Duration("duration", elapsed), slog.Any("request_id", c.Get(ctxRequestID)), slog.String("key", keyName))
+		attrs := []slog.Attr{slog.String("method", method), slog.String("route", route), slog.Int("status", status),
+			slog.Duration("duration", elapsed), slog.Any("request_id", c.Get(ctxRequestID)), slog.String("key", keyName)}
+		if s.logKeys {
+			attrs = append(attrs, slog.String("path", r.URL.Path))
+		}
+		s.access.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 		return nil
 	}
 }
