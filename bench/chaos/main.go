@@ -9,8 +9,9 @@
 //     exactly against the accepted calls (nothing lost, nothing doubled);
 //   - hostile input: malformed and out-of-range requests must answer below
 //     500 and change nothing;
-//   - floods: invented methods, fresh Idempotency-Keys and idle
-//     connections must not grow budgetd without bound or lock others out.
+//   - floods: invented methods, fresh Idempotency-Keys, idle connections
+//     from one address and silent ones from several past the connection
+//     cap must not grow budgetd without bound or lock others out.
 //
 // It prints a table and, with -write, rewrites docs/reliability.md. `-short`
 // is the version CI runs; the default is the long one. Usage:
@@ -60,6 +61,7 @@ type params struct {
 	faults               int
 	hang                 time.Duration
 	methods, idems, idle int
+	silentAddrs, silent  int // silent connections: addresses, and connections from each
 	idemBound            int64
 	deadline             map[string]time.Duration
 }
@@ -84,10 +86,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	p := params{clients: 200, capacity: 20000, faultDur: 40 * time.Second, faults: 6, hang: 10 * time.Second,
-		methods: 100000, idems: 300000, idle: 12000, idemBound: 768 << 20}
+		methods: 100000, idems: 300000, idle: 12000, silentAddrs: 5, silent: 1000, idemBound: 768 << 20}
 	if *short {
 		p = params{clients: 200, capacity: 2000, faultDur: 12 * time.Second, faults: 2, hang: 4 * time.Second,
-			methods: 5000, idems: 5000, idle: 2000, idemBound: 768 << 20}
+			methods: 5000, idems: 5000, idle: 2000, silentAddrs: 5, silent: 1000, idemBound: 768 << 20}
 	}
 	p.deadline = map[string]time.Duration{"postgres": *pgDeadline, "redis": *redisDeadline}
 
@@ -243,6 +245,9 @@ func runStore(ctx context.Context, name, bin, tmp string, p params, out io.Write
 		}
 	}
 	if err := step(floodConnections(ctx, b, p.idle)); err != nil {
+		return rs, err
+	}
+	if err := step(floodSilent(ctx, b, p.silentAddrs, p.silent)); err != nil {
 		return rs, err
 	}
 	return rs, nil
