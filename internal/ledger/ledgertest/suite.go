@@ -54,6 +54,7 @@ func Run(t *testing.T, factory Factory) {
 		{"Meta", testMeta},
 		{"LevelOverflow", testLevelOverflow},
 		{"Listing", testListing},
+		{"ListKinds", testListKinds},
 		{"Periods", testPeriods},
 		{"PeriodsMultiBucket", testPeriodsMultiBucket},
 		{"PeriodsSwitchKind", testPeriodsSwitchKind},
