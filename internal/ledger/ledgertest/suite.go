@@ -52,6 +52,7 @@ func Run(t *testing.T, factory Factory) {
 		{"Differential", testDifferential},
 		{"Golden", testGolden},
 		{"Meta", testMeta},
+		{"MetaEvents", testMetaEvents},
 		{"LevelOverflow", testLevelOverflow},
 		{"Listing", testListing},
 		{"ListKinds", testListKinds},
