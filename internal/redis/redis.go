@@ -359,7 +359,8 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 // with none free), a deadline, or a server that answered that it cannot
 // serve now (loading its data set, busy with a script, a cluster down or
 // reconfiguring, a read-only replica after failover, out of memory, too
-// many clients, failing to persist, the library not loaded).
+// many clients, failing to persist, the library not loaded, a password
+// refused).
 func didNotAnswer(err error) bool {
 	var netErr net.Error
 	switch {
