@@ -261,7 +261,10 @@ func render(rs []result, mode string, took time.Duration, short bool) string {
 		map[bool]string{true: " -short", false: ""}[short], mode, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), took.Round(time.Second))
 	fmt.Fprintf(&b, "Each store's server and budgetd run on loopback; PostgreSQL with fsync on, Redis with AOF `appendfsync always`.\n")
 	fmt.Fprintf(&b, "Fault runs resolve every call by retrying it with its Idempotency-Key, then compare every bucket's level and\n")
-	fmt.Fprintf(&b, "history with the accepted calls exactly.\n\n")
+	fmt.Fprintf(&b, "history with the accepted calls exactly.\n")
+	fmt.Fprintf(&b, "A fault here is a store that does not answer (killed, hung, refusing connections): budgetd answers 503\n")
+	fmt.Fprintf(&b, "`store_unavailable` for exactly those; a store error that is not unavailability (a scan or type error: a bug)\n")
+	fmt.Fprintf(&b, "is a 500 `internal` with the cause logged, and the hostile-input runs count any 5xx as a failure.\n\n")
 	fmt.Fprintf(&b, "| store | scenario | calls | faults | retried | lost | doubled/phantom | over-admitted | unsolved | result | notes |\n")
 	fmt.Fprintf(&b, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
 	for _, r := range rs {
