@@ -345,10 +345,15 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("redis %s: %w: %v", op, ledger.ErrUnavailable, err)
 }
 
-// nowArg is the argument that carries the test clock ("" means Redis TIME).
+// nowArg is the argument that carries the test clock ("" means Redis TIME,
+// as does a zero reading of the hook).
 func (s *Store) nowArg() string {
 	if s.now == nil {
 		return ""
 	}
-	return fmt.Sprint(s.now().UnixMicro())
+	t := s.now()
+	if t.IsZero() {
+		return ""
+	}
+	return fmt.Sprint(t.UnixMicro())
 }
