@@ -80,6 +80,23 @@ func WithIdempotencyLimits(records int, bytes int64) Option {
 	}
 }
 
+// WithIdempotencyCallerLimits bounds the Idempotency-Key records one caller
+// keeps (ledger.Idempotency.Caller: the API key, or the client's address
+// with authentication off): at most records of them, of at most bytes. A
+// caller past its share gets ledger.ErrIdempotencyFull for its new keys
+// while other callers go on. Values ≤ 0 keep the default, half of the
+// table's bounds (WithIdempotencyLimits): no one caller can fill the table.
+func WithIdempotencyCallerLimits(records int, bytes int64) Option {
+	return func(s *Store) {
+		if records > 0 {
+			s.idem.maxCallerRecords = records
+		}
+		if bytes > 0 {
+			s.idem.maxCallerBytes = bytes
+		}
+	}
+}
+
 // WithClock replaces the clock (time.Now): its readings are the store's
 // time, and elapsed time is measured on them alone. Tests pin time with it.
 func WithClock(now func() time.Time) Option {
@@ -110,9 +127,16 @@ func New(opts ...Option) *Store {
 		s.shards[i].holds = map[string]*holdRec{}
 	}
 	s.idem.records = map[idemKey]*idemRecord{}
+	s.idem.callers = map[string]*callerUse{}
 	s.idem.maxRecords, s.idem.maxBytes = DefaultIdempotencyRecords, DefaultIdempotencyBytes
 	for _, o := range opts {
 		o(s)
+	}
+	if s.idem.maxCallerRecords == 0 {
+		s.idem.maxCallerRecords = max(s.idem.maxRecords/2, 1)
+	}
+	if s.idem.maxCallerBytes == 0 {
+		s.idem.maxCallerBytes = max(s.idem.maxBytes/2, 1)
 	}
 	s.clk.start()
 	return s
