@@ -3,6 +3,9 @@
 //
 //   - over-admission: hundreds of clients race for a hot bucket and a
 //     multi-bucket pair; no capacity may be exceeded;
+//   - history replay: hundreds of clients charge a fast-leaking bucket with
+//     history; its entries in id order must not run back in time, and
+//     replayed with the pure rule at their times never exceed the capacity;
 //   - kill -9 of budgetd, kill -9 of the store and a hung store (SIGSTOP)
 //     under load, every call resolved by retrying it with its
 //     Idempotency-Key, then every bucket's level and history checked
@@ -58,6 +61,7 @@ func (r *result) fail(format string, args ...any) {
 type params struct {
 	clients, capacity    int
 	faultDur             time.Duration
+	replay               time.Duration // how long the history-replay clients charge
 	faults               int
 	hang                 time.Duration
 	methods, idems, idle int
@@ -85,10 +89,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	p := params{clients: 200, capacity: 20000, faultDur: 40 * time.Second, faults: 6, hang: 10 * time.Second,
+	p := params{clients: 200, capacity: 20000, faultDur: 40 * time.Second, replay: 5 * time.Second, faults: 6, hang: 10 * time.Second,
 		methods: 100000, idems: 300000, idle: 12000, silentAddrs: 5, silent: 1000, idemBound: 768 << 20}
 	if *short {
-		p = params{clients: 200, capacity: 2000, faultDur: 12 * time.Second, faults: 2, hang: 4 * time.Second,
+		p = params{clients: 200, capacity: 2000, faultDur: 12 * time.Second, replay: 2 * time.Second, faults: 2, hang: 4 * time.Second,
 			methods: 5000, idems: 5000, idle: 2000, silentAddrs: 5, silent: 1000, idemBound: 768 << 20}
 	}
 	p.deadline = map[string]time.Duration{"postgres": *pgDeadline, "redis": *redisDeadline}
@@ -208,6 +212,9 @@ func runStore(ctx context.Context, name, bin, tmp string, p params, out io.Write
 		return err
 	}
 	if err := step(overAdmission(ctx, a, p.clients, p.capacity)); err != nil {
+		return rs, err
+	}
+	if err := step(historyReplay(ctx, a, p.clients, p.replay)); err != nil {
 		return rs, err
 	}
 	if st != nil {

@@ -390,10 +390,15 @@ func didNotAnswer(err error) bool {
 	return false
 }
 
-// nowArg is the argument that carries the test clock ("" means Redis TIME).
+// nowArg is the argument that carries the test clock ("" means Redis TIME,
+// as does a zero reading of the hook).
 func (s *Store) nowArg() string {
 	if s.now == nil {
 		return ""
 	}
-	return fmt.Sprint(s.now().UnixMicro())
+	t := s.now()
+	if t.IsZero() {
+		return ""
+	}
+	return fmt.Sprint(t.UnixMicro())
 }

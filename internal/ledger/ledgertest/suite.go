@@ -46,6 +46,7 @@ func Run(t *testing.T, factory Factory) {
 		{"HoldRace", testHoldRace},
 		{"History", testHistory},
 		{"HistoryOff", testHistoryOff},
+		{"HistoryReplay", testHistoryReplay},
 		{"Idempotency", testIdempotency},
 		{"IdempotencyParallel", testIdempotencyParallel},
 		{"NotFound", testNotFound},
