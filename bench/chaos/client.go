@@ -105,6 +105,7 @@ func (a *api) bucket(ctx context.Context, limit, key string) (bucketState, error
 // historyEntry is one entry of a bucket's history.
 type historyEntry struct {
 	ID     string          `json:"id"`
+	Time   string          `json:"time"`
 	Event  string          `json:"event"`
 	Amount decimal.Decimal `json:"amount"`
 }

@@ -77,6 +77,11 @@ func floodIdempotency(ctx context.Context, a *api, b *budgetd, n int, bound int6
 	if bound > 0 && grew > bound {
 		row.fail("budgetd grew by %d MiB, bound %d MiB", grew>>20, bound>>20)
 	}
+	// One caller's flood fills its share of the records, never the others':
+	// a client on another address is served with a fresh key.
+	if status, err := keyedFrom(ctx, b, net.IPv4(127, 0, 0, 3)); err != nil || status != 200 {
+		row.fail("after the flood a fresh key from another address got %d (%v)", status, err)
+	}
 	row.note = fmt.Sprintf("%d keys, %d refused when full, RSS %+d MiB", n, refused.Load(), grew>>20)
 	return row, nil
 }
@@ -119,5 +124,52 @@ func floodConnections(ctx context.Context, b *budgetd, n int) (row result, err e
 		}
 	}
 	row.note = fmt.Sprintf("%d idle connections held, a new client answered in %s", len(conns), took.Round(time.Millisecond))
+	return row, nil
+}
+
+// floodSilent opens per connections that send nothing from each of addrs
+// addresses (127.0.0.10 on), under the per-address cap but together past
+// the connection cap, and checks that a client on 127.0.0.1 queued behind
+// them is answered well within the 10 s header timeout: once the cap is
+// reached, connections that have sent no header are shed after a second.
+func floodSilent(ctx context.Context, b *budgetd, addrs, per int) (row result, err error) {
+	row.name = "flood: silent connections"
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < uint64(addrs*per+8192) {
+		lim.Cur = min(lim.Max, uint64(addrs*per+8192))
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", b.port)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range addrs {
+		d := net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(10+i))}}
+		for range per {
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				break
+			}
+			conns = append(conns, c)
+		}
+	}
+	row.calls = int64(len(conns))
+	const bound = 5 * time.Second
+	fresh := &http.Client{Timeout: bound, Transport: &http.Transport{DisableKeepAlives: true}}
+	start := time.Now()
+	resp, err := fresh.Get("http://" + addr + "/healthz")
+	took := time.Since(start)
+	if err != nil {
+		row.fail("a new client was not answered within %s behind %d silent connections from %d addresses: %v", bound, len(conns), addrs, err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			row.fail("a new client got %d", resp.StatusCode)
+		}
+	}
+	row.note = fmt.Sprintf("%d silent connections from %d addresses, a new client answered in %s", len(conns), addrs, took.Round(time.Millisecond))
 	return row, nil
 }

@@ -3,14 +3,18 @@
 //
 //   - over-admission: hundreds of clients race for a hot bucket and a
 //     multi-bucket pair; no capacity may be exceeded;
+//   - history replay: hundreds of clients charge a fast-leaking bucket with
+//     history; its entries in id order must not run back in time, and
+//     replayed with the pure rule at their times never exceed the capacity;
 //   - kill -9 of budgetd, kill -9 of the store and a hung store (SIGSTOP)
 //     under load, every call resolved by retrying it with its
 //     Idempotency-Key, then every bucket's level and history checked
 //     exactly against the accepted calls (nothing lost, nothing doubled);
 //   - hostile input: malformed and out-of-range requests must answer below
 //     500 and change nothing;
-//   - floods: invented methods, fresh Idempotency-Keys and idle
-//     connections must not grow budgetd without bound or lock others out.
+//   - floods: invented methods, fresh Idempotency-Keys, idle connections
+//     from one address and silent ones from several past the connection
+//     cap must not grow budgetd without bound or lock others out.
 //
 // It prints a table and, with -write, rewrites docs/reliability.md. `-short`
 // is the version CI runs; the default is the long one. Usage:
@@ -57,9 +61,11 @@ func (r *result) fail(format string, args ...any) {
 type params struct {
 	clients, capacity    int
 	faultDur             time.Duration
+	replay               time.Duration // how long the history-replay clients charge
 	faults               int
 	hang                 time.Duration
 	methods, idems, idle int
+	silentAddrs, silent  int // silent connections: addresses, and connections from each
 	idemBound            int64
 	deadline             map[string]time.Duration
 }
@@ -83,11 +89,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	p := params{clients: 200, capacity: 20000, faultDur: 40 * time.Second, faults: 6, hang: 10 * time.Second,
-		methods: 100000, idems: 300000, idle: 12000, idemBound: 768 << 20}
+	p := params{clients: 200, capacity: 20000, faultDur: 40 * time.Second, replay: 5 * time.Second, faults: 6, hang: 10 * time.Second,
+		methods: 100000, idems: 300000, idle: 12000, silentAddrs: 5, silent: 1000, idemBound: 768 << 20}
 	if *short {
-		p = params{clients: 200, capacity: 2000, faultDur: 12 * time.Second, faults: 2, hang: 4 * time.Second,
-			methods: 5000, idems: 5000, idle: 2000, idemBound: 768 << 20}
+		p = params{clients: 200, capacity: 2000, faultDur: 12 * time.Second, replay: 2 * time.Second, faults: 2, hang: 4 * time.Second,
+			methods: 5000, idems: 5000, idle: 2000, silentAddrs: 5, silent: 1000, idemBound: 768 << 20}
 	}
 	p.deadline = map[string]time.Duration{"postgres": *pgDeadline, "redis": *redisDeadline}
 
@@ -208,6 +214,9 @@ func runStore(ctx context.Context, name, bin, tmp string, p params, out io.Write
 	if err := step(overAdmission(ctx, a, p.clients, p.capacity)); err != nil {
 		return rs, err
 	}
+	if err := step(historyReplay(ctx, a, p.clients, p.replay)); err != nil {
+		return rs, err
+	}
 	if st != nil {
 		clients := 64
 		if err := step(faultRun(ctx, a, "kill -9 budgetd under load", clients, p.faultDur, p.faults, faultKillBudgetd(b))); err != nil {
@@ -245,6 +254,9 @@ func runStore(ctx context.Context, name, bin, tmp string, p params, out io.Write
 	if err := step(floodConnections(ctx, b, p.idle)); err != nil {
 		return rs, err
 	}
+	if err := step(floodSilent(ctx, b, p.silentAddrs, p.silent)); err != nil {
+		return rs, err
+	}
 	return rs, nil
 }
 
@@ -256,7 +268,10 @@ func render(rs []result, mode string, took time.Duration, short bool) string {
 		map[bool]string{true: " -short", false: ""}[short], mode, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), took.Round(time.Second))
 	fmt.Fprintf(&b, "Each store's server and budgetd run on loopback; PostgreSQL with fsync on, Redis with AOF `appendfsync always`.\n")
 	fmt.Fprintf(&b, "Fault runs resolve every call by retrying it with its Idempotency-Key, then compare every bucket's level and\n")
-	fmt.Fprintf(&b, "history with the accepted calls exactly.\n\n")
+	fmt.Fprintf(&b, "history with the accepted calls exactly.\n")
+	fmt.Fprintf(&b, "A fault here is a store that does not answer (killed, hung, refusing connections): budgetd answers 503\n")
+	fmt.Fprintf(&b, "`store_unavailable` for exactly those; a store error that is not unavailability (a scan or type error: a bug)\n")
+	fmt.Fprintf(&b, "is a 500 `internal` with the cause logged, and the hostile-input runs count any 5xx as a failure.\n\n")
 	fmt.Fprintf(&b, "| store | scenario | calls | faults | retried | lost | doubled/phantom | over-admitted | unsolved | result | notes |\n")
 	fmt.Fprintf(&b, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
 	for _, r := range rs {

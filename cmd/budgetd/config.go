@@ -24,6 +24,7 @@ type config struct {
 	shutdownDelay   time.Duration
 	logLevel        string
 	logFormat       string
+	logKeys         bool
 	authFile        string
 	insecureNoAuth  bool
 	tlsCert         string
@@ -63,7 +64,7 @@ type option struct {
 }
 
 var options = []option{
-	{flag: "addr", env: "BUDGETD_ADDR", def: "127.0.0.1:8080", help: "listen address; without --auth-file only a loopback address is allowed"},
+	{flag: "addr", env: "BUDGETD_ADDR", def: "127.0.0.1:8080", help: "listen address; without --auth-file (or --tls-client-ca) only a loopback address is allowed"},
 	{flag: "store", env: "BUDGETD_STORE", def: "memory", help: "store URL: memory, postgres://…, redis://… or redis+cluster://host:port,host:port"},
 	{flag: "auth-file", env: "BUDGETD_AUTH_FILE", help: "API key file (NAME sha256:HEX SCOPES [LIMITS] per line); turns authentication on; reloaded on SIGHUP"},
 	{flag: "insecure-no-auth", env: "BUDGETD_INSECURE_NO_AUTH", def: "false", help: "serve without authentication on a non-loopback address", boolean: true},
@@ -80,6 +81,7 @@ var options = []option{
 	{flag: "shutdown-timeout", env: "BUDGETD_SHUTDOWN_TIMEOUT", def: "10s", help: "how long in-flight requests may finish after SIGTERM"},
 	{flag: "log-level", env: "BUDGETD_LOG_LEVEL", def: "info", help: "debug, info, warn or error"},
 	{flag: "log-format", env: "BUDGETD_LOG_FORMAT", def: "text", help: "text or json"},
+	{flag: "log-keys", env: "BUDGETD_LOG_KEYS", def: "false", help: "put request paths, bucket keys included, in the access log and error lines (keys are often user ids or addresses)", boolean: true},
 	{flag: "version", def: "false", help: "print the version and exit", boolean: true},
 }
 
@@ -168,6 +170,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	if cfg.insecureNoAuth, err = boolOption("insecure-no-auth", get("insecure-no-auth")); err != nil {
 		return config{}, nil, err
 	}
+	if cfg.logKeys, err = boolOption("log-keys", get("log-keys")); err != nil {
+		return config{}, nil, err
+	}
 	if cfg.version, err = boolOption("version", get("version")); err != nil {
 		return config{}, nil, err
 	}
@@ -222,10 +227,11 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	return cfg, words, nil
 }
 
-// checkExposure refuses to serve without authentication anywhere but on a
-// loopback address, unless the operator said --insecure-no-auth.
+// checkExposure refuses to serve without authentication (API keys or
+// client certificates) anywhere but on a loopback address, unless the
+// operator said --insecure-no-auth.
 func checkExposure(cfg config) error {
-	if cfg.authFile != "" || cfg.insecureNoAuth || isLoopback(cfg.addr) {
+	if cfg.authFile != "" || cfg.tlsClientCA != "" || cfg.insecureNoAuth || isLoopback(cfg.addr) {
 		return nil
 	}
 	return usageError{fmt.Sprintf("refusing to serve without authentication on %s, which other machines may reach: "+

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/net/netutil"
 )
@@ -17,20 +18,38 @@ import (
 // clients out, whenever all slots are taken the connection idle longest is
 // closed (a client reopens one when it needs it, as after an idle timeout).
 //
+// When no connection is idle, the connection that has been open longest
+// without sending a whole request header (a silent or slow client, or a
+// TLS handshake that does not finish) is closed instead, once it has had
+// pressureHeaderTimeout: under pressure that is the header deadline, not
+// the usual 10 s, so that silent connections from a few addresses cannot
+// keep everyone else waiting in the backlog.
+//
 // So that one client cannot take every slot with connections that send
 // nothing (they hold a slot until the header timeout), each client address
 // may hold at most perIP of them: a further connection from that address is
 // closed as soon as it is accepted, without taking a slot.
 type connCap struct {
 	max, perIP int
+	grace      time.Duration // pressureHeaderTimeout
 	mu         sync.Mutex
 	open       int
 	idle       []net.Conn // oldest first
-	byIP       map[string]int
+	// fresh holds the connections that have not sent a whole request
+	// header yet, with when they were opened; order lists them oldest
+	// first, including some that have since left fresh (skipped lazily).
+	fresh map[net.Conn]time.Time
+	order []net.Conn
+	timer *time.Timer // armed to shed the oldest fresh connection when its grace ends
+	byIP  map[string]int
 }
 
+// pressureHeaderTimeout is how long a connection may take to send its
+// request header once every slot is taken (otherwise 10 s).
+const pressureHeaderTimeout = time.Second
+
 func newConnCap(max, perIP int) *connCap {
-	return &connCap{max: max, perIP: perIP, byIP: map[string]int{}}
+	return &connCap{max: max, perIP: perIP, grace: pressureHeaderTimeout, fresh: map[net.Conn]time.Time{}, byIP: map[string]int{}}
 }
 
 // listener limits ln to the cap, and each client address to perIP.
@@ -100,21 +119,84 @@ func (cc *connCap) track(c net.Conn, state http.ConnState) {
 	switch state {
 	case http.StateNew:
 		cc.open++
+		cc.fresh[c] = time.Now()
+		cc.order = append(cc.order, c)
 	case http.StateIdle:
 		cc.idle = append(cc.idle, c)
 	case http.StateActive:
 		cc.forget(c)
+		cc.forgetFresh(c)
 	case http.StateClosed, http.StateHijacked:
 		cc.forget(c)
+		cc.forgetFresh(c)
 		cc.open--
 	}
-	var victim net.Conn
-	if cc.open >= cc.max && len(cc.idle) > 0 {
-		victim, cc.idle = cc.idle[0], cc.idle[1:]
-	}
+	victim := cc.victim()
 	cc.mu.Unlock()
 	if victim != nil {
 		victim.Close()
+	}
+}
+
+// victim picks the connection to close when every slot is taken: the one
+// idle longest, else the one silent longest if it has had its grace (else
+// a timer comes back when it has). Called with mu held.
+func (cc *connCap) victim() net.Conn {
+	if cc.open < cc.max {
+		return nil
+	}
+	if len(cc.idle) > 0 {
+		v := cc.idle[0]
+		cc.idle = cc.idle[1:]
+		return v
+	}
+	for len(cc.order) > 0 {
+		v := cc.order[0]
+		opened, ok := cc.fresh[v]
+		if !ok { // sent its header or closed since
+			cc.order = cc.order[1:]
+			continue
+		}
+		if wait := cc.grace - time.Since(opened); wait > 0 {
+			if cc.timer == nil {
+				cc.timer = time.AfterFunc(wait, cc.shed)
+			}
+			return nil
+		}
+		cc.order = cc.order[1:]
+		delete(cc.fresh, v)
+		return v
+	}
+	return nil
+}
+
+// shed is the timer's: the oldest silent connection's grace has ended.
+func (cc *connCap) shed() {
+	cc.mu.Lock()
+	cc.timer = nil
+	victim := cc.victim()
+	cc.mu.Unlock()
+	if victim != nil {
+		victim.Close()
+	}
+}
+
+// forgetFresh drops c from the connections yet to send a header; order
+// is compacted when most of it is stale.
+func (cc *connCap) forgetFresh(c net.Conn) {
+	if _, ok := cc.fresh[c]; !ok {
+		return
+	}
+	delete(cc.fresh, c)
+	if len(cc.order) > 64 && len(cc.order) > 2*len(cc.fresh) {
+		kept := cc.order[:0]
+		for _, x := range cc.order {
+			if _, ok := cc.fresh[x]; ok {
+				kept = append(kept, x)
+			}
+		}
+		clear(cc.order[len(kept):])
+		cc.order = kept
 	}
 }
 

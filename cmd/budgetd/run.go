@@ -93,6 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	draining := make(chan struct{})
 	opts := []budgethttp.Option{
 		budgethttp.WithLogger(log), budgethttp.WithAccessLog(log), budgethttp.WithMaxTTL(cfg.maxTTL), budgethttp.WithDraining(draining),
+		budgethttp.WithLogKeys(cfg.logKeys),
 		budgethttp.WithCollectors(append(st.collectors, store.Collector(), buildInfoCollector())...),
 	}
 	if cfg.authFile != "" {
@@ -124,12 +125,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		scheme, serve = "https", func() error { return srv.ServeTLS(ln, "", "") }
 	}
 	fmt.Fprintf(stdout, "budgetd: serving on %s://%s with the %s\n", scheme, ln.Addr(), st.describe)
-	if cfg.authFile != "" {
+	switch {
+	case cfg.authFile != "":
 		log.Info("authentication is on", "auth_file", cfg.authFile, "keys", keys.Load().Len())
 		if keys.Load().Len() == 0 {
 			log.Warn("the key file holds no keys: every request that needs a token is refused")
 		}
-	} else {
+		if cfg.tlsClientCA != "" {
+			log.Info("callers also need a client certificate signed by --tls-client-ca", "tls_client_ca", cfg.tlsClientCA)
+		}
+	case cfg.tlsClientCA != "":
+		log.Info("callers are authenticated by client certificate: only clients with a certificate signed by --tls-client-ca are served, "+
+			"and there are no API keys, so each of them may change every limit (give --auth-file for scopes and limit patterns)", "tls_client_ca", cfg.tlsClientCA)
+	default:
 		log.Warn("authentication is off: anyone who reaches " + ln.Addr().String() + " may change every limit (give --auth-file to turn it on)")
 	}
 	if st.volatile {

@@ -18,6 +18,7 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/memory"
+	"github.com/budgetd/budgetd/internal/storemetrics"
 	"github.com/shopspring/decimal"
 )
 
@@ -47,7 +48,9 @@ func serve(t *testing.T, clock *ledgertest.Clock, store ledger.Store) *api {
 		token = "test-admin-token"
 		opts = append(opts, budgethttp.WithAuth(keysOf(t, auth.Line("test-admin", token, auth.Admin, nil))))
 	}
-	srv := httptest.NewServer(budgethttp.New(ledger.NewService(store), opts...))
+	// The store measured, as budgetd serves it (cmd/budgetd wraps every
+	// store), so that these tests also cover what the wrapper passes on.
+	srv := httptest.NewServer(budgethttp.New(ledger.NewService(storemetrics.Wrap(store)), opts...))
 	t.Cleanup(srv.Close)
 	return &api{t: t, url: srv.URL, clock: clock, store: store, token: token}
 }

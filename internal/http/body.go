@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -460,7 +461,21 @@ func idempotency(c echo.Context, scope, canon string) (ledger.Idempotency, error
 		}
 	}
 	sum := sha256.Sum256([]byte(canon))
-	return ledger.Idempotency{Scope: scope, Key: key, Hash: hex.EncodeToString(sum[:])}, nil
+	return ledger.Idempotency{Scope: scope, Key: key, Hash: hex.EncodeToString(sum[:]), Caller: caller(c)}, nil
+}
+
+// caller names who sent a request, for the stores' per-caller bound on
+// idempotency records: the API key with authentication on, else the TCP
+// peer's address (never a forwarded header, which the caller writes).
+func caller(c echo.Context) string {
+	if k := requestKey(c); k != nil {
+		return "key:" + k.Name
+	}
+	addr := c.Request().RemoteAddr
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		addr = host
+	}
+	return "addr:" + addr
 }
 
 // query parses the query string strictly: Go's URL.Query drops a malformed

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -99,8 +100,9 @@ var knownMethods = map[string]bool{
 }
 
 // observe writes the access-log line and the request metrics of each
-// request: method, route template (never the path or query, which may hold
-// keys or a misplaced token), status, duration, request id and key name.
+// request: method, route template (never the query, which may hold a
+// misplaced token, nor the path, which holds bucket keys, unless
+// WithLogKeys), status, duration, request id and key name.
 func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -137,9 +139,12 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if len(method) > 16 {
 			method = method[:16] + "…"
 		}
-		s.access.LogAttrs(r.Context(), slog.LevelInfo, "request",
-			slog.String("method", method), slog.String("route", route), slog.Int("status", status),
-			slog.Duration("duration", elapsed), slog.Any("request_id", c.Get(ctxRequestID)), slog.String("key", keyName))
+		attrs := []slog.Attr{slog.String("method", method), slog.String("route", route), slog.Int("status", status),
+			slog.Duration("duration", elapsed), slog.Any("request_id", c.Get(ctxRequestID)), slog.String("key", keyName)}
+		if s.logKeys {
+			attrs = append(attrs, slog.String("path", r.URL.Path))
+		}
+		s.access.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 		return nil
 	}
 }
@@ -196,7 +201,25 @@ func scopeFor(method, route string) auth.Scope {
 // tokenParams are query parameters that carry a token by convention; a
 // request with one is refused, so that a token never sits in a URL (and in
 // every proxy's log).
+// Names are compared without regard to case (Access_Token too).
 var tokenParams = []string{"access_token", "token", "api_key", "apikey"}
+
+// tokenParam reports whether the query parameter name is one of
+// tokenParams in any case.
+func tokenParam(name string) bool {
+	for _, p := range tokenParams {
+		if strings.EqualFold(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// everyLimit reports whether k may act on every limit: unrestricted, or
+// restricted by the pattern "*" that matches every name.
+func everyLimit(k *auth.Key) bool {
+	return k.AllLimits() || slices.Contains(k.Limits, "*")
+}
 
 // authError is a 401 or 403 with the reason counted in metrics.
 type authError struct {
@@ -252,6 +275,11 @@ func (s *server) authenticate() echo.MiddlewareFunc {
 			if want := scopeFor(c.Request().Method, route); !k.Allows(want) {
 				return forbidden("scope", "the key "+k.Name+" does not have the "+want.String()+" scope")
 			}
+			if route == "/metrics" && !everyLimit(k) {
+				// The series name every limit and carry its counts and
+				// spend: only a key allowed every limit may read them.
+				return forbidden("limit", "the key "+k.Name+" may act on some limits only, and /metrics describes every limit: scrape with a key allowed every limit")
+			}
 			if name := c.Param("name"); name != "" && !k.AllLimits() {
 				if n, err := pathParam(c, "name"); err != nil || !k.MayUse(n) {
 					return forbidden("limit", "the key "+k.Name+" may not act on this limit")
@@ -266,9 +294,14 @@ func (s *server) authenticate() echo.MiddlewareFunc {
 		}
 		authed := keyAuth(check(next))
 		return func(c echo.Context) error {
-			q := c.Request().URL.Query()
-			for _, p := range tokenParams {
-				if q.Has(p) {
+			r := c.Request()
+			if len(r.Header.Values(echo.HeaderAuthorization)) > 1 {
+				// A proxy that checks one of them would see another caller
+				// than budgetd acts as: refuse before anything else.
+				return &ledger.InvalidError{Code: "invalid_request", Field: echo.HeaderAuthorization, Reason: "send one Authorization header, not several"}
+			}
+			for p := range r.URL.Query() {
+				if tokenParam(p) {
 					return unauthorized("query", "a token is never accepted in the URL, where logs keep it: send Authorization: Bearer TOKEN, and replace the token you sent")
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/labstack/echo/v4"
@@ -56,9 +57,13 @@ var refusalStatus = map[string]int{
 // errTooLarge is a body over maxBody bytes.
 var errTooLarge = &echo.HTTPError{Code: http.StatusRequestEntityTooLarge, Message: "the request body is larger than 64 KiB"}
 
+// failureLog writes the log line of a store failure or an unexpected
+// error.
+type failureLog func(level slog.Level, msg string, err error)
+
 // toProblem turns any error a handler returns into a problem document.
 // Unknown errors become a generic 500; their detail goes to the log only.
-func toProblem(err error, log *slog.Logger, r *http.Request) problem {
+func toProblem(err error, logFailure failureLog, r *http.Request) problem {
 	var inv *ledger.InvalidError
 	if errors.As(err, &inv) {
 		return newProblem(http.StatusBadRequest, inv.Code, inv.Error(), inv.Field)
@@ -83,7 +88,7 @@ func toProblem(err error, log *slog.Logger, r *http.Request) problem {
 			detail := err.Error()
 			if s.status == http.StatusServiceUnavailable {
 				// The cause may name hosts or SQL; keep it in the log.
-				log.Warn("store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+				logFailure(slog.LevelWarn, "store unavailable", err)
 				detail = "the store did not answer; the outcome of a write is unknown, retry with the same Idempotency-Key"
 			}
 			return newProblem(s.status, s.code, detail, "")
@@ -105,7 +110,7 @@ func toProblem(err error, log *slog.Logger, r *http.Request) problem {
 			return newProblem(he.Code, "invalid_request", http.StatusText(he.Code), "")
 		}
 	}
-	log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	logFailure(slog.LevelError, "request failed", err)
 	return newProblem(http.StatusInternalServerError, "internal", "internal error", "")
 }
 
@@ -121,19 +126,59 @@ func newProblem(status int, code, detail, field string) problem {
 }
 
 // errorHandler is echo's HTTPErrorHandler: every error answer is problem+json.
-func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
-	return func(err error, c echo.Context) {
-		if c.Response().Committed {
-			return
-		}
-		p := toProblem(err, log, c.Request())
-		if p.Status == http.StatusUnauthorized {
-			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="budgetd"`)
-		}
-		if c.Request().Method == http.MethodHead {
-			_ = c.NoContent(p.Status)
-			return
-		}
-		writeJSON(c, p.Status, "application/problem+json", p)
+func (s *server) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
 	}
+	p := toProblem(err, func(level slog.Level, msg string, err error) { s.logFailure(c, level, msg, err) }, c.Request())
+	if p.Status == http.StatusUnauthorized {
+		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="budgetd"`)
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(p.Status)
+		return
+	}
+	writeJSON(c, p.Status, "application/problem+json", p)
+}
+
+// logFailure logs a failed request with its route template (never the
+// path, whose bucket keys are often user ids or addresses) and request id.
+// Unless the operator asked for keys in the logs (WithLogKeys), the
+// request's bucket key is also cut out of the error's text, where a store
+// may have quoted it; with WithLogKeys the line carries the path.
+func (s *server) logFailure(c echo.Context, level slog.Level, msg string, err error) {
+	r := c.Request()
+	route := c.Path()
+	if !s.routeSet[route] {
+		route = "other"
+	}
+	attrs := []slog.Attr{slog.String("method", requestMethod(r)), slog.String("route", route), slog.Any("request_id", c.Get(ctxRequestID))}
+	text := err.Error()
+	if s.logKeys {
+		attrs = append(attrs, slog.String("path", r.URL.Path))
+	} else {
+		text = redactKey(text, c)
+	}
+	attrs = append(attrs, slog.String("err", text))
+	s.log.LogAttrs(r.Context(), level, msg, attrs...)
+}
+
+// minRedacted is the shortest bucket key cut out of an error's text:
+// shorter ones would mangle the message and hardly identify anyone.
+const minRedacted = 4
+
+// redactKey replaces the request's bucket key (as sent and as decoded) in
+// text with "<key>".
+func redactKey(text string, c echo.Context) string {
+	raw := c.Param("key")
+	keys := []string{raw}
+	if k, err := pathParam(c, "key"); err == nil && k != raw {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		if len(k) >= minRedacted {
+			text = strings.ReplaceAll(text, k, "<key>")
+		}
+	}
+	return text
 }

@@ -40,6 +40,12 @@ func WithLogger(l *slog.Logger) Option { return func(s *server) { s.log = l } }
 // duration, request id, key name). Without it there is no access log.
 func WithAccessLog(l *slog.Logger) Option { return func(s *server) { s.access = l } }
 
+// WithLogKeys puts the request's path, bucket keys included, on the
+// access-log line and on the log line of a failed request. Without it they
+// carry the route template only, since keys are often user ids or
+// addresses.
+func WithLogKeys(on bool) Option { return func(s *server) { s.logKeys = on } }
+
 // WithMaxTTL sets the longest hold accepted; it must match the service's
 // (ledger.WithMaxTTL). Default 24h.
 func WithMaxTTL(d time.Duration) Option { return func(s *server) { s.maxTTL = d } }
@@ -67,6 +73,7 @@ type server struct {
 	extra    []prometheus.Collector
 	keys     func() *auth.Keys
 	draining <-chan struct{}
+	logKeys  bool
 
 	registry *prometheus.Registry
 	m        *metrics
@@ -89,7 +96,7 @@ func New(svc *ledger.Service, opts ...Option) http.Handler {
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = errorHandler(s.log)
+	e.HTTPErrorHandler = s.errorHandler
 	e.Use(requestID)
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
 		s.log.Error("panic", "route", c.Path(), "request_id", c.Get(ctxRequestID), "err", err, "stack", string(stack))

@@ -33,9 +33,12 @@ var (
 	// it may and refused a new key; nothing changed (503
 	// idempotency_store_full). Retry later, or without a key.
 	ErrIdempotencyFull = errors.New("the store's idempotency records are full")
-	// ErrUnavailable: the store could not be reached or failed; the outcome
-	// of a write may be unknown (503 store_unavailable). Retrying with the
-	// same Idempotency-Key is safe.
+	// ErrUnavailable: the store did not answer — it could not be reached,
+	// refused or lost the connection, timed out or said it is overloaded —
+	// so the outcome of a write may be unknown (503 store_unavailable).
+	// Retrying with the same Idempotency-Key is safe. A store error that is
+	// not unavailability (a scan or type error: a bug) is not wrapped in it
+	// and is answered as a generic 500.
 	ErrUnavailable = errors.New("store unavailable")
 )
 

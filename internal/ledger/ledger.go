@@ -202,10 +202,16 @@ type Entry struct {
 // Scope is the route and its target (bucket, reservation or the multi-bucket
 // call); Hash is a digest of the request body in canonical form. Two requests
 // are the same when Scope, Key and Hash are equal.
+//
+// Caller is who sent the request: "key:" and the API key's name with
+// authentication on, "addr:" and the client's IP address without. It is not
+// part of the request's identity; a store may bound the records one caller
+// keeps (the memory store does), so that one caller cannot fill them for all.
 type Idempotency struct {
-	Scope string
-	Key   string
-	Hash  string
+	Scope  string
+	Key    string
+	Hash   string
+	Caller string
 }
 
 // IdempotencyTTL is how long a store keeps an idempotency record at least.

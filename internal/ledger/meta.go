@@ -29,6 +29,21 @@ func validMetaKey(k string) bool {
 	return true
 }
 
+// metaControl returns the first control character of v that meta refuses:
+// every C0 character (U+0000–U+001F) but tab, line feed and carriage
+// return, and DEL. NUL above all: PostgreSQL's jsonb cannot hold it, and
+// meta must be stored the same on every store; the others have no place in
+// a note and would reach logs and the dashboard as they are. Text a caller
+// writes (multi-line notes included) keeps its tabs and line breaks.
+func metaControl(v string) (rune, bool) {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f {
+			return rune(c), true
+		}
+	}
+	return 0, false
+}
+
 // Meta is what a caller says of a charge (an order id, a user, a job): up to
 // MaxMetaEntries string values under keys of [a-z0-9_.-]{1,64}. It is stored
 // on the history entry of the event and returned in history. A nil or empty
@@ -51,6 +66,9 @@ func ValidateMeta(field string, m Meta) error {
 			return invalid("invalid_request", field+"."+k, "is %d bytes; at most %d are allowed", len(v), MaxMetaValueBytes)
 		case !utf8.ValidString(v):
 			return invalid("invalid_request", field+"."+k, "is not valid UTF-8")
+		}
+		if r, bad := metaControl(v); bad {
+			return invalid("invalid_request", field+"."+k, "contains the control character U+%04X; only tab, line feed and carriage return are allowed", r)
 		}
 		total += len(k) + len(v)
 	}

@@ -23,8 +23,11 @@ import (
 //
 // Errors: ErrLimitNotFound and ErrReservationNotFound for missing things;
 // ErrIdempotencyKeyReused for a key replayed with another body; ErrUnavailable
-// (wrapped) for infrastructure failures, after which the outcome of a write may
-// be unknown; context errors when ctx ends. Domain refusals about holds are not
+// (wrapped) only when the store did not answer (unreachable, refused or lost
+// connections, its timeout, an overloaded server), after which the outcome of
+// a write may be unknown; context errors when ctx ends. Any other failure (a
+// scan or type error, an answer of the wrong shape) is a bug and is returned
+// unwrapped, to be answered as a generic 500. Domain refusals about holds are not
 // errors: they are reported in the outcome's Refusal so they can be replayed.
 //
 // Meta: the caller's notes on an event (Charge.Meta, the meta argument),

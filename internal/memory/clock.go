@@ -76,10 +76,14 @@ func systemClock(origin time.Time) func() (time.Time, time.Duration) {
 }
 
 // pinnedClock makes now both readings: elapsed time is measured on now's
-// own readings (monotonic when it has them, its wall time when pinned).
+// own readings (monotonic when it has them, its wall time when pinned). A
+// zero reading (a test's clock set free) reads time.Now instead.
 func pinnedClock(now func() time.Time, origin time.Time) func() (time.Time, time.Duration) {
 	return func() (time.Time, time.Duration) {
 		n := now()
+		if n.IsZero() {
+			n = time.Now()
+		}
 		return n, n.Sub(origin)
 	}
 }

@@ -24,9 +24,17 @@ type idemRecord struct {
 	elem    *list.Element
 	limits  []string // the limits the outcome touched (DeleteLimit forgets it)
 	size    int64    // what the record is counted as in idemTable.bytes
+	caller  string   // who stored it (ledger.Idempotency.Caller)
 }
 
-// Default bounds of the idempotency records (WithIdempotencyLimits).
+// callerUse is what one caller's records take of the table.
+type callerUse struct {
+	records int
+	bytes   int64
+}
+
+// Default bounds of the idempotency records (WithIdempotencyLimits). One
+// caller may keep at most half of them (WithIdempotencyCallerLimits).
 const (
 	DefaultIdempotencyRecords = 1_000_000
 	DefaultIdempotencyBytes   = 256 << 20
@@ -48,14 +56,59 @@ const (
 // at most maxBytes estimated bytes, in flight ones included; a new key that
 // does not fit is refused with ledger.ErrIdempotencyFull until old records
 // expire. Records are never dropped early: that could charge a retry twice.
+//
+// One caller (ledger.Idempotency.Caller: an API key, or a client address
+// with authentication off) keeps at most maxCallerRecords records of at most
+// maxCallerBytes: a caller that sends fresh keys without end is refused
+// alone, and the rest of the table stays for the others.
 type idemTable struct {
-	mu         sync.Mutex
-	records    map[idemKey]*idemRecord
-	order      list.List // of idemKey, oldest first
-	bytes      int64     // sum of the records' sizes
-	maxRecords int
-	maxBytes   int64
-	refused    int64 // new keys refused because the table was full
+	mu               sync.Mutex
+	records          map[idemKey]*idemRecord
+	order            list.List // of idemKey, oldest first
+	bytes            int64     // sum of the records' sizes
+	callers          map[string]*callerUse
+	maxRecords       int
+	maxBytes         int64
+	maxCallerRecords int
+	maxCallerBytes   int64
+	refused          int64 // new keys refused because the table or the caller's share was full
+}
+
+// add counts rec, of size more bytes, to its caller.
+func (t *idemTable) add(rec *idemRecord, records int, more int64) {
+	u := t.callers[rec.caller]
+	if u == nil {
+		u = &callerUse{}
+		t.callers[rec.caller] = u
+	}
+	u.records += records
+	u.bytes += more
+	t.bytes += more
+}
+
+// drop removes rec from the table's and its caller's counts (not from the
+// map or the order).
+func (t *idemTable) drop(rec *idemRecord) {
+	t.bytes -= rec.size
+	if u := t.callers[rec.caller]; u != nil {
+		u.records--
+		u.bytes -= rec.size
+		if u.records <= 0 {
+			delete(t.callers, rec.caller)
+		}
+	}
+}
+
+// full reports why a new record of size bytes for caller does not fit, or
+// "" when it does. The caller holds t.mu.
+func (t *idemTable) full(caller string, size int64) string {
+	if len(t.records) >= t.maxRecords || t.bytes+size > t.maxBytes {
+		return fmt.Sprintf("%d records of about %d bytes kept for %s", len(t.records), t.bytes, ledger.IdempotencyTTL)
+	}
+	if u := t.callers[caller]; u != nil && (u.records >= t.maxCallerRecords || u.bytes+size > t.maxCallerBytes) {
+		return fmt.Sprintf("this caller keeps %d records of about %d bytes for %s, its share of the store", u.records, u.bytes, ledger.IdempotencyTTL)
+	}
+	return ""
 }
 
 // replay runs op at most once per Idempotency-Key: a repeat with the same
@@ -76,29 +129,28 @@ func replay[T any](s *Store, ctx context.Context, idem ledger.Idempotency, mark 
 		rec := t.records[k]
 		if rec == nil {
 			size := idemRecordCost + int64(len(idem.Scope)+len(idem.Key)+len(idem.Hash))
-			if len(t.records) >= t.maxRecords || t.bytes+size > t.maxBytes {
+			if why := t.full(idem.Caller, size); why != "" {
 				t.refused++
-				n, b := len(t.records), t.bytes
 				t.mu.Unlock()
 				var zero T
-				return zero, fmt.Errorf("%d records of about %d bytes kept for %s: %w", n, b, ledger.IdempotencyTTL, ledger.ErrIdempotencyFull)
+				return zero, fmt.Errorf("%s: %w", why, ledger.ErrIdempotencyFull)
 			}
-			rec = &idemRecord{hash: idem.Hash, done: make(chan struct{}), size: size}
+			rec = &idemRecord{hash: idem.Hash, done: make(chan struct{}), size: size, caller: idem.Caller}
 			t.records[k] = rec
-			t.bytes += size
+			t.add(rec, 1, size)
 			t.mu.Unlock()
 			out, err := op()
 			t.mu.Lock()
 			if err != nil {
 				delete(t.records, k)
-				t.bytes -= rec.size
+				t.drop(rec)
 			} else {
 				rec.outcome, rec.ok, rec.stored = out, true, s.clock()
 				rec.limits = limitsOf(out)
 				rec.elem = t.order.PushBack(k)
 				more := outcomeCost(out)
 				rec.size += more
-				t.bytes += more
+				t.add(rec, 0, more)
 			}
 			close(rec.done)
 			t.mu.Unlock()
@@ -138,7 +190,7 @@ func (t *idemTable) expire(now time.Time) {
 		t.order.Remove(e)
 		if rec != nil && rec.elem == e {
 			delete(t.records, k)
-			t.bytes -= rec.size
+			t.drop(rec)
 		}
 	}
 }
@@ -192,7 +244,7 @@ func (t *idemTable) forget(name string) {
 		if rec.ok && slices.Contains(rec.limits, name) {
 			delete(t.records, k)
 			t.order.Remove(rec.elem)
-			t.bytes -= rec.size
+			t.drop(rec)
 		}
 	}
 }

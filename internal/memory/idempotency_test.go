@@ -31,7 +31,9 @@ func TestIdempotencyBoundedByBytes(t *testing.T) {
 	charge := []ledger.Charge{{Bucket: ref, Cost: decimal.NewFromInt(1)}}
 	key := func(i int) ledger.Idempotency {
 		k := strconv.Itoa(i)
-		return ledger.Idempotency{Scope: "fillup|m|k", Key: k + strings.Repeat("x", 255-len(k)), Hash: strings.Repeat("h", 64)}
+		// Each key from a caller of its own: the table's bound, not a
+		// caller's share of it, is under test.
+		return ledger.Idempotency{Scope: "fillup|m|k", Key: k + strings.Repeat("x", 255-len(k)), Hash: strings.Repeat("h", 64), Caller: k}
 	}
 	before := heap()
 	accepted, refused := 0, 0
@@ -78,7 +80,7 @@ func TestIdempotencyBoundedByBytes(t *testing.T) {
 }
 
 // TestIdempotencyBoundedByCount: with room for 3 records, the fourth new key
-// is refused until a limit deletion forgets the records.
+// (each from another caller) is refused until a limit deletion forgets the records.
 func TestIdempotencyBoundedByCount(t *testing.T) {
 	ctx := context.Background()
 	s := memory.New(memory.WithIdempotencyLimits(3, 0))
@@ -87,7 +89,7 @@ func TestIdempotencyBoundedByCount(t *testing.T) {
 	}
 	ref := ledger.BucketRef{Limit: "m", Key: "k"}
 	for i := range 4 {
-		_, err := s.Drain(ctx, ref, decimal.NewFromInt(1), ledger.Idempotency{Scope: "drain|m|k", Key: strconv.Itoa(i), Hash: "h"}, nil)
+		_, err := s.Drain(ctx, ref, decimal.NewFromInt(1), ledger.Idempotency{Scope: "drain|m|k", Key: strconv.Itoa(i), Hash: "h", Caller: strconv.Itoa(i)}, nil)
 		if i < 3 && err != nil {
 			t.Fatalf("key %d: %v", i, err)
 		}

@@ -80,6 +80,23 @@ func WithIdempotencyLimits(records int, bytes int64) Option {
 	}
 }
 
+// WithIdempotencyCallerLimits bounds the Idempotency-Key records one caller
+// keeps (ledger.Idempotency.Caller: the API key, or the client's address
+// with authentication off): at most records of them, of at most bytes. A
+// caller past its share gets ledger.ErrIdempotencyFull for its new keys
+// while other callers go on. Values ≤ 0 keep the default, half of the
+// table's bounds (WithIdempotencyLimits): no one caller can fill the table.
+func WithIdempotencyCallerLimits(records int, bytes int64) Option {
+	return func(s *Store) {
+		if records > 0 {
+			s.idem.maxCallerRecords = records
+		}
+		if bytes > 0 {
+			s.idem.maxCallerBytes = bytes
+		}
+	}
+}
+
 // WithClock replaces the clock (time.Now): its readings are the store's
 // time, and elapsed time is measured on them alone. Tests pin time with it.
 func WithClock(now func() time.Time) Option {
@@ -110,9 +127,16 @@ func New(opts ...Option) *Store {
 		s.shards[i].holds = map[string]*holdRec{}
 	}
 	s.idem.records = map[idemKey]*idemRecord{}
+	s.idem.callers = map[string]*callerUse{}
 	s.idem.maxRecords, s.idem.maxBytes = DefaultIdempotencyRecords, DefaultIdempotencyBytes
 	for _, o := range opts {
 		o(s)
+	}
+	if s.idem.maxCallerRecords == 0 {
+		s.idem.maxCallerRecords = max(s.idem.maxRecords/2, 1)
+	}
+	if s.idem.maxCallerBytes == 0 {
+		s.idem.maxCallerBytes = max(s.idem.maxBytes/2, 1)
 	}
 	s.clk.start()
 	return s
@@ -196,7 +220,13 @@ type holdRec struct {
 	res ledger.Reservation
 }
 
-// clock reads the clock once for an operation, in whole microseconds.
+// clock reads the clock once for an operation, in whole microseconds. A
+// write reads it under the lock of every bucket it changes (after taking
+// the shard locks), so that the calls on one bucket are applied in the order
+// of their times and its history entries, in id order, never run back in
+// time: read before the lock, a call that read the clock first could take
+// the lock second and record an earlier time after a later one, and a
+// replay of the history in its own times would exceed the capacity.
 func (s *Store) clock() time.Time { return s.clk.now() }
 
 func (s *Store) shardOf(ref ledger.BucketRef) int {
@@ -216,9 +246,9 @@ func (s *Store) Close() error { return nil }
 
 // PutLimit creates or updates a limit, keeping its buckets.
 func (s *Store) PutLimit(_ context.Context, l ledger.Limit) (ledger.Limit, error) {
-	now := s.clock()
 	s.limitsMu.Lock()
 	defer s.limitsMu.Unlock()
+	now := s.clock()
 	l.CreatedAt, l.UpdatedAt = now, now
 	if old, ok := s.limits[l.Name]; ok {
 		l.CreatedAt = old.CreatedAt
@@ -340,10 +370,10 @@ func (s *Store) Inspect(_ context.Context, ref ledger.BucketRef) (ledger.Snapsho
 	if err != nil {
 		return ledger.Snapshot{}, err
 	}
-	now := s.clock()
 	sh := &s.shards[s.shardOf(ref)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	now := s.clock()
 	return snapshot(l, sh.buckets[ref], now), nil
 }
 
@@ -495,8 +525,8 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			}
 			limits[i], refs[i] = l, it.Bucket
 		}
-		now := s.clock()
 		defer s.lockShards(refs)()
+		now := s.clock()
 		out := ledger.FillupOutcome{Accepted: true, Items: make([]ledger.ItemOutcome, len(items))}
 		next := make([]bucket.State, len(items))
 		for i, it := range items {
@@ -529,10 +559,10 @@ func (s *Store) fillupOne(it ledger.Charge) (ledger.FillupOutcome, error) {
 	}
 	rule := l.Rule()
 	cost := ledger.Amount(it.Cost)
-	now := s.clock()
 	sh := &s.shards[s.shardOf(it.Bucket)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	now := s.clock()
 	b := sh.buckets[it.Bucket]
 	d, ns := bucket.Fillup(rule, b.state(), now, cost)
 	if d.Accepted && cost.Sign() > 0 {
@@ -561,10 +591,10 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		if err != nil {
 			return ledger.DrainOutcome{}, err
 		}
-		now := s.clock()
 		sh := &s.shards[s.shardOf(ref)]
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
+		now := s.clock()
 		out := ledger.DrainOutcome{}
 		b := sh.buckets[ref]
 		// A drain that can remove nothing is a no-op, like a drain of 0.
@@ -588,11 +618,11 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		if err != nil {
 			return ledger.ReserveOutcome{}, err
 		}
-		now := s.clock()
 		si := s.shardOf(ref)
 		sh := &s.shards[si]
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
+		now := s.clock()
 		b := sh.buckets[ref]
 		st := b.state()
 		if len(bucket.ActiveHolds(st, now)) >= ledger.MaxHolds {
@@ -710,10 +740,10 @@ func (s *Store) resolve(ctx context.Context, id string, idem ledger.Idempotency,
 		}
 		s.limitsMu.RLock()
 		defer s.limitsMu.RUnlock()
-		now := s.clock()
 		sh := &s.shards[si]
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
+		now := s.clock()
 		h := sh.holds[id]
 		if h == nil {
 			return ledger.ResolveOutcome{}, ledger.ErrReservationNotFound
@@ -741,10 +771,10 @@ func (s *Store) Reservation(_ context.Context, id string) (ledger.Reservation, t
 	if si < 0 {
 		return ledger.Reservation{}, time.Time{}, ledger.ErrReservationNotFound
 	}
-	now := s.clock()
 	sh := &s.shards[si]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	now := s.clock()
 	h := sh.holds[id]
 	if h == nil {
 		return ledger.Reservation{}, time.Time{}, ledger.ErrReservationNotFound
@@ -771,9 +801,9 @@ func (s *Store) History(_ context.Context, ref ledger.BucketRef, cursor string, 
 	if !l.History {
 		return nil, "", nil
 	}
-	now := s.clock()
 	sh := &s.shards[s.shardOf(ref)]
 	sh.mu.Lock()
+	now := s.clock()
 	b := sh.buckets[ref]
 	var all []ledger.Entry
 	if b != nil {

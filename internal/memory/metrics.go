@@ -10,7 +10,7 @@ var (
 	idemBytesDesc = prometheus.NewDesc("budgetd_memory_idempotency_bytes",
 		"Estimated heap bytes of the memory store's idempotency records.", nil, nil)
 	idemRefusedDesc = prometheus.NewDesc("budgetd_memory_idempotency_refused_total",
-		"Calls with a new Idempotency-Key refused because the records were full (503 idempotency_store_full).", nil, nil)
+		"Calls with a new Idempotency-Key refused because the records, or the caller's share of them, were full (503 idempotency_store_full).", nil, nil)
 )
 
 // Collector returns a Prometheus collector of the store's clock-step counter

@@ -172,13 +172,13 @@ func (s *Store) queryFillup(ctx context.Context, deadline time.Time, limits, key
 	for _, r := range got {
 		i := int(r.Item) - 1
 		if i < 0 || i >= want || seen[i] {
-			return nil, fmt.Errorf("postgres fillup: answer row for call %d of %d: %w", r.Item, want, ledger.ErrUnavailable)
+			return nil, fmt.Errorf("postgres fillup: answer row for call %d of %d: %w", r.Item, want, errBadAnswer)
 		}
 		seen[i] = true
 		out[i] = r
 	}
 	if len(got) != want {
-		return nil, fmt.Errorf("postgres fillup: %d answers for %d calls: %w", len(got), want, ledger.ErrUnavailable)
+		return nil, fmt.Errorf("postgres fillup: %d answers for %d calls: %w", len(got), want, errBadAnswer)
 	}
 	return out, nil
 }
@@ -300,24 +300,24 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 	leaky := r.LeakAmount != nil && r.LeakPerUS != nil
 	if r.Fits == nil || r.Level == nil || r.NowUS == nil || r.Capacity == nil || leaky == (r.Period != nil) ||
 		r.History == nil || r.CreatedUS == nil || r.LimUpdated == nil || len(r.Amounts) != len(r.Expires) {
-		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: incomplete answer row: %w", ledger.ErrUnavailable)
+		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: incomplete answer row: %w", errBadAnswer)
 	}
 	level, ok := bucket.ParseAmount(*r.Level)
 	capacity, err2 := decimal.NewFromString(*r.Capacity)
 	if !ok || err2 != nil {
-		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q %q: %w", *r.Level, *r.Capacity, ledger.ErrUnavailable)
+		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q %q: %w", *r.Level, *r.Capacity, errBadAnswer)
 	}
 	lim := ledger.Limit{Name: limit, Capacity: capacity, History: *r.History, CreatedAt: fromUS(*r.CreatedUS), UpdatedAt: fromUS(*r.LimUpdated)}
 	if leaky {
 		leak, err := decimal.NewFromString(*r.LeakAmount)
 		if err != nil {
-			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q: %w", *r.LeakAmount, ledger.ErrUnavailable)
+			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q: %w", *r.LeakAmount, errBadAnswer)
 		}
 		lim.LeakAmount, lim.LeakPer = leak, time.Duration(*r.LeakPerUS)*time.Microsecond
 	} else {
 		var pd periodDoc
 		if err := json.Unmarshal(r.Period, &pd); err != nil {
-			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding period %s: %w", r.Period, ledger.ErrUnavailable)
+			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding period %s: %w", r.Period, errBadAnswer)
 		}
 		lim.Period = pd.period()
 	}
@@ -330,7 +330,7 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 		for i, a := range r.Amounts {
 			amount, ok := bucket.ParseAmount(a)
 			if !ok {
-				return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding hold %q: %w", a, ledger.ErrUnavailable)
+				return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding hold %q: %w", a, errBadAnswer)
 			}
 			st.Holds[i] = bucket.Hold{Amount: amount, ExpiresAt: fromUS(r.Expires[i])}
 		}

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -28,6 +32,11 @@ const (
 	codeSerialization = "40001"
 	codeDeadlock      = "40P01"
 )
+
+// errBadAnswer: the database answered, but not in the shape budgetd expects
+// (a row or a document missing, a number that does not parse). It is a bug,
+// not an outage: not ledger.ErrUnavailable, so a 500 rather than a 503.
+var errBadAnswer = errors.New("the database's answer does not have the expected shape")
 
 // sqlCodes names the codes for the generated SQL.
 var sqlCodes = []struct{ name, code string }{
@@ -128,6 +137,9 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 // SQLSTATEs to sentinels, the caller's context ending to its error, and
 // everything that says the database is unreachable, overloaded or timed out
 // to ledger.ErrUnavailable (the outcome of a write may then be unknown).
+// Anything else — a scan into the wrong type, a document that does not
+// parse, an SQLSTATE that means a bug — is returned as it is: it is not an
+// outage, and the HTTP layer answers it with a generic 500 and logs it.
 func translate(ctx context.Context, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -169,6 +181,9 @@ func translate(ctx context.Context, err error) error {
 		// The caller gave up; its context error says so.
 		return fmt.Errorf("%v: %w", err, ctx.Err())
 	}
+	if !didNotAnswer(err) {
+		return err
+	}
 	// Connection refused or lost, the store's own deadline, a closed pool:
 	// the database did not answer. When the statement may have reached the
 	// server, its outcome is unknown.
@@ -176,4 +191,26 @@ func translate(ctx context.Context, err error) error {
 		return fmt.Errorf("%v (the outcome is unknown; retry with the same Idempotency-Key): %w", err, ledger.ErrUnavailable)
 	}
 	return fmt.Errorf("%v: %w", err, ledger.ErrUnavailable)
+}
+
+// didNotAnswer reports whether err (not a PgError) says the database did not
+// answer: the connection could not be made, was refused, reset or closed
+// mid-call, the store's own deadline passed, or the pool is closed.
+func didNotAnswer(err error) bool {
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case pgconn.SafeToRetry(err), // failed before anything was sent: a connection that could not be had
+		pgconn.Timeout(err),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), // the store's deadline, the pool's context
+		errors.As(err, &connectErr),
+		errors.As(err, &netErr),
+		errors.Is(err, pgconn.ErrConnClosed),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	// pgxpool's Acquire on a closed pool (puddle.ErrClosedPool, a package
+	// budgetd does not import).
+	return err.Error() == "closed pool" || strings.HasSuffix(err.Error(), ": closed pool")
 }

@@ -19,7 +19,8 @@ import (
 const listBucketsSQL = `
 WITH l AS (SELECT * FROM limits WHERE name = $1),
      t AS (SELECT coalesce($4::timestamptz, date_trunc('microseconds', clock_timestamp())) AS now)
-SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.history, l.created_at, l.updated_at, t.now,
+SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_every, l.period_tz, l.period_start_day,
+       l.history, l.created_at, l.updated_at, t.now,
        b.key, b.level::text, b.updated_at, hs.amounts, hs.expires
   FROM l CROSS JOIN t
   LEFT JOIN LATERAL (
@@ -49,16 +50,19 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 		defer rows.Close()
 		for rows.Next() {
 			var (
-				l                ledger.Limit
-				capacity, amount string
-				perUS            int64
-				now              time.Time
-				key, level       *string
-				updated          *time.Time
-				amounts          []string
-				expires          []time.Time
+				l             ledger.Limit
+				capacity      string
+				amount, every *string // leak_amount: NULL for a periodic limit; period_every: NULL for a leaky one
+				perUS         *int64
+				tz            *string
+				startDay      *int32
+				now           time.Time
+				key, level    *string
+				updated       *time.Time
+				amounts       []string
+				expires       []time.Time
 			)
-			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &l.History, &l.CreatedAt, &l.UpdatedAt, &now,
+			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &every, &tz, &startDay, &l.History, &l.CreatedAt, &l.UpdatedAt, &now,
 				&key, &level, &updated, &amounts, &expires); err != nil {
 				return err
 			}
@@ -67,7 +71,18 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 				continue // the limit has no bucket after after
 			}
 			var p numParser
-			l.Capacity, l.LeakAmount, l.LeakPer = p.num(capacity), p.num(amount), time.Duration(perUS)*time.Microsecond
+			l.Capacity = p.num(capacity)
+			switch {
+			case every != nil && tz != nil: // a periodic limit (the table's check: leak fields NULL)
+				l.Period = &ledger.Period{Every: *every, TZ: *tz}
+				if startDay != nil {
+					l.Period.StartDay = int(*startDay)
+				}
+			case amount != nil && perUS != nil:
+				l.LeakAmount, l.LeakPer = p.num(*amount), time.Duration(*perUS)*time.Microsecond
+			default:
+				return fmt.Errorf("postgres: limit %q has neither a leak nor a period", l.Name)
+			}
 			l.CreatedAt, l.UpdatedAt = l.CreatedAt.UTC(), l.UpdatedAt.UTC()
 			st := bucket.State{Level: ledger.Amount(p.num(*level))}
 			if updated != nil {

@@ -197,7 +197,7 @@ func (s *Store) fillupAll(ctx context.Context, items []ledger.Charge, idem ledge
 		return ledger.FillupOutcome{}, err
 	}
 	if rows[0].Doc == nil {
-		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: answer without a document: %w", ledger.ErrUnavailable)
+		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: answer without a document: %w", errBadAnswer)
 	}
 	return decodeFillup(rows[0].Doc)
 }

@@ -32,7 +32,9 @@ func periodTable(p ledger.Period, now time.Time) []int64 {
 // now is in.
 func (s *Store) goNow() time.Time {
 	if s.cfg.now != nil {
-		return s.cfg.now()
+		if t := s.cfg.now(); !t.IsZero() {
+			return t
+		}
 	}
 	return time.Now()
 }

@@ -359,12 +359,17 @@ func (s *Store) Stats() Stats {
 }
 
 // nowArg is the "now" parameter of the server functions: NULL (the database
-// clock) unless a test pinned the clock.
+// clock) unless a test pinned the clock (a zero reading of the hook is the
+// database clock too).
 func (s *Store) nowArg() any {
 	if s.cfg.now == nil {
 		return nil
 	}
-	return s.cfg.now().UTC().Truncate(time.Microsecond)
+	t := s.cfg.now()
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Truncate(time.Microsecond)
 }
 
 // queryJSON runs one statement that returns one jsonb value, with retries,

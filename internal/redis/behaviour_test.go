@@ -1,8 +1,10 @@
 package redis
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -429,7 +431,8 @@ func TestClockStepBack(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			clock := ledgertest.NewClock()
-			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
+			var logged bytes.Buffer // written by the calls below, on this goroutine
+			s := openTest(t, serverURL(t, env), WithClock(clock.Now), WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 			ctx := context.Background()
 			if _, err := s.PutLimit(ctx, ledger.Limit{Name: "c", Capacity: decimal.RequireFromString("10"), LeakAmount: decimal.RequireFromString("1"), LeakPer: time.Second, History: tc.hist}); err != nil {
 				t.Fatal(err)
@@ -488,6 +491,14 @@ func TestClockStepBack(t *testing.T) {
 			if err != nil || len(mfs) != 1 || mfs[0].GetName() != "budgetd_redis_clock_steps_total" ||
 				mfs[0].GetMetric()[0].GetCounter().GetValue() != 3 {
 				t.Errorf("the store's metrics = %v, %v; want budgetd_redis_clock_steps_total 3", mfs, err)
+			}
+			// The warning says what happened without the bucket keys (often
+			// user ids or addresses; issue 29).
+			if n := strings.Count(logged.String(), "clock was stepped back"); n != 3 {
+				t.Errorf("%d clock-step warnings logged, want 3:\n%s", n, logged.String())
+			}
+			if strings.Contains(logged.String(), "{t}") {
+				t.Errorf("a clock-step warning names bucket keys:\n%s", logged.String())
 			}
 			// A small step back keeps the stored time: no leak until the
 			// clock catches up, and no step reported.

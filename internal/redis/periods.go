@@ -49,7 +49,9 @@ func (e *periodTableError) Unwrap() error { return errPeriodTable }
 // period starts is centred; the store's clock decides the period.
 func (s *Store) goNow() time.Time {
 	if s.now != nil {
-		return s.now()
+		if t := s.now(); !t.IsZero() {
+			return t
+		}
 	}
 	return time.Now()
 }

@@ -14,13 +14,16 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -336,19 +339,66 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error { return s.client.Close() }
 
 // fail translates a client error: the errors of a caller's context pass
-// through, everything else (the call's own deadline too) is
-// ledger.ErrUnavailable (the outcome of a write may be unknown).
+// through; a Redis that did not answer (see didNotAnswer; the call's own
+// deadline too) is ledger.ErrUnavailable (the outcome of a write may be
+// unknown); an error already translated keeps its meaning. Anything else —
+// a script error, a reply of the wrong type — is a bug, not an outage: it is
+// returned as it is, and the HTTP layer answers a generic 500 and logs it.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), errCallTimeout) {
 		return ctx.Err()
 	}
-	return fmt.Errorf("redis %s: %w: %v", op, ledger.ErrUnavailable, err)
+	if ctx.Err() != nil || didNotAnswer(err) {
+		return fmt.Errorf("redis %s: %w: %v", op, ledger.ErrUnavailable, err)
+	}
+	return fmt.Errorf("redis %s: %w", op, err)
 }
 
-// nowArg is the argument that carries the test clock ("" means Redis TIME).
+// didNotAnswer reports whether err says that Redis did not answer: no
+// connection (refused, reset, closed mid-call, a closed client or a pool
+// with none free), a deadline, or a server that answered that it cannot
+// serve now (loading its data set, busy with a script, a cluster down or
+// reconfiguring, a read-only replica after failover, out of memory, too
+// many clients, failing to persist, the library not loaded, a password
+// refused).
+func didNotAnswer(err error) bool {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, ledger.ErrUnavailable),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		errors.As(err, &netErr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, goredis.ErrClosed), errors.Is(err, goredis.ErrPoolTimeout), errors.Is(err, goredis.ErrPoolExhausted),
+		goredis.IsLoadingError(err), goredis.IsReadOnlyError(err), goredis.IsClusterDownError(err),
+		goredis.IsTryAgainError(err), goredis.IsMasterDownError(err), goredis.IsMaxClientsError(err),
+		goredis.IsOOMError(err), goredis.IsNoReplicasError(err),
+		goredis.IsAuthError(err): // a password rotated under a running budgetd: Redis refuses the connection
+		return true
+	}
+	if _, ok := goredis.IsMovedError(err); ok {
+		return true // redirects ran out while the cluster moved slots
+	}
+	if _, ok := goredis.IsAskError(err); ok {
+		return true
+	}
+	for _, prefix := range []string{"BUSY", "MISCONF", "UNBLOCKED", "Function not found", "ERR max number of clients"} {
+		if goredis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// nowArg is the argument that carries the test clock ("" means Redis TIME,
+// as does a zero reading of the hook).
 func (s *Store) nowArg() string {
 	if s.now == nil {
 		return ""
 	}
-	return fmt.Sprint(s.now().UnixMicro())
+	t := s.now()
+	if t.IsZero() {
+		return ""
+	}
+	return fmt.Sprint(t.UnixMicro())
 }

@@ -111,7 +111,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 // Drain times the wrapped store's Drain.
 func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency, meta ledger.Meta) (ledger.DrainOutcome, error) {
 	start := time.Now()
-	out, err := s.Store.Drain(ctx, ref, amount, idem, nil)
+	out, err := s.Store.Drain(ctx, ref, amount, idem, meta)
 	s.observe("drain", start, err)
 	return out, err
 }
@@ -119,7 +119,7 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 // Reserve times the wrapped store's Reserve.
 func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency, meta ledger.Meta) (ledger.ReserveOutcome, error) {
 	start := time.Now()
-	out, err := s.Store.Reserve(ctx, ref, amount, ttl, idem, nil)
+	out, err := s.Store.Reserve(ctx, ref, amount, ttl, idem, meta)
 	s.observe("reserve", start, err)
 	return out, err
 }
@@ -127,7 +127,7 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 // Commit times the wrapped store's Commit.
 func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
 	start := time.Now()
-	out, err := s.Store.Commit(ctx, id, amount, overrun, idem, nil)
+	out, err := s.Store.Commit(ctx, id, amount, overrun, idem, meta)
 	s.observe("commit", start, err)
 	return out, err
 }
@@ -135,7 +135,7 @@ func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecima
 // Release times the wrapped store's Release.
 func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
 	start := time.Now()
-	out, err := s.Store.Release(ctx, id, idem, nil)
+	out, err := s.Store.Release(ctx, id, idem, meta)
 	s.observe("release", start, err)
 	return out, err
 }

@@ -19,7 +19,7 @@ import (
 func testMeta(t *testing.T, e *env) {
 	e.limit("m", "100", "1", time.Hour, true)
 	a, b := ref("m", "{m}a"), ref("m", "{m}b")
-	order := ledger.Meta{"order": "A-1", "user": "u<script>alert(1)</script>", "note": "ünïcödé ✓"}
+	order := ledger.Meta{"order": "A-1", "user": "u<script>alert(1)</script>", "note": "ünïcödé ✓", "lines": "a\tb\r\nc\n"}
 	mustFill := func(items []ledger.Item) {
 		t.Helper()
 		res, err := e.svc.Fillup(e.ctx, items, ledger.Idempotency{})
@@ -104,6 +104,12 @@ func testMeta(t *testing.T, e *env) {
 		{ledger.Meta{"": "v"}, "meta"},
 		{ledger.Meta{"k": strings.Repeat("v", 257)}, "meta.k"},
 		{ledger.Meta{"k": "\xff"}, "meta.k"},
+		// Control characters: NUL (which PostgreSQL's jsonb cannot hold)
+		// and the rest of C0 but tab and line breaks, on every store.
+		{ledger.Meta{"order": "A-1\x00"}, "meta.order"},
+		{ledger.Meta{"order": "\x00"}, "meta.order"},
+		{ledger.Meta{"k": "\x1b[31m"}, "meta.k"},
+		{ledger.Meta{"k": "a\x7f"}, "meta.k"},
 		{big, "meta"},
 	} {
 		_, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: a, Cost: dec("1"), Meta: tc.meta}}, ledger.Idempotency{})
