@@ -7,34 +7,31 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/budgetd/budgetd/api"
 	"github.com/shopspring/decimal"
 )
 
-// PutLimit creates or updates the limit name. Buckets keep their level and
-// holds across an update.
+// PutLimit creates or updates the limit name: a leaky bucket (spec.Leak) or
+// a calendar budget (spec.Period). Buckets keep their level and holds
+// across an update. A spec budgetd would refuse is refused before sending
+// (an *Error with Status 0).
 func (c *Client) PutLimit(ctx context.Context, name string, spec LimitSpec) (Limit, error) {
-	if err := checkAmount("capacity", spec.Capacity); err != nil {
-		return Limit{}, err
+	if err := api.CheckName("name", name); err != nil {
+		return Limit{}, refused(err)
 	}
-	if err := checkAmount("leak.amount", spec.Leak.Amount); err != nil {
-		return Limit{}, err
-	}
-	body := map[string]any{
-		"capacity": amount(spec.Capacity),
-		"leak":     map[string]string{"amount": amount(spec.Leak.Amount), "per": spec.Leak.Per.String()},
-	}
-	if spec.History != nil {
-		body["history"] = *spec.History
+	body := spec.doc()
+	if err := body.Validate(); err != nil {
+		return Limit{}, refused(err)
 	}
 	a, err := c.do(ctx, http.MethodPut, "/v1/limits/"+esc(name), nil, body, callOpts{})
 	if err != nil {
 		return Limit{}, err
 	}
-	var d limitDoc
+	var d api.Limit
 	if err := decode(a, &d); err != nil {
 		return Limit{}, err
 	}
-	return d.limit()
+	return limitOfDoc(d), nil
 }
 
 // GetLimit reads the limit name; an unknown name is an *Error with Code
@@ -44,11 +41,11 @@ func (c *Client) GetLimit(ctx context.Context, name string) (Limit, error) {
 	if err != nil {
 		return Limit{}, err
 	}
-	var d limitDoc
+	var d api.Limit
 	if err := decode(a, &d); err != nil {
 		return Limit{}, err
 	}
-	return d.limit()
+	return limitOfDoc(d), nil
 }
 
 // ListLimits returns up to n limits (0: the server's default) ordered by
@@ -59,17 +56,15 @@ func (c *Client) ListLimits(ctx context.Context, cursor string, n int) ([]Limit,
 	if err != nil {
 		return nil, "", err
 	}
-	var p page[limitDoc]
+	var p api.Page[api.Limit]
 	if err := decode(a, &p); err != nil {
 		return nil, "", err
 	}
 	out := make([]Limit, len(p.Items))
 	for i, d := range p.Items {
-		if out[i], err = d.limit(); err != nil {
-			return nil, "", err
-		}
+		out[i] = limitOfDoc(d)
 	}
-	return out, p.next(), nil
+	return out, p.Next(), nil
 }
 
 // DeleteLimit removes the limit name with its buckets, holds and history.
@@ -84,17 +79,18 @@ func (c *Client) DeleteLimit(ctx context.Context, name string) error {
 // Bucket returns the state of the bucket (limit, key); a bucket never
 // written is empty with a nil UpdatedAt.
 func (c *Client) Bucket(ctx context.Context, limit, key string) (Bucket, error) {
+	if err := checkBucket("", limit, key); err != nil {
+		return Bucket{}, err
+	}
 	a, err := c.do(ctx, http.MethodGet, bucketPath(limit, key), nil, nil, callOpts{})
 	if err != nil {
 		return Bucket{}, err
 	}
-	var d bucketDoc
+	var d api.BucketState
 	if err := decode(a, &d); err != nil {
 		return Bucket{}, err
 	}
-	b := d.bucket()
-	b.Key = key
-	return b, nil
+	return bucketOfDoc(key, d), nil
 }
 
 // ListBuckets returns up to n buckets of limit that the store holds, in
@@ -104,24 +100,27 @@ func (c *Client) ListBuckets(ctx context.Context, limit, cursor string, n int) (
 	if err != nil {
 		return nil, "", err
 	}
-	var p page[bucketDoc]
+	var p api.Page[api.BucketListItem]
 	if err := decode(a, &p); err != nil {
 		return nil, "", err
 	}
 	out := make([]Bucket, len(p.Items))
 	for i, d := range p.Items {
-		out[i] = d.bucket()
+		out[i] = bucketOfDoc(d.Key, d.BucketState)
 	}
-	return out, p.next(), nil
+	return out, p.Next(), nil
 }
 
 // CanAccept asks whether a Fillup of cost would be accepted now. It changes
 // nothing.
 func (c *Client) CanAccept(ctx context.Context, limit, key string, cost decimal.Decimal) (Decision, error) {
+	if err := checkBucket("", limit, key); err != nil {
+		return Decision{}, err
+	}
 	if err := checkAmount("cost", cost); err != nil {
 		return Decision{}, err
 	}
-	a, err := c.do(ctx, http.MethodGet, bucketPath(limit, key), url.Values{"cost": {amount(cost)}}, nil, callOpts{})
+	a, err := c.do(ctx, http.MethodGet, bucketPath(limit, key), url.Values{"cost": {cost.String()}}, nil, callOpts{})
 	if err != nil {
 		return Decision{}, err
 	}
@@ -129,17 +128,20 @@ func (c *Client) CanAccept(ctx context.Context, limit, key string, cost decimal.
 }
 
 // Fillup adds cost to the bucket if it fits: an accepted or denied
-// Decision, never an error for a denial.
+// Decision, never an error for a denial. The Meta option is stored on the
+// history entry.
 func (c *Client) Fillup(ctx context.Context, limit, key string, cost decimal.Decimal, opts ...CallOption) (Decision, error) {
-	if err := checkAmount("cost", cost); err != nil {
+	if err := checkBucket("", limit, key); err != nil {
 		return Decision{}, err
 	}
 	o := applyOpts(opts)
-	body := map[string]any{"cost": amount(cost)}
-	if o.meta != nil {
-		body["meta"] = o.meta
+	if err := checkAmount("cost", cost); err != nil {
+		return Decision{}, err
 	}
-	a, err := c.do(ctx, http.MethodPost, bucketPath(limit, key)+"/fillup", nil, body, o)
+	if err := checkMeta("meta", o.meta); err != nil {
+		return Decision{}, err
+	}
+	a, err := c.do(ctx, http.MethodPost, bucketPath(limit, key)+"/fillup", nil, api.FillupRequest{Cost: cost, Meta: o.meta}, o)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -147,43 +149,43 @@ func (c *Client) Fillup(ctx context.Context, limit, key string, cost decimal.Dec
 }
 
 // FillupMany charges every item or none (per user + per team + global): one
-// multi-bucket Fillup of up to 64 items.
+// multi-bucket Fillup of up to 64 items. An item's Meta, or else the Meta
+// option, is stored on the item's history entry.
 func (c *Client) FillupMany(ctx context.Context, items []Item, opts ...CallOption) (MultiDecision, error) {
+	o := applyOpts(opts)
+	if len(items) == 0 || len(items) > api.MaxItems {
+		return MultiDecision{}, &Error{Code: api.CodeInvalidRequest, Field: "items", Detail: "between 1 and 64 items are allowed"}
+	}
+	body := api.MultiFillupRequest{Items: make([]api.MultiFillupItem, len(items))}
 	for i, it := range items {
-		if err := checkAmount("items["+strconv.Itoa(i)+"].cost", it.Cost); err != nil {
+		at := "items[" + strconv.Itoa(i) + "]."
+		meta := it.Meta
+		if meta == nil {
+			meta = o.meta
+		}
+		if err := checkBucket(at, it.Limit, it.Key); err != nil {
 			return MultiDecision{}, err
 		}
-	}
-	o := applyOpts(opts)
-	docs := make([]map[string]any, len(items))
-	for i, it := range items {
-		docs[i] = map[string]any{"limit": it.Limit, "key": it.Key, "cost": amount(it.Cost)}
-		if o.meta != nil {
-			docs[i]["meta"] = o.meta
+		if err := checkAmount(at+"cost", it.Cost); err != nil {
+			return MultiDecision{}, err
 		}
+		if err := checkMeta(at+"meta", meta); err != nil {
+			return MultiDecision{}, err
+		}
+		body.Items[i] = api.MultiFillupItem{Limit: it.Limit, Key: it.Key, Cost: it.Cost, Meta: meta}
 	}
-	a, err := c.do(ctx, http.MethodPost, "/v1/fillup", nil, map[string]any{"items": docs}, o)
+	a, err := c.do(ctx, http.MethodPost, "/v1/fillup", nil, body, o)
 	if err != nil {
 		return MultiDecision{}, err
 	}
-	var d struct {
-		Accepted bool `json:"accepted"`
-		Items    []struct {
-			Limit string `json:"limit"`
-			Key   string `json:"key"`
-			decisionDoc
-		} `json:"items"`
-	}
+	var d api.MultiFillupResult
 	if err := decode(a, &d, http.StatusTooManyRequests); err != nil {
 		return MultiDecision{}, err
 	}
 	out := MultiDecision{Accepted: d.Accepted, Items: make([]ItemDecision, len(d.Items)), RateLimitPolicy: a.header.Get("RateLimit-Policy"), RateLimit: a.header.Get("RateLimit")}
 	never := false
 	for i, it := range d.Items {
-		dec, err := it.decision()
-		if err != nil {
-			return MultiDecision{}, err
-		}
+		dec := decisionOfDoc(it.Decision)
 		out.Items[i] = ItemDecision{Limit: it.Limit, Key: it.Key, Decision: dec}
 		never = never || dec.NeverFits
 		out.RetryAfter = max(out.RetryAfter, dec.RetryAfter)
@@ -195,47 +197,49 @@ func (c *Client) FillupMany(ctx context.Context, items []Item, opts ...CallOptio
 }
 
 // Drain lowers the bucket's level by amount (clamped at zero): refunds and
-// corrections.
+// corrections. The Meta option is stored on the history entry.
 func (c *Client) Drain(ctx context.Context, limit, key string, amt decimal.Decimal, opts ...CallOption) (Drained, error) {
-	if err := checkAmount("amount", amt); err != nil {
+	if err := checkBucket("", limit, key); err != nil {
 		return Drained{}, err
 	}
 	o := applyOpts(opts)
-	body := map[string]any{"amount": amount(amt)}
-	if o.meta != nil {
-		body["meta"] = o.meta
+	if err := checkAmount("amount", amt); err != nil {
+		return Drained{}, err
 	}
-	a, err := c.do(ctx, http.MethodPost, bucketPath(limit, key)+"/drain", nil, body, o)
+	if err := checkMeta("meta", o.meta); err != nil {
+		return Drained{}, err
+	}
+	a, err := c.do(ctx, http.MethodPost, bucketPath(limit, key)+"/drain", nil, api.DrainRequest{Amount: amt, Meta: o.meta}, o)
 	if err != nil {
 		return Drained{}, err
 	}
-	var d struct {
-		bucketDoc
-		Removed decimal.Decimal `json:"removed"`
-	}
+	var d api.Drained
 	if err := decode(a, &d); err != nil {
 		return Drained{}, err
 	}
-	b := d.bucket()
-	b.Key = key
+	b := Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: optTime(d.UpdatedAt), PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt)}
 	return Drained{Removed: d.Removed, Bucket: b}, nil
 }
 
 // Reserve holds amount in the bucket for ttl (0: the server's default, 5m)
 // when it fits. When accepted, the hold is returned with the decision; when
-// denied, the Reservation is nil.
+// denied, the Reservation is nil. The Meta option is stored on the history
+// entry.
 func (c *Client) Reserve(ctx context.Context, limit, key string, amt decimal.Decimal, ttl time.Duration, opts ...CallOption) (*Reservation, Decision, error) {
-	if err := checkAmount("amount", amt); err != nil {
+	if err := checkBucket("", limit, key); err != nil {
 		return nil, Decision{}, err
 	}
 	o := applyOpts(opts)
-	body := map[string]any{"amount": amount(amt)}
-	if ttl != 0 {
-		body["ttl"] = ttl.String()
+	if err := checkAmount("amount", amt); err != nil {
+		return nil, Decision{}, err
 	}
-	if o.meta != nil {
-		body["meta"] = o.meta
+	if ttl < 0 || ttl%time.Microsecond != 0 {
+		return nil, Decision{}, &Error{Code: api.CodeInvalidDuration, Field: "ttl", Detail: ttl.String() + " is not a positive whole number of microseconds"}
 	}
+	if err := checkMeta("meta", o.meta); err != nil {
+		return nil, Decision{}, err
+	}
+	body := api.ReserveRequest{Amount: amt, TTL: api.Duration(ttl), Meta: o.meta}
 	a, err := c.do(ctx, http.MethodPost, bucketPath(limit, key)+"/reservations", nil, body, o)
 	if err != nil {
 		return nil, Decision{}, err
@@ -244,64 +248,56 @@ func (c *Client) Reserve(ctx context.Context, limit, key string, amt decimal.Dec
 	if err != nil || !dec.Accepted {
 		return nil, dec, err
 	}
-	var r reservationDoc
+	var r api.Reserved
 	if err := decode(a, &r); err != nil {
 		return nil, Decision{}, err
 	}
-	res := r.reservation()
+	res := reservationOfDoc(r.Reservation)
 	return &res, dec, nil
 }
 
 // Commit ends the hold id and charges amt (nil: the held amount). A larger
 // amount than the hold is refused (exceeds_hold) unless overrun is true.
 // Refusals are *Error values: reservation_expired (410),
-// reservation_closed (409), exceeds_hold (422).
+// reservation_closed (409), exceeds_hold (422). The Meta option is stored
+// on the history entry.
 func (c *Client) Commit(ctx context.Context, id string, amt *decimal.Decimal, overrun bool, opts ...CallOption) (Resolved, error) {
 	o := applyOpts(opts)
-	body := map[string]any{}
 	if amt != nil {
 		if err := checkAmount("amount", *amt); err != nil {
 			return Resolved{}, err
 		}
-		body["amount"] = amount(*amt)
 	}
-	if overrun {
-		body["overrun"] = true
+	if err := checkMeta("meta", o.meta); err != nil {
+		return Resolved{}, err
 	}
-	if o.meta != nil {
-		body["meta"] = o.meta
-	}
-	return c.resolve(ctx, id, "commit", body, o)
+	return c.resolve(ctx, id, "commit", api.CommitRequest{Amount: amt, Overrun: overrun, Meta: o.meta}, o)
 }
 
-// Release ends the hold id without charging.
+// Release ends the hold id without charging. The Meta option is stored on
+// the history entry.
 func (c *Client) Release(ctx context.Context, id string, opts ...CallOption) (Resolved, error) {
 	o := applyOpts(opts)
-	body := map[string]any{}
-	if o.meta != nil {
-		body["meta"] = o.meta
+	if err := checkMeta("meta", o.meta); err != nil {
+		return Resolved{}, err
 	}
-	return c.resolve(ctx, id, "release", body, o)
+	return c.resolve(ctx, id, "release", api.ReleaseRequest{Meta: o.meta}, o)
 }
 
-func (c *Client) resolve(ctx context.Context, id, verb string, body map[string]any, o callOpts) (Resolved, error) {
+func (c *Client) resolve(ctx context.Context, id, verb string, body any, o callOpts) (Resolved, error) {
+	if id == "" {
+		return Resolved{}, &Error{Code: api.CodeReservationNotFound, Field: "id", Detail: "the hold id is empty"}
+	}
 	a, err := c.do(ctx, http.MethodPost, "/v1/reservations/"+esc(id)+"/"+verb, nil, body, o)
 	if err != nil {
 		return Resolved{}, err
 	}
-	var d struct {
-		reservationDoc
-		Level     decimal.Decimal `json:"level"`
-		Held      decimal.Decimal `json:"held"`
-		Remaining decimal.Decimal `json:"remaining"`
-		Capacity  decimal.Decimal `json:"capacity"`
-		UpdatedAt *time.Time      `json:"updated_at"`
-	}
+	var d api.Resolved
 	if err := decode(a, &d); err != nil {
 		return Resolved{}, err
 	}
-	r := d.reservation()
-	return Resolved{Reservation: r, Bucket: Bucket{Key: r.Key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: d.UpdatedAt}}, nil
+	r := reservationOfDoc(d.Reservation)
+	return Resolved{Reservation: r, Bucket: bucketOfDoc(r.Key, d.Bucket)}, nil
 }
 
 // Reservation reads the hold id as it is now.
@@ -310,26 +306,29 @@ func (c *Client) Reservation(ctx context.Context, id string) (Reservation, error
 	if err != nil {
 		return Reservation{}, err
 	}
-	var d reservationDoc
+	var d api.Reservation
 	if err := decode(a, &d); err != nil {
 		return Reservation{}, err
 	}
-	return d.reservation(), nil
+	return reservationOfDoc(d), nil
 }
 
 // Holds lists the active holds of the bucket (limit, key).
 func (c *Client) Holds(ctx context.Context, limit, key string) ([]Reservation, error) {
+	if err := checkBucket("", limit, key); err != nil {
+		return nil, err
+	}
 	a, err := c.do(ctx, http.MethodGet, bucketPath(limit, key)+"/reservations", nil, nil, callOpts{})
 	if err != nil {
 		return nil, err
 	}
-	var p page[reservationDoc]
+	var p api.ReservationList
 	if err := decode(a, &p); err != nil {
 		return nil, err
 	}
 	out := make([]Reservation, len(p.Items))
 	for i, d := range p.Items {
-		out[i] = d.reservation()
+		out[i] = reservationOfDoc(d)
 	}
 	return out, nil
 }
@@ -337,19 +336,22 @@ func (c *Client) Holds(ctx context.Context, limit, key string) ([]Reservation, e
 // History lists up to n entries of the bucket, newest first, after cursor,
 // and the next page's cursor ("" at the end).
 func (c *Client) History(ctx context.Context, limit, key, cursor string, n int) ([]Entry, string, error) {
+	if err := checkBucket("", limit, key); err != nil {
+		return nil, "", err
+	}
 	a, err := c.do(ctx, http.MethodGet, bucketPath(limit, key)+"/history", pageQuery(cursor, n), nil, callOpts{})
 	if err != nil {
 		return nil, "", err
 	}
-	var p page[entryDoc]
+	var p api.Page[api.HistoryEntry]
 	if err := decode(a, &p); err != nil {
 		return nil, "", err
 	}
 	out := make([]Entry, len(p.Items))
 	for i, d := range p.Items {
-		out[i] = Entry(d)
+		out[i] = entryOfDoc(d)
 	}
-	return out, p.next(), nil
+	return out, p.Next(), nil
 }
 
 func bucketPath(limit, key string) string {
@@ -370,14 +372,11 @@ func pageQuery(cursor string, n int) url.Values {
 // decisionOf reads a decision answer: 200/201 accepted (or CanAccept), 429
 // denied.
 func decisionOf(a answer) (Decision, error) {
-	var d decisionDoc
+	var d api.Decision
 	if err := decode(a, &d, http.StatusTooManyRequests); err != nil {
 		return Decision{}, err
 	}
-	out, err := d.decision()
-	if err != nil {
-		return Decision{}, err
-	}
+	out := decisionOfDoc(d)
 	out.RateLimitPolicy = a.header.Get("RateLimit-Policy")
 	out.RateLimit = a.header.Get("RateLimit")
 	return out, nil

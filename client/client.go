@@ -1,11 +1,16 @@
 // Package client is the Go client of budgetd: one typed call per endpoint of
-// its HTTP API (docs/api.md), amounts as exact decimals.
+// its HTTP API (docs/api.md), amounts as exact decimals. It sends and reads
+// the documents of package api (the wire contract the server is tested
+// against) and hands them out as plain Go values: limits of every kind
+// (LimitSpec with Leak or Period), decisions and buckets with the bounds of a
+// period (PeriodStart, ResetsAt), holds and history with their meta.
 //
-// A denial is an answer, not an error: Fillup, Reserve and CheckN return a
-// Decision whose Accepted is false and whose RetryAfter says when the cost
-// would fit. Errors are for bad input, missing things, closed holds and
-// broken infrastructure; budgetd's problems arrive as *Error with its Code
-// and Field.
+// A denial is an answer, not an error: CanAccept, Fillup and Reserve return
+// a Decision (FillupMany a MultiDecision) whose Accepted is false and whose
+// RetryAfter says when the cost would fit. Errors are for bad input, missing
+// things, closed holds and broken infrastructure; budgetd's problems arrive
+// as *Error with its Code (an api.Code) and Field, and input budgetd would
+// refuse is refused before sending (an *Error with Status 0).
 //
 // Every state-changing call carries an Idempotency-Key, generated when the
 // caller gives none, and is retried with the same key on network errors and
@@ -29,6 +34,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/budgetd/budgetd/api"
 )
 
 // Client calls one budgetd server. It is safe for concurrent use.
@@ -123,15 +130,24 @@ func applyOpts(opts []CallOption) callOpts {
 // Error is a problem answered by budgetd (RFC 9457 problem+json), or an
 // input the client refused before sending (Status 0).
 type Error struct {
-	Status int    // the HTTP status; 0 when the client refused the input itself
-	Code   string // budgetd's stable code: invalid_amount, limit_not_found, …
-	Field  string // the offending input of a 400, e.g. "cost" or "items[2].key"
+	Status int      // the HTTP status; 0 when the client refused the input itself
+	Code   api.Code // budgetd's stable code: api.CodeInvalidAmount, api.CodeLimitNotFound, …
+	Field  string   // the offending input of a 400, e.g. "cost" or "items[2].key"
 	Title  string
 	Detail string
+	// Reservation is the hold a refusal is about (exceeds_hold,
+	// reservation_expired, reservation_closed); nil otherwise.
+	Reservation *Reservation
 }
 
+// ErrBadAnswer is wrapped by the error of an answer the client could not
+// read (not JSON, or not the document budgetd sends): budgetd was reached,
+// but what it said is not understood — a version mismatch or a proxy in the
+// way, not an outage.
+var ErrBadAnswer = errors.New("budgetd: answer not understood")
+
 func (e *Error) Error() string {
-	s := "budgetd: " + e.Code
+	s := "budgetd: " + string(e.Code)
 	if e.Field != "" {
 		s += " (" + e.Field + ")"
 	}
@@ -145,13 +161,14 @@ func (e *Error) Error() string {
 }
 
 // IsCode reports whether err is a budgetd problem with the given code.
-func IsCode(err error, code string) bool {
+func IsCode(err error, code api.Code) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == code
 }
 
 // IsUnavailable reports whether err means budgetd could not decide: a
-// network error, a timeout, or a 5xx answer. A caller that must not spend
+// network error, a timeout, a 5xx answer, or an answer not understood
+// (ErrBadAnswer). A caller that must not spend
 // without a decision treats it as a denial (fail closed).
 func IsUnavailable(err error) bool {
 	var e *Error
@@ -263,17 +280,16 @@ func (c *Client) sleep(ctx context.Context, try int) error {
 // problem decodes a problem+json answer into an *Error.
 func problem(a answer) *Error {
 	e := &Error{Status: a.status}
-	var p struct {
-		Title  string `json:"title"`
-		Detail string `json:"detail"`
-		Code   string `json:"code"`
-		Field  string `json:"field"`
-	}
+	var p api.Problem
 	if json.Unmarshal(a.body, &p) == nil {
 		e.Title, e.Detail, e.Code, e.Field = p.Title, p.Detail, p.Code, p.Field
+		if p.Reservation != nil {
+			r := reservationOfDoc(*p.Reservation)
+			e.Reservation = &r
+		}
 	}
 	if e.Code == "" {
-		e.Code = "http_" + strconv.Itoa(a.status)
+		e.Code = api.Code("http_" + strconv.Itoa(a.status))
 		if e.Detail == "" {
 			e.Detail = strings.TrimSpace(string(a.body))
 		}
@@ -295,7 +311,7 @@ func decode(a answer, v any, ok ...int) error {
 		return nil
 	}
 	if err := json.Unmarshal(a.body, v); err != nil {
-		return fmt.Errorf("budgetd: reading a %d answer: %w", a.status, err)
+		return fmt.Errorf("%w: reading a %d answer: %v", ErrBadAnswer, a.status, err)
 	}
 	return nil
 }

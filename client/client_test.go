@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/client"
 )
 
@@ -34,11 +35,11 @@ func TestEveryCall(t *testing.T) {
 	ctx := context.Background()
 	c, _ := newBudgetd(t)
 	off := false
-	l, err := c.PutLimit(ctx, "spend", client.LimitSpec{Capacity: dec("100.50"), Leak: client.Leak{Amount: dec("10"), Per: time.Hour}, History: &off})
+	l, err := c.PutLimit(ctx, "spend", client.LimitSpec{Capacity: dec("100.50"), Leak: &client.Leak{Amount: dec("10"), Per: time.Hour}, History: &off})
 	if err != nil || !l.Capacity.Equal(dec("100.5")) || l.Leak.Per != time.Hour || l.History {
 		t.Fatalf("PutLimit: %+v %v", l, err)
 	}
-	if _, err := c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: dec("10"), Leak: client.Leak{Amount: dec("1"), Per: time.Second}}); err != nil {
+	if _, err := c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: dec("10"), Leak: &client.Leak{Amount: dec("1"), Per: time.Second}}); err != nil {
 		t.Fatal(err)
 	}
 	if l, err := c.GetLimit(ctx, "rows"); err != nil || !l.History || l.Name != "rows" {
@@ -115,10 +116,10 @@ func TestEveryCall(t *testing.T) {
 func TestProblems(t *testing.T) {
 	ctx := context.Background()
 	c, _ := newBudgetd(t)
-	_, err := c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: dec("10"), Leak: client.Leak{Amount: dec("1"), Per: 0}})
+	_, err := c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: dec("10"), Period: &client.Period{Every: api.Month, TZ: "Mars/Olympus_Mons"}})
 	var e *client.Error
-	if !errors.As(err, &e) || e.Status != 400 || e.Code != "invalid_duration" || e.Field != "leak.per" || e.Detail == "" {
-		t.Fatalf("bad per: %#v", err)
+	if !errors.As(err, &e) || e.Status != 400 || e.Code != api.CodeInvalidRequest || e.Field != "period.tz" || e.Detail == "" {
+		t.Fatalf("bad tz: %#v", err)
 	}
 	_, err = c.FillupMany(ctx, []client.Item{{Limit: "nope", Key: "k", Cost: dec("1")}})
 	if !client.IsCode(err, "limit_not_found") {
@@ -192,7 +193,7 @@ func TestRetriesReuseTheIdempotencyKey(t *testing.T) {
 	}))
 	defer front.Close()
 	c, _ := client.New(front.URL, client.WithRetries(4, time.Millisecond))
-	if _, err := c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: dec("10"), Leak: client.Leak{Amount: dec("1"), Per: time.Hour}}); err != nil {
+	if _, err := c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: dec("10"), Leak: &client.Leak{Amount: dec("1"), Per: time.Hour}}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := c.Fillup(ctx, "rows", "k", dec("4"))
@@ -293,7 +294,7 @@ func TestMeta(t *testing.T) {
 	c, _ := newBudgetd(t)
 	ctx := context.Background()
 	on := true
-	if _, err := c.PutLimit(ctx, "spend", client.LimitSpec{Capacity: dec("100"), Leak: client.Leak{Amount: dec("1"), Per: time.Hour}, History: &on}); err != nil {
+	if _, err := c.PutLimit(ctx, "spend", client.LimitSpec{Capacity: dec("100"), Leak: &client.Leak{Amount: dec("1"), Per: time.Hour}, History: &on}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Fillup(ctx, "spend", "team", dec("3"), client.Meta(map[string]string{"order": "A-1042"})); err != nil {
@@ -312,7 +313,7 @@ func TestMeta(t *testing.T) {
 	}
 	_, err = c.Fillup(ctx, "spend", "team", dec("1"), client.Meta(map[string]string{"Order": "x"}))
 	var e *client.Error
-	if !errors.As(err, &e) || e.Status != 400 || e.Code != "invalid_request" || e.Field != "meta" {
+	if !errors.As(err, &e) || e.Status != 0 || e.Code != "invalid_request" || e.Field != "meta" {
 		t.Fatalf("bad meta: %v", err)
 	}
 }

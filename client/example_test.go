@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/client"
 	"github.com/shopspring/decimal"
 )
@@ -17,7 +18,7 @@ func Example_rowCountPreCheck() {
 	defer srv.Close()
 	ctx := context.Background()
 	c, _ := client.New(srv.URL)
-	c.PutLimit(ctx, "tenant-rows", client.LimitSpec{Capacity: dec("100000"), Leak: client.Leak{Amount: dec("100000"), Per: time.Hour}})
+	c.PutLimit(ctx, "tenant-rows", client.LimitSpec{Capacity: dec("100000"), Leak: &client.Leak{Amount: dec("100000"), Per: time.Hour}})
 	c.Fillup(ctx, "tenant-rows", "t42", dec("90000")) // earlier imports this hour
 
 	batch := dec("25000")
@@ -43,15 +44,17 @@ func Example_rowCountPreCheck() {
 	// the other 15000 rows fit in 9m0s
 }
 
-// A team may spend 5,000.00 per 30 days, to the cent. A spend that does not
-// fit is denied (a value, not an error) and nothing is charged.
+// A team may spend 5,000.00 per calendar month, Berlin time, to the cent. A
+// spend that does not fit is denied (a value, not an error) and nothing is
+// charged; the budget starts again at midnight of the 1st in Berlin.
 func Example_spendCap() {
 	srv, _ := startBudgetd()
 	defer srv.Close()
 	ctx := context.Background()
 	c, _ := client.New(srv.URL)
-	c.PutLimit(ctx, "team-spend", client.LimitSpec{Capacity: dec("5000.00"), Leak: client.Leak{Amount: dec("5000.00"), Per: 720 * time.Hour}})
+	c.PutLimit(ctx, "team-spend", client.LimitSpec{Capacity: dec("5000.00"), Period: &client.Period{Every: api.Month, TZ: "Europe/Berlin"}})
 
+	berlin, _ := time.LoadLocation("Europe/Berlin")
 	for _, spend := range []string{"4999.99", "0.02", "0.01"} {
 		d, err := c.Fillup(ctx, "team-spend", "team-a", dec(spend))
 		switch {
@@ -60,7 +63,7 @@ func Example_spendCap() {
 		case d.Accepted:
 			fmt.Println("spent", spend, "- remaining", d.Remaining)
 		default:
-			fmt.Println("denied", spend, "- remaining", d.Remaining, "- fits in", d.RetryAfter)
+			fmt.Println("denied", spend, "- remaining", d.Remaining, "- the budget resets", d.ResetsAt.In(berlin).Format("2 Jan 15:04 MST"))
 		}
 	}
 	// The client refuses amounts it cannot send exactly.
@@ -71,7 +74,7 @@ func Example_spendCap() {
 	}
 	// Output:
 	// spent 4999.99 - remaining 0.01
-	// denied 0.02 - remaining 0.01 - fits in 5.184s
+	// denied 0.02 - remaining 0.01 - the budget resets 1 Feb 00:00 CET
 	// spent 0.01 - remaining 0
 	// refused: invalid_amount cost
 }
@@ -83,7 +86,7 @@ func Example_reserveThenCommit() {
 	defer srv.Close()
 	ctx := context.Background()
 	c, _ := client.New(srv.URL)
-	c.PutLimit(ctx, "llm-dollars", client.LimitSpec{Capacity: dec("10"), Leak: client.Leak{Amount: dec("10"), Per: 24 * time.Hour}})
+	c.PutLimit(ctx, "llm-dollars", client.LimitSpec{Capacity: dec("10"), Leak: &client.Leak{Amount: dec("10"), Per: 24 * time.Hour}})
 
 	run := func(job string, work func() (decimal.Decimal, error)) {
 		hold, d, err := c.Reserve(ctx, "llm-dollars", "team-a", dec("2.00"), 10*time.Minute)

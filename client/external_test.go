@@ -44,7 +44,7 @@ func main() {
 		panic(err)
 	}
 	d := decimal.RequireFromString
-	if _, err := bd.PutLimit(ctx, "caller", client.LimitSpec{Capacity: d("2"), Leak: client.Leak{Amount: d("1"), Per: time.Hour}}); err != nil {
+	if _, err := bd.PutLimit(ctx, "caller", client.LimitSpec{Capacity: d("2"), Leak: &client.Leak{Amount: d("1"), Per: time.Hour}}); err != nil {
 		panic(err)
 	}
 	dec, err := bd.Fillup(ctx, "caller", "k", d("1.5"))

@@ -1,40 +1,48 @@
 package client
 
 import (
-	"fmt"
 	"time"
 
+	"github.com/budgetd/budgetd/api"
 	"github.com/shopspring/decimal"
 )
 
 // MaxAmount is the largest amount budgetd accepts (10^12); amounts carry at
 // most MaxScale fractional digits.
-var MaxAmount = decimal.New(1, 12)
+var MaxAmount = api.MaxAmount
 
 // MaxScale is the number of fractional digits an amount may carry.
-const MaxScale = 6
+const MaxScale = api.MaxScale
+
+// refused turns a problem found before sending into an *Error (Status 0).
+func refused(err error) error {
+	if p, ok := err.(*api.Problem); ok {
+		return &Error{Code: p.Code, Field: p.Field, Detail: p.Detail}
+	}
+	return err
+}
 
 // checkAmount refuses, before anything is sent, an amount budgetd would
 // refuse or that the client cannot write exactly: negative, above
 // MaxAmount, or with more than MaxScale fractional digits.
 func checkAmount(field string, d decimal.Decimal) error {
-	refuse := func(detail string) error {
-		return &Error{Code: "invalid_amount", Field: field, Detail: fmt.Sprintf("%s %s", d.String(), detail)}
-	}
-	switch {
-	case d.Sign() < 0:
-		return refuse("is negative")
-	case d.GreaterThan(MaxAmount):
-		return refuse("is above 10^12")
-	case !d.Equal(d.Truncate(MaxScale)):
-		return refuse("has more than 6 fractional digits")
-	}
-	return nil
+	return refused(api.CheckAmount(field, d, false))
 }
 
-// amount writes an amount in budgetd's plain notation (no exponent, no
-// trailing zeros).
-func amount(d decimal.Decimal) string { return d.String() }
+// checkBucket refuses a malformed limit name or bucket key before sending
+// (an empty key would name another path); prefix is "items[2]." for an item
+// of a multi-bucket call.
+func checkBucket(prefix, limit, key string) error {
+	if err := api.CheckName(prefix+"limit", limit); err != nil {
+		return refused(err)
+	}
+	return refused(api.CheckKey(prefix+"key", key))
+}
+
+// checkMeta refuses meta budgetd would refuse, before sending.
+func checkMeta(field string, m map[string]string) error {
+	return refused(api.Meta(m).Validate(field))
+}
 
 // Decision is budgetd's answer to "may this cost be spent now?" (CanAccept,
 // Fillup, Reserve, one item of a multi-bucket Fillup). Level, Held,
@@ -47,57 +55,58 @@ type Decision struct {
 	Remaining decimal.Decimal
 	Capacity  decimal.Decimal
 	// RetryAfter is how long until the cost fits if no other traffic came
-	// (leak and hold expiries counted), rounded up to the microsecond; zero
-	// when accepted or when the cost never fits.
+	// (leak, period resets and hold expiries counted), rounded up to the
+	// microsecond; zero when accepted or when the cost never fits.
 	RetryAfter time.Duration
 	// NeverFits: the cost is larger than the capacity and is never accepted.
 	NeverFits bool
+	// PeriodStart and ResetsAt bound the current period of a periodic
+	// limit (the level starts again from zero at ResetsAt); nil for a leaky
+	// one.
+	PeriodStart *time.Time
+	ResetsAt    *time.Time
 	// RateLimitPolicy and RateLimit are the answer's IETF RateLimit header
 	// fields as budgetd sent them, for passing on to an end user.
 	RateLimitPolicy string
 	RateLimit       string
 }
 
-type decisionDoc struct {
-	Accepted   bool            `json:"accepted"`
-	Level      decimal.Decimal `json:"level"`
-	Held       decimal.Decimal `json:"held"`
-	Remaining  decimal.Decimal `json:"remaining"`
-	Capacity   decimal.Decimal `json:"capacity"`
-	RetryAfter *string         `json:"retry_after"`
-	NeverFits  bool            `json:"never_fits"`
-}
-
-func (d decisionDoc) decision() (Decision, error) {
-	out := Decision{Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, NeverFits: d.NeverFits}
-	if d.RetryAfter != nil {
-		s, err := decimal.NewFromString(*d.RetryAfter)
-		if err != nil {
-			return Decision{}, fmt.Errorf("budgetd: retry_after %q: %w", *d.RetryAfter, err)
-		}
-		out.RetryAfter = secondsDuration(s)
+func decisionOfDoc(d api.Decision) Decision {
+	return Decision{
+		Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity,
+		RetryAfter: d.RetryAfterDuration(), NeverFits: d.NeverFits, PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt),
 	}
-	return out, nil
 }
 
-// secondsDuration converts seconds (at most 6 fractional digits) to a
-// duration, rounding up and saturating.
-func secondsDuration(s decimal.Decimal) time.Duration {
-	us := s.Shift(6).Ceil()
-	if us.GreaterThan(decimal.NewFromInt(int64(time.Duration(1<<63-1) / time.Microsecond))) {
-		return time.Duration(1<<63 - 1)
+// optTime is a time that may be absent, as a *time.Time.
+func optTime(t *api.Time) *time.Time {
+	if t == nil {
+		return nil
 	}
-	return time.Duration(us.IntPart()) * time.Microsecond
+	v := t.Time
+	return &v
 }
 
-// Limit is a limit document.
+// Limit is a limit document: exactly one of Leak and Period is set.
 type Limit struct {
-	Name      string
-	Capacity  decimal.Decimal
-	Leak      Leak
+	Name     string
+	Capacity decimal.Decimal
+	// Leak is the rate of a leaky limit; nil for a periodic one.
+	Leak *Leak
+	// Period is the calendar period of a periodic limit; nil for a leaky
+	// one.
+	Period    *Period
 	History   bool
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// Kind is the kind of the limit: api.KindLeak or api.KindPeriod.
+func (l Limit) Kind() api.Kind {
+	if l.Period != nil {
+		return api.KindPeriod
+	}
+	return api.KindLeak
 }
 
 // Leak is a leak rate: Amount per Per.
@@ -106,33 +115,63 @@ type Leak struct {
 	Per    time.Duration
 }
 
-// LimitSpec is a limit as PutLimit writes it.
+// Period is a calendar period: the level starts again from zero at the
+// first instant of every period's local start date in TZ.
+type Period struct {
+	// Every is the length of a period: api.Day, Week, Month, Quarter or
+	// Year.
+	Every api.Every
+	// TZ is an IANA time zone name; "" is UTC.
+	TZ string
+	// StartDay is the day a period starts on: day of the month (1–28) for
+	// months and quarters, ISO weekday (1 Monday … 7 Sunday) for weeks; 0
+	// is the default (1), and the only value allowed for days and years.
+	StartDay int
+}
+
+func limitOfDoc(d api.Limit) Limit {
+	l := Limit{Name: d.Name, Capacity: d.Capacity, History: d.History, CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time}
+	if d.Leak != nil {
+		l.Leak = &Leak{Amount: d.Leak.Amount, Per: time.Duration(d.Leak.Per)}
+	}
+	if d.Period != nil {
+		p := Period{Every: d.Period.Every, TZ: d.Period.TZ}
+		if d.Period.StartDay != nil {
+			p.StartDay = *d.Period.StartDay
+		}
+		l.Period = &p
+	}
+	return l
+}
+
+// LimitSpec is a limit as PutLimit writes it: exactly one of Leak and
+// Period.
 type LimitSpec struct {
 	Capacity decimal.Decimal
-	Leak     Leak
+	// Leak makes the limit a leaky bucket: Leak.Amount leaks out every
+	// Leak.Per.
+	Leak *Leak
+	// Period makes the limit a calendar budget: Capacity per period.
+	Period *Period
 	// History says whether the limit records history; nil means the
 	// default (true).
 	History *bool
 }
 
-type limitDoc struct {
-	Name     string          `json:"name"`
-	Capacity decimal.Decimal `json:"capacity"`
-	Leak     struct {
-		Amount decimal.Decimal `json:"amount"`
-		Per    string          `json:"per"`
-	} `json:"leak"`
-	History   bool      `json:"history"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-}
-
-func (d limitDoc) limit() (Limit, error) {
-	per, err := time.ParseDuration(d.Leak.Per)
-	if err != nil {
-		return Limit{}, fmt.Errorf("budgetd: limit %s: leak.per %q: %w", d.Name, d.Leak.Per, err)
+// doc is the PUT body of the spec.
+func (s LimitSpec) doc() api.LimitPut {
+	p := api.LimitPut{Capacity: s.Capacity, History: s.History}
+	if s.Leak != nil {
+		p.Leak = &api.Leak{Amount: s.Leak.Amount, Per: api.Duration(s.Leak.Per)}
 	}
-	return Limit{Name: d.Name, Capacity: d.Capacity, Leak: Leak{Amount: d.Leak.Amount, Per: per}, History: d.History, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}, nil
+	if s.Period != nil {
+		p.Period = &api.PeriodPut{Every: s.Period.Every, TZ: s.Period.TZ}
+		if s.Period.StartDay != 0 {
+			sd := s.Period.StartDay
+			p.Period.StartDay = &sd
+		}
+	}
+	return p
 }
 
 // Bucket is the state of one (limit, key) bucket.
@@ -143,26 +182,25 @@ type Bucket struct {
 	Remaining decimal.Decimal
 	Capacity  decimal.Decimal
 	UpdatedAt *time.Time // nil for a bucket never written
+	// PeriodStart and ResetsAt bound the current period of a periodic
+	// limit; nil for a leaky one.
+	PeriodStart *time.Time
+	ResetsAt    *time.Time
 }
 
-type bucketDoc struct {
-	Key       string          `json:"key"`
-	Level     decimal.Decimal `json:"level"`
-	Held      decimal.Decimal `json:"held"`
-	Remaining decimal.Decimal `json:"remaining"`
-	Capacity  decimal.Decimal `json:"capacity"`
-	UpdatedAt *time.Time      `json:"updated_at"`
+func bucketOfDoc(key string, d api.BucketState) Bucket {
+	return Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: optTime(d.UpdatedAt), PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt)}
 }
 
-func (d bucketDoc) bucket() Bucket {
-	return Bucket{Key: d.Key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: d.UpdatedAt}
-}
-
-// Item is one (limit, key, cost) of a multi-bucket Fillup.
+// Item is one (limit, key, cost) of a multi-bucket Fillup, with what to
+// store on its history entry.
 type Item struct {
-	Limit string          `json:"limit"`
-	Key   string          `json:"key"`
-	Cost  decimal.Decimal `json:"cost"`
+	Limit string
+	Key   string
+	Cost  decimal.Decimal
+	// Meta is stored on this item's history entry; nil takes the call's
+	// Meta option, if any.
+	Meta map[string]string
 }
 
 // ItemDecision is the decision on one item of a multi-bucket Fillup.
@@ -189,7 +227,7 @@ type Reservation struct {
 	ID              string
 	Limit           string
 	Key             string
-	State           string // active, committed, released or expired
+	State           api.ReservationState // active, committed, released or expired
 	Amount          decimal.Decimal
 	CommittedAmount *decimal.Decimal
 	CreatedAt       time.Time
@@ -197,19 +235,12 @@ type Reservation struct {
 	ResolvedAt      *time.Time
 }
 
-type reservationDoc struct {
-	ID              string           `json:"id"`
-	Limit           string           `json:"limit"`
-	Key             string           `json:"key"`
-	State           string           `json:"state"`
-	Amount          decimal.Decimal  `json:"amount"`
-	CommittedAmount *decimal.Decimal `json:"committed_amount"`
-	CreatedAt       time.Time        `json:"created_at"`
-	ExpiresAt       time.Time        `json:"expires_at"`
-	ResolvedAt      *time.Time       `json:"resolved_at"`
+func reservationOfDoc(d api.Reservation) Reservation {
+	return Reservation{
+		ID: d.ID, Limit: d.Limit, Key: d.Key, State: d.State, Amount: d.Amount, CommittedAmount: d.CommittedAmount,
+		CreatedAt: d.CreatedAt.Time, ExpiresAt: d.ExpiresAt.Time, ResolvedAt: optTime(d.ResolvedAt),
+	}
 }
-
-func (d reservationDoc) reservation() Reservation { return Reservation(d) }
 
 // Resolved is the answer to Commit and Release: the hold as it is and the
 // bucket's state after the call.
@@ -229,29 +260,12 @@ type Drained struct {
 type Entry struct {
 	ID            string
 	Time          time.Time
-	Event         string // fillup, drain, reserved, committed, released, expired
+	Event         api.Event // fillup, drain, reserved, committed, released, expired
 	Amount        decimal.Decimal
 	ReservationID string
 	Meta          map[string]string
 }
 
-type entryDoc struct {
-	ID            string            `json:"id"`
-	Time          time.Time         `json:"time"`
-	Event         string            `json:"event"`
-	Amount        decimal.Decimal   `json:"amount"`
-	ReservationID string            `json:"reservation_id"`
-	Meta          map[string]string `json:"meta"`
-}
-
-type page[T any] struct {
-	Items      []T     `json:"items"`
-	NextCursor *string `json:"next_cursor"`
-}
-
-func (p page[T]) next() string {
-	if p.NextCursor == nil {
-		return ""
-	}
-	return *p.NextCursor
+func entryOfDoc(d api.HistoryEntry) Entry {
+	return Entry{ID: d.ID, Time: d.Time.Time, Event: d.Event, Amount: d.Amount, ReservationID: d.ReservationID, Meta: d.Meta}
 }

@@ -15,6 +15,7 @@ package middleware
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -25,9 +26,36 @@ import (
 )
 
 // ItemsFunc maps a request to the items it costs. No items means the
-// request costs nothing and passes without asking budgetd; an error answers
-// 400 to the end user (the error itself is given to OnError only).
+// request costs nothing and passes without asking budgetd. An error wrapped
+// with BadRequest (the end user's mistake: a missing header, a malformed
+// parameter) answers 400 and counts as BadRequest; any other error means
+// the costs could not be worked out (a lookup that failed), and the fail
+// mode applies as when budgetd cannot decide: 503 and FailedClosed, or with
+// FailOpen the request passes uncharged. Either way the error itself is
+// given to OnError only.
 type ItemsFunc func(r *http.Request) ([]client.Item, error)
+
+// BadRequest marks an error of an ItemsFunc as the end user's mistake: the
+// request is answered 400 (a bare problem document; err goes to OnError)
+// and is not counted as a failure to decide.
+//
+//	if tenant == "" {
+//		return nil, middleware.BadRequest(errors.New("no X-Tenant header"))
+//	}
+func BadRequest(err error) error { return &badRequest{err} }
+
+// badRequest is an error wrapped with BadRequest.
+type badRequest struct{ err error }
+
+func (e *badRequest) Error() string { return "bad request: " + e.err.Error() }
+
+func (e *badRequest) Unwrap() error { return e.err }
+
+// IsBadRequest reports whether err was wrapped with BadRequest.
+func IsBadRequest(err error) bool {
+	var b *badRequest
+	return errors.As(err, &b)
+}
 
 // Limiter is a configured middleware. Its methods return the middleware for
 // net/http (Handler, ReserveHandler) and echo (Echo, ReserveEcho).
@@ -51,7 +79,7 @@ type Counts struct {
 	Denied       int64 // answered 429
 	FailedOpen   int64 // budgetd could not decide; passed uncharged (FailOpen)
 	FailedClosed int64 // budgetd could not decide; answered 503
-	BadRequest   int64 // the ItemsFunc refused the request; answered 400
+	BadRequest   int64 // the ItemsFunc refused the request (BadRequest); answered 400
 	CommitFailed int64 // Reserve variant: a commit or release that failed after the handler ran
 }
 
@@ -118,10 +146,7 @@ type denial struct {
 func (l *Limiter) charge(w http.ResponseWriter, r *http.Request) verdict {
 	items, err := l.items(r)
 	if err != nil {
-		l.counts.badRequest.Add(1)
-		l.onError(r, err)
-		writeStatus(w, http.StatusBadRequest)
-		return refused
+		return l.itemsFailed(w, r, err)
 	}
 	if len(items) == 0 {
 		return pass
@@ -154,6 +179,18 @@ func (l *Limiter) charge(w http.ResponseWriter, r *http.Request) verdict {
 	}
 	l.counts.allowed.Add(1)
 	return pass
+}
+
+// itemsFailed answers a request whose ItemsFunc failed: 400 for the end
+// user's mistake (BadRequest), else the fail mode.
+func (l *Limiter) itemsFailed(w http.ResponseWriter, r *http.Request, err error) verdict {
+	if !IsBadRequest(err) {
+		return l.failed(w, r, err)
+	}
+	l.counts.badRequest.Add(1)
+	l.onError(r, err)
+	writeStatus(w, http.StatusBadRequest)
+	return refused
 }
 
 // failed applies the fail mode to a call budgetd did not decide.
@@ -235,10 +272,7 @@ type holds struct {
 func (l *Limiter) reserve(w http.ResponseWriter, r *http.Request) (*holds, *http.Request, verdict) {
 	items, err := l.items(r)
 	if err != nil {
-		l.counts.badRequest.Add(1)
-		l.onError(r, err)
-		writeStatus(w, http.StatusBadRequest)
-		return nil, r, refused
+		return nil, r, l.itemsFailed(w, r, err)
 	}
 	h := &holds{rp: &reported{}}
 	r = r.WithContext(context.WithValue(r.Context(), costKey{}, h.rp))

@@ -36,7 +36,7 @@ func budgetd(t *testing.T) *client.Client {
 		t.Fatal(err)
 	}
 	for name, capacity := range map[string]string{"user": "3", "global": "5"} {
-		if _, err := c.PutLimit(context.Background(), name, client.LimitSpec{Capacity: dec(capacity), Leak: client.Leak{Amount: dec("1"), Per: time.Second}}); err != nil {
+		if _, err := c.PutLimit(context.Background(), name, client.LimitSpec{Capacity: dec(capacity), Leak: &client.Leak{Amount: dec("1"), Per: time.Second}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -47,7 +47,7 @@ func budgetd(t *testing.T) *client.Client {
 func perUser(r *http.Request) ([]client.Item, error) {
 	u := r.Header.Get("X-User")
 	if u == "" {
-		return nil, errors.New("no X-User")
+		return nil, middleware.BadRequest(errors.New("no X-User"))
 	}
 	if r.URL.Path == "/free" {
 		return nil, nil

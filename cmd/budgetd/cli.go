@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/client"
 	"github.com/shopspring/decimal"
 )
@@ -19,15 +21,21 @@ import (
 // The operator CLI's exit codes: 0 accepted (or done), exitDenied for a
 // denial, exitProblem when budgetd refused the call (its problem detail and
 // field are printed), exitUnreachable when budgetd could not be reached or
-// failed (network, timeout, 5xx), 2 for a usage error.
+// failed (network, timeout, 5xx), exitNotUnderstood when budgetd answered
+// something the CLI cannot read (a version mismatch, a proxy in the way), 2
+// for a usage error (also input refused before sending).
 const (
-	exitProblem     = 1
-	exitDenied      = 3
-	exitUnreachable = 4
+	exitProblem       = 1
+	exitDenied        = 3
+	exitUnreachable   = 4
+	exitNotUnderstood = 5
 )
 
 // cliCommands are the first arguments that make budgetd an operator CLI.
-var cliCommands = map[string]bool{"limits": true, "check": true, "fillup": true, "history": true, "holds": true}
+var cliCommands = map[string]bool{
+	"limits": true, "check": true, "fillup": true, "history": true, "holds": true,
+	"reserve": true, "commit": true, "release": true, "drain": true, "help": true,
+}
 
 // isCLI says whether args start with an operator command.
 func isCLI(args []string) bool { return len(args) > 0 && cliCommands[args[0]] }
@@ -46,34 +54,75 @@ func (e cliError) ExitCode() int { return e.code }
 const cliUsage = `Usage: budgetd COMMAND [flags] ARGS
 
 Operator commands (on a running budgetd):
-  budgetd limits list                                  list limits
+  budgetd limits list                                  list limits (with when a period resets)
   budgetd limits get NAME                              show a limit
+  budgetd limits put NAME --capacity C --period EVERY [--tz ZONE] [--start-day N] [--history=false]
+                                                       create or update a calendar budget: C per day, week,
+                                                       month, quarter or year in ZONE (default UTC), e.g.
+                                                       --capacity 5000 --period month --tz Europe/Berlin
   budgetd limits put NAME --capacity C --leak A/PER [--history=false]
-                                                       create or update a limit (e.g. --leak 5000/720h)
+                                                       create or update a leaky bucket (e.g. --leak 10/1s)
   budgetd limits delete NAME                           delete a limit with its buckets and history
   budgetd check LIMIT KEY [COST]                       a bucket's state, or CanAccept of COST (changes nothing)
-  budgetd fillup LIMIT KEY COST [--idempotency-key K]  charge COST
+  budgetd fillup LIMIT KEY COST                        charge COST
+  budgetd reserve LIMIT KEY AMOUNT [--ttl D] [-q]      hold AMOUNT; -q prints only the hold id:
+                                                         hold=$(budgetd reserve team-spend team-a 40 -q)
+  budgetd commit ID [AMOUNT] [--overrun]               end the hold ID, charging AMOUNT (default: the held amount)
+  budgetd release ID                                   end the hold ID without charging
+  budgetd drain LIMIT KEY AMOUNT                       lower the level by AMOUNT (refunds, corrections)
   budgetd history LIMIT KEY [--limit N] [--cursor C]   a bucket's history, newest first
   budgetd holds LIMIT KEY                              a bucket's active holds
+  budgetd help                                         this text and the server's flags
+
+Flags of the commands that write (fillup, reserve, commit, release, drain):
+  --meta KEY=VALUE   store KEY=VALUE on the history entry (repeatable)
+  --idempotency-key K  send K as the Idempotency-Key (default: a fresh one per call)
 
 Flags of every command:
   --server URL     budgetd's address (env BUDGETD_SERVER, default http://127.0.0.1:8080)
   --token TOKEN    bearer token (env BUDGETD_TOKEN)
   --ca FILE        PEM CA certificate(s) to trust for https (env BUDGETD_CA)
+  --cert FILE      PEM client certificate for a budgetd that requires one (env BUDGETD_CERT)
+  --key FILE       its PEM private key (env BUDGETD_KEY)
   --timeout D      give up after D (default 10s)
-  --json           print JSON for scripts instead of a table
+  --json           print budgetd's JSON documents for scripts instead of a table
 
-Exit status: 0 accepted or done, 3 denied, 1 budgetd refused the call (bad input, not found),
-4 budgetd unreachable or failing, 2 usage error.
+Exit status:
+  0  accepted or done
+  1  budgetd refused the call (bad input, not found, a closed hold): its code, detail and field are printed
+  2  usage error, or input refused before sending
+  3  denied (over budget)
+  4  budgetd unreachable or failing (network, timeout, 5xx)
+  5  budgetd's answer was not understood (a version mismatch or a proxy in the way)
 `
+
+// metaFlag collects --meta KEY=VALUE flags.
+type metaFlag map[string]string
+
+func (m metaFlag) String() string { return "" }
+
+func (m metaFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("--meta %q is not KEY=VALUE", v)
+	}
+	m[k] = val
+	return nil
+}
 
 // cli is the parsed command line of an operator command.
 type cli struct {
 	server, token, ca string
+	cert, key         string
 	timeout           time.Duration
-	json              bool
+	json, quiet       bool
 	capacity, leak    string
+	period, tz        string
+	startDay          int
 	history           bool
+	ttl               time.Duration
+	overrun           bool
+	meta              metaFlag
 	idemKey, cursor   string
 	limit             int
 	args              []string
@@ -82,17 +131,32 @@ type cli struct {
 
 // runCLI runs an operator command: args[0] is the command.
 func runCLI(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	c := cli{stdout: stdout}
+	if args[0] == "help" {
+		fmt.Fprint(stdout, cliUsage)
+		fmt.Fprintln(stdout)
+		usage(stdout)
+		return nil
+	}
+	c := cli{stdout: stdout, meta: metaFlag{}}
 	fs := flag.NewFlagSet("budgetd "+args[0], flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.server, "server", or(getenv("BUDGETD_SERVER"), "http://127.0.0.1:8080"), "")
 	fs.StringVar(&c.token, "token", getenv("BUDGETD_TOKEN"), "")
 	fs.StringVar(&c.ca, "ca", getenv("BUDGETD_CA"), "")
+	fs.StringVar(&c.cert, "cert", getenv("BUDGETD_CERT"), "")
+	fs.StringVar(&c.key, "key", getenv("BUDGETD_KEY"), "")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "")
 	fs.BoolVar(&c.json, "json", false, "")
+	fs.BoolVar(&c.quiet, "q", false, "")
 	fs.StringVar(&c.capacity, "capacity", "", "")
 	fs.StringVar(&c.leak, "leak", "", "")
+	fs.StringVar(&c.period, "period", "", "")
+	fs.StringVar(&c.tz, "tz", "", "")
+	fs.IntVar(&c.startDay, "start-day", 0, "")
 	fs.BoolVar(&c.history, "history", true, "")
+	fs.DurationVar(&c.ttl, "ttl", 0, "")
+	fs.BoolVar(&c.overrun, "overrun", false, "")
+	fs.Var(c.meta, "meta", "")
 	fs.StringVar(&c.idemKey, "idempotency-key", "", "")
 	fs.StringVar(&c.cursor, "cursor", "", "")
 	fs.IntVar(&c.limit, "limit", 0, "")
@@ -104,7 +168,7 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 				fmt.Fprint(stdout, cliUsage)
 				return nil
 			}
-			return usageError{err.Error() + " (see budgetd " + args[0] + " --help)"}
+			return usageError{err.Error() + " (see budgetd help)"}
 		}
 		rest = fs.Args()
 		if len(rest) == 0 {
@@ -135,18 +199,34 @@ func or(a, b string) string {
 	return b
 }
 
+// client makes the client of the flags: the token, and for https a CA to
+// trust and a client certificate for mTLS.
 func (c *cli) client() (*client.Client, error) {
 	opts := []client.Option{client.WithToken(c.token)}
-	if c.ca != "" {
-		pem, err := os.ReadFile(c.ca)
-		if err != nil {
-			return nil, usageError{fmt.Sprintf("--ca: %v", err)}
+	if c.ca != "" || c.cert != "" || c.key != "" {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.ca != "" {
+			pem, err := os.ReadFile(c.ca)
+			if err != nil {
+				return nil, usageError{fmt.Sprintf("--ca: %v", err)}
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, usageError{fmt.Sprintf("--ca: no PEM certificate in %s", c.ca)}
+			}
+			cfg.RootCAs = pool
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, usageError{fmt.Sprintf("--ca: no PEM certificate in %s", c.ca)}
+		if (c.cert == "") != (c.key == "") {
+			return nil, usageError{"--cert and --key go together: a client certificate and its private key"}
 		}
-		opts = append(opts, client.WithTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+		if c.cert != "" {
+			pair, err := tls.LoadX509KeyPair(c.cert, c.key)
+			if err != nil {
+				return nil, usageError{fmt.Sprintf("--cert/--key: %v", err)}
+			}
+			cfg.Certificates = []tls.Certificate{pair}
+		}
+		opts = append(opts, client.WithTLSConfig(cfg))
 	}
 	cl, err := client.New(c.server, opts...)
 	if err != nil {
@@ -156,11 +236,12 @@ func (c *cli) client() (*client.Client, error) {
 }
 
 // callError turns a failed call into the CLI's exit: budgetd's problem
-// (detail and field) or an unreachable budgetd.
+// (code, detail and field), an answer not understood, or an unreachable
+// budgetd.
 func callError(err error) error {
 	var p *client.Error
 	if errors.As(err, &p) {
-		msg := p.Code
+		msg := string(p.Code)
 		if p.Detail != "" {
 			msg += ": " + p.Detail
 		}
@@ -174,6 +255,9 @@ func callError(err error) error {
 			return cliError{exitUnreachable, fmt.Sprintf("%s [HTTP %d]", msg, p.Status)}
 		}
 		return cliError{exitProblem, fmt.Sprintf("%s [HTTP %d]", msg, p.Status)}
+	}
+	if errors.Is(err, client.ErrBadAnswer) {
+		return cliError{exitNotUnderstood, "budgetd answered, but the answer was not understood (is --server a budgetd of this version?): " + err.Error()}
 	}
 	return cliError{exitUnreachable, "budgetd could not be reached: " + err.Error()}
 }
@@ -190,7 +274,7 @@ func (c *cli) dispatch(ctx context.Context, cl *client.Client, cmd string) error
 	switch cmd {
 	case "limits":
 		if len(c.args) == 0 {
-			return usageError{"budgetd limits: list, get, put or delete (see budgetd limits --help)"}
+			return usageError{"budgetd limits: list, get, put or delete (see budgetd help)"}
 		}
 		sub := c.args[0]
 		c.args = c.args[1:]
@@ -205,7 +289,7 @@ func (c *cli) dispatch(ctx context.Context, cl *client.Client, cmd string) error
 			if err != nil {
 				return err
 			}
-			return c.printLimits([]client.Limit{l}, true)
+			return c.printLimits(ctx, cl, []client.Limit{l}, true)
 		case "put":
 			return c.limitsPut(ctx, cl)
 		case "delete":
@@ -250,15 +334,63 @@ func (c *cli) dispatch(ctx context.Context, cl *client.Client, cmd string) error
 		if err != nil {
 			return err
 		}
-		var opts []client.CallOption
-		if c.idemKey != "" {
-			opts = append(opts, client.IdempotencyKey(c.idemKey))
-		}
-		d, err := cl.Fillup(ctx, c.args[0], c.args[1], cost, opts...)
+		d, err := cl.Fillup(ctx, c.args[0], c.args[1], cost, c.callOptions()...)
 		if err != nil {
 			return err
 		}
 		return c.printDecision(d)
+	case "reserve":
+		if err := c.want("reserve", 3, 3); err != nil {
+			return err
+		}
+		amt, err := parseAmount("AMOUNT", c.args[2])
+		if err != nil {
+			return err
+		}
+		h, d, err := cl.Reserve(ctx, c.args[0], c.args[1], amt, c.ttl, c.callOptions()...)
+		if err != nil {
+			return err
+		}
+		return c.printReserved(h, d)
+	case "commit":
+		if err := c.want("commit", 1, 2); err != nil {
+			return err
+		}
+		var amt *decimal.Decimal
+		if len(c.args) == 2 {
+			a, err := parseAmount("AMOUNT", c.args[1])
+			if err != nil {
+				return err
+			}
+			amt = &a
+		}
+		r, err := cl.Commit(ctx, c.args[0], amt, c.overrun, c.callOptions()...)
+		if err != nil {
+			return err
+		}
+		return c.printResolved(r)
+	case "release":
+		if err := c.want("release", 1, 1); err != nil {
+			return err
+		}
+		r, err := cl.Release(ctx, c.args[0], c.callOptions()...)
+		if err != nil {
+			return err
+		}
+		return c.printResolved(r)
+	case "drain":
+		if err := c.want("drain", 3, 3); err != nil {
+			return err
+		}
+		amt, err := parseAmount("AMOUNT", c.args[2])
+		if err != nil {
+			return err
+		}
+		d, err := cl.Drain(ctx, c.args[0], c.args[1], amt, c.callOptions()...)
+		if err != nil {
+			return err
+		}
+		return c.printDrained(d)
 	case "history":
 		if err := c.want("history", 2, 2); err != nil {
 			return err
@@ -279,6 +411,18 @@ func (c *cli) dispatch(ctx context.Context, cl *client.Client, cmd string) error
 		return c.printHolds(hs)
 	}
 	return usageError{"unknown command " + cmd}
+}
+
+// callOptions are the Idempotency-Key and meta of a writing command.
+func (c *cli) callOptions() []client.CallOption {
+	var opts []client.CallOption
+	if c.idemKey != "" {
+		opts = append(opts, client.IdempotencyKey(c.idemKey))
+	}
+	if len(c.meta) > 0 {
+		opts = append(opts, client.Meta(c.meta))
+	}
+	return opts
 }
 
 func parseAmount(what, s string) (decimal.Decimal, error) {
@@ -306,36 +450,50 @@ func (c *cli) limitsList(ctx context.Context, cl *client.Client) error {
 		}
 		cursor = next
 	}
-	return c.printLimits(all, false)
+	return c.printLimits(ctx, cl, all, false)
 }
+
+const putUsage = "budgetd limits put NAME needs --capacity C and either --period day|week|month|quarter|year [--tz ZONE] [--start-day N] or --leak AMOUNT/PER (e.g. --leak 10/1s)"
 
 func (c *cli) limitsPut(ctx context.Context, cl *client.Client) error {
 	if err := c.want("limits put", 1, 1); err != nil {
 		return err
 	}
-	if c.capacity == "" || c.leak == "" {
-		return usageError{"budgetd limits put NAME needs --capacity C and --leak AMOUNT/PER (e.g. --leak 5000/720h)"}
+	if c.capacity == "" || (c.leak == "") == (c.period == "") {
+		return usageError{putUsage}
 	}
 	capacity, err := parseAmount("--capacity", c.capacity)
 	if err != nil {
 		return err
 	}
-	amt, per, ok := strings.Cut(c.leak, "/")
-	if !ok {
-		return usageError{fmt.Sprintf("--leak %q is not AMOUNT/PER (e.g. 5000/720h)", c.leak)}
-	}
-	leakAmount, err := parseAmount("--leak amount", amt)
-	if err != nil {
-		return err
-	}
-	d, err := time.ParseDuration(per)
-	if err != nil {
-		return usageError{fmt.Sprintf("--leak: %q is not a duration like 1s or 720h", per)}
-	}
 	history := c.history
-	l, err := cl.PutLimit(ctx, c.args[0], client.LimitSpec{Capacity: capacity, Leak: client.Leak{Amount: leakAmount, Per: d}, History: &history})
+	spec := client.LimitSpec{Capacity: capacity, History: &history}
+	if c.period != "" {
+		spec.Period = &client.Period{Every: api.Every(c.period), TZ: c.tz, StartDay: c.startDay}
+	} else {
+		if c.tz != "" || c.startDay != 0 {
+			return usageError{"--tz and --start-day go with --period, not --leak"}
+		}
+		amt, per, ok := strings.Cut(c.leak, "/")
+		if !ok {
+			return usageError{fmt.Sprintf("--leak %q is not AMOUNT/PER (e.g. 10/1s)", c.leak)}
+		}
+		leakAmount, err := parseAmount("--leak amount", amt)
+		if err != nil {
+			return err
+		}
+		d, err := time.ParseDuration(per)
+		if err != nil {
+			return usageError{fmt.Sprintf("--leak: %q is not a duration like 1s or 720h", per)}
+		}
+		spec.Leak = &client.Leak{Amount: leakAmount, Per: d}
+	}
+	l, err := cl.PutLimit(ctx, c.args[0], spec)
 	if err != nil {
 		return err
 	}
-	return c.printLimits([]client.Limit{l}, true)
+	return c.printLimits(ctx, cl, []client.Limit{l}, true)
 }
+
+// itoa is strconv.Itoa, for the tables.
+func itoa(n int) string { return strconv.Itoa(n) }

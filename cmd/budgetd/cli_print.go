@@ -1,78 +1,34 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/client"
 	"github.com/shopspring/decimal"
 )
 
-// The JSON the CLI prints: budgetd's own field names, amounts as decimal
-// strings, times in RFC 3339 with microseconds.
-
-type limitJSON struct {
-	Name      string   `json:"name"`
-	Capacity  string   `json:"capacity"`
-	Leak      leakJSON `json:"leak"`
-	History   bool     `json:"history"`
-	CreatedAt string   `json:"created_at"`
-	UpdatedAt string   `json:"updated_at"`
-}
-
-type leakJSON struct {
-	Amount string `json:"amount"`
-	Per    string `json:"per"`
-}
-
-type bucketJSON struct {
-	Level     string  `json:"level"`
-	Held      string  `json:"held"`
-	Remaining string  `json:"remaining"`
-	Capacity  string  `json:"capacity"`
-	UpdatedAt *string `json:"updated_at"`
-}
-
-type decisionJSON struct {
-	Accepted   bool    `json:"accepted"`
-	Level      string  `json:"level"`
-	Held       string  `json:"held"`
-	Remaining  string  `json:"remaining"`
-	Capacity   string  `json:"capacity"`
-	RetryAfter *string `json:"retry_after"`
-	NeverFits  bool    `json:"never_fits"`
-}
-
-type entryJSON struct {
-	ID            string            `json:"id"`
-	Time          string            `json:"time"`
-	Event         string            `json:"event"`
-	Amount        string            `json:"amount"`
-	ReservationID string            `json:"reservation_id,omitempty"`
-	Meta          map[string]string `json:"meta,omitempty"`
-}
-
-type holdJSON struct {
-	ID        string `json:"id"`
-	State     string `json:"state"`
-	Amount    string `json:"amount"`
-	CreatedAt string `json:"created_at"`
-	ExpiresAt string `json:"expires_at"`
-}
+// With --json the CLI prints budgetd's own documents (package api): the
+// field names, decimal strings and nulls a script reading budgetd's API
+// expects. Tables are for people.
 
 const cliTime = "2006-01-02T15:04:05.000000Z"
 
 func fmtTime(t time.Time) string { return t.UTC().Format(cliTime) }
 
-func optTime(t *time.Time) *string {
+// optTime writes a time that may be absent, "-" when it is.
+func optTime(t *time.Time) string {
 	if t == nil {
-		return nil
+		return "-"
 	}
-	s := fmtTime(*t)
-	return &s
+	return fmtTime(*t)
 }
 
 // seconds writes a duration as budgetd's decimal seconds.
@@ -95,114 +51,241 @@ func (c *cli) table(header string, rows [][]string) {
 	w.Flush()
 }
 
-func (c *cli) printLimits(ls []client.Limit, one bool) error {
+// limitDoc is l as budgetd's limit document.
+func limitDoc(l client.Limit) api.Limit {
+	d := api.Limit{Name: l.Name, Capacity: l.Capacity, History: l.History, CreatedAt: api.NewTime(l.CreatedAt), UpdatedAt: api.NewTime(l.UpdatedAt)}
+	if l.Leak != nil {
+		d.Leak = &api.Leak{Amount: l.Leak.Amount, Per: api.Duration(l.Leak.Per)}
+	}
+	if l.Period != nil {
+		d.Period = &api.Period{Every: l.Period.Every, TZ: l.Period.TZ}
+		if sd := l.Period.StartDay; sd != 0 {
+			d.Period.StartDay = &sd
+		}
+	}
+	return d
+}
+
+// rule says in words how a limit refills: "5000 per 720h" or "per month
+// from day 1, Europe/Berlin".
+func rule(l client.Limit) string {
+	switch {
+	case l.Period != nil:
+		s := "per " + string(l.Period.Every)
+		switch l.Period.Every {
+		case api.Month, api.Quarter:
+			s += " from day " + itoa(l.Period.StartDay)
+		case api.Week:
+			s += " from " + time.Weekday(l.Period.StartDay%7).String()
+		}
+		return s + ", " + l.Period.TZ
+	case l.Leak != nil:
+		return l.Leak.Amount.String() + " per " + api.Duration(l.Leak.Per).String()
+	}
+	return "-"
+}
+
+// resetsAt asks budgetd when the current period of a periodic limit ends
+// (every bucket of a limit shares its periods; reading a bucket never
+// written changes nothing): "-" for a leaky limit or when it cannot say.
+func resetsAt(ctx context.Context, cl *client.Client, l client.Limit) string {
+	if l.Period == nil {
+		return "-"
+	}
+	b, err := cl.Bucket(ctx, l.Name, "-")
+	if err != nil {
+		return "-"
+	}
+	return optTime(b.ResetsAt)
+}
+
+func (c *cli) printLimits(ctx context.Context, cl *client.Client, ls []client.Limit, one bool) error {
 	if c.json {
-		out := make([]limitJSON, len(ls))
+		out := make([]api.Limit, len(ls))
 		for i, l := range ls {
-			out[i] = limitJSON{l.Name, l.Capacity.String(), leakJSON{l.Leak.Amount.String(), shortDuration(l.Leak.Per)}, l.History, fmtTime(l.CreatedAt), fmtTime(l.UpdatedAt)}
+			out[i] = limitDoc(l)
 		}
 		if one {
 			return c.printJSON(out[0])
 		}
-		return c.printJSON(map[string]any{"items": out})
+		return c.printJSON(api.Page[api.Limit]{Items: out})
 	}
 	rows := make([][]string, len(ls))
 	for i, l := range ls {
-		rows[i] = []string{l.Name, l.Capacity.String(), l.Leak.Amount.String() + " per " + shortDuration(l.Leak.Per), fmt.Sprint(l.History), fmtTime(l.UpdatedAt)}
+		rows[i] = []string{l.Name, l.Capacity.String(), rule(l), resetsAt(ctx, cl, l), fmt.Sprint(l.History), fmtTime(l.UpdatedAt)}
 	}
-	c.table("NAME\tCAPACITY\tLEAK\tHISTORY\tUPDATED", rows)
+	c.table("NAME\tCAPACITY\tRULE\tRESETS AT\tHISTORY\tUPDATED", rows)
 	return nil
 }
 
-// shortDuration writes 720h rather than 720h0m0s.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
+func bucketDoc(b client.Bucket) api.BucketState {
+	return api.BucketState{Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, UpdatedAt: docTime(b.UpdatedAt), PeriodStart: docTime(b.PeriodStart), ResetsAt: docTime(b.ResetsAt)}
+}
+
+// docTime is a time that may be absent, as the api writes it.
+func docTime(t *time.Time) *api.Time {
+	if t == nil {
+		return nil
 	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
+	return &api.Time{Time: *t}
 }
 
 func (c *cli) printBucket(b client.Bucket) error {
 	if c.json {
-		return c.printJSON(bucketJSON{b.Level.String(), b.Held.String(), b.Remaining.String(), b.Capacity.String(), optTime(b.UpdatedAt)})
+		return c.printJSON(bucketDoc(b))
 	}
 	updated := "never"
 	if b.UpdatedAt != nil {
 		updated = fmtTime(*b.UpdatedAt)
 	}
-	c.table("LEVEL\tHELD\tREMAINING\tCAPACITY\tUPDATED", [][]string{{b.Level.String(), b.Held.String(), b.Remaining.String(), b.Capacity.String(), updated}})
+	c.table("LEVEL\tHELD\tREMAINING\tCAPACITY\tUPDATED\tRESETS AT", [][]string{{b.Level.String(), b.Held.String(), b.Remaining.String(), b.Capacity.String(), updated, optTime(b.ResetsAt)}})
 	return nil
+}
+
+func decisionDoc(d client.Decision) api.Decision {
+	out := api.Decision{Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, NeverFits: d.NeverFits, PeriodStart: docTime(d.PeriodStart), ResetsAt: docTime(d.ResetsAt)}
+	if !d.Accepted && !d.NeverFits {
+		s := decimal.NewFromInt(d.RetryAfter.Microseconds()).Shift(-6)
+		out.RetryAfter = &s
+	}
+	return out
 }
 
 // printDecision prints a decision and turns a denial into exit status
 // exitDenied.
 func (c *cli) printDecision(d client.Decision) error {
-	var retry *string
-	if !d.Accepted && !d.NeverFits {
-		s := seconds(d.RetryAfter)
-		retry = &s
-	}
 	if c.json {
-		if err := c.printJSON(decisionJSON{d.Accepted, d.Level.String(), d.Held.String(), d.Remaining.String(), d.Capacity.String(), retry, d.NeverFits}); err != nil {
+		if err := c.printJSON(decisionDoc(d)); err != nil {
 			return err
 		}
 	} else {
-		verdict, after := "accepted", "-"
-		switch {
-		case d.NeverFits:
-			verdict, after = "denied", "never fits"
-		case !d.Accepted:
-			verdict, after = "denied", *retry+"s"
-		}
-		c.table("DECISION\tLEVEL\tHELD\tREMAINING\tCAPACITY\tRETRY AFTER", [][]string{{verdict, d.Level.String(), d.Held.String(), d.Remaining.String(), d.Capacity.String(), after}})
+		c.decisionTable(d)
 	}
+	return denial(d)
+}
+
+func (c *cli) decisionTable(d client.Decision) {
+	verdict, after := "accepted", "-"
+	switch {
+	case d.NeverFits:
+		verdict, after = "denied", "never fits"
+	case !d.Accepted:
+		verdict, after = "denied", seconds(d.RetryAfter)+"s"
+	}
+	c.table("DECISION\tLEVEL\tHELD\tREMAINING\tCAPACITY\tRETRY AFTER\tRESETS AT", [][]string{{verdict, d.Level.String(), d.Held.String(), d.Remaining.String(), d.Capacity.String(), after, optTime(d.ResetsAt)}})
+}
+
+// denial is the exit of a denied decision, nil when accepted.
+func denial(d client.Decision) error {
 	switch {
 	case d.NeverFits:
 		return cliError{exitDenied, "denied: the cost is larger than the capacity and never fits"}
 	case !d.Accepted:
-		return cliError{exitDenied, "denied: retry after " + *retry + "s"}
+		return cliError{exitDenied, "denied: retry after " + seconds(d.RetryAfter) + "s"}
 	}
+	return nil
+}
+
+func reservationDoc(r client.Reservation) api.Reservation {
+	return api.Reservation{
+		ID: r.ID, Limit: r.Limit, Key: r.Key, State: r.State, Amount: r.Amount, CommittedAmount: r.CommittedAmount,
+		CreatedAt: api.NewTime(r.CreatedAt), ExpiresAt: api.NewTime(r.ExpiresAt), ResolvedAt: docTime(r.ResolvedAt),
+	}
+}
+
+// printReserved prints a Reserve: the hold (only its id with -q, for
+// hold=$(budgetd reserve … -q)), or the denial.
+func (c *cli) printReserved(h *client.Reservation, d client.Decision) error {
+	switch {
+	case h == nil && c.quiet:
+	case h == nil && c.json:
+		if err := c.printJSON(decisionDoc(d)); err != nil {
+			return err
+		}
+	case h == nil:
+		c.decisionTable(d)
+	case c.quiet:
+		fmt.Fprintln(c.stdout, h.ID)
+	case c.json:
+		return c.printJSON(api.Reserved{Reservation: reservationDoc(*h), Decision: decisionDoc(d)})
+	default:
+		c.table("ID\tAMOUNT\tEXPIRES\tLEVEL\tHELD\tREMAINING\tRESETS AT", [][]string{{h.ID, h.Amount.String(), fmtTime(h.ExpiresAt), d.Level.String(), d.Held.String(), d.Remaining.String(), optTime(d.ResetsAt)}})
+	}
+	return denial(d)
+}
+
+func (c *cli) printResolved(r client.Resolved) error {
+	if c.json {
+		b := bucketDoc(r.Bucket)
+		return c.printJSON(api.Resolved{Reservation: reservationDoc(r.Reservation), BucketState: b, Bucket: b})
+	}
+	charged := "-"
+	if r.Reservation.CommittedAmount != nil {
+		charged = r.Reservation.CommittedAmount.String()
+	}
+	b := r.Bucket
+	c.table("ID\tSTATE\tCHARGED\tLEVEL\tHELD\tREMAINING", [][]string{{r.Reservation.ID, string(r.Reservation.State), charged, b.Level.String(), b.Held.String(), b.Remaining.String()}})
+	return nil
+}
+
+func (c *cli) printDrained(d client.Drained) error {
+	b := d.Bucket
+	if c.json {
+		return c.printJSON(api.Drained{
+			Decision:  api.Decision{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, PeriodStart: docTime(b.PeriodStart), ResetsAt: docTime(b.ResetsAt)},
+			UpdatedAt: docTime(b.UpdatedAt), Removed: d.Removed,
+		})
+	}
+	c.table("REMOVED\tLEVEL\tHELD\tREMAINING\tCAPACITY", [][]string{{d.Removed.String(), b.Level.String(), b.Held.String(), b.Remaining.String(), b.Capacity.String()}})
 	return nil
 }
 
 func (c *cli) printHistory(es []client.Entry, next string) error {
 	if c.json {
-		out := make([]entryJSON, len(es))
+		out := make([]api.HistoryEntry, len(es))
 		for i, e := range es {
-			out[i] = entryJSON{e.ID, fmtTime(e.Time), e.Event, e.Amount.String(), e.ReservationID, e.Meta}
+			out[i] = api.HistoryEntry{ID: e.ID, Time: api.NewTime(e.Time), Event: e.Event, Amount: e.Amount, ReservationID: e.ReservationID, Meta: e.Meta}
 		}
-		var nc *string
+		p := api.Page[api.HistoryEntry]{Items: out}
 		if next != "" {
-			nc = &next
+			p.NextCursor = &next
 		}
-		return c.printJSON(map[string]any{"items": out, "next_cursor": nc})
+		return c.printJSON(p)
 	}
 	rows := make([][]string, len(es))
 	for i, e := range es {
-		rows[i] = []string{fmtTime(e.Time), e.Event, e.Amount.String(), or(e.ReservationID, "-"), e.ID}
+		rows[i] = []string{fmtTime(e.Time), string(e.Event), e.Amount.String(), or(e.ReservationID, "-"), metaText(e.Meta), e.ID}
 	}
-	c.table("TIME\tEVENT\tAMOUNT\tRESERVATION\tID", rows)
+	c.table("TIME\tEVENT\tAMOUNT\tRESERVATION\tMETA\tID", rows)
 	if next != "" {
 		fmt.Fprintf(c.stdout, "more: --cursor %s\n", next)
 	}
 	return nil
 }
 
+// metaText writes meta as k=v pairs in key order, "-" when none.
+func metaText(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ",")
+}
+
 func (c *cli) printHolds(hs []client.Reservation) error {
 	if c.json {
-		out := make([]holdJSON, len(hs))
+		out := make([]api.Reservation, len(hs))
 		for i, h := range hs {
-			out[i] = holdJSON{h.ID, h.State, h.Amount.String(), fmtTime(h.CreatedAt), fmtTime(h.ExpiresAt)}
+			out[i] = reservationDoc(h)
 		}
-		return c.printJSON(map[string]any{"items": out})
+		return c.printJSON(api.ReservationList{Items: out})
 	}
 	rows := make([][]string, len(hs))
 	for i, h := range hs {
-		rows[i] = []string{h.ID, h.State, h.Amount.String(), fmtTime(h.ExpiresAt)}
+		rows[i] = []string{h.ID, string(h.State), h.Amount.String(), fmtTime(h.ExpiresAt)}
 	}
 	c.table("ID\tSTATE\tAMOUNT\tEXPIRES", rows)
 	return nil

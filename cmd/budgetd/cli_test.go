@@ -51,7 +51,7 @@ func TestCLI(t *testing.T) {
 		}
 		return out
 	}
-	expect(0, "team-spend  5000      5000 per 720h  true", "limits", "put", "team-spend", "--capacity", "5000", "--leak", "5000/720h")
+	expect(0, "team-spend  5000      5000 per 720h  -          true", "limits", "put", "team-spend", "--capacity", "5000", "--leak", "5000/720h")
 	expect(0, "rows", "limits", "put", "rows", "--capacity", "10", "--leak", "1/1s", "--history=false")
 	out := expect(0, "NAME", "limits", "list")
 	if strings.Index(out, "rows") > strings.Index(out, "team-spend") {
@@ -83,8 +83,8 @@ func TestCLI(t *testing.T) {
 
 	// budgetd's problems: detail and field, a non-zero exit.
 	expect(1, "limit_not_found", "fillup", "nope", "k", "1")
-	expect(1, "(field leak.per)", "limits", "put", "bad", "--capacity", "1", "--leak", "1/0s")
-	expect(2, "invalid_amount", "fillup", "rows", "k", "0.0000001") // refused before sending
+	expect(2, "(field leak.per)", "limits", "put", "bad", "--capacity", "1", "--leak", "1/0s") // refused before sending
+	expect(2, "invalid_amount", "fillup", "rows", "k", "0.0000001")                            // refused before sending
 	expect(2, "not a plain decimal", "fillup", "rows", "k", "1e3")
 	expect(2, "wrong arguments", "fillup", "rows")
 	expect(0, "deleted limit rows", "limits", "delete", "rows")

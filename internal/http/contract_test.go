@@ -122,9 +122,9 @@ func TestContract(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err = c.PutLimit(ctx, "spend", client.LimitSpec{Capacity: d("100"), Leak: client.Leak{Amount: d("1"), Per: time.Hour}})
+	_, err = c.PutLimit(ctx, "spend", client.LimitSpec{Capacity: d("100"), Leak: &client.Leak{Amount: d("1"), Per: time.Hour}})
 	must(err)
-	_, err = c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: d("10"), Leak: client.Leak{Amount: d("1"), Per: time.Second}})
+	_, err = c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: d("10"), Leak: &client.Leak{Amount: d("1"), Per: time.Second}})
 	must(err)
 	_, err = c.GetLimit(ctx, "spend")
 	must(err)

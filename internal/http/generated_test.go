@@ -24,7 +24,6 @@ const generatedMain = `package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 
@@ -37,16 +36,18 @@ func main() {
 		panic(err)
 	}
 	ctx := context.Background()
-	// leak is optional (a limit has a leak or a period), so the generated
-	// type holds it by pointer: fill the body from its JSON.
-	var limit gen.PutLimitJSONRequestBody
-	if err := json.Unmarshal([]byte("{\"capacity\":\"10\",\"leak\":{\"amount\":\"1\",\"per\":\"1h\"}}"), &limit); err != nil {
-		panic(err)
-	}
-	put, err := c.PutLimitWithResponse(ctx, "generated", limit)
+	// A limit has a leak or a period: both are named schemas (LeakPut,
+	// PeriodPut), so the generated body is filled with named types.
+	put, err := c.PutLimitWithResponse(ctx, "generated", gen.PutLimitJSONRequestBody{Capacity: "10", Leak: &gen.LeakPut{Amount: "1", Per: "1h"}})
 	if err != nil || put.JSON200 == nil {
 		panic(fmt.Sprint(err, put))
 	}
+	tz := "Europe/Berlin"
+	monthly, err := c.PutLimitWithResponse(ctx, "monthly", gen.PutLimitJSONRequestBody{Capacity: "5000.00", Period: &gen.PeriodPut{Every: "month", Tz: &tz}})
+	if err != nil || monthly.JSON200 == nil || monthly.JSON200.Period == nil {
+		panic(fmt.Sprint(err, monthly))
+	}
+	fmt.Printf("monthly every=%s tz=%s\n", monthly.JSON200.Period.Every, monthly.JSON200.Period.Tz)
 	key := "idem-1"
 	for _, cost := range []string{"4", "7"} {
 		f, err := c.FillupWithResponse(ctx, "generated", "a/b", &gen.FillupParams{IdempotencyKey: &key}, gen.FillupJSONRequestBody{Cost: cost})
@@ -109,8 +110,9 @@ func TestGeneratedClient(t *testing.T) {
 	defer srv.Close()
 	out := run("run", ".", srv.URL)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], `200 accepted=true level=4 remaining=6 ratelimit="generated";r=6;t=14400`) ||
-		!strings.HasPrefix(lines[1], "429 accepted=false retry_after=") {
+	if len(lines) != 3 || lines[0] != "monthly every=month tz=Europe/Berlin" ||
+		!strings.HasPrefix(lines[1], `200 accepted=true level=4 remaining=6 ratelimit="generated";r=6;t=14400`) ||
+		!strings.HasPrefix(lines[2], "429 accepted=false retry_after=") {
 		t.Fatalf("the generated client printed:\n%s", out)
 	}
 }

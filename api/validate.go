@@ -1,0 +1,170 @@
+package api
+
+import (
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/shopspring/decimal"
+)
+
+// Bounds on input that budgetd enforces; Validate checks them before a
+// request is sent.
+const (
+	// MaxScale is the most fractional digits an amount may carry.
+	MaxScale = 6
+	// MaxKeyBytes is the longest bucket key, in bytes of UTF-8.
+	MaxKeyBytes = 256
+	// MaxItems is the most items of one multi-bucket Fillup.
+	MaxItems = 64
+	// MaxPer is the longest leak interval.
+	MaxPer = 87600 * time.Hour
+	// MaxMetaEntries is the most entries of one Meta.
+	MaxMetaEntries = 16
+	// MaxMetaValueBytes is the longest Meta value, in bytes.
+	MaxMetaValueBytes = 256
+	// MaxMetaBytes bounds the keys and values of one Meta together.
+	MaxMetaBytes = 2048
+)
+
+// MaxAmount is the largest amount budgetd accepts: 10^12.
+var MaxAmount = decimal.New(1, 12)
+
+// invalid is a problem found before sending: Status 0.
+func invalid(code Code, field, format string, args ...any) *Problem {
+	return &Problem{Code: code, Field: field, Detail: fmt.Sprintf(format, args...)}
+}
+
+// CheckAmount refuses an amount budgetd would refuse or that cannot be
+// written exactly: negative, zero when positive is set, above MaxAmount, or
+// with more than MaxScale fractional digits. The error is a *Problem with
+// Code invalid_amount naming field.
+func CheckAmount(field string, d decimal.Decimal, positive bool) error {
+	switch {
+	case d.Sign() < 0:
+		return invalid(CodeInvalidAmount, field, "%s is negative", d)
+	case positive && d.Sign() == 0:
+		return invalid(CodeInvalidAmount, field, "must be greater than zero")
+	case d.GreaterThan(MaxAmount):
+		return invalid(CodeInvalidAmount, field, "%s is above 10^12", d)
+	case !d.Equal(d.Truncate(MaxScale)):
+		return invalid(CodeInvalidAmount, field, "%s has more than 6 fractional digits", d)
+	}
+	return nil
+}
+
+// isNameByte reports whether c may appear in a limit name or a meta key.
+func isNameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
+// CheckName refuses a limit name that is not [a-z0-9][a-z0-9._-]{0,63}
+// (invalid_name, naming field).
+func CheckName(field, name string) error {
+	ok := len(name) > 0 && len(name) <= 64 && name[0] != '.' && name[0] != '_' && name[0] != '-'
+	for i := 0; ok && i < len(name); i++ {
+		ok = isNameByte(name[i])
+	}
+	if !ok {
+		return invalid(CodeInvalidName, field, "limit names are 1-64 characters of [a-z0-9._-] starting with a letter or digit, not %q", name)
+	}
+	return nil
+}
+
+// CheckKey refuses a bucket key budgetd would refuse: empty, longer than
+// MaxKeyBytes, not UTF-8, or with a control character (invalid_key).
+func CheckKey(field, key string) error {
+	switch {
+	case key == "":
+		return invalid(CodeInvalidKey, field, "key is empty")
+	case len(key) > MaxKeyBytes:
+		return invalid(CodeInvalidKey, field, "key is %d bytes; at most %d are allowed", len(key), MaxKeyBytes)
+	case !utf8.ValidString(key):
+		return invalid(CodeInvalidKey, field, "key is not valid UTF-8")
+	}
+	for _, r := range key {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
+			return invalid(CodeInvalidKey, field, "key contains the control character U+%04X", r)
+		}
+	}
+	return nil
+}
+
+// Validate refuses a Meta budgetd would refuse, naming field ("meta",
+// "items[2].meta") or the entry at fault ("meta.order"): too many entries,
+// a malformed key, a value too long, not UTF-8 or with a control character
+// other than tab, line feed and carriage return, too many bytes in all.
+func (m Meta) Validate(field string) error {
+	if len(m) > MaxMetaEntries {
+		return invalid(CodeInvalidRequest, field, "has %d entries; at most %d are allowed", len(m), MaxMetaEntries)
+	}
+	total := 0
+	for k, v := range m {
+		ok := len(k) > 0 && len(k) <= 64
+		for i := 0; ok && i < len(k); i++ {
+			ok = isNameByte(k[i])
+		}
+		switch {
+		case !ok:
+			return invalid(CodeInvalidRequest, field, "key %q is not 1-64 characters of [a-z0-9_.-]", k)
+		case len(v) > MaxMetaValueBytes:
+			return invalid(CodeInvalidRequest, field+"."+k, "is %d bytes; at most %d are allowed", len(v), MaxMetaValueBytes)
+		case !utf8.ValidString(v):
+			return invalid(CodeInvalidRequest, field+"."+k, "is not valid UTF-8")
+		}
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f {
+				return invalid(CodeInvalidRequest, field+"."+k, "contains the control character U+%04X; only tab, line feed and carriage return are allowed", c)
+			}
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxMetaBytes {
+		return invalid(CodeInvalidRequest, field, "keys and values come to %d bytes; at most %d are allowed", total, MaxMetaBytes)
+	}
+	return nil
+}
+
+// Validate refuses a limit body budgetd would refuse for its shape: a
+// capacity or leak amount out of range, neither or both of leak and period,
+// a leak interval out of range or not whole microseconds, an unknown period
+// length, a start day out of range or given where none is allowed. The time
+// zone is checked by budgetd, against its own zone database.
+func (p LimitPut) Validate() error {
+	if err := CheckAmount("capacity", p.Capacity, true); err != nil {
+		return err
+	}
+	switch {
+	case p.Leak != nil && p.Period != nil:
+		return invalid(CodeInvalidRequest, "leak", "a limit has either leak (a rate) or period (a calendar budget), not both")
+	case p.Leak == nil && p.Period == nil:
+		return invalid(CodeInvalidRequest, "leak", "a limit needs leak (a rate) or period (a calendar budget)")
+	case p.Leak != nil:
+		if err := CheckAmount("leak.amount", p.Leak.Amount, true); err != nil {
+			return err
+		}
+		per := time.Duration(p.Leak.Per)
+		if per < time.Microsecond || per > MaxPer || per%time.Microsecond != 0 {
+			return invalid(CodeInvalidDuration, "leak.per", "%s is not whole microseconds from 1µs to 87600h", per)
+		}
+		return nil
+	}
+	sd := p.Period.StartDay
+	switch p.Period.Every {
+	case Day, Year:
+		if sd != nil {
+			return invalid(CodeInvalidRequest, "period.start_day", "start_day is not allowed for %s periods", p.Period.Every)
+		}
+	case Week:
+		if sd != nil && (*sd < 1 || *sd > 7) {
+			return invalid(CodeInvalidRequest, "period.start_day", "start_day of a week is an ISO weekday from 1 (Monday) to 7 (Sunday), not %d", *sd)
+		}
+	case Month, Quarter:
+		if sd != nil && (*sd < 1 || *sd > 28) {
+			return invalid(CodeInvalidRequest, "period.start_day", "start_day of a %s is a day of the month from 1 to 28, not %d", p.Period.Every, *sd)
+		}
+	default:
+		return invalid(CodeInvalidRequest, "period.every", "%q is not one of day, week, month, quarter, year", p.Period.Every)
+	}
+	return nil
+}
