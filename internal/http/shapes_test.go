@@ -149,6 +149,15 @@ func TestOpenAPIOneShape(t *testing.T) {
 			if _, ok := p["properties"]; ok {
 				bad = append(bad, at+"."+name+": an inline object")
 			}
+			typed := false
+			for _, k := range []string{"type", "$ref", "allOf", "enum", "const"} {
+				if _, ok := p[k]; ok {
+					typed = true
+				}
+			}
+			if !typed { // interface{} in oapi-codegen, jx.Raw in ogen
+				bad = append(bad, at+"."+name+": no type")
+			}
 			walk(at+"."+name, p)
 		}
 		if items, ok := s["items"].(map[string]any); ok {
