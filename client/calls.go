@@ -111,8 +111,8 @@ func (c *Client) ListBuckets(ctx context.Context, limit, cursor string, n int) (
 	return out, p.Next(), nil
 }
 
-// CanAccept asks whether a Fillup of cost would be accepted now. It changes
-// nothing.
+// CanAccept asks whether a Fillup of cost would be accepted now (GET
+// …/buckets/{key}/can-accept). It changes nothing.
 func (c *Client) CanAccept(ctx context.Context, limit, key string, cost decimal.Decimal) (Decision, error) {
 	if err := checkBucket("", limit, key); err != nil {
 		return Decision{}, err
@@ -120,7 +120,7 @@ func (c *Client) CanAccept(ctx context.Context, limit, key string, cost decimal.
 	if err := checkAmount("cost", cost); err != nil {
 		return Decision{}, err
 	}
-	a, err := c.do(ctx, http.MethodGet, bucketPath(limit, key), url.Values{"cost": {cost.String()}}, nil, callOpts{})
+	a, err := c.do(ctx, http.MethodGet, bucketPath(limit, key)+"/can-accept", url.Values{"cost": {cost.String()}}, nil, callOpts{})
 	if err != nil {
 		return Decision{}, err
 	}

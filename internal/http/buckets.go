@@ -11,8 +11,10 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// getBucket is CanAccept with ?cost=, the bucket's state without. It never
-// writes.
+// getBucket is the bucket's state without ?cost=. With ?cost= it is
+// CanAccept, exactly as canAccept answers: the form SPEC fixes, kept
+// unchanged; openapi.json describes CanAccept as its own operation
+// (canAccept) so that each operation has one answer shape. It never writes.
 func (s *server) getBucket(c echo.Context) error {
 	ref, err := bucketRef(c)
 	if err != nil {
@@ -22,21 +24,43 @@ func (s *server) getBucket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	costs, asked := q["cost"]
-	if !asked {
-		b, err := s.svc.Bucket(ctx, ref)
-		if err != nil {
-			return err
-		}
-		writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewBucket(b))
-		return nil
+	if costs, asked := q["cost"]; asked {
+		return s.check(c, ref, costs[0])
 	}
-	cost, err := ledger.ParseAmount("cost", costs[0])
+	b, err := s.svc.Bucket(c.Request().Context(), ref)
 	if err != nil {
 		return err
 	}
-	res, err := s.svc.Check(ctx, ref, cost)
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewBucket(b))
+	return nil
+}
+
+// canAccept is GET …/buckets/{key}/can-accept?cost=: CanAccept, whose
+// answer is always a decision (cost is required). It never writes.
+func (s *server) canAccept(c echo.Context) error {
+	ref, err := bucketRef(c)
+	if err != nil {
+		return err
+	}
+	q, err := query(c)
+	if err != nil {
+		return err
+	}
+	costs, asked := q["cost"]
+	if !asked {
+		return &ledger.InvalidError{Code: "invalid_amount", Field: "cost", Reason: "is required"}
+	}
+	return s.check(c, ref, costs[0])
+}
+
+// check answers CanAccept of cost (the query's text) with a decision,
+// always 200.
+func (s *server) check(c echo.Context, ref ledger.BucketRef, text string) error {
+	cost, err := ledger.ParseAmount("cost", text)
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Check(c.Request().Context(), ref, cost)
 	if err != nil {
 		return err
 	}

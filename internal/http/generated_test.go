@@ -19,7 +19,8 @@ import (
 const oapiCodegen = "github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2"
 
 // generatedMain uses a client generated from openapi.json: it creates a
-// limit, charges it and prints what the fillup answered.
+// limit, charges it and prints what the fillup answered, then asks
+// CanAccept and reads the bucket's state.
 const generatedMain = `package main
 
 import (
@@ -64,6 +65,22 @@ func main() {
 		}
 		key = "idem-2"
 	}
+	// CanAccept and the bucket's state are two operations with one answer
+	// type each: the compiler checks that a decision cannot be read as a
+	// bucket, and no union is left to guess from.
+	can, err := c.CanAcceptWithResponse(ctx, "generated", "a/b", &gen.CanAcceptParams{Cost: "7"})
+	if err != nil || can.JSON200 == nil {
+		panic(fmt.Sprint(err, can))
+	}
+	var decision *gen.Decision = can.JSON200
+	state, err := c.GetBucketWithResponse(ctx, "generated", "a/b")
+	if err != nil || state.JSON200 == nil {
+		panic(fmt.Sprint(err, state))
+	}
+	var bucket *gen.BucketState = state.JSON200
+	fmt.Printf("can-accept accepted=%v never_fits=%v retry_after=%v ratelimit=%v; state capacity=%s written=%v\n",
+		decision.Accepted, decision.NeverFits, decision.RetryAfter != nil, can.HTTPResponse.Header.Get("RateLimit") != "",
+		bucket.Capacity, bucket.UpdatedAt != nil)
 }
 `
 
@@ -105,14 +122,24 @@ func TestGeneratedClient(t *testing.T) {
 	}
 	run("run", oapiCodegen, "-package", "gen", "-generate", "types,client", "-o", "gen/gen.go", spec)
 	run("mod", "tidy")
+	src, err := os.ReadFile(filepath.Join(dir, "gen", "gen.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// oapi-codegen turns a oneOf into a struct with a raw union and As…
+	// methods that decode any object into any member.
+	if strings.Contains(string(src), "union json.RawMessage") {
+		t.Error("the generated client has an unchecked union (a oneOf in openapi.json)")
+	}
 
 	srv := httptest.NewServer(budgethttp.New(ledger.NewService(memory.New())))
 	defer srv.Close()
 	out := run("run", ".", srv.URL)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || lines[0] != "monthly every=month tz=Europe/Berlin" ||
+	if len(lines) != 4 || lines[0] != "monthly every=month tz=Europe/Berlin" ||
 		!strings.HasPrefix(lines[1], `200 accepted=true level=4 remaining=6 ratelimit="generated";r=6;t=14400`) ||
-		!strings.HasPrefix(lines[2], "429 accepted=false retry_after=") {
+		!strings.HasPrefix(lines[2], "429 accepted=false retry_after=") ||
+		lines[3] != "can-accept accepted=false never_fits=false retry_after=true ratelimit=true; state capacity=10 written=true" {
 		t.Fatalf("the generated client printed:\n%s", out)
 	}
 }

@@ -20,6 +20,7 @@ func (s *server) routes(e *echo.Echo) {
 	v1.GET("/limits/:name/buckets", s.listBuckets)
 	v1.GET("/limits/:name/buckets/:key", s.getBucket)
 	v1.GET("/limits/:name/buckets/", s.getBucket) // an empty key: 400 invalid_key, not 404
+	v1.GET("/limits/:name/buckets/:key/can-accept", s.canAccept)
 	v1.POST("/limits/:name/buckets/:key/fillup", s.fillup)
 	v1.POST("/limits/:name/buckets/:key/drain", s.drain)
 	v1.POST("/limits/:name/buckets/:key/reservations", s.reserve)
