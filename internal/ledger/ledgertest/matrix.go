@@ -314,6 +314,7 @@ var matrixOps = []struct {
 	{"History", matrixHistory},
 	{"ListBuckets", matrixListBuckets},
 	{"ListHolds", matrixListHolds},
+	{"Idempotency", matrixIdempotency},
 	{"SwitchKind", matrixSwitchKind},
 }
 
@@ -786,7 +787,7 @@ func matrixListHolds(t *testing.T, c *cell) {
 	c.clock.Advance(time.Second)
 	h2 := c.hold("a", "20", 10*time.Minute, nil)
 	c.clock.Advance(time.Second)
-	h3 := c.hold("a", "30", 2*time.Hour, nil)
+	h3 := c.hold("a", "30", 24*time.Hour, nil) // outlives the day kind's period
 	c.hold("b", "1", time.Hour, nil)
 	check("three", h1, h2, h3)
 	if _, err := c.svc.Release(c.ctx, h1.ID, ledger.Idempotency{}, nil); err != nil {
@@ -795,9 +796,95 @@ func matrixListHolds(t *testing.T, c *cell) {
 	check("one released", h2, h3)
 	c.clock.Set(h2.ExpiresAt)
 	check("one expired", h3)
-	c.clock.Set(c.k.next(t).Add(-time.Microsecond))
-	if c.clock.Now().Before(h3.ExpiresAt) {
-		check("before the next period", h3)
+	c.clock.Set(h3.ExpiresAt.Add(-time.Microsecond))
+	check("a microsecond before the last expires", h3)
+	c.clock.Set(h3.ExpiresAt)
+	check("all expired")
+}
+
+// matrixIdempotency: every state-changing call with an Idempotency-Key,
+// made an hour before the next period (or the end of ten hours' leak) and
+// replayed an hour into it (within IdempotencyTTL), answers as it first did
+// (the original period_start and resets_at) and changes nothing: no new
+// history entry, the bucket as it was.
+func matrixIdempotency(t *testing.T, c *cell) {
+	c.k.put(c.env, c.name)
+	start := c.k.next(t).Add(-time.Hour)
+	c.clock.Set(start)
+	key := func(op string) ledger.Idempotency {
+		return ledger.Idempotency{Scope: op + ":" + c.name + "/{i}a", Key: "k-" + op, Hash: "h-" + op}
+	}
+	r := c.ref("{i}a")
+	var calls []func() (any, bool, error)
+	var firsts []any // the answers of the first calls
+	call := func(f func() (any, bool, error)) any {
+		t.Helper()
+		v, replayed, err := f()
+		if err != nil || replayed {
+			t.Fatalf("first call: %+v replayed %v %v", v, replayed, err)
+		}
+		calls, firsts = append(calls, f), append(firsts, v)
+		return v
+	}
+	call(func() (any, bool, error) {
+		res, err := c.svc.Fillup(c.ctx, []ledger.Item{{Bucket: r, Cost: dec("40"), Meta: ledger.Meta{"op": "fillup"}}, {Bucket: c.ref("{i}b"), Cost: dec("70")}}, key("fillup"))
+		return res.Items, res.Replayed, err
+	})
+	call(func() (any, bool, error) {
+		res, err := c.svc.Fillup(c.ctx, []ledger.Item{{Bucket: r, Cost: dec("61")}}, key("denied"))
+		return res.Items, res.Replayed, err
+	})
+	h := call(func() (any, bool, error) {
+		res, err := c.svc.Reserve(c.ctx, r, dec("20"), time.Hour, key("reserve"), nil)
+		return res.Reservation, res.Replayed, err
+	}).(ledger.Reservation)
+	h2 := call(func() (any, bool, error) {
+		res, err := c.svc.Reserve(c.ctx, r, dec("5"), time.Hour, key("reserve2"), nil)
+		return res.Reservation, res.Replayed, err
+	}).(ledger.Reservation)
+	c.clock.Advance(time.Minute)
+	call(func() (any, bool, error) {
+		res, err := c.svc.Commit(c.ctx, h.ID, decimal.NewNullDecimal(dec("15")), false, key("commit"), nil)
+		return res.Bucket, res.Replayed, err
+	})
+	call(func() (any, bool, error) {
+		res, err := c.svc.Release(c.ctx, h2.ID, key("release"), nil)
+		return res.Bucket, res.Replayed, err
+	})
+	call(func() (any, bool, error) {
+		res, err := c.svc.Drain(c.ctx, r, dec("7"), key("drain"), nil)
+		return res, res.Replayed, err
+	})
+	before, _, err := c.svc.History(c.ctx, r, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) != 6 {
+		t.Fatalf("history before the replays: %+v", before)
+	}
+	stBefore := c.state(r)
+	c.clock.Set(c.k.next(t).Add(time.Hour))
+	for i, f := range calls {
+		v, replayed, err := f()
+		if err != nil || !replayed {
+			t.Errorf("replay %d: replayed %v, %v", i, replayed, err)
+			continue
+		}
+		if dr, ok := v.(ledger.DrainResult); ok {
+			dr.Replayed = false
+			v = dr
+		}
+		if fmt.Sprintf("%+v", v) != fmt.Sprintf("%+v", firsts[i]) {
+			t.Errorf("replay %d after the clock moved:\n%+v\nwant\n%+v", i, v, firsts[i])
+		}
+	}
+	after, _, err := c.svc.History(c.ctx, r, "", 100)
+	if err != nil || len(after) != len(before) {
+		t.Errorf("history after the replays: %d entries, want %d (%v)", len(after), len(before), err)
+	}
+	c.clock.Set(start.Add(time.Minute))
+	if st := c.state(r); fmt.Sprintf("%+v", st) != fmt.Sprintf("%+v", stBefore) {
+		t.Errorf("bucket after the replays %+v, want %+v", st, stBefore)
 	}
 }
 
