@@ -312,6 +312,7 @@ var matrixOps = []struct {
 	{"HoldExpiry", matrixHoldExpiry},
 	{"Drain", matrixDrain},
 	{"History", matrixHistory},
+	{"HistoryOff", matrixHistoryOff},
 	{"ListBuckets", matrixListBuckets},
 	{"ListHolds", matrixListHolds},
 	{"Idempotency", matrixIdempotency},
@@ -583,6 +584,44 @@ func matrixReserveCommit(t *testing.T, c *cell) {
 		t.Errorf("Reservation after commit: %+v %v", got, err)
 	}
 	c.checkState("after the commit", "a")
+
+	// The same commit again: the hold as it is, nothing charged; another
+	// amount, or a release, is refused as closed.
+	c.clock.Advance(time.Minute)
+	if out, err := c.svc.Commit(c.ctx, h.ID, decimal.NewNullDecimal(dec("25")), false, ledger.Idempotency{}, nil); err != nil {
+		t.Errorf("the same commit again: %v", err)
+	} else {
+		c.sameState("the same commit again", "a", out.Bucket)
+	}
+	var ref *ledger.Refusal
+	if _, err := c.svc.Commit(c.ctx, h.ID, decimal.NewNullDecimal(dec("26")), false, ledger.Idempotency{}, nil); !errors.As(err, &ref) || ref.Code != ledger.RefusalClosed {
+		t.Errorf("a commit of another amount: %v", err)
+	}
+	if _, err := c.svc.Release(c.ctx, h.ID, ledger.Idempotency{}, nil); !errors.As(err, &ref) || ref.Code != ledger.RefusalClosed {
+		t.Errorf("a release after the commit: %v", err)
+	}
+
+	// Above the hold: refused without overrun, charged past capacity with
+	// it; later calls are denied until the level is back (next period, or
+	// the leak).
+	h2 := c.hold("a", "10", time.Hour, nil)
+	if _, err := c.svc.Commit(c.ctx, h2.ID, decimal.NewNullDecimal(dec("90")), false, ledger.Idempotency{}, nil); !errors.As(err, &ref) || ref.Code != ledger.RefusalExceedsHold {
+		t.Errorf("a commit above the hold: %v", err)
+	}
+	c.checkState("after the refused commit", "a")
+	out, err = c.svc.Commit(c.ctx, h2.ID, decimal.NewNullDecimal(dec("90")), true, ledger.Idempotency{}, nil)
+	if err != nil {
+		t.Fatalf("overrun commit: %v", err)
+	}
+	c.resolve("a", h2.ID, str("90"))
+	c.sameState("overrun commit", "a", out.Bucket)
+	if out.Bucket.Level.Cmp(ledger.Amount(dec("100"))) <= 0 || !out.Bucket.Remaining.IsZero() {
+		t.Errorf("an overrun commit left the bucket at %+v", out.Bucket)
+	}
+	c.fill("a", "1", nil) // denied, with the rule's retry_after
+	c.clock.Advance(5 * time.Hour)
+	c.checkState("five hours later", "a")
+	c.fill("a", "1", nil)
 }
 
 // matrixReserveRelease: a released hold charges nothing and frees its
@@ -710,6 +749,34 @@ func matrixHistory(t *testing.T, c *cell) {
 	}
 	// Another bucket's history is its own.
 	c.checkHistory("another bucket", "b", 10, nil)
+}
+
+// matrixHistoryOff: a limit of the kind with history off answers every
+// call as with history on and lists no entries, also after its expiry.
+func matrixHistoryOff(t *testing.T, c *cell) {
+	spec := c.k.spec
+	spec.Capacity = dec("100")
+	if _, err := c.svc.PutLimit(c.ctx, c.name, spec); err != nil {
+		t.Fatal(err)
+	}
+	c.fill("a", "30", ledger.Meta{"op": "fillup"})
+	h := c.hold("a", "20", time.Minute, ledger.Meta{"op": "reserve"})
+	h2 := c.hold("a", "5", time.Hour, nil)
+	if _, err := c.svc.Release(c.ctx, h2.ID, ledger.Idempotency{}, ledger.Meta{"op": "release"}); err != nil {
+		t.Fatal(err)
+	}
+	c.resolve("a", h2.ID, nil)
+	c.clock.Advance(time.Minute)
+	c.states["a"], _ = bucket.Expire(c.states["a"], c.clock.Now())
+	if _, err := c.svc.Drain(c.ctx, c.ref("a"), dec("1"), ledger.Idempotency{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, c.states["a"] = bucket.Drain(c.rule(), c.states["a"], c.clock.Now(), ledger.Amount(dec("1")))
+	if got, err := c.svc.Reservation(c.ctx, h.ID); err != nil || got.State != ledger.Expired {
+		t.Errorf("expired hold: %+v %v", got, err)
+	}
+	c.checkState("history off", "a")
+	c.checkHistory("history off", "a", 10, nil)
 }
 
 // matrixListBuckets: a limit's buckets in byte order of key, each with the
