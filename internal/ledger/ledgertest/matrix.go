@@ -690,9 +690,11 @@ func matrixHoldExpiry(t *testing.T, c *cell) {
 func matrixDrain(t *testing.T, c *cell) {
 	c.k.put(c.env, c.name)
 	c.fill("a", "60", nil)
-	c.clock.Advance(30 * time.Minute)
-	for _, amount := range []string{"25", "100", "5"} {
-		res, err := c.svc.Drain(c.ctx, c.ref("a"), dec(amount), ledger.Idempotency{}, nil)
+	want := []entry{{ledger.EventFillup, "60", "", matrixAt, ""}}
+	drain := func(amount string) {
+		t.Helper()
+		meta := ledger.Meta{"drain": amount}
+		res, err := c.svc.Drain(c.ctx, c.ref("a"), dec(amount), ledger.Idempotency{}, meta)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -700,8 +702,27 @@ func matrixDrain(t *testing.T, c *cell) {
 		c.states["a"] = ns
 		eq(t, "removed by drain "+amount, res.Removed, removed.String())
 		c.sameState("drain "+amount, "a", res.Bucket)
+		if removed.Sign() > 0 { // a drain that removes nothing is a no-op
+			want = append(want, entry{ledger.EventDrain, removed.String(), "", c.clock.Now(), meta.JSON()})
+		}
+	}
+	c.clock.Advance(30 * time.Minute)
+	for _, amount := range []string{"25", "100", "5", "0"} {
+		drain(amount)
 	}
 	eq(t, "level after the drains", c.checkState("after the drains", "a").Level, "0")
+	c.fill("a", "50", nil)
+	want = append(want, entry{ledger.EventFillup, "50", "", c.clock.Now(), ""})
+	c.clock.Set(c.k.next(t)) // the level is 0 again
+	drain("10")
+	c.fill("a", "20", nil)
+	want = append(want, entry{ledger.EventFillup, "20", "", c.clock.Now(), ""})
+	c.clock.Advance(time.Minute)
+	drain("5")
+	eq(t, "level after the last drain", c.checkState("at the end", "a").Level, c.states["a"].Level.String())
+	if c.k.next(t).Sub(matrixAt) <= 30*24*time.Hour { // older history may be pruned
+		c.checkHistory("drains", "a", 10, want)
+	}
 }
 
 // matrixHistory: every event type with the meta of the call that made it,
