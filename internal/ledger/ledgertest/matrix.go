@@ -523,13 +523,8 @@ func matrixMultiBucket(t *testing.T, c *cell) {
 		}
 		if accepted {
 			c.states["{mx}a"], c.states["{mx}b"] = sa, sb
-		} else {
+		} else { // each item answers as its bucket is, accepted when it alone would fit
 			da, db = c.want("{mx}a", ca), c.want("{mx}b", cb)
-			da.Accepted, db.Accepted = res.Items[0].Accepted, res.Items[1].Accepted // per-item: whether the item alone fits
-			if res.Items[0].Accepted != bucket.CanAccept(c.rule(), c.states["{mx}a"], now, ledger.Amount(dec(ca))).Accepted ||
-				res.Items[1].Accepted != bucket.CanAccept(c.rule(), c.states["{mx}b"], now, ledger.Amount(dec(cb))).Accepted {
-				t.Errorf("multi-bucket %s+%s: per-item answers %+v", ca, cb, res.Items)
-			}
 		}
 		c.same("item a", res.Items[0], da)
 		c.same("item b", res.Items[1], db)
