@@ -69,6 +69,7 @@ func Run(t *testing.T, factory Factory) {
 			tc.fn(t, &env{t: t, clock: clock, store: store, svc: ledger.NewService(store), ctx: context.Background()})
 		})
 	}
+	t.Run("Matrix", func(t *testing.T) { testMatrix(t, factory) })
 }
 
 // env is one test's store, service and clock, with helpers that fail the
