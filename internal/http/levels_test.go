@@ -193,3 +193,30 @@ func TestLevelsBadInput(t *testing.T) {
 		}
 	})
 }
+
+// TestLevelsIncompleteHistory: a bucket charged before its history was
+// turned on (as one whose oldest entries were pruned) is replayed from the
+// least level that ends at its level now, and the series says it is not
+// complete.
+func TestLevelsIncompleteHistory(t *testing.T) {
+	eachStore(t, func(t *testing.T, a *api) {
+		t0 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+		a.clock.Set(t0)
+		a.expect("PUT", "/v1/limits/late", `{"capacity":"100","leak":{"amount":"10","per":"1h"},"history":false}`, 200)
+		b := "/v1/limits/late/buckets/k"
+		a.expect("POST", b+"/fillup", `{"cost":"30"}`, 200)
+		a.clock.Set(t0.Add(time.Hour))
+		a.expect("PUT", "/v1/limits/late", `{"capacity":"100","leak":{"amount":"10","per":"1h"},"history":true}`, 200)
+		a.expect("POST", b+"/fillup", `{"cost":"10.5"}`, 200)
+		a.clock.Set(t0.Add(2 * time.Hour))
+		ls, raw := a.levels(b + "/levels?points=2&from=2026-03-01T01:00:00Z")
+		want := `0s 20 0
+0s 30.5 0 fillup
+0s 30.5 0
+1h0m0s 20.5 0
+`
+		if got := ls.points(t, t0.Add(time.Hour)); got != want || ls.Complete {
+			t.Errorf("points:\n%s\nwant:\n%s%s", got, want, raw)
+		}
+	})
+}

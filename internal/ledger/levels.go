@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/shopspring/decimal"
 )
 
 // Bounds of a level series (GET …/buckets/{key}/levels).
@@ -38,9 +39,12 @@ type LevelSeries struct {
 	PeriodStart, ResetsAt time.Time
 	// Complete reports whether the replay started from the bucket's first
 	// history entry (or, for a periodic limit, from before the start of the
-	// period containing From). It is false for a limit that keeps no history
-	// (the series is then empty) and for a bucket with more than MaxReplay
-	// entries, whose replay starts at level zero at the oldest one read.
+	// period containing From) and ends at the bucket's level now. It is
+	// false for a limit that keeps no history (the series is then empty),
+	// and when older entries were not read (more than MaxReplay) or were
+	// pruned, or the rule changed: the replay then starts from the least
+	// level that ends at the level now, and holds made before the oldest
+	// entry read are not counted.
 	Complete bool
 }
 
@@ -121,12 +125,69 @@ func (s *Service) Levels(ctx context.Context, ref BucketRef, q LevelQuery) (Leve
 			out.From = entries[0].Time
 		}
 	}
-	out.Points = Replay(rule, entries, out.From, out.To, q.Points)
+	var start bucket.Amount
+	if len(entries) > 0 {
+		// The replay must end where the bucket is. When it does not, older
+		// entries were not read (the newest MaxReplay, or pruned) or the
+		// rule changed: start from the least level that ends there.
+		target := bucket.LevelAt(rule, sn.State, sn.Now)
+		if replayEnd(rule, start, entries, sn.Now) != target {
+			out.Complete = false
+			start = startLevel(rule, entries, sn.Now, target)
+		}
+	}
+	out.Points = Replay(rule, start, entries, out.From, out.To, q.Points)
 	return out, nil
 }
 
+// replayEnd is the level at at of a bucket whose level was start just before
+// entries[0] and that then saw entries.
+func replayEnd(l bucket.Limit, start bucket.Amount, entries []Entry, at time.Time) bucket.Amount {
+	r := replay{l: l, holds: map[string]bucket.Amount{}}
+	r.begin(start, entries)
+	for _, e := range entries {
+		r.apply(e)
+	}
+	return bucket.LevelAt(l, r.s, at)
+}
+
+// startLevel is the least level before entries[0] (to LevelScale digits)
+// from which the entries end at target at at, found by bisection; the
+// replay's end grows with its start. It is zero when no start reaches
+// target (a period start in between, say).
+func startLevel(l bucket.Limit, entries []Entry, at time.Time, target bucket.Amount) bucket.Amount {
+	hi := target.Decimal()
+	for _, e := range entries {
+		if e.Event == EventDrain {
+			hi = hi.Add(e.Amount)
+		}
+	}
+	if l.Period == nil {
+		hi = hi.Add(bucket.Leaked(l, at.Sub(entries[0].Time)).Decimal())
+	}
+	hi = decimal.Min(hi, MaxLevel.Mul(decimal.NewFromInt(2)))
+	if replayEnd(l, Amount(hi), entries, at).LessThan(target) {
+		return bucket.Amount{}
+	}
+	lo, two := decimal.Zero, decimal.NewFromInt(2)
+	unit := decimal.New(1, -bucket.LevelScale)
+	for hi.Sub(lo).GreaterThan(unit) {
+		mid := lo.Add(hi).Div(two).Truncate(bucket.LevelScale)
+		if replayEnd(l, Amount(mid), entries, at).LessThan(target) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	if replayEnd(l, Amount(lo), entries, at).GreaterThanOrEqual(target) {
+		return Amount(lo)
+	}
+	return Amount(hi)
+}
+
 // Replay is the level series of a bucket under rule l whose history,
-// oldest first, is entries, starting empty: see Service.Levels. It is pure.
+// oldest first, is entries, and whose level just before entries[0] was
+// start: see Service.Levels. It is pure.
 //
 // Each event does to the bucket what the store did: fillup, reserved,
 // committed and released settle the level to their time (the leak rounded
@@ -134,8 +195,9 @@ func (s *Service) Levels(ctx context.Context, ref BucketRef, q LevelQuery) (Leve
 // (a fillup's cost, a commit's charge); a drain settles and removes its
 // amount; the holds of reserved entries count as held until their
 // committed, released or expired entry.
-func Replay(l bucket.Limit, entries []Entry, from, to time.Time, points int) []LevelPoint {
+func Replay(l bucket.Limit, start bucket.Amount, entries []Entry, from, to time.Time, points int) []LevelPoint {
 	r := replay{l: l, holds: map[string]bucket.Amount{}, from: from, to: to}
+	r.begin(start, entries)
 	span := to.Sub(from)
 	samples := make([]time.Time, points)
 	for i := range samples {
@@ -167,6 +229,13 @@ type replay struct {
 	held     bucket.Amount
 	from, to time.Time
 	out      []LevelPoint
+}
+
+// begin sets the bucket to level start just before entries[0].
+func (r *replay) begin(start bucket.Amount, entries []Entry) {
+	if start.Sign() > 0 && len(entries) > 0 {
+		r.s = bucket.State{Level: start, Updated: entries[0].Time}
+	}
 }
 
 func (r *replay) emit(at time.Time, ev Event) {
