@@ -49,7 +49,8 @@ type LevelSeries struct {
 }
 
 // LevelQuery asks for a level series: from and to zero mean the oldest
-// history entry replayed (or an hour before to) and the store's now.
+// history entry replayed (an hour before to when there is none before to)
+// and the store's now.
 type LevelQuery struct {
 	From, To time.Time
 	Points   int
@@ -121,7 +122,7 @@ func (s *Service) Levels(ctx context.Context, ref BucketRef, q LevelQuery) (Leve
 	}
 	if out.From.IsZero() {
 		out.From = q.To.Add(-time.Hour)
-		if len(entries) > 0 && entries[0].Time.Before(out.From) {
+		if len(entries) > 0 && entries[0].Time.Before(q.To) {
 			out.From = entries[0].Time
 		}
 	}
