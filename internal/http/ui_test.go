@@ -128,7 +128,17 @@ func (tb *tab) wait(expr string) {
 	tb.t.Helper()
 	ctx, cancel := context.WithTimeout(tb.ctx, 15*time.Second)
 	defer cancel()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+	for {
+		_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond)))
+		if err == nil {
+			return
+		}
+		// A poll started while the page's JavaScript context was being
+		// replaced (right after a navigation, on a busy machine) is bound to
+		// the old one; poll again in the new one until the deadline.
+		if strings.Contains(err.Error(), "Cannot find context with specified id") && ctx.Err() == nil {
+			continue
+		}
 		text, _ := chromedp.Run(tb.ctx, chromedp.Evaluate[string](`document.body.innerText`))
 		tb.t.Fatalf("waiting for %s: %v\npage text:\n%s", expr, err, text)
 	}
