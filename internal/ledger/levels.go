@@ -144,10 +144,15 @@ func (s *Service) Levels(ctx context.Context, ref BucketRef, q LevelQuery) (Leve
 // replayEnd is the level at at of a bucket whose level was start just before
 // entries[0] and that then saw entries.
 func replayEnd(l bucket.Limit, start bucket.Amount, entries []Entry, at time.Time) bucket.Amount {
+	return replayEndOf(l, start, entries, amountsOf(entries), at)
+}
+
+// replayEndOf is replayEnd with the entries' amounts converted once.
+func replayEndOf(l bucket.Limit, start bucket.Amount, entries []Entry, amounts []bucket.Amount, at time.Time) bucket.Amount {
 	r := replay{l: l, holds: map[string]bucket.Amount{}}
 	r.begin(start, entries)
-	for _, e := range entries {
-		r.apply(e)
+	for i, e := range entries {
+		r.apply(e, amounts[i])
 	}
 	return bucket.LevelAt(l, r.s, at)
 }
@@ -157,6 +162,8 @@ func replayEnd(l bucket.Limit, start bucket.Amount, entries []Entry, at time.Tim
 // replay's end grows with its start. It is zero when no start reaches
 // target (a period start in between, say).
 func startLevel(l bucket.Limit, entries []Entry, at time.Time, target bucket.Amount) bucket.Amount {
+	amounts := amountsOf(entries)
+	end := func(start bucket.Amount) bucket.Amount { return replayEndOf(l, start, entries, amounts, at) }
 	hi := target.Decimal()
 	for _, e := range entries {
 		if e.Event == EventDrain {
@@ -167,20 +174,20 @@ func startLevel(l bucket.Limit, entries []Entry, at time.Time, target bucket.Amo
 		hi = hi.Add(bucket.Leaked(l, at.Sub(entries[0].Time)).Decimal())
 	}
 	hi = decimal.Min(hi, MaxLevel.Mul(decimal.NewFromInt(2)))
-	if replayEnd(l, Amount(hi), entries, at).LessThan(target) {
+	if end(Amount(hi)).LessThan(target) {
 		return bucket.Amount{}
 	}
 	lo, two := decimal.Zero, decimal.NewFromInt(2)
 	unit := decimal.New(1, -bucket.LevelScale)
 	for hi.Sub(lo).GreaterThan(unit) {
 		mid := lo.Add(hi).Div(two).Truncate(bucket.LevelScale)
-		if replayEnd(l, Amount(mid), entries, at).LessThan(target) {
+		if end(Amount(mid)).LessThan(target) {
 			lo = mid
 		} else {
 			hi = mid
 		}
 	}
-	if replayEnd(l, Amount(lo), entries, at).GreaterThanOrEqual(target) {
+	if end(Amount(lo)).GreaterThanOrEqual(target) {
 		return Amount(lo)
 	}
 	return Amount(hi)
@@ -214,7 +221,7 @@ func Replay(l bucket.Limit, start bucket.Amount, entries []Entry, from, to time.
 		if !e.Time.Before(from) {
 			r.emit(e.Time, "")
 		}
-		r.apply(e)
+		r.apply(e, Amount(e.Amount))
 		if !e.Time.Before(from) {
 			r.emit(e.Time, e.Event)
 		}
@@ -293,8 +300,17 @@ func (r *replay) mark(at time.Time, reset bool) {
 	r.emit(at, "")
 }
 
-func (r *replay) apply(e Entry) {
-	a := Amount(e.Amount)
+// amountsOf converts the entries' amounts to the rule's once.
+func amountsOf(entries []Entry) []bucket.Amount {
+	out := make([]bucket.Amount, len(entries))
+	for i, e := range entries {
+		out[i] = Amount(e.Amount)
+	}
+	return out
+}
+
+// apply does to the bucket what entry e, of amount a, did.
+func (r *replay) apply(e Entry, a bucket.Amount) {
 	switch e.Event {
 	case EventFillup:
 		r.settle(e.Time)
