@@ -306,6 +306,42 @@ type HistoryEntry struct {
 	Meta Meta `json:"meta,omitempty"`
 }
 
+// LevelPoint is one point of a LevelSeries: the bucket's level and held
+// amount at At. A point with an Event is the bucket just after that history
+// event; the point before it, at the same instant, is the bucket just before.
+type LevelPoint struct {
+	// At is the instant of the point.
+	At Time `json:"at"`
+	// Level is the bucket's level at At, holds not included.
+	Level decimal.Decimal `json:"level"`
+	// Held is the sum of the holds active at At.
+	Held decimal.Decimal `json:"held"`
+	// Event is the history event this point is just after; "" (absent)
+	// for a sample, a period start or the instant the bucket leaks empty.
+	Event Event `json:"event,omitempty"`
+}
+
+// LevelSeries is a bucket's level over time, replayed by budgetd from the
+// bucket's history with the bucket rule: GET …/buckets/{key}/levels. A line
+// through Items in order draws the level exactly.
+type LevelSeries struct {
+	// Items are the points, oldest first.
+	Items []LevelPoint `json:"items"`
+	// Capacity is the limit's capacity.
+	Capacity decimal.Decimal `json:"capacity"`
+	// From and To bound the series.
+	From Time `json:"from"`
+	To   Time `json:"to"`
+	// PeriodStart is the start of the period containing To, for a periodic
+	// limit; nil for another kind.
+	PeriodStart *Time `json:"period_start"`
+	// ResetsAt is when the period containing To ends; nil for another kind.
+	ResetsAt *Time `json:"resets_at"`
+	// Complete reports whether the replay began at the bucket's first
+	// history entry; false for a limit with history off (no Items).
+	Complete bool `json:"complete"`
+}
+
 // Page is one page of a list: GET /v1/limits, …/buckets and …/history.
 type Page[T any] struct {
 	// Items are the page's items, never null.

@@ -228,6 +228,8 @@ func TestOpenAPIMatchesTheTypes(t *testing.T) {
 		"HistoryEntry":            reflect.TypeFor[api.HistoryEntry](),
 		"LimitPage":               reflect.TypeFor[api.Page[api.Limit]](),
 		"HistoryPage":             reflect.TypeFor[api.Page[api.HistoryEntry]](),
+		"LevelPoint":              reflect.TypeFor[api.LevelPoint](),
+		"LevelSeries":             reflect.TypeFor[api.LevelSeries](),
 		"BucketPage":              reflect.TypeFor[api.Page[api.BucketListItem]](),
 		"ReservationList":         reflect.TypeFor[api.ReservationList](),
 		"FillupRequest":           reflect.TypeFor[api.FillupRequest](),

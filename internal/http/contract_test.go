@@ -217,6 +217,8 @@ func TestContract(t *testing.T) {
 	raw("GET", "/readyz", "")
 	raw("GET", "/openapi.json", "")
 	raw("GET", "/metrics", "")
+	raw("GET", "/v1/limits/spend/buckets/a%2Fb/levels?points=5", "")
+	raw("GET", "/v1/limits/spend/buckets/a%2Fb/levels?points=1", "")
 	must(c.DeleteLimit(ctx, "rows"))
 
 	// Every operation of the document that the server routes was exercised.

@@ -26,6 +26,7 @@ func (s *server) routes(e *echo.Echo) {
 	v1.POST("/limits/:name/buckets/:key/reservations", s.reserve)
 	v1.GET("/limits/:name/buckets/:key/reservations", s.listHolds)
 	v1.GET("/limits/:name/buckets/:key/history", s.history)
+	v1.GET("/limits/:name/buckets/:key/levels", s.levels)
 	v1.POST("/fillup", s.multiFillup)
 
 	v1.GET("/reservations/:id", s.getReservation)

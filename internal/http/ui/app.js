@@ -94,28 +94,30 @@ function fromUnits(u) {
 
 const unitsToNumber = (u) => Number(u) / 1e12;
 
-// Go durations ("720h", "1h30m", "1.5s", "250ms") in whole microseconds.
-function durationUs(s) {
-  const unitNs = { h: 3600000000000n, m: 60000000000n, s: 1000000000n, ms: 1000000n, us: 1000n, "µs": 1000n, "μs": 1000n, ns: 1n };
-  let ns = 0n;
-  const re = /(\d+)(?:\.(\d+))?(h|ms|m|s|us|µs|μs|ns)/g;
-  let m;
-  while ((m = re.exec(s)) !== null) {
-    const u = unitNs[m[3]];
-    ns += BigInt(m[1]) * u;
-    if (m[2]) ns += (BigInt(m[2]) * u) / 10n ** BigInt(m[2].length);
-  }
-  return ns / 1000n;
+// fmtAmount writes a decimal string from the API with at most digits
+// fractional digits, rounded half up on the string itself (never through a
+// float), without trailing zeros: "3.333333333334" → "3.33".
+function fmtAmount(s, digits) {
+  const m = /^(-?)(\d+)(?:\.(\d+))?$/.exec(String(s));
+  if (!m) return String(s);
+  let frac = m[3] || "";
+  if (frac.length <= digits) return String(s);
+  let v = BigInt(m[2] + frac.slice(0, digits));
+  if (frac.charCodeAt(digits) >= 53) v += 1n; // next digit ≥ 5
+  let t = v.toString().padStart(digits + 1, "0");
+  let int = t.slice(0, t.length - digits), f = t.slice(t.length - digits).replace(/0+$/, "");
+  return m[1] + int + (f ? "." + f : "");
 }
 
-// RFC 3339 times with up to six fractional digits, in microseconds.
-function timeUs(iso) {
-  const m = /^(.{19})(?:\.(\d{1,6}))?Z$/.exec(iso || "");
-  if (!m) return 0n;
-  return BigInt(Date.parse(m[1] + "Z")) * 1000n + BigInt((m[2] || "").padEnd(6, "0"));
+// amountDigits is how many fractional digits the amounts of a limit need:
+// those of its capacity, and at least 2.
+function amountDigits(capacity) {
+  const m = /\.(\d+)$/.exec(String(capacity));
+  return Math.max(2, m ? m[1].length : 0);
 }
 
-const usToMs = (us) => Number(us / 1000n);
+// API times are RFC 3339 with six fractional digits, in UTC.
+const msOf = (iso) => Date.parse(String(iso).replace(/(\.\d{3})\d*Z$/, "$1Z"));
 
 function fmtTime(iso) {
   if (!iso) return "never";
@@ -124,193 +126,93 @@ function fmtTime(iso) {
 
 // ---- the level over time --------------------------------------------------
 
-// Events that settle the bucket (leak up to their time) and what they add.
-const SETTLES = new Set(["fillup", "drain", "reserved", "committed", "released"]);
-const DELTA = { fillup: 1n, committed: 1n, drain: -1n };
+// The plot draws the series budgetd computes (GET …/levels): the level is
+// linear between its points, so a line through them is the level. Nothing
+// of the bucket rule is computed here.
 
-// levelSeries replays a bucket's history (oldest first) with the rule of
-// package bucket: leak floor(amount × Δt / per) at 12 digits, clamp at zero,
-// then add. It returns the points after each entry and the polyline.
-function levelSeries(entries, limit, start, endUs) {
-  if (limit.period) return periodSeries(entries, limit.period, start, endUs);
-  const amount = toUnits(limit.leak.amount);
-  const per = durationUs(limit.leak.per);
-  const leaked = (dt) => (dt <= 0n || per <= 0n ? 0n : (amount * dt) / per);
-  let level = start;
-  let last = entries.length ? timeUs(entries[0].time) : endUs;
-  const points = [];
-  const line = [];
-  const at = (t) => { const v = level - leaked(t - last); return v > 0n ? v : 0n; };
-  for (const e of entries) {
-    const t = timeUs(e.time);
-    // Between events the level leaks; it may reach zero on the way.
-    if (level > 0n && amount > 0n) {
-      const zeroAt = last + (level * per + amount - 1n) / amount;
-      if (zeroAt < t && line.length) line.push([zeroAt, 0n]);
-    }
-    const before = at(t);
-    line.push([t, before]);
-    if (SETTLES.has(e.event)) {
-      level = before;
-      last = t;
-      if (DELTA[e.event]) {
-        level += DELTA[e.event] * toUnits(e.amount);
-        if (level < 0n) level = 0n;
-      }
-    }
-    const after = SETTLES.has(e.event) ? level : before;
-    line.push([t, after]);
-    points.push({ t, level: after, entry: e });
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const S = 1000, MIN = 60 * S, HOUR = 60 * MIN, DAY = 24 * HOUR;
+const STEPS = [S, 2 * S, 5 * S, 10 * S, 15 * S, 30 * S, MIN, 2 * MIN, 5 * MIN, 10 * MIN, 15 * MIN, 30 * MIN,
+  HOUR, 2 * HOUR, 3 * HOUR, 6 * HOUR, 12 * HOUR, DAY, 2 * DAY, 7 * DAY, 14 * DAY, 28 * DAY];
+
+// timeTicks are the ticks of a time axis from t0 to t1 (ms), in UTC: at most
+// about eight, on whole seconds, minutes, hours or days (weeks from Monday),
+// labelled with the date at midnight and the time of day otherwise.
+function timeTicks(t0, t1) {
+  const span = Math.max(t1 - t0, S);
+  const step = STEPS.find((st) => span / st <= 8) || 28 * DAY;
+  const offset = step >= 7 * DAY ? 4 * DAY : 0; // 1970-01-05 was a Monday
+  const ticks = [];
+  for (let t = Math.ceil((t0 - offset) / step) * step + offset; t <= t1; t += step) {
+    const d = new Date(t);
+    const date = MONTHS[d.getUTCMonth()] + " " + d.getUTCDate();
+    const hm = d.toISOString().slice(11, step < MIN ? 19 : 16);
+    ticks.push({ t, label: t % DAY === 0 ? date : hm, day: t % DAY === 0 });
   }
-  if (endUs > last) {
-    if (level > 0n && amount > 0n) {
-      const zeroAt = last + (level * per + amount - 1n) / amount;
-      if (zeroAt < endUs) line.push([zeroAt, 0n]);
-    }
-    line.push([endUs, at(endUs)]);
-  }
-  return { points, line, end: at(endUs) };
+  return ticks;
 }
 
-// periodKey names the calendar period of a periodic limit that contains
-// the instant t (µs): the local date in the limit's zone, read with Intl
-// (the browser's zone rules), mapped to its period as SPEC says: a day, an
-// ISO week from start_day, a month or quarter from start_day, a year.
-function periodKey(t, p) {
-  const parts = {};
-  for (const x of periodFormat(p.tz).formatToParts(new Date(usToMs(t)))) parts[x.type] = x.value;
-  const y = Number(parts.year), m = Number(parts.month), d = Number(parts.day);
-  const sd = p.start_day || 1;
-  const dayNo = Math.floor(Date.UTC(y, m - 1, d) / 86400000);
-  switch (p.every) {
-    case "day": return dayNo;
-    case "week": { const wd = (new Date(dayNo * 86400000).getUTCDay() + 6) % 7 + 1; return dayNo - ((wd - sd + 7) % 7); }
-    case "month": return y * 12 + (m - 1) - (d < sd ? 1 : 0);
-    case "quarter": { const mi = y * 12 + (m - 1) - (d < sd ? 1 : 0); return Math.floor(mi / 3); }
-    default: return y;
-  }
-}
-
-const periodFormats = new Map();
-function periodFormat(tz) {
-  if (!periodFormats.has(tz)) {
-    periodFormats.set(tz, new Intl.DateTimeFormat("en-US", { timeZone: tz || "UTC", year: "numeric", month: "2-digit", day: "2-digit" }));
-  }
-  return periodFormats.get(tz);
-}
-
-// nextReset is the first instant after a (µs) in another period than a's,
-// found by bisection between a and b (b in a later period), to the
-// millisecond: a period starts on a whole local second.
-function nextReset(a, b, p) {
-  const k = periodKey(a, p);
-  let lo = a, hi = b;
-  while (hi - lo > 1000n) {
-    const mid = lo + (hi - lo) / 2n;
-    if (periodKey(mid, p) === k) lo = mid; else hi = mid;
-  }
-  return hi - (hi % 1000n);
-}
-
-// periodSeries is levelSeries for a periodic limit: the level does not
-// leak; it is what the current period was charged, and it drops to zero at
-// the first period start after the bucket's last write.
-function periodSeries(entries, p, start, endUs) {
-  let level = start;
-  let last = entries.length ? timeUs(entries[0].time) : endUs;
-  const points = [];
-  const line = [];
-  const reset = (t) => {
-    if (level > 0n && periodKey(t, p) !== periodKey(last, p)) {
-      const r = nextReset(last, t, p);
-      if (line.length) line.push([r, level]);
-      line.push([r, 0n]);
-      level = 0n;
-    }
-  };
-  for (const e of entries) {
-    const t = timeUs(e.time);
-    reset(t);
-    line.push([t, level]);
-    if (SETTLES.has(e.event)) {
-      last = t;
-      if (DELTA[e.event]) {
-        level += DELTA[e.event] * toUnits(e.amount);
-        if (level < 0n) level = 0n;
-      }
-    }
-    line.push([t, level]);
-    points.push({ t, level, entry: e });
-  }
-  if (endUs > last) {
-    reset(endUs);
-    line.push([endUs, level]);
-  }
-  return { points, line, end: level };
-}
-
-function drawChart(entries, limit, bucket, truncated) {
-  const W = 800, H = 260, L = 56, R = 12, T = 12, B = 28;
-  const nowUs = BigInt(Date.now()) * 1000n;
-  const lastUs = entries.length ? timeUs(entries[entries.length - 1].time) : nowUs;
-  const endUs = nowUs > lastUs ? nowUs : lastUs;
-  let start = 0n;
-  if (truncated) {
-    // Older entries were not loaded: pick the smallest starting level that
-    // ends at the level the API reports now.
-    const target = toUnits(bucket.level);
-    let lo = 0n, hi = target + toUnits(limit.capacity) * 4n + ONE;
-    for (const e of entries) if (e.event === "drain") hi += toUnits(e.amount);
-    if (limit.leak) hi += (toUnits(limit.leak.amount) * (endUs - (entries.length ? timeUs(entries[0].time) : endUs))) / (durationUs(limit.leak.per) || 1n);
-    while (lo < hi) {
-      const mid = (lo + hi) / 2n;
-      if (levelSeries(entries, limit, mid, endUs).end >= target) hi = mid; else lo = mid + 1n;
-    }
-    start = lo;
-  }
-  const s = levelSeries(entries, limit, start, endUs);
-  const t0 = s.line.length ? s.line[0][0] : endUs - 60000000n;
-  const span = endUs - t0 > 0n ? endUs - t0 : 1000000n;
-  const cap = toUnits(limit.capacity);
-  const held = toUnits(bucket.held);
+function drawChart(series, bucket, entries, digits) {
+  const W = 800, H = 260, L = 64, R = 12, T = 12, B = 34;
+  const items = series.items;
+  const t0 = msOf(series.from), t1 = msOf(series.to);
+  const span = t1 - t0 > 0 ? t1 - t0 : 1000;
+  const cap = toUnits(series.capacity);
   let top = cap;
-  for (const [, v] of s.line) if (v > top) top = v;
-  if (s.end + held > top) top = s.end + held;
+  for (const p of items) { const u = toUnits(p.level) + toUnits(p.held); if (u > top) top = u; }
   top = top + top / 20n || ONE;
-  const x = (t) => L + (W - L - R) * Number(t - t0) / Number(span);
+  const x = (t) => L + (W - L - R) * (t - t0) / span;
   const y = (v) => T + (H - T - B) * (1 - unitsToNumber(v) / unitsToNumber(top));
 
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": "level over time",
-    "data-capacity": limit.capacity, "data-start": fromUnits(start) });
-  const axis = svg("path", { d: `M${L},${T} V${H - B} H${W - R}`, stroke: "#d8dee4", fill: "none" });
-  root.append(axis);
-  for (const v of [0n, cap]) {
-    const label = svg("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" });
-    label.textContent = fromUnits(v);
+    "data-capacity": series.capacity, "data-from": series.from, "data-to": series.to });
+  root.append(svg("path", { d: `M${L},${T} V${H - B} H${W - R}`, stroke: "#d8dee4", fill: "none" }));
+  for (const tk of timeTicks(t0, t1)) {
+    const xt = x(tk.t).toFixed(2);
+    root.append(svg("line", { class: tk.day ? "tick day" : "tick", x1: xt, x2: xt, y1: T, y2: H - B }));
+    const label = svg("text", { class: "tick", x: xt, y: H - B + 14, "text-anchor": "middle", "data-time": new Date(tk.t).toISOString() });
+    label.textContent = tk.label;
     root.append(label);
   }
-  const capLine = svg("line", { class: "cap", x1: L, x2: W - R, y1: y(cap), y2: y(cap), "data-level": limit.capacity });
-  root.append(capLine);
-  if (held > 0n) {
-    const xe = x(endUs);
-    root.append(svg("rect", { class: "heldband", x: Math.max(L, xe - 10), width: Math.min(10, xe - L) || 10,
-      y: y(s.end + held), height: Math.max(1, y(s.end) - y(s.end + held)), "data-held": bucket.held }));
+  const utc = svg("text", { x: W - R, y: H - 4, "text-anchor": "end" });
+  utc.textContent = "UTC";
+  root.append(utc);
+  for (const v of [0n, cap]) {
+    const label = svg("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" });
+    label.textContent = fmtAmount(fromUnits(v), digits);
+    root.append(label);
   }
-  const d = s.line.map(([t, v], i) => (i ? "L" : "M") + x(t).toFixed(2) + "," + y(v).toFixed(2)).join(" ");
-  root.append(svg("path", { class: "level", d: d || "M0,0" }));
-  for (const p of s.points) {
-    const c = svg("circle", { class: "point", cx: x(p.t).toFixed(2), cy: y(p.level).toFixed(2), r: 3.5,
-      "data-time": p.entry.time, "data-event": p.entry.event, "data-level": fromUnits(p.level), "data-id": p.entry.id });
+  root.append(svg("line", { class: "cap", x1: L, x2: W - R, y1: y(cap), y2: y(cap), "data-level": series.capacity }));
+  if (series.period_start) {
+    const ps = msOf(series.period_start);
+    if (ps > t0 && ps <= t1) {
+      const xr = x(ps).toFixed(2);
+      const reset = svg("line", { class: "reset", x1: xr, x2: xr, y1: T, y2: H - B, "data-time": series.period_start });
+      const tip = svg("title", {});
+      tip.textContent = "period start " + fmtTime(series.period_start);
+      reset.append(tip);
+      root.append(reset);
+    }
+  }
+  const path = (vals) => items.map((p, i) => (i ? "L" : "M") + x(msOf(p.at)).toFixed(2) + "," + y(vals(p)).toFixed(2)).join(" ");
+  if (items.some((p) => toUnits(p.held) > 0n)) {
+    root.append(svg("path", { class: "used", d: path((p) => toUnits(p.level) + toUnits(p.held)) }));
+  }
+  root.append(svg("path", { class: "level", d: path((p) => toUnits(p.level)) || "M0,0", "data-points": items.length }));
+  // Each event point carries its history entry: the entries, oldest first,
+  // are the series' events in order.
+  let j = 0;
+  for (const p of items) {
+    if (!p.event) continue;
+    while (j < entries.length && !(entries[j].time === p.at && entries[j].event === p.event)) j++;
+    const e = entries[j++] || {};
+    const c = svg("circle", { class: "point", cx: x(msOf(p.at)).toFixed(2), cy: y(toUnits(p.level)).toFixed(2), r: 3.5,
+      "data-time": p.at, "data-event": p.event, "data-level": p.level, "data-id": e.id });
     const tip = svg("title", {});
-    tip.textContent = `${fmtTime(p.entry.time)} ${p.entry.event} ${p.entry.amount} → level ${fromUnits(p.level)}`;
+    tip.textContent = `${fmtTime(p.at)} ${p.event} ${e.amount ? fmtAmount(e.amount, digits) + " " : ""}→ level ${fmtAmount(p.level, digits)}, held ${fmtAmount(p.held, digits)}`;
     c.append(tip);
     root.append(c);
   }
-  const tl = svg("text", { x: L, y: H - 8 });
-  tl.textContent = fmtTime(new Date(usToMs(t0)).toISOString());
-  const tr = svg("text", { x: W - R, y: H - 8, "text-anchor": "end" });
-  tr.textContent = fmtTime(new Date(usToMs(endUs)).toISOString());
-  root.append(tl, tr);
   return root;
 }
 
@@ -333,10 +235,20 @@ function rule(l) {
   return `${l.leak.amount} per ${l.leak.per}`;
 }
 
+// fullness is how full a bucket is, (level + held) / capacity, for the
+// bar; byFullness orders buckets fullest first exactly, in BigInt.
 function fullness(b) {
   const cap = toUnits(b.capacity);
   if (cap <= 0n) return 0;
   return unitsToNumber(toUnits(b.level) + toUnits(b.held)) / unitsToNumber(cap);
+}
+
+function byFullness(a, b) {
+  const ua = toUnits(a.level) + toUnits(a.held), ub = toUnits(b.level) + toUnits(b.held);
+  const ca = toUnits(a.capacity), cb = toUnits(b.capacity);
+  const d = ub * ca - ua * cb; // ub/cb − ua/ca, both capacities positive
+  if (d !== 0n) return d > 0n ? 1 : -1;
+  return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
 }
 
 function bar(b) {
@@ -394,23 +306,30 @@ async function limitPage(name) {
     api(limitPath(name) + "/buckets?limit=50" + (cursors[pageIndex] ? "&cursor=" + enc(cursors[pageIndex]) : "")),
   ]);
   if (page.next_cursor) cursors[pageIndex + 1] = page.next_cursor;
-  const items = [...page.items].sort((a, b) => fullness(b) - fullness(a) || (a.key < b.key ? -1 : 1));
+  const items = [...page.items].sort(byFullness);
+  const digits = amountDigits(limit.capacity);
+  const num = (field, v) => el("td", { class: "num", "data-field": field, title: v }, fmtAmount(v, digits));
   const rows = items.map((b) => el("tr", { "data-key": b.key },
     el("td", { class: "key" }, el("a", { href: "#/l/" + enc(name) + "/b/" + enc(b.key) }, b.key)),
     el("td", {}, bar(b)),
-    el("td", { class: "num", "data-field": "level" }, b.level),
-    el("td", { class: "num", "data-field": "held" }, b.held),
-    el("td", { class: "num", "data-field": "remaining" }, b.remaining),
+    num("level", b.level), num("held", b.held), num("remaining", b.remaining),
     el("td", { class: "hide-narrow", "data-field": "updated_at" }, fmtTime(b.updated_at))));
+  // The list is paged in key order; the whole limit is sorted only when it
+  // fits on one page.
+  const whole = pageIndex === 0 && !page.next_cursor;
+  const order = whole
+    ? `Fullest first (level + held of capacity), all ${items.length} buckets of this limit.`
+    : "Fullest first within this page only: budgetd lists buckets in key order, 50 to a page, so a fuller bucket may be on another page.";
   const pager = el("div", { class: "pager" },
     el("button", { type: "button", disabled: pageIndex === 0, on: { click: () => { pageIndex--; refresh(); } } }, "Previous page"),
     el("button", { type: "button", id: "next-page", disabled: !page.next_cursor, on: { click: () => { pageIndex++; refresh(); } } }, "Next page"));
   return [
     el("h1", {}, name),
     el("dl", { class: "stats" },
-      stat("capacity", limit.capacity), stat("leaks", rule(limit)), stat("history", limit.history ? "on" : "off")),
+      stat("capacity", limit.capacity), stat("leaks", rule(limit)), stat("history", limit.history ? "on" : "off"),
+      items[0] && items[0].resets_at ? stat("resets", fmtTime(items[0].resets_at), "resets_at") : null),
     el("h2", {}, "Buckets" + (pageIndex ? ` (page ${pageIndex + 1})` : "")),
-    el("p", { class: "note" }, "Sorted by how full they are (level + held of capacity) within this page; pages follow key order."),
+    el("p", { class: "note", id: "order" }, order),
     items.length === 0 ? el("p", { class: "note" }, "No buckets on this page.") :
       el("div", { class: "scroll" }, el("table", { id: "buckets" },
         el("thead", {}, el("tr", {}, el("th", {}, "key"), el("th", {}, "fill"), el("th", { class: "num" }, "level"),
@@ -431,28 +350,40 @@ function metaCell(meta) {
 
 async function bucketPage(name, key) {
   crumbs({ text: "limits", href: "#/" }, { text: name, href: "#/l/" + enc(name) }, { text: key });
-  const [limit, bucket, hist, holds] = await Promise.all([
+  const [limit, bucket, hist, holds, series] = await Promise.all([
     api(limitPath(name)),
     api(bucketPath(name, key)),
     api(bucketPath(name, key) + "/history?limit=1000"),
     api(bucketPath(name, key) + "/reservations"),
+    api(bucketPath(name, key) + "/levels?points=400"),
   ]);
   const entries = [...hist.items].reverse(); // oldest first
   const hasMeta = hist.items.some((e) => e.meta && Object.keys(e.meta).length);
+  const digits = amountDigits(limit.capacity);
+  const amt = (label, v) => { const s = stat(label, fmtAmount(v, digits)); s.title = v; return s; };
   const out = [
     el("h1", { id: "bucket-key" }, key),
     el("dl", { class: "stats", id: "bucket-stats" },
-      stat("level", bucket.level), stat("held", bucket.held), stat("remaining", bucket.remaining),
-      stat("capacity", bucket.capacity), stat("updated", fmtTime(bucket.updated_at), "updated_at")),
+      amt("level", bucket.level), amt("held", bucket.held), amt("remaining", bucket.remaining),
+      stat("capacity", bucket.capacity), stat("updated", fmtTime(bucket.updated_at), "updated_at"),
+      bucket.resets_at ? stat("resets", fmtTime(bucket.resets_at), "resets_at") : null),
     el("h2", {}, "Level over time"),
   ];
   if (!limit.history) {
     out.push(el("p", { class: "note" }, "This limit keeps no history, so there is nothing to plot."));
   } else {
-    out.push(el("div", { class: "legend" }, el("span", { class: "l" }, "level"), el("span", { class: "h" }, "held now"),
-      el("span", { class: "c" }, "capacity " + limit.capacity)));
-    out.push(drawChart(entries, limit, bucket, Boolean(hist.next_cursor)));
-    if (hist.next_cursor) out.push(el("p", { class: "note" }, "Only the newest 1000 entries are drawn; the level before them is inferred from the level now."));
+    out.push(el("div", { class: "legend" }, el("span", { class: "l" }, "level"),
+      series.items.some((p) => toUnits(p.held) > 0n) ? el("span", { class: "h" }, "level + held") : null,
+      el("span", { class: "c" }, "capacity " + limit.capacity),
+      series.period_start ? el("span", { class: "r" }, "period start") : null));
+    out.push(drawChart(series, bucket, entries, digits));
+    if (bucket.resets_at) {
+      out.push(el("p", { class: "note", id: "resets" }, `The level returns to zero at ${fmtTime(bucket.resets_at)}, the start of the next ${limit.period.every} in ${limit.period.tz}.`));
+    }
+    if (!series.complete) {
+      out.push(el("p", { class: "note" }, "Older history was not read or has been pruned: the plot starts from the least level that ends at the level now."));
+    }
+    out.push(el("p", { class: "note" }, "Computed by budgetd from the history (denials are not recorded, so they are not shown). Times in UTC."));
   }
   out.push(el("h2", {}, `Active holds (${holds.items.length})`));
   out.push(holds.items.length === 0 ? el("p", { class: "note", id: "no-holds" }, "No active holds.") :
@@ -470,7 +401,7 @@ async function bucketPage(name, key) {
         el("th", { class: "hide-narrow" }, "hold"), hasMeta ? el("th", {}, "meta") : null)),
       el("tbody", {}, hist.items.slice(0, 200).map((e) => el("tr", { "data-id": e.id },
         el("td", {}, fmtTime(e.time)), el("td", { "data-field": "event" }, e.event),
-        el("td", { class: "num", "data-field": "amount" }, e.amount),
+        el("td", { class: "num", "data-field": "amount", title: e.amount }, fmtAmount(e.amount, digits)),
         el("td", { class: "key hide-narrow" }, e.reservation_id || ""),
         hasMeta ? metaCell(e.meta) : null))))));
     if (hist.items.length > 200) out.push(el("p", { class: "note" }, "The newest 200 entries are listed."));

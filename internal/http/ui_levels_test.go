@@ -1,0 +1,151 @@
+package http_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDashboardLevels: the bucket page plots the series budgetd computes
+// (GET …/levels), shows when a monthly cap resets, labels a month of
+// activity by day, writes amounts to the digits they need, and says whether
+// "fullest first" covers the whole limit.
+func TestDashboardLevels(t *testing.T) {
+	b := browser(t)
+	t.Run("monthly cap", func(t *testing.T) {
+		eachStore(t, func(t *testing.T, a *api) {
+			a.clock.Set(time.Date(2026, 3, 31, 20, 0, 0, 0, time.UTC)) // 22:00 in Berlin
+			a.expect("PUT", "/v1/limits/monthly", `{"capacity":"100","period":{"every":"month","tz":"Europe/Berlin"},"history":true}`, 200)
+			path := "/v1/limits/monthly/buckets/team"
+			for _, step := range []struct {
+				after time.Duration
+				cost  string
+			}{{0, "30"}, {time.Hour, "12.5"}, {2 * time.Hour, "5"}, {24 * time.Hour, "1"}} {
+				a.clock.Advance(step.after)
+				a.expect("POST", path+"/fillup", `{"cost":"`+step.cost+`"}`, 200)
+			}
+			series, raw := a.levels(path + "/levels?points=400")
+			var events []string
+			for _, it := range series.Items {
+				if it.Event != "" {
+					events = append(events, it.At+" "+it.Level)
+				}
+			}
+			tb := openAPITab(t, b, a)
+			tb.open("#/l/monthly/b/team")
+			tb.wait(`document.querySelector('svg.chart path.level')`)
+			var got struct {
+				Points  string
+				Events  []string
+				Reset   string
+				Resets  string
+				Note    string
+				Ticks   []string
+				From    string
+				To      string
+				Summary string
+			}
+			tb.eval(`({Points: document.querySelector('svg.chart path.level').dataset.points,
+				Events: [...document.querySelectorAll('svg.chart circle.point')].map(c => c.dataset.time + " " + c.dataset.level),
+				Reset: document.querySelector('svg.chart line.reset')?.dataset.time ?? "",
+				Resets: document.querySelector('#bucket-stats [data-field=resets_at]')?.textContent ?? "",
+				Note: document.querySelector('#resets')?.textContent ?? "",
+				Ticks: [...document.querySelectorAll('svg.chart text.tick')].map(t => t.textContent),
+				From: document.querySelector('svg.chart').dataset.from, To: document.querySelector('svg.chart').dataset.to})`, &got)
+			if got.Points != jsonInt(len(series.Items)) || strings.Join(got.Events, ",") != strings.Join(events, ",") ||
+				got.From != series.From || got.To != series.To {
+				t.Errorf("the plot is not the series: %+v\nseries: %.500s", got, raw)
+			}
+			if got.Reset != "2026-03-31T22:00:00.000000Z" || got.Resets != "2026-04-30 22:00:00.000Z" ||
+				!strings.Contains(got.Note, "2026-04-30 22:00:00.000Z") || !strings.Contains(got.Note, "month in Europe/Berlin") {
+				t.Errorf("reset not shown: %+v", got)
+			}
+			// 27 hours: every 6 hours, the date at midnight (UTC).
+			if strings.Join(got.Ticks, ",") != "Apr 1,06:00,12:00,18:00" {
+				t.Errorf("ticks %q", got.Ticks)
+			}
+		})
+	})
+	t.Run("a month of activity", func(t *testing.T) {
+		a := newAPI(t)
+		t0 := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+		a.clock.Set(t0)
+		a.expect("PUT", "/v1/limits/spend", `{"capacity":"5000","leak":{"amount":"5000","per":"720h"},"history":true}`, 200)
+		for day := range 30 {
+			a.clock.Set(t0.Add(time.Duration(day) * 24 * time.Hour))
+			a.expect("POST", "/v1/limits/spend/buckets/team/fillup", `{"cost":"250.10"}`, 200)
+		}
+		a.clock.Set(t0.Add(30 * 24 * time.Hour))
+		tb := openAPITab(t, b, a)
+		tb.open("#/l/spend/b/team")
+		tb.wait(`document.querySelectorAll('svg.chart circle.point').length === 30`)
+		var ticks []string
+		tb.eval(`[...document.querySelectorAll('svg.chart text.tick')].map(t => t.textContent)`, &ticks)
+		day := regexp.MustCompile(`^Mar [0-9]{1,2}$`)
+		if len(ticks) < 4 || len(ticks) > 9 {
+			t.Errorf("%d ticks for a month: %q", len(ticks), ticks)
+		}
+		for _, tk := range ticks {
+			if !day.MatchString(tk) {
+				t.Errorf("tick %q is not a day of March: %q", tk, ticks)
+			}
+		}
+		// The level now has 12 digits; the page shows the capacity's (at
+		// least 2), the exact value in the title.
+		state := a.expect("GET", "/v1/limits/spend/buckets/team", "", 200).str("level")
+		var shown struct{ Text, Title string }
+		tb.eval(`({Text: document.querySelector('#bucket-stats [data-field=level]').textContent,
+			Title: document.querySelector('#bucket-stats [data-field=level]').parentElement.title})`, &shown)
+		var want string
+		tb.eval(`fmtAmount(`+jsString(state)+`, 2)`, &want)
+		if shown.Title != state || shown.Text != want || len(want) > len("0000.00") {
+			t.Errorf("level %q shown as %+v (want %q)", state, shown, want)
+		}
+		tb.screenshot("dashboard-bucket-month")
+	})
+	t.Run("amounts", func(t *testing.T) {
+		a := newAPI(t)
+		tb := openAPITab(t, b, a)
+		tb.open("")
+		tb.wait(`document.querySelector('#limits') || document.querySelector('.note')`)
+		for in, want := range map[string]string{
+			"3.333333333334": "3.33", "0.005": "0.01", "12.5": "12.5", "9.999": "10", "1200": "1200",
+			"0.004999999999": "0", "2.10": "2.10", "1.000000000001": "1",
+		} {
+			var got string
+			tb.eval(`fmtAmount(`+jsString(in)+`, 2)`, &got)
+			if got != want {
+				t.Errorf("fmtAmount(%s) = %q, want %q", in, got, want)
+			}
+		}
+	})
+	t.Run("fullest first", func(t *testing.T) {
+		a := newAPI(t)
+		a.limit("few", "100", "1", "1h")
+		a.limit("wide", "100", "1", "1h")
+		for i := range 3 {
+			a.expect("POST", "/v1/limits/few/buckets/k"+jsonInt(i)+"/fillup", `{"cost":"`+jsonInt(10*(i+1))+`"}`, 200)
+		}
+		for i := range 51 {
+			a.expect("POST", "/v1/limits/wide/buckets/k"+jsonInt(100+i)+"/fillup", `{"cost":"1"}`, 200)
+		}
+		tb := openAPITab(t, b, a)
+		for name, want := range map[string]string{"few": "all 3 buckets of this limit", "wide": "within this page only"} {
+			tb.open("#/l/" + name)
+			tb.wait(`document.querySelector('#order')`)
+			var note string
+			tb.eval(`document.querySelector('#order').textContent`, &note)
+			if !strings.Contains(note, want) {
+				t.Errorf("%s: order note %q, want %q", name, note, want)
+			}
+		}
+		var keys []string
+		tb.open("#/l/few")
+		tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 3`)
+		tb.eval(`[...document.querySelectorAll('#buckets tbody tr')].map(r => r.dataset.key)`, &keys)
+		if strings.Join(keys, " ") != "k2 k1 k0" {
+			t.Errorf("order %q", keys)
+		}
+	})
+}
