@@ -26,11 +26,32 @@ var cliKinds = []struct {
 	tz    string
 	start *int
 	drift string
+	// period is the current period at now of a calendar budget.
+	period func(now time.Time) (start, end time.Time)
 }{
 	{name: "leak", flags: []string{"--leak", "1/87600h"}, leak: &api.Leak{Amount: decimal.NewFromInt(1), Per: api.Duration(87600 * time.Hour)}, drift: "0.00001"},
-	{name: "month", flags: []string{"--period", "month", "--tz", "Europe/Berlin"}, every: api.Month, tz: "Europe/Berlin", start: ptr(1), drift: "0"},
-	{name: "week", flags: []string{"--period", "week", "--tz", "America/New_York", "--start-day", "7"}, every: api.Week, tz: "America/New_York", start: ptr(7), drift: "0"},
-	{name: "day", flags: []string{"--period", "day"}, every: api.Day, tz: "UTC", drift: "0"},
+	{name: "month", flags: []string{"--period", "month", "--tz", "Europe/Berlin"}, every: api.Month, tz: "Europe/Berlin", start: ptr(1), drift: "0", period: func(now time.Time) (time.Time, time.Time) {
+		n := now.In(zone("Europe/Berlin"))
+		s := time.Date(n.Year(), n.Month(), 1, 0, 0, 0, 0, n.Location())
+		return s, s.AddDate(0, 1, 0)
+	}},
+	{name: "week", flags: []string{"--period", "week", "--tz", "America/New_York", "--start-day", "7"}, every: api.Week, tz: "America/New_York", start: ptr(7), drift: "0", period: func(now time.Time) (time.Time, time.Time) {
+		n := now.In(zone("America/New_York"))
+		s := time.Date(n.Year(), n.Month(), n.Day()-int(n.Weekday()), 0, 0, 0, 0, n.Location()) // Sunday, ISO day 7
+		return s, s.AddDate(0, 0, 7)
+	}},
+	{name: "day", flags: []string{"--period", "day"}, every: api.Day, tz: "UTC", drift: "0", period: func(now time.Time) (time.Time, time.Time) {
+		s := now.UTC().Truncate(24 * time.Hour)
+		return s, s.AddDate(0, 0, 1)
+	}},
+}
+
+func zone(name string) *time.Location {
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		panic(err)
+	}
+	return l
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -74,14 +95,18 @@ func TestCLIMatrix(t *testing.T) {
 			suffix := fmt.Sprint(time.Now().UnixNano())
 			for _, k := range cliKinds {
 				t.Run(k.name, func(t *testing.T) {
-					cliMatrixKind(t, server, "cm-"+k.name+"-"+suffix, k.flags, k.leak, k.every, k.tz, k.start, decimal.RequireFromString(k.drift))
+					var ps, ra time.Time
+					if k.period != nil {
+						ps, ra = k.period(time.Now())
+					}
+					cliMatrixKind(t, server, "cm-"+k.name+"-"+suffix, k.flags, k.leak, k.every, k.tz, k.start, decimal.RequireFromString(k.drift), ps, ra)
 				})
 			}
 		})
 	}
 }
 
-func cliMatrixKind(t *testing.T, server, name string, flags []string, leak *api.Leak, every api.Every, tz string, start *int, drift decimal.Decimal) {
+func cliMatrixKind(t *testing.T, server, name string, flags []string, leak *api.Leak, every api.Every, tz string, start *int, drift decimal.Decimal, periodStart, resetsAt time.Time) {
 	periodic := leak == nil
 	const key = "{t}team-a"
 	// cli runs a command with --json, wants its exit status and decodes
@@ -115,8 +140,8 @@ func cliMatrixKind(t *testing.T, server, name string, flags []string, leak *api.
 		if !near(gotLevel, wl, false) || !gotHeld.Equal(wh) || !near(gotRemaining, wr, true) || !gotCapacity.Equal(decimal.NewFromInt(100)) {
 			t.Errorf("%s: level %s held %s remaining %s capacity %s; want level %s held %s remaining %s capacity 100 (drift %s)", what, gotLevel, gotHeld, gotRemaining, gotCapacity, wl, wh, wr, drift)
 		}
-		if (ps != nil) != periodic || (ra != nil) != periodic || (periodic && !ra.After(ps.Time)) {
-			t.Errorf("%s: period_start %v, resets_at %v; periodic %v", what, ps, ra, periodic)
+		if (ps != nil) != periodic || (ra != nil) != periodic || (periodic && (!ps.Equal(periodStart) || !ra.Equal(resetsAt))) {
+			t.Errorf("%s: period_start %v, resets_at %v; want %v", what, ps, ra, map[bool]string{true: fmtTime(periodStart) + " – " + fmtTime(resetsAt), false: "both null"}[periodic])
 		}
 	}
 	decision := func(what string, d api.Decision, accepted bool, level, held string) {
@@ -151,6 +176,17 @@ func cliMatrixKind(t *testing.T, server, name string, flags []string, leak *api.
 	l = api.Limit{}
 	cli(0, &l, "limits", "get", name)
 	limit("limits get", l)
+	// The table says when the period resets, "-" for a leaky limit.
+	resets := "-"
+	if periodic {
+		resets = fmtTime(resetsAt)
+	}
+	for _, args := range [][]string{{"limits", "get", name}, {"check", name, key}} {
+		out, code, msg := cliOut(server, args...)
+		if code != 0 || !strings.Contains(out, resets) || (periodic && strings.Contains(out, " - ")) {
+			t.Errorf("budgetd %s: exit %d %s; want RESETS AT %s:\n%s", strings.Join(args, " "), code, msg, resets, out)
+		}
+	}
 	var ls api.Page[api.Limit]
 	cli(0, &ls, "limits", "list")
 	found := 0
