@@ -296,6 +296,63 @@ func cliMatrixKind(t *testing.T, server, name string, flags []string, leak *api.
 		t.Errorf("history:\n got %v\nwant %v (next %v)", got, want, es.NextCursor)
 	}
 
+	// A second bucket: an Idempotency-Key replay, denied and never-fitting
+	// holds, commit of the held amount, a closed hold, paging history.
+	const keyB = "{t}team-b"
+	for i := 0; i < 2; i++ {
+		d = api.Decision{}
+		cli(0, &d, "fillup", name, keyB, "7", "--idempotency-key", "idem-"+name, "--meta", "op=idem")
+		decision(fmt.Sprintf("fillup with an Idempotency-Key, call %d", i+1), d, true, "7", "0")
+	}
+	d = api.Decision{}
+	cli(exitDenied, &d, "check", name, keyB, "101")
+	if d.Accepted || !d.NeverFits || d.RetryAfter != nil {
+		t.Errorf("check 101: accepted %v never_fits %v retry_after %v; want a denial that never fits", d.Accepted, d.NeverFits, d.RetryAfter)
+	}
+	for _, amount := range []string{"101", "94"} {
+		out, code, msg := cliOut(server, "reserve", name, keyB, amount, "-q")
+		if code != exitDenied || out != "" {
+			t.Errorf("reserve %s -q: exit %d %s, output %q; want exit 3 and no hold id", amount, code, msg, out)
+		}
+	}
+	out, code, msg = cliOut(server, "reserve", name, keyB, "6", "-q", "--meta", "op=reserve-b")
+	hold3 := strings.TrimSpace(out)
+	if code != 0 || hold3 == "" {
+		t.Fatalf("reserve -q: exit %d %s, output %q", code, msg, out)
+	}
+	r = api.Resolved{}
+	cli(0, &r, "commit", hold3)
+	if r.State != api.Committed || r.CommittedAmount == nil || !r.CommittedAmount.Equal(decimal.NewFromInt(6)) {
+		t.Errorf("commit without AMOUNT: %+v; want the held 6 charged", r.Reservation)
+	}
+	bucket("commit without AMOUNT", r.Bucket, "13", "0")
+	for _, args := range [][]string{{"commit", hold3, "1"}, {"release", hold3}} {
+		out, code, msg := cliOut(server, args...)
+		if code != exitProblem || !strings.Contains(msg, string(api.CodeReservationClosed)) {
+			t.Errorf("budgetd %s of a committed hold: exit %d %q\n%s; want 1 and reservation_closed", strings.Join(args, " "), code, msg, out)
+		}
+	}
+	var all, page api.Page[api.HistoryEntry]
+	cli(0, &all, "history", name, keyB)
+	cli(0, &page, "history", name, keyB, "--limit", "1")
+	if len(page.Items) != 1 || page.NextCursor == nil || len(all.Items) != 3 || page.Items[0].ID != all.Items[0].ID {
+		t.Fatalf("history --limit 1: %+v next %v; all %+v", page.Items, page.NextCursor, all.Items)
+	}
+	rest := api.Page[api.HistoryEntry]{}
+	cli(0, &rest, "history", name, keyB, "--limit", "10", "--cursor", *page.NextCursor)
+	got = nil
+	for _, e := range append(page.Items, rest.Items...) {
+		got = append(got, ev{e.Event, e.Amount.String(), e.ReservationID, metaText(e.Meta)})
+	}
+	want = []ev{ // one fillup for the two calls with one Idempotency-Key
+		{api.EventCommitted, "6", hold3, "-"},
+		{api.EventReserved, "6", hold3, "op=reserve-b"},
+		{api.EventFillup, "7", "", "op=idem"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) || rest.NextCursor != nil {
+		t.Errorf("history of %s in pages:\n got %v\nwant %v (next %v)", keyB, got, want, rest.NextCursor)
+	}
+
 	var del map[string]string
 	cli(0, &del, "limits", "delete", name)
 	if del["deleted"] != name {
