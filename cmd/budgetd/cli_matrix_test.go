@@ -13,8 +13,9 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// cliKinds are the limit kinds of TestCLIMatrix, one row each (the CLI's
-// mirror of client.TestMatrix's kinds): the flags of `limits put` and the
+// cliKinds are the limit kinds of TestCLIMatrix, one row each (client.
+// TestMatrix's kinds, lives in package client_test so it is mirrored here,
+// plus a quarter from day 15 and a year): the flags of `limits put` and the
 // limit document budgetd must answer. drift is how far a level may have
 // leaked below its exact value while the row runs (zero for a calendar
 // budget, whose level never moves by itself).
@@ -39,6 +40,18 @@ var cliKinds = []struct {
 		n := now.In(zone("America/New_York"))
 		s := time.Date(n.Year(), n.Month(), n.Day()-int(n.Weekday()), 0, 0, 0, 0, n.Location()) // Sunday, ISO day 7
 		return s, s.AddDate(0, 0, 7)
+	}},
+	{name: "quarter", flags: []string{"--period", "quarter", "--tz", "Australia/Sydney", "--start-day", "15"}, every: api.Quarter, tz: "Australia/Sydney", start: ptr(15), drift: "0", period: func(now time.Time) (time.Time, time.Time) {
+		n := now.In(zone("Australia/Sydney"))
+		s := time.Date(n.Year(), (n.Month()-1)/3*3+1, 15, 0, 0, 0, 0, n.Location())
+		if n.Before(s) {
+			s = s.AddDate(0, -3, 0)
+		}
+		return s, s.AddDate(0, 3, 0)
+	}},
+	{name: "year", flags: []string{"--period", "year", "--tz", "Asia/Tokyo"}, every: api.Year, tz: "Asia/Tokyo", drift: "0", period: func(now time.Time) (time.Time, time.Time) {
+		s := time.Date(now.In(zone("Asia/Tokyo")).Year(), 1, 1, 0, 0, 0, 0, zone("Asia/Tokyo"))
+		return s, s.AddDate(1, 0, 0)
 	}},
 	{name: "day", flags: []string{"--period", "day"}, every: api.Day, tz: "UTC", drift: "0", period: func(now time.Time) (time.Time, time.Time) {
 		s := now.UTC().Truncate(24 * time.Hour)
@@ -73,7 +86,10 @@ func cliOut(server string, args ...string) (stdout string, code int, msg string)
 // limits put/get/list, check (CanAccept and state), fillup accepted and
 // denied (exit 3), reserve -q with commit and with release, drain, holds,
 // history with the amount, hold and meta of each event, and limits delete
-// (then get → exit 1, limit_not_found). The CLI has no bucket list command.
+// (then get → exit 1, limit_not_found); on a second bucket an
+// Idempotency-Key replay, denied holds, commit of the held amount, a closed
+// hold and history in pages. Periodic kinds answer their exact period_start
+// and resets_at, leaky ones null. The CLI has no bucket list command.
 func TestCLIMatrix(t *testing.T) {
 	stores := map[string]string{"memory": "memory", "postgres": storeURL(t, "BUDGETD_TEST_POSTGRES")}
 	for k, v := range redisURLs(t) {
