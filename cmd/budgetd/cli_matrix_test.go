@@ -13,13 +13,13 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// cliKinds are the limit kinds of TestCLIMatrix, one row each (client.
+// cliKind is a limit kind of TestCLIMatrix, one row of cliKinds (client.
 // TestMatrix's kinds, lives in package client_test so it is mirrored here,
 // plus a quarter from day 15 and a year): the flags of `limits put` and the
 // limit document budgetd must answer. drift is how far a level may have
 // leaked below its exact value while the row runs (zero for a calendar
 // budget, whose level never moves by itself).
-var cliKinds = []struct {
+type cliKind struct {
 	name  string
 	flags []string
 	leak  *api.Leak
@@ -29,7 +29,9 @@ var cliKinds = []struct {
 	drift string
 	// period is the current period at now of a calendar budget.
 	period func(now time.Time) (start, end time.Time)
-}{
+}
+
+var cliKinds = []cliKind{
 	{name: "leak", flags: []string{"--leak", "1/87600h"}, leak: &api.Leak{Amount: decimal.NewFromInt(1), Per: api.Duration(87600 * time.Hour)}, drift: "0.00001"},
 	{name: "month", flags: []string{"--period", "month", "--tz", "Europe/Berlin"}, every: api.Month, tz: "Europe/Berlin", start: ptr(1), drift: "0", period: func(now time.Time) (time.Time, time.Time) {
 		n := now.In(zone("Europe/Berlin"))
@@ -111,19 +113,20 @@ func TestCLIMatrix(t *testing.T) {
 			suffix := fmt.Sprint(time.Now().UnixNano())
 			for _, k := range cliKinds {
 				t.Run(k.name, func(t *testing.T) {
-					var ps, ra time.Time
-					if k.period != nil {
-						ps, ra = k.period(time.Now())
-					}
-					cliMatrixKind(t, server, "cm-"+k.name+"-"+suffix, k.flags, k.leak, k.every, k.tz, k.start, decimal.RequireFromString(k.drift), ps, ra)
+					cliMatrixKind(t, server, "cm-"+k.name+"-"+suffix, k)
 				})
 			}
 		})
 	}
 }
 
-func cliMatrixKind(t *testing.T, server, name string, flags []string, leak *api.Leak, every api.Every, tz string, start *int, drift decimal.Decimal, periodStart, resetsAt time.Time) {
+func cliMatrixKind(t *testing.T, server, name string, k cliKind) {
+	leak, every, tz, start, drift := k.leak, k.every, k.tz, k.start, decimal.RequireFromString(k.drift)
 	periodic := leak == nil
+	var periodStart, resetsAt time.Time
+	if periodic {
+		periodStart, resetsAt = k.period(time.Now())
+	}
 	const key = "{t}team-a"
 	// cli runs a command with --json, wants its exit status and decodes
 	// its output into v.
@@ -187,7 +190,7 @@ func cliMatrixKind(t *testing.T, server, name string, flags []string, leak *api.
 	}
 
 	var l api.Limit
-	cli(0, &l, append([]string{"limits", "put", name, "--capacity", "100"}, flags...)...)
+	cli(0, &l, append([]string{"limits", "put", name, "--capacity", "100"}, k.flags...)...)
 	limit("limits put", l)
 	l = api.Limit{}
 	cli(0, &l, "limits", "get", name)
