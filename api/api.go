@@ -9,8 +9,8 @@
 // and an amount read from budgetd is written back byte for byte. Times are
 // RFC 3339 in UTC; a time that may be absent is a pointer (JSON null).
 //
-// A limit is one kind of budget: a leaky bucket (Leak) or a calendar period
-// (Period). Exactly one of the kind fields of a Limit is set; a new kind
+// A limit is one kind of budget: a leaky bucket (Leak), a calendar period
+// (Period) or a rolling window (Window). Exactly one of the kind fields of a Limit is set; a new kind
 // comes as a new pointer field and a new Kind constant, so code that reads
 // the kinds it knows keeps working.
 package api
@@ -33,6 +33,9 @@ const (
 	// KindPeriod is a calendar budget: the level starts again from zero at
 	// the start of every period in the limit's time zone.
 	KindPeriod Kind = "period"
+	// KindWindow is a rolling window: in every span of Window.Length the
+	// charges accepted sum to at most the capacity.
+	KindWindow Kind = "window"
 )
 
 // Every is the length of a calendar period.
@@ -53,8 +56,8 @@ const (
 )
 
 // Limit is a limit document (GET /v1/limits/{name}, an item of
-// GET /v1/limits, the answer of PUT): exactly one of Leak and Period is
-// set, the other is null.
+// GET /v1/limits, the answer of PUT): exactly one of Leak, Period and
+// Window is set, the others are null.
 type Limit struct {
 	// Name is the limit's name: 1–64 characters of [a-z0-9._-].
 	Name string `json:"name"`
@@ -65,6 +68,8 @@ type Limit struct {
 	// Period is the calendar period of a periodic limit; nil for another
 	// kind.
 	Period *Period `json:"period"`
+	// Window is the rolling window of a window limit; nil for another kind.
+	Window *Window `json:"window"`
 	// History says whether the limit records history entries.
 	History bool `json:"history"`
 	// CreatedAt is when the limit was first created.
@@ -76,6 +81,8 @@ type Limit struct {
 // Kind returns the kind of the limit, "" when the document sets none.
 func (l Limit) Kind() Kind {
 	switch {
+	case l.Window != nil:
+		return KindWindow
 	case l.Period != nil:
 		return KindPeriod
 	case l.Leak != nil:
@@ -104,6 +111,29 @@ type Period struct {
 	StartDay *int `json:"start_day"`
 }
 
+// Window is the rolling window of a limit document: a charge counts until
+// Length after the end of its slot of Precision (slots are cut from the
+// Unix epoch).
+type Window struct {
+	// Length is the span in which the charges accepted sum to at most the
+	// capacity: from 1s to 8760h.
+	Length Duration `json:"length"`
+	// Precision is the length of a slot, the precision in force (the
+	// default when none was given).
+	Precision Duration `json:"precision"`
+}
+
+// WindowPut is the window of a LimitPut: Length is required; a zero
+// Precision takes the default (the largest of 1ms, 10ms, 100ms, 1s, 10s,
+// 1m, 10m, 1h and 24h that divides Length into at least 60 slots).
+type WindowPut struct {
+	// Length is the window's length.
+	Length Duration `json:"length"`
+	// Precision is the slot length; it must divide Length into at most
+	// 1000 slots.
+	Precision Duration `json:"precision,omitempty"`
+}
+
 // LimitPut is the body of PUT /v1/limits/{name}: exactly one of Leak and
 // Period. A Limit read with GET may also be sent back as it is.
 type LimitPut struct {
@@ -113,6 +143,8 @@ type LimitPut struct {
 	Leak *Leak `json:"leak,omitempty"`
 	// Period makes the limit a calendar budget.
 	Period *PeriodPut `json:"period,omitempty"`
+	// Window makes the limit a rolling window.
+	Window *WindowPut `json:"window,omitempty"`
 	// History says whether the limit records history; nil is the default
 	// (true).
 	History *bool `json:"history,omitempty"`

@@ -217,6 +217,8 @@ func TestOpenAPIMatchesTheTypes(t *testing.T) {
 		"Period":                  reflect.TypeFor[api.Period](),
 		"LeakPut":                 reflect.TypeFor[api.Leak](),
 		"PeriodPut":               reflect.TypeFor[api.PeriodPut](),
+		"Window":                  reflect.TypeFor[api.Window](),
+		"WindowPut":               reflect.TypeFor[api.WindowPut](),
 		"LimitPut":                reflect.TypeFor[api.LimitPut](),
 		"Decision":                reflect.TypeFor[api.Decision](),
 		"BucketState":             reflect.TypeFor[api.BucketState](),

@@ -15,6 +15,10 @@
 // (docs/periods.md): the level does not leak; it is the stored level when the
 // bucket was last written in the period containing now (or later), and zero
 // otherwise. Holds belong to no period.
+//
+// A limit with a rolling Window follows the window variant (window.go,
+// docs/windows.md): every charge counts for the window's length, summed in
+// slots, and the level is the sum of the charges that still count.
 package bucket
 
 import (
@@ -32,12 +36,14 @@ const LevelScale = 12
 // Limit is the policy of a bucket: its capacity and either its leak rate,
 // given as LeakAmount per LeakPer (a whole number of microseconds), or, when
 // Period is not nil, the calendar period at whose start the level returns to
-// zero (the leak fields are then unused).
+// zero (the leak fields are then unused), or, when Window is not nil, the
+// rolling window in which every charge counts (the leak fields are unused).
 type Limit struct {
 	Capacity   Amount
 	LeakAmount Amount
 	LeakPer    time.Duration
 	Period     *calendar.Period
+	Window     *Window
 }
 
 // Hold is an amount reserved in a bucket until ExpiresAt. A hold counts in
@@ -53,10 +59,14 @@ type Hold struct {
 // State is the stored state of one bucket: its level as of Updated and its
 // holds. A zero State is an empty bucket that was never written. Holds that
 // have expired by "now" are ignored by every function here.
+//
+// A window bucket also keeps its Slots (window.go); Level is then their sum
+// at Updated.
 type State struct {
 	Level   Amount
 	Updated time.Time
 	Holds   []Hold
+	Slots   []Slot
 }
 
 // Decision is the answer to "would this cost be accepted now?".
@@ -80,6 +90,10 @@ type Decision struct {
 	// for a periodic limit; both are zero for a leaky limit.
 	PeriodStart time.Time
 	ResetsAt    time.Time
+	// ClearsAt is, for a window limit, the instant from which none of the
+	// bucket's charges counts any more (At when none counts); zero for the
+	// other kinds.
+	ClearsAt time.Time
 }
 
 // micros returns t as whole microseconds since the Unix epoch; the zero time
@@ -114,6 +128,9 @@ func leakOver(l Limit, us int64) int128 {
 // (or later: a stored time ahead of the clock counts as the current period),
 // and zero otherwise.
 func LevelAt(l Limit, s State, now time.Time) Amount {
+	if l.Window != nil {
+		return windowLevel(l.Window, &s, micros(now))
+	}
 	if l.Period != nil {
 		start, _ := l.Period.Bounds(now)
 		return periodLevel(s, start)
@@ -184,7 +201,10 @@ func CanAccept(l Limit, s State, now time.Time, cost Amount) (d Decision) {
 func decide(l *Limit, s *State, now time.Time, cost Amount, d *Decision) {
 	var end time.Time
 	n := micros(now)
-	if l.Period != nil {
+	if l.Window != nil {
+		d.Level = windowLevel(l.Window, s, n)
+		d.ClearsAt = WindowEnd(*l, *s, now)
+	} else if l.Period != nil {
 		d.PeriodStart, end = l.Period.Bounds(now)
 		d.ResetsAt = end
 		d.Level = periodLevel(*s, d.PeriodStart)
@@ -203,7 +223,9 @@ func decide(l *Limit, s *State, now time.Time, cost Amount, d *Decision) {
 	}
 	d.NeverFits = cost.GreaterThan(l.Capacity)
 	if !d.NeverFits {
-		if l.Period != nil {
+		if l.Window != nil {
+			d.RetryAfter = windowRetryAfter(l, s, n, cost)
+		} else if l.Period != nil {
 			d.RetryAfter = periodRetryAfter(*l, *s, now, d.Level, end, cost)
 		} else {
 			d.RetryAfter = retryAfter(*l, *s, now, cost)
@@ -225,8 +247,12 @@ func Fillup(l Limit, s State, now time.Time, cost Amount) (d Decision, ns State)
 	if !d.Accepted || cost.IsZero() {
 		return d, s
 	}
-	ns = settled(s, now, d.Level)
+	ns = settled(&l, s, now, d.Level)
 	ns.Level = ns.Level.Add(cost)
+	if l.Window != nil {
+		ns.Slots = chargeSlot(l.Window, ns.Slots, s.Updated, micros(now), cost)
+		d.ClearsAt = time.UnixMicro(l.Window.expiry(ns.Slots[len(ns.Slots)-1].Index)).UTC()
+	}
 	d.Level = ns.Level
 	d.Remaining = remaining(l.Capacity, d.Level, d.Held)
 	return d, ns
@@ -241,7 +267,7 @@ func Reserve(l Limit, s State, now time.Time, amount Amount, expires time.Time) 
 	if !d.Accepted {
 		return d, s
 	}
-	ns = settled(s, now, d.Level)
+	ns = settled(&l, s, now, d.Level)
 	ns.Holds = append(ns.Holds, Hold{Amount: amount, ExpiresAt: expires})
 	d.Held = d.Held.Add(amount)
 	d.Remaining = remaining(l.Capacity, d.Level, d.Held)
@@ -261,6 +287,9 @@ func Resolve(l Limit, s State, now time.Time, i int, charge Amount) State {
 	}
 	ns.Holds = holds
 	ns.Level = ns.Level.Add(charge)
+	if l.Window != nil {
+		ns.Slots = chargeSlot(l.Window, ns.Slots, s.Updated, micros(now), charge)
+	}
 	return ns
 }
 
@@ -275,9 +304,13 @@ func Drain(l Limit, s State, now time.Time, amount Amount) (Amount, State) {
 	if level.IsZero() {
 		return Amount{}, s
 	}
-	ns := settled(s, now, level)
+	ns := settled(&l, s, now, level)
 	removed := MinAmount(amount, ns.Level)
 	ns.Level = ns.Level.Sub(removed)
+	if l.Window != nil {
+		// A refund undoes the most recent spend: newest charges first.
+		ns.Slots = drainSlots(ns.Slots, removed)
+	}
 	return removed, ns
 }
 
@@ -286,6 +319,18 @@ func Drain(l Limit, s State, now time.Time, amount Amount) (Amount, State) {
 // order of s.Holds.
 func Settle(l Limit, s State, now time.Time) (State, []Hold) {
 	return settle(l, s, now), Expired(s, now)
+}
+
+// Switch settles s to now under the limit old, the rule in force until now,
+// and returns it in the form every rule reads as the same level written at
+// now: a leaky bucket's level at its last write, a periodic bucket's level
+// in the current period, a window's single charge made now. A store calls it
+// for each bucket when a PUT changes the rule (SameRule is false), and
+// records the holds it returns as expired.
+func Switch(old Limit, s State, now time.Time) (State, []Hold) {
+	ns, expired := Settle(old, s, now)
+	ns.Slots = nil
+	return ns, expired
 }
 
 // Expire drops the holds of s that have expired by now and returns them, in
@@ -314,12 +359,16 @@ func Expired(s State, now time.Time) []Hold {
 }
 
 func settle(l Limit, s State, now time.Time) State {
-	return settled(s, now, LevelAt(l, s, now))
+	return settled(&l, s, now, LevelAt(l, s, now))
 }
 
-// settled is s settled to now, given its level at now.
-func settled(s State, now time.Time, level Amount) State {
+// settled is s settled to now, given its level at now. A window bucket
+// keeps the slots that still count (in a new slice).
+func settled(l *Limit, s State, now time.Time, level Amount) State {
 	ns := State{Level: level, Updated: s.Updated, Holds: ActiveHolds(s, now)}
+	if l.Window != nil {
+		ns.Slots = settledSlots(l.Window, &s, micros(now))
+	}
 	if now.After(ns.Updated) {
 		ns.Updated = now.Round(0) // no monotonic reading, as Truncate
 		if now.Nanosecond()%1000 != 0 {
@@ -431,7 +480,7 @@ func periodRetryAfter(l Limit, s State, now time.Time, level Amount, end time.Ti
 // from a bucket of the leaky limit l (zero for amount ≤ 0 or a limit that
 // does not leak): how long a full bucket, or a level, takes to empty.
 func LeakTime(l Limit, amount Amount) Micros {
-	if amount.Sign() <= 0 || l.LeakAmount.Sign() <= 0 || l.Period != nil {
+	if amount.Sign() <= 0 || l.LeakAmount.Sign() <= 0 || l.Period != nil || l.Window != nil {
 		return Micros{}
 	}
 	return Micros{leakTime(l, amount)}

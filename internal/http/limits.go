@@ -40,6 +40,39 @@ func (p *periodBody) parse() (ledger.Period, error) {
 	return ledger.ValidatePeriod(every, tz, p.StartDay)
 }
 
+// windowBody is the window of a limit body; a null or absent precision
+// takes the default.
+type windowBody struct {
+	Length    jsonDuration `json:"length"`
+	Precision jsonDuration `json:"precision"`
+}
+
+// parse checks the window and fills in its default precision.
+func (w *windowBody) parse() (ledger.Window, error) {
+	if !w.Length.set && !w.Length.bad {
+		return ledger.Window{}, invalidRequest("window.length", "window.length is required: a Go duration from 1s to 8760h")
+	}
+	length, err := w.Length.parse("window.length", true, ledger.MinWindow, ledger.MaxWindow)
+	if err != nil {
+		return ledger.Window{}, asInvalidRequest(err)
+	}
+	precision, err := w.Precision.parse("window.precision", false, time.Microsecond, ledger.MaxWindow)
+	if err != nil {
+		return ledger.Window{}, asInvalidRequest(err)
+	}
+	return ledger.ValidateWindow(length, precision)
+}
+
+// asInvalidRequest gives a window's duration errors SPEC's code for them,
+// invalid_request, keeping the field and the reason.
+func asInvalidRequest(err error) error {
+	var ie *ledger.InvalidError
+	if errors.As(err, &ie) {
+		return &ledger.InvalidError{Code: "invalid_request", Field: ie.Field, Reason: ie.Reason}
+	}
+	return err
+}
+
 // limitBody is the body of PUT /v1/limits/{name}. A client may send back a
 // limit document it read: name (if present) must match the path, and the
 // times are ignored.
@@ -51,6 +84,7 @@ type limitBody struct {
 		Per    jsonDuration `json:"per"`
 	} `json:"leak"`
 	Period    json.RawMessage `json:"period"`
+	Window    json.RawMessage `json:"window"`
 	History   *bool           `json:"history"`
 	CreatedAt json.RawMessage `json:"created_at"`
 	UpdatedAt json.RawMessage `json:"updated_at"`
@@ -84,11 +118,26 @@ func (s *server) putLimit(c echo.Context) error {
 			return err
 		}
 	}
+	var window *windowBody
+	if len(body.Window) > 0 && string(body.Window) != "null" {
+		window = &windowBody{}
+		if err := decodeStrict(body.Window, window, "window."); err != nil {
+			return err
+		}
+	}
 	switch {
+	case window != nil && (body.Leak != nil || period != nil):
+		return invalidRequest("window", "a limit has one of leak (a rate), period (a calendar budget) or window (a rolling window), not several")
 	case body.Leak != nil && period != nil:
-		return invalidRequest("leak", "a limit has either leak (a rate) or period (a calendar budget), not both")
-	case body.Leak == nil && period == nil:
-		return invalidRequest("leak", "a limit needs leak (a rate) or period (a calendar budget)")
+		return invalidRequest("leak", "a limit has one of leak (a rate), period (a calendar budget) or window (a rolling window), not several")
+	case body.Leak == nil && period == nil && window == nil:
+		return invalidRequest("leak", "a limit needs leak (a rate), period (a calendar budget) or window (a rolling window)")
+	case window != nil:
+		w, err := window.parse()
+		if err != nil {
+			return err
+		}
+		spec.Window = &w
 	case period != nil:
 		p, err := period.parse()
 		if err != nil {

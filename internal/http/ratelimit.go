@@ -50,7 +50,9 @@ type quota struct {
 // and t the seconds the level takes to leak to zero, both rounded up; on a
 // denial t is the decision's Retry-After. A periodic limit gives w = the
 // period's length and t = the seconds from the decision until it resets,
-// both rounded up. Everything is integer arithmetic on the exact amounts.
+// both rounded up. A window limit gives w = the window's length and t = the
+// seconds until none of the bucket's charges counts any more, rounded up.
+// Everything is integer arithmetic on the exact amounts.
 func quotaOf(name string, l ledger.Limit, d bucket.Decision) quota {
 	qt := quota{
 		name:   name,
@@ -60,12 +62,18 @@ func quotaOf(name string, l ledger.Limit, d bucket.Decision) quota {
 	}
 	periodic := l.Period != nil && !d.ResetsAt.IsZero()
 	rule := l.Rule()
-	if periodic {
+	window := l.Window != nil && !d.ClearsAt.IsZero()
+	switch {
+	case window:
+		qt.w = ceilSeconds(l.Window.Length)
+	case periodic:
 		qt.w = ceilSeconds(d.ResetsAt.Sub(d.PeriodStart))
-	} else {
+	default:
 		qt.w = clampHeader(bucket.LeakTime(rule, rule.Capacity).CeilSeconds())
 	}
 	switch {
+	case d.Accepted && window:
+		qt.t, qt.hasT = ceilSeconds(d.ClearsAt.Sub(d.At)), true
 	case d.Accepted && periodic:
 		qt.t, qt.hasT = ceilSeconds(d.ResetsAt.Sub(d.At)), true
 	case d.Accepted:

@@ -235,9 +235,16 @@ type limitView struct {
 	Capacity  string      `json:"capacity"`
 	Leak      *leakView   `json:"leak"`
 	Period    *periodView `json:"period"`
+	Window    *windowView `json:"window"`
 	History   bool        `json:"history"`
 	CreatedAt string      `json:"created_at"`
 	UpdatedAt string      `json:"updated_at"`
+}
+
+// windowView is a rolling window with the precision in force.
+type windowView struct {
+	Length    string `json:"length"`
+	Precision string `json:"precision"`
 }
 
 type leakView struct {
@@ -266,6 +273,8 @@ func viewLimit(l ledger.Limit) limitView {
 			p.StartDay = &sd
 		}
 		v.Period = &p
+	} else if w := l.Window; w != nil {
+		v.Window = &windowView{Length: formatDuration(w.Length), Precision: formatDuration(w.Precision)}
 	} else {
 		v.Leak = &leakView{Amount: l.LeakAmount.String(), Per: formatDuration(l.LeakPer)}
 	}

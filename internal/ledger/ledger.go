@@ -14,15 +14,16 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// Limit is a named policy: capacity, either a leak rate (LeakAmount per
-// LeakPer) or a calendar Period, and whether history is kept. A periodic
-// limit has a non-nil Period and zero leak fields.
+// Limit is a named policy: capacity, one of a leak rate (LeakAmount per
+// LeakPer), a calendar Period or a rolling Window, and whether history is
+// kept. A periodic or window limit has zero leak fields.
 type Limit struct {
 	Name       string
 	Capacity   decimal.Decimal
 	LeakAmount decimal.Decimal
 	LeakPer    time.Duration
 	Period     *Period
+	Window     *Window
 	History    bool
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
@@ -68,14 +69,33 @@ func (p Period) StartsAround(at time.Time, n int) []int64 {
 	return out
 }
 
+// Window is a rolling window as a limit stores it: its Length and the
+// Precision of its slots, both whole microseconds, the precision dividing
+// the length into at most MaxWindowSlots (ValidateWindow).
+type Window = bucket.Window
+
 // Periodic reports whether l resets on calendar periods.
 func (l Limit) Periodic() bool { return l.Period != nil }
+
+// Kind is the limit's rule by name: "leak", "period" or "window".
+func (l Limit) Kind() string {
+	switch {
+	case l.Window != nil:
+		return "window"
+	case l.Period != nil:
+		return "period"
+	}
+	return "leak"
+}
 
 // SameRule reports whether l and o charge buckets by the same rule (leak
 // rate or period), so that a PUT from one to the other needs no settling.
 func (l Limit) SameRule(o Limit) bool {
-	if (l.Period == nil) != (o.Period == nil) {
+	if l.Kind() != o.Kind() {
 		return false
+	}
+	if l.Window != nil {
+		return *l.Window == *o.Window
 	}
 	if l.Period != nil {
 		return *l.Period == *o.Period
@@ -92,6 +112,10 @@ func (l Limit) Rule() bucket.Limit {
 	if l.Period != nil {
 		p := l.Period.stored()
 		r.Period = &p
+	}
+	if l.Window != nil {
+		w := *l.Window
+		r.Window = &w
 	}
 	return r
 }

@@ -43,12 +43,14 @@ func NewService(store Store, opts ...Option) *Service {
 func (s *Service) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 
 // LimitSpec is a limit as a caller writes it: a leak rate (LeakAmount per
-// LeakPer) or a Period, exactly one of the two.
+// LeakPer), a Period or a Window, exactly one of the three. A Window's zero
+// Precision takes the default (DefaultPrecision).
 type LimitSpec struct {
 	Capacity   decimal.Decimal
 	LeakAmount decimal.Decimal
 	LeakPer    time.Duration
 	Period     *Period
+	Window     *Window
 	History    bool
 }
 
@@ -61,6 +63,20 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 		return Limit{}, err
 	}
 	l := Limit{Name: name, Capacity: spec.Capacity, History: spec.History}
+	if spec.Window != nil {
+		if spec.Period != nil {
+			return Limit{}, invalid("invalid_request", "window", "a limit has one of leak, period or window, not several")
+		}
+		if !spec.LeakAmount.IsZero() || spec.LeakPer != 0 {
+			return Limit{}, invalid("invalid_request", "window", "a limit has one of leak, period or window, not several")
+		}
+		w, err := ValidateWindow(spec.Window.Length, spec.Window.Precision)
+		if err != nil {
+			return Limit{}, err
+		}
+		l.Window = &w
+		return s.store.PutLimit(ctx, l)
+	}
 	if spec.Period != nil {
 		if !spec.LeakAmount.IsZero() || spec.LeakPer != 0 {
 			return Limit{}, invalid("invalid_request", "leak", "a limit has either leak or period, not both")

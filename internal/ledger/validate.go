@@ -231,3 +231,61 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// Bounds of a rolling window (SPEC "Rolling windows").
+const (
+	MinWindow      = time.Second
+	MaxWindow      = 8760 * time.Hour
+	MaxWindowSlots = 1000
+	// minDefaultSlots is the fewest slots a default precision gives.
+	minDefaultSlots = 60
+)
+
+// precisionLadder is where a window's default precision is taken from: the
+// largest of them that divides the length into at least minDefaultSlots.
+var precisionLadder = []time.Duration{
+	24 * time.Hour, time.Hour, 10 * time.Minute, time.Minute, 10 * time.Second,
+	time.Second, 100 * time.Millisecond, 10 * time.Millisecond, time.Millisecond,
+}
+
+// DefaultPrecision returns the default precision of a window of length: the
+// largest of 24h, 1h, 10m, 1m, 10s, 1s, 100ms, 10ms and 1ms that divides it
+// into at least 60 slots (and at most 1000), and false when none does.
+func DefaultPrecision(length time.Duration) (time.Duration, bool) {
+	for _, p := range precisionLadder {
+		if length%p == 0 && length/p >= minDefaultSlots && length/p <= MaxWindowSlots {
+			return p, true
+		}
+	}
+	return 0, false
+}
+
+// ValidateWindow checks a window as a caller wrote it (precision 0: not
+// given) and returns it with its precision filled in. Errors name
+// window.length or window.precision.
+func ValidateWindow(length, precision time.Duration) (Window, error) {
+	if length < MinWindow || length > MaxWindow {
+		return Window{}, invalid("invalid_request", "window.length", "the window's length must be from %s to %s, not %s", MinWindow, MaxWindow, length)
+	}
+	if length%time.Microsecond != 0 {
+		return Window{}, invalid("invalid_request", "window.length", "the window's length must be a whole number of microseconds")
+	}
+	if precision == 0 {
+		p, ok := DefaultPrecision(length)
+		if !ok {
+			return Window{}, invalid("invalid_request", "window.precision",
+				"no default precision divides %s into 60 to %d slots; give a precision that divides it into at most %d", length, MaxWindowSlots, MaxWindowSlots)
+		}
+		return Window{Length: length, Precision: p}, nil
+	}
+	if precision < time.Microsecond || precision%time.Microsecond != 0 || precision > length {
+		return Window{}, invalid("invalid_request", "window.precision", "the precision must be a whole number of microseconds from 1µs to the window's length")
+	}
+	if length%precision != 0 {
+		return Window{}, invalid("invalid_request", "window.precision", "the precision %s does not divide the length %s", precision, length)
+	}
+	if length/precision > MaxWindowSlots {
+		return Window{}, invalid("invalid_request", "window.precision", "the precision %s cuts %s into %d slots; at most %d are allowed", precision, length, length/precision, MaxWindowSlots)
+	}
+	return Window{Length: length, Precision: precision}, nil
+}

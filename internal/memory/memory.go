@@ -160,10 +160,12 @@ type bucketRec struct {
 	more    *bucketMore
 }
 
-// bucketMore is what few buckets have.
+// bucketMore is what few buckets have. The slots of a window bucket are
+// here too: at most length/precision + 1 of them (package bucket).
 type bucketMore struct {
 	holds   []bucket.Hold
 	history []ledger.Entry
+	slots   []bucket.Slot
 }
 
 // holds returns b's holds, nil for none.
@@ -200,20 +202,29 @@ func (b *bucketRec) set(st bucket.State) {
 	if !st.Updated.IsZero() {
 		b.updated = st.Updated.UnixMicro()
 	}
-	if len(st.Holds) > 0 && b.more == nil {
+	if (len(st.Holds) > 0 || len(st.Slots) > 0) && b.more == nil {
 		b.more = &bucketMore{}
 	}
 	if b.more != nil {
 		b.more.holds = st.Holds
+		b.more.slots = st.Slots
 		b.trim()
 	}
 }
 
 // trim drops b.more once it holds nothing.
 func (b *bucketRec) trim() {
-	if len(b.more.holds) == 0 && len(b.more.history) == 0 {
+	if len(b.more.holds) == 0 && len(b.more.history) == 0 && len(b.more.slots) == 0 {
 		b.more = nil
 	}
+}
+
+// slots returns b's window slots, nil for none.
+func (b *bucketRec) slots() []bucket.Slot {
+	if b.more == nil {
+		return nil
+	}
+	return b.more.slots
 }
 
 type holdRec struct {
@@ -253,28 +264,29 @@ func (s *Store) PutLimit(_ context.Context, l ledger.Limit) (ledger.Limit, error
 	if old, ok := s.limits[l.Name]; ok {
 		l.CreatedAt = old.CreatedAt
 		if !old.SameRule(l) {
-			s.settleLimit(old, now)
+			s.switchLimit(old, now)
 		}
 	}
 	s.limits[l.Name] = l
 	return l, nil
 }
 
-// settleLimit settles every bucket of l whose stored level is positive to
-// now under l's rule (its leak rate or its period), so that a new rule
-// applies from now on only and every level is kept: a level settled at now
-// is the level of the current period of a new periodic rule (it was written
-// in it), and leaks from now under a new leak rate. A bucket whose stored level is zero (holding only
+// switchLimit settles every bucket of l whose stored level is positive to
+// now under l's rule (its leak rate, period or window) with bucket.Switch,
+// so that a new rule applies from now on only and every level is kept: a
+// level settled at now is the level of the current period of a new periodic
+// rule (it was written in it), leaks from now under a new leak rate, and is
+// one charge made now under a new window. A bucket whose stored level is zero (holding only
 // reservations, drained, never charged) has nothing to leak and is not
 // written: its updated_at stays (docs/architecture.md, "Changing a leak
 // rate"). The caller holds limitsMu for writing.
-func (s *Store) settleLimit(l ledger.Limit, now time.Time) {
+func (s *Store) switchLimit(l ledger.Limit, now time.Time) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for ref, b := range sh.buckets {
 			if ref.Limit == l.Name && b.level.Sign() > 0 {
-				ns, expired := bucket.Settle(l.Rule(), b.state(), now)
+				ns, expired := bucket.Switch(l.Rule(), b.state(), now)
 				s.apply(l, sh, b, ns, expired)
 			}
 		}
@@ -351,7 +363,7 @@ func (b *bucketRec) state() bucket.State {
 	if b == nil {
 		return bucket.State{}
 	}
-	st := bucket.State{Level: b.level, Holds: b.holds()}
+	st := bucket.State{Level: b.level, Holds: b.holds(), Slots: b.slots()}
 	if b.updated != 0 {
 		st.Updated = time.UnixMicro(b.updated).UTC()
 	}
@@ -477,7 +489,7 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 		if cut > 0 {
 			b.setHistory(slices.Delete(h, 0, cut))
 		}
-		if b.more == nil && bucket.LevelAt(l.Rule(), b.state(), now).IsZero() {
+		if (b.more == nil || len(b.more.holds) == 0 && len(b.more.history) == 0) && bucket.LevelAt(l.Rule(), b.state(), now).IsZero() {
 			delete(sh.buckets, ref)
 		}
 	}

@@ -33,6 +33,9 @@ type matrixKind struct {
 	// bounds are three consecutive period starts: [0, 1) contains
 	// matrixAt, [1, 2) is the next period. Empty for a leaky kind.
 	bounds [3]string
+	// window is the window as stored, its default precision filled in; nil
+	// for the other kinds.
+	window *ledger.Window
 }
 
 var matrixKinds = []matrixKind{
@@ -67,6 +70,11 @@ var matrixKinds = []matrixKind{
 		stored: &ledger.Period{Every: "year", TZ: "Pacific/Auckland"},
 		bounds: [3]string{"2025-12-31T11:00:00Z", "2026-12-31T11:00:00Z", "2027-12-31T11:00:00Z"},
 	},
+	{
+		name:   "window",
+		spec:   ledger.LimitSpec{Window: &ledger.Window{Length: time.Hour}},
+		window: &ledger.Window{Length: time.Hour, Precision: time.Minute},
+	},
 }
 
 // put puts the kind's limit as name, history on.
@@ -87,6 +95,9 @@ func (k matrixKind) limit(name string) ledger.Limit {
 	if k.stored != nil {
 		p := *k.stored
 		l.Period = &p
+	} else if k.window != nil {
+		w := *k.window
+		l.Window = &w
 	} else {
 		l.LeakAmount, l.LeakPer = k.spec.LeakAmount, k.spec.LeakPer
 	}
@@ -94,8 +105,12 @@ func (k matrixKind) limit(name string) ledger.Limit {
 }
 
 // next is an instant when the level answers differently than at matrixAt:
-// the start of the next period, or ten hours of leaking (a full bucket).
+// the start of the next period, ten hours of leaking (a full bucket), or two
+// window lengths on (all that was charged in the first length aged out).
 func (k matrixKind) next(t *testing.T) time.Time {
+	if k.window != nil {
+		return matrixAt.Add(2 * k.window.Length)
+	}
 	if k.stored == nil {
 		return matrixAt.Add(10 * time.Hour)
 	}
@@ -107,7 +122,8 @@ func (k matrixKind) checkRule(t *testing.T, what string, l ledger.Limit) {
 	t.Helper()
 	want := k.limit(l.Name)
 	if !l.Capacity.Equal(want.Capacity) || !l.LeakAmount.Equal(want.LeakAmount) || l.LeakPer != want.LeakPer ||
-		(l.Period == nil) != (want.Period == nil) || (l.Period != nil && *l.Period != *want.Period) || l.History != want.History {
+		(l.Period == nil) != (want.Period == nil) || (l.Period != nil && *l.Period != *want.Period) || l.History != want.History ||
+		(l.Window == nil) != (want.Window == nil) || (l.Window != nil && *l.Window != *want.Window) {
 		t.Errorf("%s: limit %+v (period %v), want %+v (period %v)", what, l, l.Period, want, want.Period)
 	}
 }
@@ -118,7 +134,7 @@ func (k matrixKind) checkBounds(t *testing.T, what string, now, start, end time.
 	t.Helper()
 	if k.stored == nil {
 		if !start.IsZero() || !end.IsZero() {
-			t.Errorf("%s: a leaky bucket has a period [%v, %v)", what, start, end)
+			t.Errorf("%s: a %s bucket has a period [%v, %v)", what, k.name, start, end)
 		}
 		return
 	}
@@ -323,6 +339,9 @@ var matrixOps = []struct {
 func testMatrix(t *testing.T, factory Factory) {
 	for _, k := range matrixKinds {
 		t.Run(k.name, func(t *testing.T) {
+			if k.window != nil && !servesWindows(t, factory) {
+				return
+			}
 			for _, op := range matrixOps {
 				t.Run(op.name, func(t *testing.T) {
 					clock := NewClock()
@@ -334,6 +353,29 @@ func testMatrix(t *testing.T, factory Factory) {
 			}
 		})
 	}
+}
+
+// servesWindows reports whether the store serves window limits. A store
+// that does not yet must refuse one with ledger.ErrKindNotServed and keep
+// nothing of it; it fails the test otherwise.
+func servesWindows(t *testing.T, factory Factory) bool {
+	t.Helper()
+	clock := NewClock()
+	clock.Set(matrixAt)
+	store := factory(t, clock)
+	svc := ledger.NewService(store)
+	ctx := context.Background()
+	_, err := svc.PutLimit(ctx, "probe", ledger.LimitSpec{Capacity: dec("5"), Window: &ledger.Window{Length: time.Minute}})
+	switch {
+	case err == nil:
+		return true
+	case !errors.Is(err, ledger.ErrKindNotServed):
+		t.Fatalf("PutLimit of a window: %v, want it stored or ledger.ErrKindNotServed", err)
+	}
+	if _, err := store.GetLimit(ctx, "probe"); !errors.Is(err, ledger.ErrLimitNotFound) {
+		t.Fatalf("a window limit that was refused: GetLimit answers %v, want not found", err)
+	}
+	return false
 }
 
 // matrixPutGet: PUT returns the limit as stored (defaults filled in, the
@@ -990,7 +1032,7 @@ func matrixSwitchKind(t *testing.T, c *cell) {
 			c.clock.Advance(30 * time.Minute)
 			// The level as of the PUT is kept as written at the PUT.
 			s := old.states["a"]
-			s, _ = bucket.Settle(old.rule(), s, c.clock.Now())
+			s, _ = bucket.Switch(old.rule(), s, c.clock.Now())
 			l := o.put(&ev, name)
 			o.checkRule(t, "after the switch", l)
 			nw := &cell{env: &ev, k: o, name: name, states: map[string]bucket.State{"a": s}}
