@@ -44,7 +44,7 @@ func TestMatrix(t *testing.T) {
 				}
 				name := "m-" + k.name
 				l, err := c.PutLimit(ctx, name, k.spec)
-				if client.IsCode(err, api.CodeKindNotServed) {
+				if client.IsCode(err, api.CodeNotServed) {
 					// A store that does not serve the kind yet keeps nothing of it.
 					if _, err := c.GetLimit(ctx, name); !client.IsCode(err, api.CodeLimitNotFound) {
 						t.Fatalf("GetLimit of a kind not served: %v", err)

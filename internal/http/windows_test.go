@@ -12,13 +12,13 @@ import (
 )
 
 // servesWindows puts a window limit and reports whether the store serves
-// them; a store that does not yet must answer 501 kind_not_served and
+// them; a store that does not yet must answer 501 not_served and
 // change nothing.
 func servesWindows(t *testing.T, a *api, name, body string) (response, bool) {
 	t.Helper()
 	before := a.do("GET", "/v1/limits/"+name, "")
 	r := a.do("PUT", "/v1/limits/"+name, body)
-	if r.status == 501 && r.str("code") == "kind_not_served" {
+	if r.status == 501 && r.str("code") == "not_served" {
 		if after := a.do("GET", "/v1/limits/"+name, ""); after.status != before.status || after.raw != before.raw {
 			t.Fatalf("a refused window changed the limit:\n%s\n%s", before.raw, after.raw)
 		}
@@ -178,7 +178,7 @@ func TestWindowValidationAgrees(t *testing.T) {
 			r := a.do("PUT", "/v1/limits/w", string(b))
 			err := put.Validate()
 			if tc.field == "" {
-				if err != nil || (r.status != 200 && r.str("code") != "kind_not_served") {
+				if err != nil || (r.status != 200 && r.str("code") != "not_served") {
 					t.Errorf("%s: budgetd %d %s, client %v; want both to take it", b, r.status, r.raw, err)
 				}
 				continue

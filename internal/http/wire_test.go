@@ -86,7 +86,7 @@ func speaksTheAPITypes(t *testing.T, store ledger.Store) {
 		status, b := call("PUT", "/v1/limits/"+name, put)
 		if status == 501 && put.Window != nil {
 			// A store that does not serve windows yet.
-			if p := decodesAs[wire.Problem](t, "PUT "+name, b); p.Code != wire.CodeKindNotServed {
+			if p := decodesAs[wire.Problem](t, "PUT "+name, b); p.Code != wire.CodeNotServed {
 				t.Fatalf("PUT %s: %+v", name, p)
 			}
 			continue
