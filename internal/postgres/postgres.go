@@ -393,6 +393,9 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	if l.Window != nil {
 		return ledger.Limit{}, fmt.Errorf("window limit %q on PostgreSQL: %w", l.Name, ledger.ErrNotServed)
 	}
+	if l.RecordDenials {
+		return ledger.Limit{}, fmt.Errorf("record_denials of limit %q on PostgreSQL: %w", l.Name, ledger.ErrNotServed)
+	}
 	var doc limitDoc
 	var err error
 	if l.Period != nil {

@@ -88,6 +88,9 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	if l.Window != nil {
 		return ledger.Limit{}, fmt.Errorf("window limit %q on Redis: %w", l.Name, ledger.ErrNotServed)
 	}
+	if l.RecordDenials {
+		return ledger.Limit{}, fmt.Errorf("record_denials of limit %q on Redis: %w", l.Name, ledger.ErrNotServed)
+	}
 	_, err := retryStale(ctx, s, func(ctx context.Context) (struct{}, error) {
 		prev, err := s.fetchLimit(ctx, l.Name)
 		switch {
