@@ -47,11 +47,111 @@ end
 -- and the limit document, opaque here, that an idempotency record keeps).
 -- A periodic limit passes 'P' as its leak amount and, as its leak period, a
 -- table of consecutive period starts (µs, comma-separated) that budgetd
--- computed around its clock: Lua never computes a calendar.
+-- computed around its clock: Lua never computes a calendar. A window limit
+-- passes 'W' and "length:precision" (µs): c.wl, c.wp.
 local function bkt(bk, hk, cap, ra, rp, hist, lim)
   local c = { bk = bk, hk = hk, cap = nv(cap), hist = hist == '1', lim = lim }
-  if ra == 'P' then c.starts = rp else c.lp = leak_params(ra, rp) end
+  if ra == 'P' then c.starts = rp
+  elseif ra == 'W' then
+    local colon = string.find(rp, ':', 1, true)
+    c.wl, c.wp = tonumber(string.sub(rp, 1, colon - 1)), tonumber(string.sub(rp, colon + 1))
+  else c.lp = leak_params(ra, rp) end
   return c
+end
+
+-- Window buckets (bucket/window.go). A bucket keeps the sums of its
+-- counting slots in one field, w = "P@i:s,d:s,...": the precision P (µs)
+-- the slots were cut with, then per slot, oldest first, its index (the
+-- first absolute, each next as its distance to the one before) and its sum
+-- in units. st.slots holds them as { i = index, s = value }, oldest first;
+-- st.l stays their sum at st.u. Slots cut with another precision (a PUT
+-- raced with a write) are not read: the bucket then reads as its level
+-- charged at st.u, as bucket.Switch leaves it.
+
+-- slot_of is the index of the slot of c that contains t (µs): floor(t / P),
+-- exact in doubles as leak's quotient is.
+local function slot_of(c, t) return (t - math.fmod(t, c.wp)) / c.wp end
+
+-- expiry is the instant from which the charges of slot i no longer count.
+local function expiry(c, i) return (i + 1) * c.wp + c.wl end
+
+-- parse_slots reads the field w of a window bucket into st.slots.
+local function parse_slots(c, st, w)
+  local at = string.find(w, '@', 1, true)
+  if not at or tonumber(string.sub(w, 1, at - 1)) ~= c.wp then return end
+  local i = 0
+  for d, s in string.gmatch(string.sub(w, at + 1), '(%d+):(%d+)') do
+    i = i + tonumber(d)
+    st.slots[#st.slots + 1] = { i = i, s = nv(s) }
+  end
+end
+
+-- slots_str formats st.slots as the field w ('' for none).
+local function slots_str(c, st)
+  if #st.slots == 0 then return '' end
+  local t, prev = {}, 0
+  for k, sl in ipairs(st.slots) do
+    t[k] = fmt(sl.i - prev) .. ':' .. vs(sl.s)
+    prev = sl.i
+  end
+  return fmt(c.wp) .. '@' .. table.concat(t, ',')
+end
+
+-- wslots: bucket.windowSlots, the slots as the rule reads them (a positive
+-- level without slots is one charge at st.u).
+local function wslots(c, st)
+  if #st.slots > 0 or vzero(st.l) or st.u == 0 then return st.slots end
+  return { { i = slot_of(c, st.u), s = st.l } }
+end
+
+-- wlevel: bucket.windowLevel, the sum of the slots that still count at the
+-- later of now and st.u.
+local function wlevel(c, st, now)
+  local ne, sum = math.max(now, st.u), pair(0, 0)
+  for _, sl in ipairs(wslots(c, st)) do
+    if expiry(c, sl.i) > ne then sum = vadd(sum, sl.s) end
+  end
+  return sum
+end
+
+-- wsettle: bucket.settledSlots, keeping in st.slots only the slots that
+-- still count at the later of now and st.u (before st.u moves).
+local function wsettle(c, st, now)
+  local ne, kept = math.max(now, st.u), {}
+  for _, sl in ipairs(wslots(c, st)) do
+    if expiry(c, sl.i) > ne and not vzero(sl.s) then kept[#kept + 1] = sl end
+  end
+  st.slots = kept
+end
+
+-- charge_slot: bucket.chargeSlot after settle (st.u is then the later of
+-- now and the last write): amount goes into the slot of st.u, or into the
+-- newest slot when that is the same or newer.
+local function charge_slot(c, st, amount)
+  if not c.wp or vzero(amount) then return end
+  local n, i = #st.slots, slot_of(c, st.u)
+  if n > 0 and st.slots[n].i >= i then
+    st.slots[n] = { i = st.slots[n].i, s = vadd(st.slots[n].s, amount) }
+  else
+    st.slots[n + 1] = { i = i, s = amount }
+  end
+end
+
+-- drain_slots: bucket.drainSlots, removing amount from the newest slots
+-- first and dropping the slots it empties.
+local function drain_slots(st, amount)
+  for k = #st.slots, 1, -1 do
+    if vzero(amount) then break end
+    local sl = st.slots[k]
+    local take = vmin(amount, sl.s)
+    st.slots[k] = { i = sl.i, s = vsub(sl.s, take) }
+    amount = vsub(amount, take)
+  end
+  local kept = {}
+  for _, sl in ipairs(st.slots) do
+    if not vzero(sl.s) then kept[#kept + 1] = sl end
+  end
+  st.slots = kept
 end
 
 -- in_period finds the period of a periodic bucket c that contains now in its
@@ -75,12 +175,15 @@ end
 -- load reads a bucket (f: its fields when the caller already read them).
 local function load(c, f)
   f = f or redis.call('HGETALL', c.bk)
-  local st = { l = pair(0, 0), u = 0, n = 0, holds = {} }
+  local st = { l = pair(0, 0), u = 0, n = 0, holds = {}, slots = {} }
   for i = 1, #f, 2 do
     local k, v = f[i], f[i + 1]
     if k == 'l' then st.l = nv(v)
     elseif k == 'u' then st.u = tonumber(v)
     elseif k == 'n' then st.n = tonumber(v)
+    elseif k == 'w' then
+      st.w = true -- finish drops the field when no slot is left
+      if c.wp then parse_slots(c, st, v) end
     elseif string.byte(k, 1) == 104 then -- 'h'
       local colon = string.find(v, ':', 1, true)
       st.holds[#st.holds + 1] = { id = string.sub(k, 2), a = string.sub(v, 1, colon - 1),
@@ -92,6 +195,7 @@ end
 
 -- level_at: bucket.LevelAt. leaked = floor(amount × dt / per), in units.
 local function level_at(c, st, now)
+  if c.wp then return wlevel(c, st, now) end
   if c.starts then
     -- bucket.periodLevel: the stored level when written in this period
     -- or later, else zero; it does not leak.
@@ -146,6 +250,7 @@ end
 -- stored time more than CLOCK_STEP_US ahead of now (a clock stepped back)
 -- is taken as now, as ledger.ClockStep says, and reported (c.stepped).
 local function settle(c, st, now)
+  if c.wp then wsettle(c, st, now) end -- before st.l and st.u change
   st.l = st.lv or level_at(c, st, now)
   if st.u > now + CLOCK_STEP_US then c.stepped = true end
   if now > st.u or c.stepped then st.u = now end
@@ -167,9 +272,20 @@ end
 -- leaked to zero and its last hold has expired (plus a margin), and at least
 -- as long as its history when the limit keeps one.
 local function finish(c, st, now)
-  redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u))
+  if #st.slots > 0 and c.wp then
+    redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u), 'w', slots_str(c, st))
+    st.w = true
+  else
+    redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u))
+    if st.w then redis.call('HDEL', c.bk, 'w') end
+    st.w = nil
+  end
   local us = 0
-  if not vzero(st.l) and c.starts then
+  if c.wp then
+    -- A window bucket lives until its newest slot stops counting.
+    local sl = wslots(c, st)
+    if #sl > 0 then us = math.max(0, expiry(c, sl[#sl].i) - now) end
+  elseif not vzero(st.l) and c.starts then
     us = c.pe - now -- the level is zero from the period's end on
     -- Written ahead of the clock (a step back within CLOCK_STEP_US) in the
     -- next period: the level lasts to that period's end, at most twice this
@@ -218,6 +334,8 @@ local HOLD = { 'id', 'lim', 'e', 'a', 's', 'c', 't0', 'te', 'tr' }
 -- reply is the one answer shape of every bucket function:
 --   { 'ok', now, x, the 9 HOLD fields of a hold record ('' when none),
 --     then per bucket: level, updated, holds, limit }
+-- A window bucket's holds are followed by ';' and its slots (the field w)
+-- when it has any.
 -- now ends in '!' when a bucket's stored time was more than CLOCK_STEP_US
 -- ahead of now and taken as now (settle, unstep), so Go logs and counts it.
 -- x is what the operation decided (accepted '1'/'0', the amount drained, a
@@ -232,7 +350,9 @@ local function reply(now, x, rk, items, ik, ih)
   for _, it in ipairs(items) do
     if it.c.stepped then out[2] = fmt(now) .. '!' end
     local k = #out
-    out[k + 1], out[k + 2], out[k + 3], out[k + 4] = vs(it.st.l), fmt(it.st.u), holds_str(it.st), ''
+    local hs = holds_str(it.st)
+    if it.c.wp and #it.st.slots > 0 then hs = hs .. ';' .. slots_str(it.c, it.st) end
+    out[k + 1], out[k + 2], out[k + 3], out[k + 4] = vs(it.st.l), fmt(it.st.u), hs, ''
   end
   if ik then
     local rec = { unpack(out) }
@@ -349,7 +469,7 @@ local function fillup(keys, args)
       args[a + 6], args[a + 7], args[a + 8]
     if check and stale(keys[2 * n + i], version) then return { E_STALE } end
     local f
-    if n == 1 and not ik and ra ~= 'P' and hist == '0' then -- the usual call: fillup_lean
+    if n == 1 and not ik and ra ~= 'P' and ra ~= 'W' and hist == '0' then -- the usual call: fillup_lean
       f = redis.call('HGETALL', keys[1])
       local out = fillup_lean(keys[1], f, now, nows, cap, ra, rp, cost)
       if out then return out end
@@ -367,6 +487,7 @@ local function fillup(keys, args)
       if not vzero(it.cost) then
         settle(it.c, it.st, now)
         it.st.l = vadd(it.st.l, it.cost)
+        charge_slot(it.c, it.st, it.cost)
         record(it.c, it.st, now, 'fillup', vs(it.cost), '', it.meta)
         finish(it.c, it.st, now)
       end
@@ -402,14 +523,17 @@ local function inspect(keys, args)
   return reply(now, '', nil, { { c = c, st = load(c) } })
 end
 
--- settle_bucket settles a bucket to now at the passed leak rate: a PUT that
--- changes the rate calls it on every bucket of the limit first.
+-- settle_bucket is bucket.Switch: it settles a bucket to now under the
+-- passed (old) rule and drops its window slots, so the level as of now
+-- reads as one charge made now under any rule. A PUT that changes the rule
+-- calls it on every bucket of the limit first.
 local function settle_bucket(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1)
   if early then return early end
   local st = load(c)
-  if not (vzero(st.l) or st.u == 0 or now <= st.u) then
+  if not (vzero(st.l) or st.u == 0 or (now <= st.u and not st.w)) then
     settle(c, st, now)
+    st.slots = {}
     finish(c, st, now)
   end
   return reply(now, '', nil, {})
@@ -427,6 +551,7 @@ local function drain(keys, args)
     settle(c, st, now)
     removed = vmin(amount, st.l)
     st.l = vsub(st.l, removed)
+    if c.wp then drain_slots(st, removed) end
     record(c, st, now, 'drain', vs(removed), '', args[11])
     finish(c, st, now)
   end
@@ -498,6 +623,7 @@ local function resolve(keys, args)
       if vcmp(vadd(level_at(c, st, now), charge), nv(MAX_LEVEL)) > 0 then return { E_LEVEL_OVERFLOW } end
       settle(c, st, now)
       st.l = vadd(st.l, charge)
+      charge_slot(c, st, charge)
       drop_hold(c, st, h.id)
       redis.call('HSET', rk, 's', 'c', 'c', vs(charge), 'tr', fmt(now))
       record(c, st, now, 'committed', vs(charge), h.id, args[14])
@@ -551,14 +677,16 @@ end
 
 -- limit_put: KEYS = definition, name index, generation counter, generation
 -- → name; ARGV = now, name, capacity, leak amount, per (µs), history
--- ('1'/'0'), then a periodic limit's every, tz and start_day ('' for a
--- leaky limit, whose amount and per are '' when periodic). A new limit takes the next generation; an existing one keeps
--- its generation and creation time. Answers the definition before and after
--- as flat field/value lists.
+-- ('1'/'0'), then a periodic limit's every, tz and start_day, then a window
+-- limit's length and precision (µs) ('' for the other kinds; amount and
+-- per are '' unless the limit leaks). A new limit takes the next
+-- generation; an existing one keeps its generation and creation time.
+-- Answers the definition before and after as flat field/value lists.
 local function limit_put(keys, args)
   local dk, idx, genc, gens = keys[1], keys[2], keys[3], keys[4]
   local now_arg, name, cap, amount, per, hist = args[1], args[2], args[3], args[4], args[5], args[6]
   local every, tz, sday = args[7] or '', args[8] or '', args[9] or ''
+  local wl, wp = args[10] or '', args[11] or ''
   local _, now = clock(now_arg)
   local old = redis.call('HGETALL', dk)
   local g, ct = redis.call('HGET', dk, 'g'), redis.call('HGET', dk, 'ct')
@@ -569,7 +697,7 @@ local function limit_put(keys, args)
     redis.call('HSET', gens, g, name)
   end
   redis.call('HSET', dk, 'c', cap, 'a', amount, 'p', per, 'hi', hist, 'ct', ct, 'ut', now, 'g', g,
-    'pe', every, 'pz', tz, 'pd', sday)
+    'pe', every, 'pz', tz, 'pd', sday, 'wl', wl, 'wp', wp)
   redis.call('HINCRBY', dk, 'v', 1)
   return { redis.call('HGETALL', dk), old }
 end
