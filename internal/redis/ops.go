@@ -407,19 +407,17 @@ func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, e
 }
 
 // parseSlots reads a window bucket's slots as the functions keep them (the
-// field w, slots_str in budgetd.lua): "P@i:s,d:s,...", the precision in µs,
-// then per slot, oldest first, its index (the first absolute, each next as
-// its distance to the one before) and its sum in units.
+// field w in budgetd.lua): "P@i:s,i:s,...", the precision in µs, then per
+// slot, oldest first, its index and its sum in units.
 func parseSlots(w string) ([]bucket.Slot, error) {
 	_, list, ok := strings.Cut(w, "@")
 	if !ok {
 		return nil, fmt.Errorf("redis: bad window slots %q", w)
 	}
-	var out []bucket.Slot
-	var i int64
+	out := make([]bucket.Slot, 0, strings.Count(list, ",")+1)
 	for _, f := range strings.Split(list, ",") {
-		ds, ss, ok := strings.Cut(f, ":")
-		d, err := strconv.ParseInt(ds, 10, 64)
+		is, ss, ok := strings.Cut(f, ":")
+		i, err := strconv.ParseInt(is, 10, 64)
 		if !ok || err != nil {
 			return nil, fmt.Errorf("redis: bad window slots %q", w)
 		}
@@ -427,7 +425,6 @@ func parseSlots(w string) ([]bucket.Slot, error) {
 		if err != nil {
 			return nil, err
 		}
-		i += d
 		out = append(out, bucket.Slot{Index: i, Sum: sum})
 	}
 	return out, nil

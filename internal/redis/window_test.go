@@ -36,8 +36,8 @@ func windowField(t *testing.T, s *Store, limit, key string) string {
 	return w
 }
 
-// TestWindowSlotsBounded: charges and drains spread over many windows at
-// irregular steps keep at most length/precision + 1 slots in the bucket's
+// TestWindowSlotsBounded: charges and drains (of part of a slot, of many
+// slots, of all) spread over many windows at irregular steps keep at most length/precision + 1 slots in the bucket's
 // hash (read directly), reach that bound when every slot is charged, and
 // leave the bucket's state equal, slot by slot, to package bucket's; once
 // nothing counts, the next write drops the field.
@@ -73,6 +73,12 @@ func TestWindowSlotsBounded(t *testing.T) {
 				clock.Advance(step + time.Duration(rng.IntN(1000))*time.Microsecond)
 				now := clock.Now()
 				cost := decimal.New(int64(1+rng.IntN(100_000)), -3)
+				switch i % 100 {
+				case 49:
+					cost = decimal.NewFromInt(2000) // many slots
+				case 99:
+					cost = decimal.NewFromInt(1_000_000) // all of them
+				}
 				if i%10 == 9 {
 					if _, err := svc.Drain(ctx, ref, cost, ledger.Idempotency{}, nil); err != nil {
 						t.Fatal(err)
@@ -119,6 +125,12 @@ func TestWindowSlotsBounded(t *testing.T) {
 			if most != bound {
 				t.Errorf("the bucket kept at most %d slots, want the bound %d reached", most, bound)
 			}
+			cl, _ := s.limitFor(ctx, "w")
+			mem, err := s.client.(goredis.Cmdable).MemoryUsage(ctx, s.k.bucket(cl.gen, "k")).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("MEMORY USAGE of a bucket with %d slots of sum 1: %d bytes (field w: %d bytes)", most, mem, len(windowField(t, s, "w", "k")))
 			// Idle for a whole window: nothing counts, and the next write
 			// (a hold settles the bucket) drops the slots.
 			clock.Advance(w.Length + w.Precision)

@@ -60,13 +60,16 @@ local function bkt(bk, hk, cap, ra, rp, hist, lim)
 end
 
 -- Window buckets (bucket/window.go). A bucket keeps the sums of its
--- counting slots in one field, w = "P@i:s,d:s,...": the precision P (µs)
--- the slots were cut with, then per slot, oldest first, its index (the
--- first absolute, each next as its distance to the one before) and its sum
--- in units. st.slots holds them as { i = index, s = value }, oldest first;
--- st.l stays their sum at st.u. Slots cut with another precision (a PUT
--- raced with a write) are not read: the bucket then reads as its level
--- charged at st.u, as bucket.Switch leaves it.
+-- counting slots in one field, w = "P@i:s,i:s,...": the precision P (µs)
+-- the slots were cut with, then per slot, oldest first, its index and its
+-- sum in units; st.l stays their sum as of st.u. load puts the list (after
+-- the '@') in st.ws, and the functions below work on that string at its
+-- ends: a call parses only the slots that stopped counting (oldest first)
+-- and those it charges or drains (newest first), and the rest is copied
+-- whole as a string, never walked slot by slot. A bucket without the field (written
+-- under another rule, switched by a PUT) or with slots cut with another
+-- precision (a PUT raced with a write) reads as its level charged in the
+-- slot of st.u, as package bucket reads a state without slots.
 
 -- slot_of is the index of the slot of c that contains t (µs): floor(t / P),
 -- exact in doubles as leak's quotient is.
@@ -75,53 +78,46 @@ local function slot_of(c, t) return (t - math.fmod(t, c.wp)) / c.wp end
 -- expiry is the instant from which the charges of slot i no longer count.
 local function expiry(c, i) return (i + 1) * c.wp + c.wl end
 
--- parse_slots reads the field w of a window bucket into st.slots.
-local function parse_slots(c, st, w)
-  local at = string.find(w, '@', 1, true)
-  if not at or tonumber(string.sub(w, 1, at - 1)) ~= c.wp then return end
-  local i = 0
-  for d, s in string.gmatch(string.sub(w, at + 1), '(%d+):(%d+)') do
-    i = i + tonumber(d)
-    st.slots[#st.slots + 1] = { i = i, s = nv(s) }
+-- wslots returns the slot list of a window bucket whose field w is w (nil
+-- when it has none): bucket.windowSlots.
+local function wslots(c, st, w)
+  if w then
+    local at = string.find(w, '@', 1, true)
+    if at and tonumber(string.sub(w, 1, at - 1)) == c.wp then return string.sub(w, at + 1) end
   end
+  if vzero(st.l) or st.u == 0 then return '' end
+  return fmt(slot_of(c, st.u)) .. ':' .. vs(st.l)
 end
 
--- slots_str formats st.slots as the field w ('' for none).
-local function slots_str(c, st)
-  if #st.slots == 0 then return '' end
-  local t, prev = {}, 0
-  for k, sl in ipairs(st.slots) do
-    t[k] = fmt(sl.i - prev) .. ':' .. vs(sl.s)
-    prev = sl.i
+-- wcut returns the sum of the oldest slots of st that no longer count at
+-- the later of now and st.u, and where the first one that counts starts in
+-- st.ws (past its end when none does).
+local function wcut(c, st, now)
+  local ws, ne, pos, sum = st.ws, math.max(now, st.u), 1, pair(0, 0)
+  while pos <= #ws do
+    local _, e, i, v = string.find(ws, '^(%d+):(%d+)', pos)
+    if expiry(c, tonumber(i)) > ne then break end
+    sum, pos = vadd(sum, nv(v)), e + 2
   end
-  return fmt(c.wp) .. '@' .. table.concat(t, ',')
+  return sum, pos
 end
 
--- wslots: bucket.windowSlots, the slots as the rule reads them (a positive
--- level without slots is one charge at st.u).
-local function wslots(c, st)
-  if #st.slots > 0 or vzero(st.l) or st.u == 0 then return st.slots end
-  return { { i = slot_of(c, st.u), s = st.l } }
-end
+-- wlevel: bucket.windowLevel, the sum of the slots that still count.
+local function wlevel(c, st, now) return vsub(st.l, (wcut(c, st, now))) end
 
--- wlevel: bucket.windowLevel, the sum of the slots that still count at the
--- later of now and st.u.
-local function wlevel(c, st, now)
-  local ne, sum = math.max(now, st.u), pair(0, 0)
-  for _, sl in ipairs(wslots(c, st)) do
-    if expiry(c, sl.i) > ne then sum = vadd(sum, sl.s) end
-  end
-  return sum
-end
-
--- wsettle: bucket.settledSlots, keeping in st.slots only the slots that
--- still count at the later of now and st.u (before st.u moves).
+-- wsettle: bucket.settledSlots and the level at now: drops the slots that
+-- no longer count (before st.u moves).
 local function wsettle(c, st, now)
-  local ne, kept = math.max(now, st.u), {}
-  for _, sl in ipairs(wslots(c, st)) do
-    if expiry(c, sl.i) > ne and not vzero(sl.s) then kept[#kept + 1] = sl end
-  end
-  st.slots = kept
+  local gone, pos = wcut(c, st, now)
+  st.ws, st.l = string.sub(st.ws, pos), vsub(st.l, gone)
+end
+
+-- wlast splits a non-empty slot list into the list before its newest slot
+-- ('' for none), and the newest slot's index and sum (a string).
+local function wlast(ws)
+  local head, i, v = string.match(ws, '^(.*),(%d+):(%d+)$')
+  if not head then head, i, v = '', string.match(ws, '^(%d+):(%d+)$') end
+  return head, tonumber(i), v
 end
 
 -- charge_slot: bucket.chargeSlot after settle (st.u is then the later of
@@ -129,29 +125,36 @@ end
 -- newest slot when that is the same or newer.
 local function charge_slot(c, st, amount)
   if not c.wp or vzero(amount) then return end
-  local n, i = #st.slots, slot_of(c, st.u)
-  if n > 0 and st.slots[n].i >= i then
-    st.slots[n] = { i = st.slots[n].i, s = vadd(st.slots[n].s, amount) }
+  local i = slot_of(c, st.u)
+  if st.ws == '' then
+    st.ws = fmt(i) .. ':' .. vs(amount)
+    return
+  end
+  local head, li, lv = wlast(st.ws)
+  if li < i then
+    st.ws = st.ws .. ',' .. fmt(i) .. ':' .. vs(amount)
   else
-    st.slots[n + 1] = { i = i, s = amount }
+    if head ~= '' then head = head .. ',' end
+    st.ws = head .. fmt(li) .. ':' .. vs(vadd(nv(lv), amount))
   end
 end
 
--- drain_slots: bucket.drainSlots, removing amount from the newest slots
--- first and dropping the slots it empties.
+-- drain_slots: bucket.drainSlots, removing amount (at most their sum) from
+-- the newest slots first and dropping the slots it empties. It walks the
+-- list reversed, from its newest slot, as far as amount reaches.
 local function drain_slots(st, amount)
-  for k = #st.slots, 1, -1 do
-    if vzero(amount) then break end
-    local sl = st.slots[k]
-    local take = vmin(amount, sl.s)
-    st.slots[k] = { i = sl.i, s = vsub(sl.s, take) }
-    amount = vsub(amount, take)
+  local ws = st.ws
+  local n, rev, pos, keep = #ws, string.reverse(ws), 1, #ws
+  while not vzero(amount) and pos <= n do
+    local _, e, rv, ri = string.find(rev, '^(%d+):(%d+)', pos)
+    local v, start = nv(string.reverse(rv)), n - e + 1 -- where the slot starts in ws
+    if vcmp(amount, v) < 0 then
+      st.ws = string.sub(ws, 1, start - 1) .. string.reverse(ri) .. ':' .. vs(vsub(v, amount))
+      return
+    end
+    amount, keep, pos = vsub(amount, v), start - 2, e + 2 -- drop the slot and the comma before it
   end
-  local kept = {}
-  for _, sl in ipairs(st.slots) do
-    if not vzero(sl.s) then kept[#kept + 1] = sl end
-  end
-  st.slots = kept
+  st.ws = string.sub(ws, 1, math.max(keep, 0))
 end
 
 -- in_period finds the period of a periodic bucket c that contains now in its
@@ -175,21 +178,20 @@ end
 -- load reads a bucket (f: its fields when the caller already read them).
 local function load(c, f)
   f = f or redis.call('HGETALL', c.bk)
-  local st = { l = pair(0, 0), u = 0, n = 0, holds = {}, slots = {} }
+  local st = { l = pair(0, 0), u = 0, n = 0, holds = {} }
   for i = 1, #f, 2 do
     local k, v = f[i], f[i + 1]
     if k == 'l' then st.l = nv(v)
     elseif k == 'u' then st.u = tonumber(v)
     elseif k == 'n' then st.n = tonumber(v)
-    elseif k == 'w' then
-      st.w = true -- finish drops the field when no slot is left
-      if c.wp then parse_slots(c, st, v) end
+    elseif k == 'w' then st.w = v
     elseif string.byte(k, 1) == 104 then -- 'h'
       local colon = string.find(v, ':', 1, true)
       st.holds[#st.holds + 1] = { id = string.sub(k, 2), a = string.sub(v, 1, colon - 1),
         e = tonumber(string.sub(v, colon + 1)), raw = v }
     end
   end
+  if c.wp then st.ws = wslots(c, st, st.w) end
   return st
 end
 
@@ -250,8 +252,7 @@ end
 -- stored time more than CLOCK_STEP_US ahead of now (a clock stepped back)
 -- is taken as now, as ledger.ClockStep says, and reported (c.stepped).
 local function settle(c, st, now)
-  if c.wp then wsettle(c, st, now) end -- before st.l and st.u change
-  st.l = st.lv or level_at(c, st, now)
+  if c.wp then wsettle(c, st, now) else st.l = st.lv or level_at(c, st, now) end
   if st.u > now + CLOCK_STEP_US then c.stepped = true end
   if now > st.u or c.stepped then st.u = now end
   expire_holds(c, st, now)
@@ -272,9 +273,9 @@ end
 -- leaked to zero and its last hold has expired (plus a margin), and at least
 -- as long as its history when the limit keeps one.
 local function finish(c, st, now)
-  if #st.slots > 0 and c.wp then
-    redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u), 'w', slots_str(c, st))
-    st.w = true
+  if c.wp and st.ws ~= '' then
+    st.w = fmt(c.wp) .. '@' .. st.ws
+    redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u), 'w', st.w)
   else
     redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u))
     if st.w then redis.call('HDEL', c.bk, 'w') end
@@ -283,8 +284,10 @@ local function finish(c, st, now)
   local us = 0
   if c.wp then
     -- A window bucket lives until its newest slot stops counting.
-    local sl = wslots(c, st)
-    if #sl > 0 then us = math.max(0, expiry(c, sl[#sl].i) - now) end
+    if st.ws ~= '' then
+      local _, newest = wlast(st.ws)
+      us = math.max(0, expiry(c, newest) - now)
+    end
   elseif not vzero(st.l) and c.starts then
     us = c.pe - now -- the level is zero from the period's end on
     -- Written ahead of the clock (a step back within CLOCK_STEP_US) in the
@@ -351,7 +354,7 @@ local function reply(now, x, rk, items, ik, ih)
     if it.c.stepped then out[2] = fmt(now) .. '!' end
     local k = #out
     local hs = holds_str(it.st)
-    if it.c.wp and #it.st.slots > 0 then hs = hs .. ';' .. slots_str(it.c, it.st) end
+    if it.c.wp and it.st.ws ~= '' then hs = hs .. ';' .. fmt(it.c.wp) .. '@' .. it.st.ws end
     out[k + 1], out[k + 2], out[k + 3], out[k + 4] = vs(it.st.l), fmt(it.st.u), hs, ''
   end
   if ik then
@@ -533,7 +536,7 @@ local function settle_bucket(keys, args)
   local st = load(c)
   if not (vzero(st.l) or st.u == 0 or (now <= st.u and not st.w)) then
     settle(c, st, now)
-    st.slots = {}
+    if c.wp then st.ws = '' end
     finish(c, st, now)
   end
   return reply(now, '', nil, {})
