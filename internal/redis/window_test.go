@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -226,6 +227,182 @@ func TestWindowTTL(t *testing.T) {
 				t.Fatal(err)
 			}
 			check("with a 3h hold", "b", 3*time.Hour)
+		})
+	}
+}
+
+// TestWindowDifferential replays a random sequence of every write on two
+// window limits of different lengths and precisions (fillups, some denied,
+// multi-bucket fillups, holds committed, over-committed, released and left
+// to expire, drains, a clock that steps back a little) and demands package
+// bucket's decision for every call and its state, slot by slot, after it.
+func TestWindowDifferential(t *testing.T) {
+	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
+		t.Run(env, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			clock.Set(time.Date(2026, 5, 20, 10, 0, 0, 123456000, time.UTC))
+			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
+			ctx := context.Background()
+			svc := ledger.NewService(s)
+			limits := map[string]ledger.Limit{}
+			for name, w := range map[string]ledger.Window{
+				"w": {Length: 5 * time.Minute, Precision: 10 * time.Second},
+				"v": {Length: time.Minute, Precision: time.Second},
+			} {
+				l, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: decimal.NewFromInt(100), Window: &w, History: name == "w"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				limits[name] = l
+			}
+			refs := []ledger.BucketRef{{Limit: "w", Key: "{t}a"}, {Limit: "v", Key: "{t}b"}}
+			model := map[ledger.BucketRef]bucket.State{}
+			rule := func(r ledger.BucketRef) bucket.Limit { return limits[r.Limit].Rule() }
+			same := func(what string, got, want bucket.Decision) {
+				t.Helper()
+				if got.Accepted != want.Accepted || !got.Level.Equal(want.Level) || !got.Held.Equal(want.Held) ||
+					!got.Remaining.Equal(want.Remaining) || !got.RetryAfter.Equal(want.RetryAfter) ||
+					got.NeverFits != want.NeverFits || !got.At.Equal(want.At) || !got.ClearsAt.Equal(want.ClearsAt) {
+					t.Fatalf("%s at %v: got %+v\nwant %+v", what, clock.Now(), got, want)
+				}
+			}
+			check := func(what string) {
+				t.Helper()
+				now := clock.Now()
+				for _, r := range refs {
+					sn, err := s.Inspect(ctx, r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, want := sn.State, model[r]
+					active := func(st bucket.State) []string {
+						var out []string
+						for _, h := range bucket.ActiveHolds(st, now) {
+							out = append(out, h.Amount.String()+"@"+h.ExpiresAt.UTC().String())
+						}
+						slices.Sort(out)
+						return out
+					}
+					slotsEq := slices.EqualFunc(got.Slots, want.Slots, func(a, b bucket.Slot) bool { return a.Index == b.Index && a.Sum.Equal(b.Sum) })
+					if len(want.Slots) == 0 && want.Level.Sign() > 0 {
+						slotsEq = true // a level without slots: the rule reads it as one charge at Updated
+					}
+					if !got.Level.Equal(want.Level) || !got.Updated.Equal(want.Updated) || !slotsEq ||
+						!slices.Equal(active(got), active(want)) {
+						t.Fatalf("after %s at %v: %v is %+v\nwant %+v", what, now, r, got, want)
+					}
+				}
+			}
+			rng := rand.New(rand.NewPCG(24, 2))
+			amount := func(max int) decimal.Decimal { return decimal.New(int64(rng.IntN(max*1000+1)), -3) }
+			seen := map[string]int{} // what the sequence covered
+			for i := range 300 {
+				switch x := rng.IntN(20); {
+				case x == 0:
+					clock.Advance(-time.Duration(rng.IntN(20_000_000)) * time.Microsecond) // back, within ledger.ClockStep
+				case x < 4:
+					clock.Advance(time.Duration(rng.IntN(120_000_000)) * time.Microsecond)
+				default:
+					clock.Advance(time.Duration(rng.IntN(5_000_000)) * time.Microsecond)
+				}
+				now := clock.Now()
+				r := refs[rng.IntN(len(refs))]
+				var what string
+				switch op := rng.IntN(10); {
+				case op < 4:
+					cost := amount(40)
+					what = fmt.Sprintf("%d: fillup %v %s", i, r, cost)
+					res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: cost}}, ledger.Idempotency{})
+					if err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+					want, ns := bucket.Fillup(rule(r), model[r], now, ledger.Amount(cost))
+					if !want.Accepted {
+						want = bucket.CanAccept(rule(r), model[r], now, ledger.Amount(cost))
+					}
+					same(what, res.Items[0], want)
+					model[r] = ns
+					seen[fmt.Sprint("fillup accepted ", want.Accepted)]++
+				case op == 4:
+					ca, cb := amount(30), amount(20)
+					what = fmt.Sprintf("%d: multi-bucket fillup %s, %s", i, ca, cb)
+					res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: refs[0], Cost: ca}, {Bucket: refs[1], Cost: cb}}, ledger.Idempotency{})
+					if err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+					da := bucket.CanAccept(rule(refs[0]), model[refs[0]], now, ledger.Amount(ca))
+					db := bucket.CanAccept(rule(refs[1]), model[refs[1]], now, ledger.Amount(cb))
+					if res.Accepted != (da.Accepted && db.Accepted) {
+						t.Fatalf("%s: accepted %v, want %v", what, res.Accepted, da.Accepted && db.Accepted)
+					}
+					seen[fmt.Sprint("multi-bucket accepted ", res.Accepted)]++
+					if res.Accepted {
+						da, model[refs[0]] = bucket.Fillup(rule(refs[0]), model[refs[0]], now, ledger.Amount(ca))
+						db, model[refs[1]] = bucket.Fillup(rule(refs[1]), model[refs[1]], now, ledger.Amount(cb))
+					} // a denial answers each item's own CanAccept
+					same(what+" (first)", res.Items[0], da)
+					same(what+" (second)", res.Items[1], db)
+				case op < 7:
+					a, ttl := amount(30), time.Duration(1+rng.IntN(180))*time.Second
+					what = fmt.Sprintf("%d: reserve %v %s for %v", i, r, a, ttl)
+					res, err := svc.Reserve(ctx, r, a, ttl, ledger.Idempotency{}, nil)
+					if err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+					want, ns := bucket.Reserve(rule(r), model[r], now, ledger.Amount(a), now.Add(ttl))
+					if !want.Accepted {
+						want = bucket.CanAccept(rule(r), model[r], now, ledger.Amount(a))
+					} else {
+						ns.Holds[len(ns.Holds)-1].ID = res.Reservation.ID
+						model[r] = ns
+						seen["hold"]++
+					}
+					same(what, res.Decision, want)
+				case op < 9:
+					st := model[r]
+					k := slices.IndexFunc(st.Holds, func(h bucket.Hold) bool { return h.ExpiresAt.After(now) })
+					if k < 0 {
+						continue
+					}
+					h := st.Holds[k]
+					if rng.IntN(3) == 0 {
+						what = fmt.Sprintf("%d: release %v %s", i, r, h.Amount)
+						if _, err := svc.Release(ctx, h.ID, ledger.Idempotency{}, nil); err != nil {
+							t.Fatalf("%s: %v", what, err)
+						}
+						model[r] = bucket.Resolve(rule(r), st, now, k, bucket.Amount{})
+						seen["release"]++
+						break
+					}
+					actual := amount(45) // more than held at times: an overrun
+					what = fmt.Sprintf("%d: commit %v %s of %s", i, r, actual, h.Amount)
+					if _, err := svc.Commit(ctx, h.ID, decimal.NewNullDecimal(actual), true, ledger.Idempotency{}, nil); err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+					seen[fmt.Sprint("commit overrun ", actual.GreaterThan(h.Amount.Decimal()))]++
+					model[r] = bucket.Resolve(rule(r), st, now, k, ledger.Amount(actual))
+				default:
+					a := amount(60)
+					what = fmt.Sprintf("%d: drain %v %s", i, r, a)
+					res, err := svc.Drain(ctx, r, a, ledger.Idempotency{}, nil)
+					if err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+					var removed bucket.Amount
+					removed, model[r] = bucket.Drain(rule(r), model[r], now, ledger.Amount(a))
+					if !ledger.Amount(res.Removed).Equal(removed) {
+						t.Fatalf("%s: removed %s, want %s", what, res.Removed, removed)
+					}
+					seen[fmt.Sprint("drain all ", removed.Cmp(ledger.Amount(a)) < 0)]++
+				}
+				check(what)
+			}
+			for _, k := range []string{"fillup accepted true", "fillup accepted false", "multi-bucket accepted true", "multi-bucket accepted false",
+				"hold", "release", "commit overrun true", "commit overrun false", "drain all true", "drain all false"} {
+				if seen[k] == 0 {
+					t.Errorf("the sequence has no %q: %v", k, seen)
+				}
+			}
 		})
 	}
 }
