@@ -66,10 +66,10 @@ end
 -- the '@') in st.ws, and the functions below work on that string at its
 -- ends: a call parses only the slots that stopped counting (oldest first)
 -- and those it charges or drains (newest first), and the rest is copied
--- whole as a string, never walked slot by slot. A bucket without the field (written
--- under another rule, switched by a PUT) or with slots cut with another
--- precision (a PUT raced with a write) reads as its level charged in the
--- slot of st.u, as package bucket reads a state without slots.
+-- whole as a string, never walked slot by slot. A bucket without the field
+-- (written under another rule, switched by a PUT) or with slots cut with
+-- another precision (a PUT raced with a write) reads as its level charged
+-- in the slot of st.u, as package bucket reads a state without slots.
 
 -- slot_of is the index of the slot of c that contains t (µs): floor(t / P),
 -- exact in doubles as leak's quotient is.
