@@ -488,3 +488,46 @@ func later(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// TestWindowPrune: the pruner deletes an idle window bucket once none of its
+// charges counts any more, and not a microsecond before: its level is the
+// window's, not the stored sum.
+func TestWindowPrune(t *testing.T) {
+	clock := ledgertest.NewClock()
+	s := open(t, postgres.WithClock(clock.Now))
+	ctx := context.Background()
+	w := ledger.Window{Length: time.Minute, Precision: time.Second}
+	lim, err := s.PutLimit(ctx, ledger.Limit{Name: "w", Capacity: dec("10"), Window: &w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := ledger.BucketRef{Limit: "w", Key: "k"}
+	var model bucket.State
+	for range 3 {
+		out, err := s.Fillup(ctx, []ledger.Charge{{Bucket: ref, Cost: dec("1")}}, ledger.Idempotency{})
+		if err != nil || !out.Accepted {
+			t.Fatalf("fillup: %+v %v", out, err)
+		}
+		_, model = bucket.Fillup(lim.Rule(), model, clock.Now(), bucket.MustAmount("1"))
+		clock.Advance(20 * time.Second)
+	}
+	end := bucket.WindowEnd(lim.Rule(), model, clock.Now())
+	prune := func(at time.Time) int {
+		t.Helper()
+		clock.Set(at)
+		st, err := s.Prune(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.EmptyBuckets
+	}
+	if n := prune(end.Add(-time.Microsecond)); n != 0 || readRow(t, s, "w", "k").level.IsZero() {
+		t.Fatalf("a microsecond before the last charge stops counting: %d buckets pruned", n)
+	}
+	if n := prune(end); n != 1 {
+		t.Fatalf("once no charge counts: %d buckets pruned, want 1", n)
+	}
+	if row := readRow(t, s, "w", "k"); row.idx != nil || !row.updated.IsZero() {
+		t.Fatalf("the bucket is still there: %+v", row)
+	}
+}
