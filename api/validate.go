@@ -125,20 +125,58 @@ func (m Meta) Validate(field string) error {
 	return nil
 }
 
+// Bounds of a rolling window.
+const (
+	// MinWindow and MaxWindow bound a window's length.
+	MinWindow = time.Second
+	MaxWindow = 8760 * time.Hour
+	// MaxWindowSlots is the most slots a window's precision may cut it into.
+	MaxWindowSlots = 1000
+	// minDefaultSlots is the fewest slots a default precision gives.
+	minDefaultSlots = 60
+)
+
+// precisionLadder is where a window's default precision is taken from,
+// largest first.
+var precisionLadder = []time.Duration{
+	24 * time.Hour, time.Hour, 10 * time.Minute, time.Minute, 10 * time.Second,
+	time.Second, 100 * time.Millisecond, 10 * time.Millisecond, time.Millisecond,
+}
+
+// DefaultPrecision returns the precision budgetd gives a window of length
+// when none is given: the largest of 24h, 1h, 10m, 1m, 10s, 1s, 100ms, 10ms
+// and 1ms that divides it into at least 60 slots (1m → 1s, 720h → 1h,
+// 8760h → 24h), and false when none does within MaxWindowSlots, in which
+// case the precision must be given.
+func DefaultPrecision(length time.Duration) (time.Duration, bool) {
+	for _, p := range precisionLadder {
+		if length%p == 0 && length/p >= minDefaultSlots && length/p <= MaxWindowSlots {
+			return p, true
+		}
+	}
+	return 0, false
+}
+
 // Validate refuses a limit body budgetd would refuse for its shape: a
-// capacity or leak amount out of range, neither or both of leak and period,
-// a leak interval out of range or not whole microseconds, an unknown period
-// length, a start day out of range or given where none is allowed. The time
-// zone is checked by budgetd, against its own zone database.
+// capacity or leak amount out of range, not exactly one of leak, period and
+// window, a leak interval out of range or not whole microseconds, an unknown
+// period length, a start day out of range or given where none is allowed, a
+// window's length out of range or a precision that does not divide it into
+// at most 1000 slots. The time zone is checked by budgetd, against its own
+// zone database.
 func (p LimitPut) Validate() error {
 	if err := CheckAmount("capacity", p.Capacity, true); err != nil {
 		return err
 	}
 	switch {
+	case p.Window != nil && (p.Leak != nil || p.Period != nil):
+		return invalid(CodeInvalidRequest, "window", "a limit has one of leak (a rate), period (a calendar budget) or window (a rolling window), not several")
 	case p.Leak != nil && p.Period != nil:
-		return invalid(CodeInvalidRequest, "leak", "a limit has either leak (a rate) or period (a calendar budget), not both")
-	case p.Leak == nil && p.Period == nil:
-		return invalid(CodeInvalidRequest, "leak", "a limit needs leak (a rate) or period (a calendar budget)")
+		return invalid(CodeInvalidRequest, "leak", "a limit has one of leak (a rate), period (a calendar budget) or window (a rolling window), not several")
+	case p.Leak == nil && p.Period == nil && p.Window == nil:
+		return invalid(CodeInvalidRequest, "leak", "a limit needs leak (a rate), period (a calendar budget) or window (a rolling window)")
+	case p.Window != nil:
+		return p.Window.validate()
 	case p.Leak != nil:
 		if err := CheckAmount("leak.amount", p.Leak.Amount, true); err != nil {
 			return err
@@ -165,6 +203,24 @@ func (p LimitPut) Validate() error {
 		}
 	default:
 		return invalid(CodeInvalidRequest, "period.every", "%q is not one of day, week, month, quarter, year", p.Period.Every)
+	}
+	return nil
+}
+
+// validate refuses a window budgetd would refuse.
+func (w WindowPut) validate() error {
+	length, precision := time.Duration(w.Length), time.Duration(w.Precision)
+	if length < MinWindow || length > MaxWindow || length%time.Microsecond != 0 {
+		return invalid(CodeInvalidRequest, "window.length", "%s is not whole microseconds from 1s to 8760h", length)
+	}
+	if precision == 0 {
+		if _, ok := DefaultPrecision(length); !ok {
+			return invalid(CodeInvalidRequest, "window.precision", "no default precision divides %s into 60 to %d slots; give one", length, MaxWindowSlots)
+		}
+		return nil
+	}
+	if precision < time.Microsecond || precision%time.Microsecond != 0 || precision > length || length%precision != 0 || length/precision > MaxWindowSlots {
+		return invalid(CodeInvalidRequest, "window.precision", "%s does not divide %s into at most %d slots of whole microseconds", precision, length, MaxWindowSlots)
 	}
 	return nil
 }

@@ -17,12 +17,14 @@ func TestMatrix(t *testing.T) {
 	kinds := []struct {
 		name     string
 		spec     client.LimitSpec
+		kind     api.Kind
 		periodic bool
 	}{
-		{"leak", client.LimitSpec{Capacity: dec("100"), Leak: &client.Leak{Amount: dec("1"), Per: time.Hour}}, false},
-		{"month", client.LimitSpec{Capacity: dec("100"), Period: &client.Period{Every: api.Month, TZ: "Europe/Berlin"}}, true},
-		{"week", client.LimitSpec{Capacity: dec("100"), Period: &client.Period{Every: api.Week, TZ: "America/New_York", StartDay: 7}}, true},
-		{"day", client.LimitSpec{Capacity: dec("100"), Period: &client.Period{Every: api.Day}}, true},
+		{"leak", client.LimitSpec{Capacity: dec("100"), Leak: &client.Leak{Amount: dec("1"), Per: time.Hour}}, api.KindLeak, false},
+		{"month", client.LimitSpec{Capacity: dec("100"), Period: &client.Period{Every: api.Month, TZ: "Europe/Berlin"}}, api.KindPeriod, true},
+		{"week", client.LimitSpec{Capacity: dec("100"), Period: &client.Period{Every: api.Week, TZ: "America/New_York", StartDay: 7}}, api.KindPeriod, true},
+		{"day", client.LimitSpec{Capacity: dec("100"), Period: &client.Period{Every: api.Day}}, api.KindPeriod, true},
+		{"window", client.LimitSpec{Capacity: dec("100"), Window: &client.Window{Length: 720 * time.Hour}}, api.KindWindow, false},
 	}
 	eachStore(t, func(t *testing.T, c *client.Client) {
 		ctx := context.Background()
@@ -42,9 +44,19 @@ func TestMatrix(t *testing.T) {
 				}
 				name := "m-" + k.name
 				l, err := c.PutLimit(ctx, name, k.spec)
+				if client.IsCode(err, api.CodeNotServed) {
+					// A store that does not serve the kind yet keeps nothing of it.
+					if _, err := c.GetLimit(ctx, name); !client.IsCode(err, api.CodeLimitNotFound) {
+						t.Fatalf("GetLimit of a kind not served: %v", err)
+					}
+					return
+				}
 				must("PutLimit", err)
-				if (l.Period != nil) != k.periodic || (l.Leak != nil) == k.periodic {
+				if l.Kind() != k.kind || (l.Period != nil) != k.periodic {
 					t.Fatalf("PutLimit: %+v", l)
+				}
+				if k.kind == api.KindWindow && (l.Window.Length != 720*time.Hour || l.Window.Precision != time.Hour) {
+					t.Fatalf("PutLimit of a window: %+v (the default precision of 720h is 1h)", l.Window)
 				}
 				got, err := c.GetLimit(ctx, name)
 				must("GetLimit", err)

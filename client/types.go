@@ -87,7 +87,7 @@ func optTime(t *api.Time) *time.Time {
 	return &v
 }
 
-// Limit is a limit document: exactly one of Leak and Period is set.
+// Limit is a limit document: exactly one of Leak, Period and Window is set.
 type Limit struct {
 	Name     string
 	Capacity decimal.Decimal
@@ -95,18 +95,38 @@ type Limit struct {
 	Leak *Leak
 	// Period is the calendar period of a periodic limit; nil for a leaky
 	// one.
-	Period    *Period
+	Period *Period
+	// Window is the rolling window of a window limit; nil for another
+	// kind.
+	Window    *Window
 	History   bool
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
 
-// Kind is the kind of the limit: api.KindLeak or api.KindPeriod.
+// Kind is the kind of the limit: api.KindLeak, api.KindPeriod or
+// api.KindWindow.
 func (l Limit) Kind() api.Kind {
-	if l.Period != nil {
+	switch {
+	case l.Window != nil:
+		return api.KindWindow
+	case l.Period != nil:
 		return api.KindPeriod
 	}
 	return api.KindLeak
+}
+
+// Window is a rolling window: in every span of Length the charges accepted
+// sum to at most the capacity; a charge counts until Length after the end
+// of its slot of Precision.
+type Window struct {
+	// Length is the window's length, from 1s to 8760h.
+	Length time.Duration
+	// Precision is the slot length. In a LimitSpec, 0 takes the default (the
+	// largest of 1ms, 10ms, 100ms, 1s, 10s, 1m, 10m, 1h and 24h that
+	// divides Length into at least 60 slots); a limit read back has the
+	// precision in force.
+	Precision time.Duration
 }
 
 // Leak is a leak rate: Amount per Per.
@@ -141,11 +161,14 @@ func limitOfDoc(d api.Limit) Limit {
 		}
 		l.Period = &p
 	}
+	if d.Window != nil {
+		l.Window = &Window{Length: time.Duration(d.Window.Length), Precision: time.Duration(d.Window.Precision)}
+	}
 	return l
 }
 
-// LimitSpec is a limit as PutLimit writes it: exactly one of Leak and
-// Period.
+// LimitSpec is a limit as PutLimit writes it: exactly one of Leak, Period
+// and Window.
 type LimitSpec struct {
 	Capacity decimal.Decimal
 	// Leak makes the limit a leaky bucket: Leak.Amount leaks out every
@@ -153,6 +176,9 @@ type LimitSpec struct {
 	Leak *Leak
 	// Period makes the limit a calendar budget: Capacity per period.
 	Period *Period
+	// Window makes the limit a rolling window: Capacity in any span of
+	// Window.Length.
+	Window *Window
 	// History says whether the limit records history; nil means the
 	// default (true).
 	History *bool
@@ -170,6 +196,9 @@ func (s LimitSpec) doc() api.LimitPut {
 			sd := s.Period.StartDay
 			p.Period.StartDay = &sd
 		}
+	}
+	if s.Window != nil {
+		p.Window = &api.WindowPut{Length: api.Duration(s.Window.Length), Precision: api.Duration(s.Window.Precision)}
 	}
 	return p
 }

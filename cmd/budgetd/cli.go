@@ -62,6 +62,9 @@ Operator commands (on a running budgetd):
                                                        --capacity 5000 --period month --tz Europe/Berlin
   budgetd limits put NAME --capacity C --leak A/PER [--history=false]
                                                        create or update a leaky bucket (e.g. --leak 10/1s)
+  budgetd limits put NAME --capacity C --window LENGTH [--precision P] [--history=false]
+                                                       create or update a rolling window: at most C in any
+                                                       span of LENGTH, e.g. --capacity 5 --window 1m
   budgetd limits delete NAME                           delete a limit with its buckets and history
   budgetd check LIMIT KEY [COST]                       a bucket's state, or CanAccept of COST (changes nothing)
   budgetd fillup LIMIT KEY COST                        charge COST
@@ -119,6 +122,7 @@ type cli struct {
 	capacity, leak    string
 	period, tz        string
 	startDay          int
+	window, precision time.Duration
 	history           bool
 	ttl               time.Duration
 	overrun           bool
@@ -153,6 +157,8 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.StringVar(&c.period, "period", "", "")
 	fs.StringVar(&c.tz, "tz", "", "")
 	fs.IntVar(&c.startDay, "start-day", 0, "")
+	fs.DurationVar(&c.window, "window", 0, "")
+	fs.DurationVar(&c.precision, "precision", 0, "")
 	fs.BoolVar(&c.history, "history", true, "")
 	fs.DurationVar(&c.ttl, "ttl", 0, "")
 	fs.BoolVar(&c.overrun, "overrun", false, "")
@@ -453,14 +459,23 @@ func (c *cli) limitsList(ctx context.Context, cl *client.Client) error {
 	return c.printLimits(ctx, cl, all, false)
 }
 
-const putUsage = "budgetd limits put NAME needs --capacity C and either --period day|week|month|quarter|year [--tz ZONE] [--start-day N] or --leak AMOUNT/PER (e.g. --leak 10/1s)"
+const putUsage = "budgetd limits put NAME needs --capacity C and one of --period day|week|month|quarter|year [--tz ZONE] [--start-day N], --leak AMOUNT/PER (e.g. --leak 10/1s) or --window LENGTH [--precision P] (e.g. --window 1m)"
 
 func (c *cli) limitsPut(ctx context.Context, cl *client.Client) error {
 	if err := c.want("limits put", 1, 1); err != nil {
 		return err
 	}
-	if c.capacity == "" || (c.leak == "") == (c.period == "") {
+	kinds := 0
+	for _, set := range []bool{c.leak != "", c.period != "", c.window != 0} {
+		if set {
+			kinds++
+		}
+	}
+	if c.capacity == "" || kinds != 1 {
 		return usageError{putUsage}
+	}
+	if c.precision != 0 && c.window == 0 {
+		return usageError{"--precision goes with --window"}
 	}
 	capacity, err := parseAmount("--capacity", c.capacity)
 	if err != nil {
@@ -468,12 +483,15 @@ func (c *cli) limitsPut(ctx context.Context, cl *client.Client) error {
 	}
 	history := c.history
 	spec := client.LimitSpec{Capacity: capacity, History: &history}
-	if c.period != "" {
+	if c.period == "" && (c.tz != "" || c.startDay != 0) {
+		return usageError{"--tz and --start-day go with --period"}
+	}
+	switch {
+	case c.window != 0:
+		spec.Window = &client.Window{Length: c.window, Precision: c.precision}
+	case c.period != "":
 		spec.Period = &client.Period{Every: api.Every(c.period), TZ: c.tz, StartDay: c.startDay}
-	} else {
-		if c.tz != "" || c.startDay != 0 {
-			return usageError{"--tz and --start-day go with --period, not --leak"}
-		}
+	default:
 		amt, per, ok := strings.Cut(c.leak, "/")
 		if !ok {
 			return usageError{fmt.Sprintf("--leak %q is not AMOUNT/PER (e.g. 10/1s)", c.leak)}

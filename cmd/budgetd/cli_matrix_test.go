@@ -20,13 +20,14 @@ import (
 // leaked below its exact value while the row runs (zero for a calendar
 // budget, whose level never moves by itself).
 type cliKind struct {
-	name  string
-	flags []string
-	leak  *api.Leak
-	every api.Every
-	tz    string
-	start *int
-	drift string
+	name   string
+	flags  []string
+	leak   *api.Leak
+	window *api.Window
+	every  api.Every
+	tz     string
+	start  *int
+	drift  string
 	// period is the current period at now of a calendar budget.
 	period func(now time.Time) (start, end time.Time)
 }
@@ -55,6 +56,7 @@ var cliKinds = []cliKind{
 		s := time.Date(now.In(zone("Asia/Tokyo")).Year(), 1, 1, 0, 0, 0, 0, zone("Asia/Tokyo"))
 		return s, s.AddDate(1, 0, 0)
 	}},
+	{name: "window", flags: []string{"--window", "720h"}, window: &api.Window{Length: api.Duration(720 * time.Hour), Precision: api.Duration(time.Hour)}, drift: "0"},
 	{name: "day", flags: []string{"--period", "day"}, every: api.Day, tz: "UTC", drift: "0", period: func(now time.Time) (time.Time, time.Time) {
 		s := now.UTC().Truncate(24 * time.Hour)
 		return s, s.AddDate(0, 0, 1)
@@ -122,7 +124,7 @@ func TestCLIMatrix(t *testing.T) {
 
 func cliMatrixKind(t *testing.T, server, name string, k cliKind) {
 	leak, every, tz, start, drift := k.leak, k.every, k.tz, k.start, decimal.RequireFromString(k.drift)
-	periodic := leak == nil
+	periodic := every != ""
 	var periodStart, resetsAt time.Time
 	if periodic {
 		periodStart, resetsAt = k.period(time.Now())
@@ -177,9 +179,12 @@ func cliMatrixKind(t *testing.T, server, name string, k cliKind) {
 	limit := func(what string, l api.Limit) {
 		t.Helper()
 		ok := l.Name == name && l.Capacity.Equal(decimal.NewFromInt(100)) && l.History
-		if leak != nil {
-			ok = ok && l.Period == nil && l.Leak != nil && l.Leak.Amount.Equal(leak.Amount) && l.Leak.Per == leak.Per
-		} else {
+		switch {
+		case k.window != nil:
+			ok = ok && l.Period == nil && l.Leak == nil && l.Window != nil && *l.Window == *k.window
+		case leak != nil:
+			ok = ok && l.Period == nil && l.Window == nil && l.Leak != nil && l.Leak.Amount.Equal(leak.Amount) && l.Leak.Per == leak.Per
+		default:
 			ok = ok && l.Leak == nil && l.Period != nil && l.Period.Every == every && l.Period.TZ == tz && (l.Period.StartDay == nil) == (start == nil) &&
 				(start == nil || *l.Period.StartDay == *start)
 		}
@@ -189,6 +194,16 @@ func cliMatrixKind(t *testing.T, server, name string, k cliKind) {
 		}
 	}
 
+	if k.window != nil {
+		put := append([]string{"limits", "put", name, "--capacity", "100"}, k.flags...)
+		if out, code, msg := cliOut(server, put...); code != 0 && strings.Contains(msg+out, "not_served") {
+			// A store that does not serve windows yet keeps nothing of one.
+			if out, code, msg := cliOut(server, "limits", "get", name); code != 1 || !strings.Contains(msg+out, "limit_not_found") {
+				t.Fatalf("limits get of a window not served: exit %d %s %s", code, msg, out)
+			}
+			return
+		}
+	}
 	var l api.Limit
 	cli(0, &l, append([]string{"limits", "put", name, "--capacity", "100"}, k.flags...)...)
 	limit("limits put", l)

@@ -63,13 +63,18 @@ func limitDoc(l client.Limit) api.Limit {
 			d.Period.StartDay = &sd
 		}
 	}
+	if l.Window != nil {
+		d.Window = &api.Window{Length: api.Duration(l.Window.Length), Precision: api.Duration(l.Window.Precision)}
+	}
 	return d
 }
 
-// rule says in words how a limit refills: "5000 per 720h" or "per month
-// from day 1, Europe/Berlin".
+// rule says in words how a limit refills: "5000 per 720h", "per month
+// from day 1, Europe/Berlin" or "in any 1m (slots of 1s)".
 func rule(l client.Limit) string {
 	switch {
+	case l.Window != nil:
+		return "in any " + api.Duration(l.Window.Length).String() + " (slots of " + api.Duration(l.Window.Precision).String() + ")"
 	case l.Period != nil:
 		s := "per " + string(l.Period.Every)
 		switch l.Period.Every {

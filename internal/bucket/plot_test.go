@@ -77,7 +77,7 @@ func periodPlot(t *testing.T) []byte {
 	}
 	for m := from; !m.After(to); m = m.AddDate(0, 1, 0) {
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/><text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n",
-			x(m), top, x(m), h-bottom, x(m), h-bottom+14, m.Format("1 Jan"))
+			x(m), top, x(m), h-bottom, x(m), h-bottom+14, m.Format("2 Jan"))
 	}
 	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black" stroke-dasharray="4 3"/>`+"\n", left, y(5000), w-right, y(5000))
 	colors := []string{"#d95f02", "#1b9e77"}

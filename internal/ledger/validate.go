@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"time"
+
+	"github.com/budgetd/budgetd/api"
 	"unicode/utf8"
 
 	"github.com/budgetd/budgetd/internal/calendar"
@@ -232,32 +234,18 @@ func clip(s string) string {
 	return s
 }
 
-// Bounds of a rolling window (SPEC "Rolling windows").
+// Bounds of a rolling window (SPEC "Rolling windows"), shared with the
+// wire contract (package api).
 const (
-	MinWindow      = time.Second
-	MaxWindow      = 8760 * time.Hour
-	MaxWindowSlots = 1000
-	// minDefaultSlots is the fewest slots a default precision gives.
-	minDefaultSlots = 60
+	MinWindow      = api.MinWindow
+	MaxWindow      = api.MaxWindow
+	MaxWindowSlots = api.MaxWindowSlots
 )
 
-// precisionLadder is where a window's default precision is taken from: the
-// largest of them that divides the length into at least minDefaultSlots.
-var precisionLadder = []time.Duration{
-	24 * time.Hour, time.Hour, 10 * time.Minute, time.Minute, 10 * time.Second,
-	time.Second, 100 * time.Millisecond, 10 * time.Millisecond, time.Millisecond,
-}
-
-// DefaultPrecision returns the default precision of a window of length: the
-// largest of 24h, 1h, 10m, 1m, 10s, 1s, 100ms, 10ms and 1ms that divides it
-// into at least 60 slots (and at most 1000), and false when none does.
+// DefaultPrecision returns the default precision of a window of length
+// (api.DefaultPrecision), false when none fits.
 func DefaultPrecision(length time.Duration) (time.Duration, bool) {
-	for _, p := range precisionLadder {
-		if length%p == 0 && length/p >= minDefaultSlots && length/p <= MaxWindowSlots {
-			return p, true
-		}
-	}
-	return 0, false
+	return api.DefaultPrecision(length)
 }
 
 // ValidateWindow checks a window as a caller wrote it (precision 0: not

@@ -86,7 +86,7 @@ func boolArg(b bool) string {
 // the old rate (one script call per non-empty bucket, see settleLimit).
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
 	if l.Window != nil {
-		return ledger.Limit{}, fmt.Errorf("window limit %q on Redis: %w", l.Name, ledger.ErrKindNotServed)
+		return ledger.Limit{}, fmt.Errorf("window limit %q on Redis: %w", l.Name, ledger.ErrNotServed)
 	}
 	_, err := retryStale(ctx, s, func(ctx context.Context) (struct{}, error) {
 		prev, err := s.fetchLimit(ctx, l.Name)

@@ -356,7 +356,7 @@ func testMatrix(t *testing.T, factory Factory) {
 }
 
 // servesWindows reports whether the store serves window limits. A store
-// that does not yet must refuse one with ledger.ErrKindNotServed and keep
+// that does not yet must refuse one with ledger.ErrNotServed and keep
 // nothing of it; it fails the test otherwise.
 func servesWindows(t *testing.T, factory Factory) bool {
 	t.Helper()
@@ -369,8 +369,8 @@ func servesWindows(t *testing.T, factory Factory) bool {
 	switch {
 	case err == nil:
 		return true
-	case !errors.Is(err, ledger.ErrKindNotServed):
-		t.Fatalf("PutLimit of a window: %v, want it stored or ledger.ErrKindNotServed", err)
+	case !errors.Is(err, ledger.ErrNotServed):
+		t.Fatalf("PutLimit of a window: %v, want it stored or ledger.ErrNotServed", err)
 	}
 	if _, err := store.GetLimit(ctx, "probe"); !errors.Is(err, ledger.ErrLimitNotFound) {
 		t.Fatalf("a window limit that was refused: GetLimit answers %v, want not found", err)

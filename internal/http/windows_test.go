@@ -1,0 +1,195 @@
+package http_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	wire "github.com/budgetd/budgetd/api"
+	"github.com/shopspring/decimal"
+)
+
+// servesWindows puts a window limit and reports whether the store serves
+// them; a store that does not yet must answer 501 not_served and
+// change nothing.
+func servesWindows(t *testing.T, a *api, name, body string) (response, bool) {
+	t.Helper()
+	before := a.do("GET", "/v1/limits/"+name, "")
+	r := a.do("PUT", "/v1/limits/"+name, body)
+	if r.status == 501 && r.str("code") == "not_served" {
+		if after := a.do("GET", "/v1/limits/"+name, ""); after.status != before.status || after.raw != before.raw {
+			t.Fatalf("a refused window changed the limit:\n%s\n%s", before.raw, after.raw)
+		}
+		return r, false
+	}
+	if r.status != 200 {
+		t.Fatalf("PUT %s: %d %s", name, r.status, r.raw)
+	}
+	return r, true
+}
+
+// TestWindowLogins follows the README's "5 failed logins per minute": the
+// sixth in a minute is denied until the first one's slot ages out, the
+// RateLimit fields give the window, and a period's bounds are null.
+func TestWindowLogins(t *testing.T) {
+	eachStore(t, func(t *testing.T, a *api) {
+		start := time.Date(2026, 3, 15, 12, 0, 0, 0, time.UTC)
+		a.clock.Set(start)
+		r, ok := servesWindows(t, a, "logins", `{"capacity":"5","window":{"length":"1m"}}`)
+		if !ok {
+			return
+		}
+		w, _ := r.body["window"].(map[string]any)
+		if w["length"] != "1m" || w["precision"] != "1s" || r.body["leak"] != nil || r.body["period"] != nil ||
+			!strings.Contains(r.raw, `"leak":null`) || !strings.Contains(r.raw, `"period":null`) {
+			t.Fatalf("limit document: %s", r.raw)
+		}
+		bucket := "/v1/limits/logins/buckets/alice"
+		a.expect("POST", bucket+"/fillup", `{"cost":"1"}`, 200)
+		a.clock.Set(start.Add(20 * time.Second))
+		for range 3 {
+			a.expect("POST", bucket+"/fillup", `{"cost":"1"}`, 200)
+		}
+		a.clock.Set(start.Add(40*time.Second + 500*time.Millisecond))
+		fifth := a.expect("POST", bucket+"/fillup", `{"cost":"1"}`, 200)
+		rl, _ := rateLimits(t, fifth)
+		// The last charge (slot 40s) counts until 101s: 60.5s from now.
+		if got := rl["logins"]; got.q != 5 || got.w != 60 || got.r != 0 || !got.hasT || got.t != 61 {
+			t.Fatalf("RateLimit of the fifth: %+v (%q %q)", got, fifth.header.Get("RateLimit-Policy"), fifth.header.Get("RateLimit"))
+		}
+		if fifth.body["period_start"] != nil || fifth.body["resets_at"] != nil {
+			t.Fatalf("a window decision has period bounds: %s", fifth.raw)
+		}
+		a.clock.Set(start.Add(45 * time.Second))
+		sixth := a.expect("POST", bucket+"/fillup", `{"cost":"1"}`, 429)
+		// The first charge (slot 0s) counts until 61s.
+		if sixth.str("retry_after") != "16" || sixth.header.Get("Retry-After") != "16" || sixth.str("level") != "5" {
+			t.Fatalf("sixth login: Retry-After %q: %s", sixth.header.Get("Retry-After"), sixth.raw)
+		}
+		if rl, _ := rateLimits(t, sixth); rl["logins"].t != 16 {
+			t.Fatalf("RateLimit t of the denial: %+v", rl["logins"])
+		}
+		a.clock.Set(start.Add(61*time.Second - time.Microsecond))
+		if c := a.expect("GET", bucket+"/can-accept?cost=1", "", 200); c.body["accepted"] != false || c.str("retry_after") != "0.000001" {
+			t.Fatalf("a microsecond early: %s", c.raw)
+		}
+		a.clock.Set(start.Add(61 * time.Second))
+		if c := a.expect("POST", bucket+"/fillup", `{"cost":"1"}`, 200); c.str("level") != "5" {
+			t.Fatalf("after the first aged out: %s", c.raw)
+		}
+		// Two minutes later nothing counts; the bucket state says so.
+		a.clock.Set(start.Add(3 * time.Minute))
+		if st := a.expect("GET", bucket, "", 200); st.str("level") != "0" || st.str("remaining") != "5" {
+			t.Fatalf("state after the window: %s", st.raw)
+		}
+	})
+}
+
+// TestWindowCardSpend follows the README's "10,000.00 in any 30 days":
+// spend on day 1 and day 15 fills the window; on day 29 a cent is denied
+// until day 1's spend stops counting, an hour-slot after 30 days.
+func TestWindowCardSpend(t *testing.T) {
+	eachStore(t, func(t *testing.T, a *api) {
+		day := func(n int) time.Time { return time.Date(2026, 4, 1, 9, 30, 0, 0, time.UTC).AddDate(0, 0, n-1) }
+		a.clock.Set(day(1))
+		if _, ok := servesWindows(t, a, "card-spend", `{"capacity":"10000.00","window":{"length":"720h","precision":"1h"},"history":true}`); !ok {
+			return
+		}
+		bucket := "/v1/limits/card-spend/buckets/card-42"
+		a.expect("POST", bucket+"/fillup", `{"cost":"9000.00","meta":{"order":"o-1"}}`, 200)
+		a.clock.Set(day(15))
+		a.expect("POST", bucket+"/fillup", `{"cost":"1000.00"}`, 200)
+		a.clock.Set(day(29))
+		denied := a.expect("POST", bucket+"/fillup", `{"cost":"0.01"}`, 429)
+		// Day 1's 9,000 was charged in the slot 09:00–10:00; it counts until
+		// 10:00 thirty days later: day 31 at 10:00, 2 days and 30 minutes on.
+		if denied.str("retry_after") != "174600" {
+			t.Fatalf("a cent on day 29: %s", denied.raw)
+		}
+		a.clock.Set(day(31).Add(30 * time.Minute))
+		ok := a.expect("POST", bucket+"/fillup", `{"cost":"9000.00"}`, 200)
+		if ok.str("level") != "10000" {
+			t.Fatalf("day 31: %s", ok.raw)
+		}
+		h := a.expect("GET", bucket+"/history", "", 200)
+		items, _ := h.body["items"].([]any)
+		if len(items) != 3 {
+			t.Fatalf("history: %s", h.raw)
+		}
+	})
+}
+
+// TestWindowSwitch puts a leaky limit, charges it, and switches it to a
+// window: the level as of the PUT is kept as one charge made then, which
+// stops counting a window later.
+func TestWindowSwitch(t *testing.T) {
+	eachStore(t, func(t *testing.T, a *api) {
+		start := time.Date(2026, 3, 15, 12, 0, 0, 0, time.UTC)
+		a.clock.Set(start)
+		a.limit("flex", "10", "1", "1s")
+		bucket := "/v1/limits/flex/buckets/k"
+		a.expect("POST", bucket+"/fillup", `{"cost":"10"}`, 200)
+		a.clock.Set(start.Add(4 * time.Second)) // leaked to 6
+		if _, ok := servesWindows(t, a, "flex", `{"capacity":"10","window":{"length":"10s"}}`); !ok {
+			return
+		}
+		if st := a.expect("GET", bucket, "", 200); st.str("level") != "6" {
+			t.Fatalf("after the switch: %s", st.raw)
+		}
+		a.clock.Set(start.Add(13 * time.Second))
+		if st := a.expect("GET", bucket, "", 200); st.str("level") != "6" {
+			t.Fatalf("the kept level counts for the window: %s", st.raw)
+		}
+		// Slot of 100ms from 4s: counts until 14.1s.
+		a.clock.Set(start.Add(14100 * time.Millisecond))
+		if st := a.expect("GET", bucket, "", 200); st.str("level") != "0" {
+			t.Fatalf("a window after the switch: %s", st.raw)
+		}
+	})
+}
+
+// TestWindowValidationAgrees sends malformed windows to budgetd and to the
+// wire contract's own validation (which the Go client runs before it
+// sends): both refuse each with invalid_request naming the same field, and
+// a good one passes both.
+func TestWindowValidationAgrees(t *testing.T) {
+	cases := []struct {
+		window wire.WindowPut
+		field  string
+	}{
+		{wire.WindowPut{Length: wire.Duration(999 * time.Millisecond)}, "window.length"},
+		{wire.WindowPut{Length: wire.Duration(8761 * time.Hour)}, "window.length"},
+		{wire.WindowPut{Length: wire.Duration(time.Second + time.Nanosecond)}, "window.length"},
+		{wire.WindowPut{Length: wire.Duration(time.Minute), Precision: wire.Duration(7 * time.Second)}, "window.precision"},
+		{wire.WindowPut{Length: wire.Duration(time.Hour), Precision: wire.Duration(time.Millisecond)}, "window.precision"},
+		{wire.WindowPut{Length: wire.Duration(time.Minute), Precision: wire.Duration(2 * time.Minute)}, "window.precision"},
+		{wire.WindowPut{Length: wire.Duration(time.Second + 100*time.Microsecond)}, "window.precision"},
+		{wire.WindowPut{Length: wire.Duration(1200 * time.Hour)}, "window.precision"}, // 1h gives 1200 slots, 24h only 50
+		{wire.WindowPut{Length: wire.Duration(1200 * time.Hour), Precision: wire.Duration(2 * time.Hour)}, ""},
+		{wire.WindowPut{Length: wire.Duration(8760 * time.Hour)}, ""},
+		{wire.WindowPut{Length: wire.Duration(time.Second)}, ""},
+	}
+	eachStore(t, func(t *testing.T, a *api) {
+		for _, tc := range cases {
+			put := wire.LimitPut{Capacity: decimal.NewFromInt(5), Window: &tc.window}
+			b, _ := json.Marshal(put)
+			r := a.do("PUT", "/v1/limits/w", string(b))
+			err := put.Validate()
+			if tc.field == "" {
+				if err != nil || (r.status != 200 && r.str("code") != "not_served") {
+					t.Errorf("%s: budgetd %d %s, client %v; want both to take it", b, r.status, r.raw, err)
+				}
+				continue
+			}
+			var p *wire.Problem
+			if !errors.As(err, &p) || p.Code != wire.CodeInvalidRequest || p.Field != tc.field {
+				t.Errorf("%s: the client's validation says %v, want invalid_request on %s", b, err, tc.field)
+			}
+			if r.status != 400 || r.str("code") != "invalid_request" || r.str("field") != tc.field {
+				t.Errorf("%s: budgetd %d %s, want 400 invalid_request on %s", b, r.status, r.raw, tc.field)
+			}
+		}
+	})
+}
