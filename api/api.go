@@ -72,6 +72,8 @@ type Limit struct {
 	Window *Window `json:"window"`
 	// History says whether the limit records history entries.
 	History bool `json:"history"`
+	// RecordDenials says whether a denial writes a denied history entry.
+	RecordDenials bool `json:"record_denials"`
 	// CreatedAt is when the limit was first created.
 	CreatedAt Time `json:"created_at"`
 	// UpdatedAt is when the limit was last written.
@@ -145,6 +147,9 @@ type LimitPut struct {
 	Period *PeriodPut `json:"period,omitempty"`
 	// Window makes the limit a rolling window.
 	Window *WindowPut `json:"window,omitempty"`
+	// RecordDenials makes a denied Fillup, Reserve or multi-bucket item
+	// write a denied history entry; nil is the default (false).
+	RecordDenials *bool `json:"record_denials,omitempty"`
 	// History says whether the limit records history; nil is the default
 	// (true).
 	History *bool `json:"history,omitempty"`
@@ -189,6 +194,11 @@ type Decision struct {
 	// ResetsAt is when the current period ends and the level starts again
 	// from zero; nil for another kind.
 	ResetsAt *Time `json:"resets_at"`
+	// EntryID is the id of the history entry the call wrote (the reference
+	// number to quote): the fillup, drain or reserved entry, or the denied
+	// entry of a limit that records denials; nil when none was written,
+	// and always for CanAccept.
+	EntryID *string `json:"entry_id"`
 }
 
 // RetryAfterDuration returns RetryAfter as a duration, rounded up to the
@@ -315,6 +325,9 @@ const (
 	EventReleased Event = "released"
 	// EventExpired is a hold expired (the held amount).
 	EventExpired Event = "expired"
+	// EventDenied is a denied Fillup, Reserve or multi-bucket item of a limit
+	// that records denials (the amount asked).
+	EventDenied Event = "denied"
 )
 
 // Meta is what a caller says of an event (an order id, a user, a job),

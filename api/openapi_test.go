@@ -290,7 +290,7 @@ func TestOpenAPIEnumsMatchTheConstants(t *testing.T) {
 	for name, tc := range map[string]struct{ got, want []string }{
 		"ProblemCode":        {enum(o.schemas["ProblemCode"]), strs(codes...)},
 		"Period.every":       {enum(props("Period")["every"]), strs(string(api.Day), string(api.Week), string(api.Month), string(api.Quarter), string(api.Year))},
-		"HistoryEntry.event": {enum(props("HistoryEntry")["event"]), strs(string(api.EventFillup), string(api.EventDrain), string(api.EventReserved), string(api.EventCommitted), string(api.EventReleased), string(api.EventExpired))},
+		"HistoryEntry.event": {enum(props("HistoryEntry")["event"]), strs(string(api.EventFillup), string(api.EventDrain), string(api.EventReserved), string(api.EventCommitted), string(api.EventReleased), string(api.EventExpired), string(api.EventDenied))},
 		"Reservation.state":  {enum(props("Reservation")["state"]), strs(string(api.Active), string(api.Committed), string(api.Released), string(api.Expired))},
 	} {
 		if !slices.Equal(tc.got, tc.want) {

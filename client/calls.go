@@ -218,7 +218,7 @@ func (c *Client) Drain(ctx context.Context, limit, key string, amt decimal.Decim
 		return Drained{}, err
 	}
 	b := Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: optTime(d.UpdatedAt), PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt)}
-	return Drained{Removed: d.Removed, Bucket: b}, nil
+	return Drained{Removed: d.Removed, Bucket: b, EntryID: optString(d.EntryID)}, nil
 }
 
 // Reserve holds amount in the bucket for ttl (0: the server's default, 5m)

@@ -65,6 +65,11 @@ type Decision struct {
 	// one.
 	PeriodStart *time.Time
 	ResetsAt    *time.Time
+	// EntryID is the id of the history entry the call wrote (the reference
+	// number to quote): the fillup or reserved entry, or the denied entry
+	// of a limit that records denials; "" when none was written (and for
+	// CanAccept).
+	EntryID string
 	// RateLimitPolicy and RateLimit are the answer's IETF RateLimit header
 	// fields as budgetd sent them, for passing on to an end user.
 	RateLimitPolicy string
@@ -75,7 +80,16 @@ func decisionOfDoc(d api.Decision) Decision {
 	return Decision{
 		Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity,
 		RetryAfter: d.RetryAfterDuration(), NeverFits: d.NeverFits, PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt),
+		EntryID: optString(d.EntryID),
 	}
+}
+
+// optString is a string that may be absent, "" when it is.
+func optString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // optTime is a time that may be absent, as a *time.Time.
@@ -98,10 +112,13 @@ type Limit struct {
 	Period *Period
 	// Window is the rolling window of a window limit; nil for another
 	// kind.
-	Window    *Window
-	History   bool
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Window  *Window
+	History bool
+	// RecordDenials: a denied Fillup, Reserve or multi-bucket item writes a
+	// denied history entry.
+	RecordDenials bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
 
 // Kind is the kind of the limit: api.KindLeak, api.KindPeriod or
@@ -150,7 +167,7 @@ type Period struct {
 }
 
 func limitOfDoc(d api.Limit) Limit {
-	l := Limit{Name: d.Name, Capacity: d.Capacity, History: d.History, CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time}
+	l := Limit{Name: d.Name, Capacity: d.Capacity, History: d.History, RecordDenials: d.RecordDenials, CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time}
 	if d.Leak != nil {
 		l.Leak = &Leak{Amount: d.Leak.Amount, Per: time.Duration(d.Leak.Per)}
 	}
@@ -182,11 +199,14 @@ type LimitSpec struct {
 	// History says whether the limit records history; nil means the
 	// default (true).
 	History *bool
+	// RecordDenials makes a denial write a denied history entry; nil means
+	// the default (false).
+	RecordDenials *bool
 }
 
 // doc is the PUT body of the spec.
 func (s LimitSpec) doc() api.LimitPut {
-	p := api.LimitPut{Capacity: s.Capacity, History: s.History}
+	p := api.LimitPut{Capacity: s.Capacity, History: s.History, RecordDenials: s.RecordDenials}
 	if s.Leak != nil {
 		p.Leak = &api.Leak{Amount: s.Leak.Amount, Per: api.Duration(s.Leak.Per)}
 	}
@@ -283,13 +303,15 @@ type Resolved struct {
 type Drained struct {
 	Removed decimal.Decimal
 	Bucket  Bucket
+	// EntryID is the drain's history entry, "" when nothing was removed.
+	EntryID string
 }
 
 // Entry is one history entry.
 type Entry struct {
 	ID            string
 	Time          time.Time
-	Event         api.Event // fillup, drain, reserved, committed, released, expired
+	Event         api.Event // fillup, drain, reserved, committed, released, expired, denied
 	Amount        decimal.Decimal
 	ReservationID string
 	Meta          map[string]string

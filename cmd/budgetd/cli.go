@@ -65,6 +65,8 @@ Operator commands (on a running budgetd):
   budgetd limits put NAME --capacity C --window LENGTH [--precision P] [--history=false]
                                                        create or update a rolling window: at most C in any
                                                        span of LENGTH, e.g. --capacity 5 --window 1m
+                                                       any put takes --record-denials: a denied charge or hold
+                                                       writes a denied history entry
   budgetd limits delete NAME                           delete a limit with its buckets and history
   budgetd check LIMIT KEY [COST]                       a bucket's state, or CanAccept of COST (changes nothing)
   budgetd fillup LIMIT KEY COST                        charge COST
@@ -124,6 +126,7 @@ type cli struct {
 	startDay          int
 	window, precision time.Duration
 	history           bool
+	recordDenials     bool
 	ttl               time.Duration
 	overrun           bool
 	meta              metaFlag
@@ -160,6 +163,7 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.DurationVar(&c.window, "window", 0, "")
 	fs.DurationVar(&c.precision, "precision", 0, "")
 	fs.BoolVar(&c.history, "history", true, "")
+	fs.BoolVar(&c.recordDenials, "record-denials", false, "")
 	fs.DurationVar(&c.ttl, "ttl", 0, "")
 	fs.BoolVar(&c.overrun, "overrun", false, "")
 	fs.Var(c.meta, "meta", "")
@@ -481,8 +485,8 @@ func (c *cli) limitsPut(ctx context.Context, cl *client.Client) error {
 	if err != nil {
 		return err
 	}
-	history := c.history
-	spec := client.LimitSpec{Capacity: capacity, History: &history}
+	history, denials := c.history, c.recordDenials
+	spec := client.LimitSpec{Capacity: capacity, History: &history, RecordDenials: &denials}
 	if c.period == "" && (c.tz != "" || c.startDay != 0) {
 		return usageError{"--tz and --start-day go with --period"}
 	}

@@ -53,7 +53,7 @@ func (c *cli) table(header string, rows [][]string) {
 
 // limitDoc is l as budgetd's limit document.
 func limitDoc(l client.Limit) api.Limit {
-	d := api.Limit{Name: l.Name, Capacity: l.Capacity, History: l.History, CreatedAt: api.NewTime(l.CreatedAt), UpdatedAt: api.NewTime(l.UpdatedAt)}
+	d := api.Limit{Name: l.Name, Capacity: l.Capacity, History: l.History, RecordDenials: l.RecordDenials, CreatedAt: api.NewTime(l.CreatedAt), UpdatedAt: api.NewTime(l.UpdatedAt)}
 	if l.Leak != nil {
 		d.Leak = &api.Leak{Amount: l.Leak.Amount, Per: api.Duration(l.Leak.Per)}
 	}

@@ -293,6 +293,17 @@ func Resolve(l Limit, s State, now time.Time, i int, charge Amount) State {
 	return ns
 }
 
+// Charge settles s to now and adds amount to it without a check: what an
+// accepted Fillup or a commit did, for a replay of a bucket's history.
+func Charge(l Limit, s State, now time.Time, amount Amount) State {
+	ns := settle(l, s, now)
+	ns.Level = ns.Level.Add(amount)
+	if l.Window != nil {
+		ns.Slots = chargeSlot(l.Window, ns.Slots, s.Updated, micros(now), amount)
+	}
+	return ns
+}
+
 // Drain lowers the level by amount, clamped at zero, and returns what was
 // actually removed and the new state. A zero amount, or a bucket whose level
 // is zero now, changes nothing.

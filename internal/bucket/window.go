@@ -184,3 +184,20 @@ func WindowEnd(l Limit, s State, now time.Time) time.Time {
 	}
 	return time.UnixMicro(end).UTC()
 }
+
+// SlotEnds returns, oldest first, the instants at which the charges of a
+// window bucket stop counting, one per slot that counts at its last write
+// (nil for a limit that is not a window): where its level drops.
+func SlotEnds(l Limit, s State) []time.Time {
+	if l.Window == nil {
+		return nil
+	}
+	ne := micros(s.Updated)
+	var out []time.Time
+	for _, sl := range windowSlots(l.Window, &s) {
+		if e := l.Window.expiry(sl.Index); e > ne && sl.Sum.Sign() > 0 {
+			out = append(out, time.UnixMicro(e).UTC())
+		}
+	}
+	return out
+}

@@ -67,7 +67,7 @@ func (s *server) check(c echo.Context, ref ledger.BucketRef, text string) error 
 	d := res.Decision
 	s.m.decided(ref.Limit, "check", d, cost, false)
 	setRateLimit(c, quotaOf(ref.Limit, res.Limit, d))
-	writeDecision(c, http.StatusOK, d)
+	writeDecision(c, http.StatusOK, d, "")
 	return nil
 }
 
@@ -111,10 +111,10 @@ func (s *server) fillup(c echo.Context) error {
 	setRateLimit(c, quotaOf(ref.Limit, res.Limits[0], d))
 	if !res.Accepted {
 		setRetryAfter(c, d)
-		writeDecision(c, http.StatusTooManyRequests, d)
+		writeDecision(c, http.StatusTooManyRequests, d, res.EntryIDs[0])
 		return nil
 	}
-	writeDecision(c, http.StatusOK, d)
+	writeDecision(c, http.StatusOK, d, res.EntryIDs[0])
 	return nil
 }
 
@@ -208,7 +208,7 @@ func (s *server) multiFillup(c echo.Context) error {
 	view := multiView{Accepted: res.Accepted, Items: make([]itemView, len(items))}
 	qs := make([]quota, len(items))
 	for i, d := range res.Items {
-		view.Items[i] = itemView{Limit: items[i].Bucket.Limit, Key: items[i].Bucket.Key, decisionView: viewDecision(d)}
+		view.Items[i] = itemView{Limit: items[i].Bucket.Limit, Key: items[i].Bucket.Key, decisionView: viewDecision(d, res.EntryIDs[i])}
 		qs[i] = quotaOf(items[i].Bucket.Limit, res.Limits[i], d)
 	}
 	setRateLimit(c, qs...)
@@ -265,7 +265,7 @@ func (s *server) drain(c echo.Context) error {
 		slog.Bool("replayed", res.Replayed))
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, drainView{
 		decisionView: decisionView{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity,
-			PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt},
+			PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt, EntryID: optString(res.EntryID)},
 		UpdatedAt: b.UpdatedAt,
 		Removed:   res.Removed.String(),
 	})

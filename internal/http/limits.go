@@ -83,11 +83,13 @@ type limitBody struct {
 		Amount jsonAmount   `json:"amount"`
 		Per    jsonDuration `json:"per"`
 	} `json:"leak"`
-	Period    json.RawMessage `json:"period"`
-	Window    json.RawMessage `json:"window"`
-	History   *bool           `json:"history"`
-	CreatedAt json.RawMessage `json:"created_at"`
-	UpdatedAt json.RawMessage `json:"updated_at"`
+	Period  json.RawMessage `json:"period"`
+	Window  json.RawMessage `json:"window"`
+	History *bool           `json:"history"`
+	// RecordDenials defaults to false.
+	RecordDenials *bool           `json:"record_denials"`
+	CreatedAt     json.RawMessage `json:"created_at"`
+	UpdatedAt     json.RawMessage `json:"updated_at"`
 }
 
 func (s *server) putLimit(c echo.Context) error {
@@ -157,6 +159,9 @@ func (s *server) putLimit(c echo.Context) error {
 	}
 	if body.History != nil {
 		spec.History = *body.History
+	}
+	if body.RecordDenials != nil {
+		spec.RecordDenials = *body.RecordDenials
 	}
 	ctx := c.Request().Context()
 	before, err := s.svc.GetLimit(ctx, name)

@@ -60,12 +60,14 @@ func TestAppendDecision(t *testing.T) {
 		{Accepted: true, Level: a("12.37"), Capacity: a("5000"), Remaining: a("4987.63"), PeriodStart: at, ResetsAt: at.AddDate(0, 1, 0)},
 		{Level: a("5000"), Capacity: a("5000"), RetryAfter: bucket.MicrosOf(1), PeriodStart: at, ResetsAt: at.AddDate(0, 1, 0)},
 	} {
-		want, err := json.Marshal(viewDecision(d))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := appendDecision(nil, d); string(got) != string(want) {
-			t.Errorf("%d:\n got %s\nwant %s", i, got, want)
+		for _, entry := range []string{"", "1843"} {
+			want, err := json.Marshal(viewDecision(d, entry))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := appendDecision(nil, d, entry); string(got) != string(want) {
+				t.Errorf("%d (entry %q):\n got %s\nwant %s", i, entry, got, want)
+			}
 		}
 	}
 }

@@ -63,9 +63,14 @@ type decisionView struct {
 	// limit; null for a leaky one.
 	PeriodStart *string `json:"period_start"`
 	ResetsAt    *string `json:"resets_at"`
+	// EntryID is the history entry the call wrote, null for none (and for
+	// CanAccept, which writes nothing).
+	EntryID *string `json:"entry_id"`
 }
 
-func viewDecision(d bucket.Decision) decisionView {
+// viewDecision is d as clients read it, with the id of the history entry
+// the call wrote ("" for none).
+func viewDecision(d bucket.Decision, entryID string) decisionView {
 	v := decisionView{
 		Accepted:  d.Accepted,
 		Level:     d.Level.String(),
@@ -76,6 +81,7 @@ func viewDecision(d bucket.Decision) decisionView {
 
 		PeriodStart: optTime(d.PeriodStart),
 		ResetsAt:    optTime(d.ResetsAt),
+		EntryID:     optString(entryID),
 	}
 	if !d.Accepted && !d.NeverFits {
 		s := d.RetryAfter.String()
@@ -87,19 +93,27 @@ func viewDecision(d bucket.Decision) decisionView {
 // bufPool holds the buffers answers are encoded into.
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
+// optString is s, nil when empty.
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
 // writeDecision answers with one decision as JSON: what writeJSON writes of
-// viewDecision(d), byte for byte, encoded without reflection into a pooled
-// buffer (the answer of every single-bucket Fillup and CanAccept).
-func writeDecision(c echo.Context, status int, d bucket.Decision) {
+// viewDecision(d, entryID), byte for byte, encoded without reflection into a
+// pooled buffer (the answer of every single-bucket Fillup and CanAccept).
+func writeDecision(c echo.Context, status int, d bucket.Decision, entryID string) {
 	bp := bufPool.Get().(*[]byte)
-	b := append(appendDecision((*bp)[:0], d), '\n')
+	b := append(appendDecision((*bp)[:0], d, entryID), '\n')
 	_ = c.Blob(status, echo.MIMEApplicationJSON, b)
 	*bp = b
 	bufPool.Put(bp)
 }
 
-// appendDecision appends the JSON of viewDecision(d).
-func appendDecision(b []byte, d bucket.Decision) []byte {
+// appendDecision appends the JSON of viewDecision(d, entryID).
+func appendDecision(b []byte, d bucket.Decision, entryID string) []byte {
 	b = append(b, `{"accepted":`...)
 	b = strconv.AppendBool(b, d.Accepted)
 	b = append(b, `,"level":"`...)
@@ -122,6 +136,13 @@ func appendDecision(b []byte, d bucket.Decision) []byte {
 	b = appendOptTime(b, d.PeriodStart)
 	b = append(b, `,"resets_at":`...)
 	b = appendOptTime(b, d.ResetsAt)
+	b = append(b, `,"entry_id":`...)
+	if entryID == "" {
+		b = append(b, "null"...)
+	} else {
+		// Entry ids are store-made digits and letters: nothing to escape.
+		b = append(append(append(b, '"'), entryID...), '"')
+	}
 	return append(b, '}')
 }
 
@@ -231,14 +252,16 @@ func viewReservation(r ledger.Reservation) reservationView {
 // limitView is a limit document: exactly one of leak and period is set, the
 // other is null.
 type limitView struct {
-	Name      string      `json:"name"`
-	Capacity  string      `json:"capacity"`
-	Leak      *leakView   `json:"leak"`
-	Period    *periodView `json:"period"`
-	Window    *windowView `json:"window"`
-	History   bool        `json:"history"`
-	CreatedAt string      `json:"created_at"`
-	UpdatedAt string      `json:"updated_at"`
+	Name     string      `json:"name"`
+	Capacity string      `json:"capacity"`
+	Leak     *leakView   `json:"leak"`
+	Period   *periodView `json:"period"`
+	Window   *windowView `json:"window"`
+	History  bool        `json:"history"`
+	// RecordDenials: a denial writes a denied history entry.
+	RecordDenials bool   `json:"record_denials"`
+	CreatedAt     string `json:"created_at"`
+	UpdatedAt     string `json:"updated_at"`
 }
 
 // windowView is a rolling window with the precision in force.
@@ -261,11 +284,12 @@ type periodView struct {
 
 func viewLimit(l ledger.Limit) limitView {
 	v := limitView{
-		Name:      l.Name,
-		Capacity:  l.Capacity.String(),
-		History:   l.History,
-		CreatedAt: formatTime(l.CreatedAt),
-		UpdatedAt: formatTime(l.UpdatedAt),
+		Name:          l.Name,
+		Capacity:      l.Capacity.String(),
+		History:       l.History,
+		RecordDenials: l.RecordDenials,
+		CreatedAt:     formatTime(l.CreatedAt),
+		UpdatedAt:     formatTime(l.UpdatedAt),
 	}
 	if l.Period != nil {
 		p := periodView{Every: l.Period.Every, TZ: l.Period.TZ}

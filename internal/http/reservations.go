@@ -59,9 +59,9 @@ func (s *server) reserve(c echo.Context) error {
 	}
 	setRateLimit(c, quotaOf(ref.Limit, res.Limit, res.Decision))
 	if !res.Decision.Accepted {
-		return writeDenied(c, viewDecision(res.Decision), res.Decision)
+		return writeDenied(c, viewDecision(res.Decision, res.EntryID), res.Decision)
 	}
-	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, reservedView{viewReservation(res.Reservation), viewDecision(res.Decision)})
+	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, reservedView{viewReservation(res.Reservation), viewDecision(res.Decision, res.EntryID)})
 	return nil
 }
 

@@ -11,10 +11,10 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// servesWindows puts a window limit and reports whether the store serves
-// them; a store that does not yet must answer 501 not_served and
-// change nothing.
-func servesWindows(t *testing.T, a *api, name, body string) (response, bool) {
+// served puts a limit and reports whether the store serves what it asks
+// for (a window, record_denials); a store that does not yet must answer 501
+// not_served and change nothing.
+func served(t *testing.T, a *api, name, body string) (response, bool) {
 	t.Helper()
 	before := a.do("GET", "/v1/limits/"+name, "")
 	r := a.do("PUT", "/v1/limits/"+name, body)
@@ -37,7 +37,7 @@ func TestWindowLogins(t *testing.T) {
 	eachStore(t, func(t *testing.T, a *api) {
 		start := time.Date(2026, 3, 15, 12, 0, 0, 0, time.UTC)
 		a.clock.Set(start)
-		r, ok := servesWindows(t, a, "logins", `{"capacity":"5","window":{"length":"1m"}}`)
+		r, ok := served(t, a, "logins", `{"capacity":"5","window":{"length":"1m"}}`)
 		if !ok {
 			return
 		}
@@ -94,7 +94,7 @@ func TestWindowCardSpend(t *testing.T) {
 	eachStore(t, func(t *testing.T, a *api) {
 		day := func(n int) time.Time { return time.Date(2026, 4, 1, 9, 30, 0, 0, time.UTC).AddDate(0, 0, n-1) }
 		a.clock.Set(day(1))
-		if _, ok := servesWindows(t, a, "card-spend", `{"capacity":"10000.00","window":{"length":"720h","precision":"1h"},"history":true}`); !ok {
+		if _, ok := served(t, a, "card-spend", `{"capacity":"10000.00","window":{"length":"720h","precision":"1h"},"history":true}`); !ok {
 			return
 		}
 		bucket := "/v1/limits/card-spend/buckets/card-42"
@@ -132,7 +132,7 @@ func TestWindowSwitch(t *testing.T) {
 		bucket := "/v1/limits/flex/buckets/k"
 		a.expect("POST", bucket+"/fillup", `{"cost":"10"}`, 200)
 		a.clock.Set(start.Add(4 * time.Second)) // leaked to 6
-		if _, ok := servesWindows(t, a, "flex", `{"capacity":"10","window":{"length":"10s"}}`); !ok {
+		if _, ok := served(t, a, "flex", `{"capacity":"10","window":{"length":"10s"}}`); !ok {
 			return
 		}
 		if st := a.expect("GET", bucket, "", 200); st.str("level") != "6" {
@@ -190,6 +190,100 @@ func TestWindowValidationAgrees(t *testing.T) {
 			if r.status != 400 || r.str("code") != "invalid_request" || r.str("field") != tc.field {
 				t.Errorf("%s: budgetd %d %s, want 400 invalid_request on %s", b, r.status, r.raw, tc.field)
 			}
+		}
+	})
+}
+
+// TestLevelsWindow: the level series of a window bucket steps up at each
+// charge and down when its slot stops counting (a minute after the end of
+// the slot).
+func TestLevelsWindow(t *testing.T) {
+	eachStore(t, func(t *testing.T, a *api) {
+		t0 := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+		a.clock.Set(t0)
+		if _, ok := served(t, a, "logins", `{"capacity":"5","window":{"length":"1m"}}`); !ok {
+			return
+		}
+		b := "/v1/limits/logins/buckets/alice"
+		a.expect("POST", b+"/fillup", `{"cost":"2"}`, 200)
+		a.clock.Set(t0.Add(20*time.Second + 500*time.Millisecond))
+		a.expect("POST", b+"/fillup", `{"cost":"3"}`, 200)
+		a.clock.Set(t0.Add(2 * time.Minute))
+		ls, _ := a.levels(b + "/levels?points=3&from=2026-03-01T10:00:00Z")
+		want := `0s 0 0
+0s 2 0 fillup
+0s 2 0
+20.5s 2 0
+20.5s 5 0 fillup
+1m0s 5 0
+1m1s 5 0
+1m1s 3 0
+1m21s 3 0
+1m21s 0 0
+2m0s 0 0
+`
+		if got := ls.points(t, t0); got != want {
+			t.Errorf("points:\n%s\nwant:\n%s", got, want)
+		}
+	})
+}
+
+// TestRecordDenials follows the README: failed logins with every denial
+// recorded. The sixth login is denied and its denied entry, with the
+// caller's meta, is in the history under the entry_id the answer gave;
+// accepted fillups and a drain name their entries too, and CanAccept none.
+func TestRecordDenials(t *testing.T) {
+	eachStore(t, func(t *testing.T, a *api) {
+		start := time.Date(2026, 3, 15, 12, 0, 0, 0, time.UTC)
+		a.clock.Set(start)
+		r, ok := served(t, a, "logins", `{"capacity":"5","window":{"length":"1m"},"record_denials":true}`)
+		if !ok {
+			return
+		}
+		if r.body["record_denials"] != true || r.body["history"] != true {
+			t.Fatalf("limit document: %s", r.raw)
+		}
+		bucket := "/v1/limits/logins/buckets/alice"
+		ids := map[string]bool{}
+		for range 5 {
+			f := a.expect("POST", bucket+"/fillup", `{"cost":"1","meta":{"ip":"10.0.0.1"}}`, 200)
+			if f.str("entry_id") == "" || ids[f.str("entry_id")] {
+				t.Fatalf("accepted fillup: entry_id %q: %s", f.str("entry_id"), f.raw)
+			}
+			ids[f.str("entry_id")] = true
+		}
+		denied := a.expect("POST", bucket+"/fillup", `{"cost":"1","meta":{"ip":"203.0.113.9"}}`, 429, "Idempotency-Key", "login-6")
+		id := denied.str("entry_id")
+		if id == "" || ids[id] {
+			t.Fatalf("denied fillup: entry_id %q: %s", id, denied.raw)
+		}
+		if again := a.expect("POST", bucket+"/fillup", `{"cost":"1","meta":{"ip":"203.0.113.9"}}`, 429, "Idempotency-Key", "login-6"); again.raw != denied.raw {
+			t.Fatalf("replay of the denial:\n%s\n%s", denied.raw, again.raw)
+		}
+		if c := a.expect("GET", bucket+"/can-accept?cost=1", "", 200); c.body["entry_id"] != nil || !strings.Contains(c.raw, `"entry_id":null`) {
+			t.Fatalf("CanAccept: %s", c.raw)
+		}
+		h := a.expect("GET", bucket+"/history", "", 200)
+		items, _ := h.body["items"].([]any)
+		if len(items) != 6 {
+			t.Fatalf("history (the replay must not record again): %s", h.raw)
+		}
+		newest, _ := items[0].(map[string]any)
+		meta, _ := newest["meta"].(map[string]any)
+		if newest["event"] != "denied" || newest["amount"] != "1" || newest["id"] != id || meta["ip"] != "203.0.113.9" {
+			t.Fatalf("newest entry: %v", newest)
+		}
+		if st := a.expect("GET", bucket, "", 200); st.str("level") != "5" {
+			t.Fatalf("state after the denial: %s", st.raw)
+		}
+		d := a.expect("POST", bucket+"/drain", `{"amount":"1"}`, 200)
+		if d.str("entry_id") == "" || d.str("entry_id") == id {
+			t.Fatalf("drain: %s", d.raw)
+		}
+		// A limit without record_denials answers entry_id null on a denial.
+		a.expect("PUT", "/v1/limits/logins", `{"capacity":"4","window":{"length":"1m"}}`, 200)
+		if q := a.expect("POST", bucket+"/fillup", `{"cost":"1"}`, 429); q.body["entry_id"] != nil || !strings.Contains(q.raw, `"entry_id":null`) {
+			t.Fatalf("unrecorded denial: %s", q.raw)
 		}
 	})
 }

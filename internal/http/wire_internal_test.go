@@ -167,10 +167,13 @@ func TestViewsAreTheAPITypes(t *testing.T) {
 
 // apiDecision is d as the api type, built from the exact decimals (not from
 // the lean encoder's text).
-func apiDecision(d bucket.Decision) api.Decision {
+func apiDecision(d bucket.Decision, entryID string) api.Decision {
 	v := api.Decision{
 		Accepted: d.Accepted, Level: d.Level.Decimal(), Held: d.Held.Decimal(), Remaining: d.Remaining.Decimal(),
 		Capacity: d.Capacity.Decimal(), NeverFits: d.NeverFits, PeriodStart: api.OptTime(d.PeriodStart), ResetsAt: api.OptTime(d.ResetsAt),
+	}
+	if entryID != "" {
+		v.EntryID = &entryID
 	}
 	if !d.Accepted && !d.NeverFits {
 		s := d.RetryAfter.Seconds()
@@ -194,12 +197,14 @@ func TestAppendDecisionIsTheAPIType(t *testing.T) {
 		{Level: a("5000"), Capacity: a("5000"), RetryAfter: bucket.MicrosOf(1), PeriodStart: at, ResetsAt: at.AddDate(0, 1, 0)},
 		{Level: a("0.5"), Capacity: a("1"), Remaining: a("0.5"), RetryAfter: bucket.MicrosOf(86_400_000_000_000)},
 	} {
-		want, err := json.Marshal(apiDecision(d))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := appendDecision(nil, d); string(got) != string(want) {
-			t.Errorf("%d:\n got %s\nwant %s", i, got, want)
+		for _, entry := range []string{"", "1843", "01HZX3"} {
+			want, err := json.Marshal(apiDecision(d, entry))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := appendDecision(nil, d, entry); string(got) != string(want) {
+				t.Errorf("%d (entry %q):\n got %s\nwant %s", i, entry, got, want)
+			}
 		}
 	}
 }

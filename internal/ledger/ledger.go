@@ -25,8 +25,12 @@ type Limit struct {
 	Period     *Period
 	Window     *Window
 	History    bool
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	// RecordDenials makes a denied Fillup, Reserve or multi-bucket item
+	// write a denied history entry (when History is on); nothing else of
+	// the bucket changes.
+	RecordDenials bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
 
 // Period is a calendar period as a limit stores it: Every is "day", "week",
@@ -206,6 +210,9 @@ const (
 	EventCommitted Event = "committed"
 	EventReleased  Event = "released"
 	EventExpired   Event = "expired"
+	// EventDenied is a denied Fillup, Reserve or multi-bucket item of a
+	// limit with RecordDenials: the amount asked and the call's meta.
+	EventDenied Event = "denied"
 )
 
 // Entry is one line of a bucket's history. IDs are assigned by the store and

@@ -261,7 +261,14 @@ func (r *replay) until(t time.Time, samples []time.Time, next int) int {
 	}
 	var marks []mark
 	if r.s.Level.Sign() > 0 && !r.s.Updated.IsZero() {
-		if r.l.Period != nil {
+		if r.l.Window != nil {
+			// The level drops each time a slot stops counting.
+			for _, end := range bucket.SlotEnds(r.l, r.s) {
+				if end.Before(t) && !end.Before(r.from) && !end.After(r.to) {
+					marks = append(marks, mark{end, true})
+				}
+			}
+		} else if r.l.Period != nil {
 			// The level drops to zero at the first period start after the
 			// last write.
 			_, end := r.l.Period.Bounds(r.s.Updated)
@@ -277,13 +284,14 @@ func (r *replay) until(t time.Time, samples []time.Time, next int) int {
 	for next < len(samples) && samples[next].Before(t) {
 		at := samples[next]
 		next++
-		if len(marks) > 0 && !marks[0].at.After(at) {
+		same := false
+		for len(marks) > 0 && !marks[0].at.After(at) {
 			r.mark(marks[0].at, marks[0].reset)
-			if marks[0].at.Equal(at) {
-				marks = marks[1:]
-				continue // the mark is this sample
-			}
+			same = same || marks[0].at.Equal(at)
 			marks = marks[1:]
+		}
+		if same {
+			continue // the mark is this sample
 		}
 		r.emit(at, "")
 	}
@@ -313,11 +321,10 @@ func amountsOf(entries []Entry) []bucket.Amount {
 func (r *replay) apply(e Entry, a bucket.Amount) {
 	switch e.Event {
 	case EventFillup:
-		r.settle(e.Time)
-		r.s.Level = r.s.Level.Add(a)
+		r.s = bucket.Charge(r.l, r.s, e.Time, a)
 	case EventDrain:
 		r.settle(e.Time)
-		r.s.Level = bucket.MaxAmount(r.s.Level.Sub(a), bucket.Amount{})
+		_, r.s = bucket.Drain(r.l, r.s, e.Time, a)
 	case EventReserved:
 		r.settle(e.Time)
 		r.holds[e.ReservationID] = a
@@ -325,7 +332,7 @@ func (r *replay) apply(e Entry, a bucket.Amount) {
 	case EventCommitted:
 		r.settle(e.Time)
 		r.unhold(e.ReservationID)
-		r.s.Level = r.s.Level.Add(a)
+		r.s = bucket.Charge(r.l, r.s, e.Time, a)
 	case EventReleased:
 		r.settle(e.Time)
 		r.unhold(e.ReservationID)

@@ -52,6 +52,8 @@ type LimitSpec struct {
 	Period     *Period
 	Window     *Window
 	History    bool
+	// RecordDenials: denials write a denied history entry.
+	RecordDenials bool
 }
 
 // PutLimit creates or updates the limit name.
@@ -62,7 +64,7 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 	if err := checkAmount("capacity", spec.Capacity, true); err != nil {
 		return Limit{}, err
 	}
-	l := Limit{Name: name, Capacity: spec.Capacity, History: spec.History}
+	l := Limit{Name: name, Capacity: spec.Capacity, History: spec.History, RecordDenials: spec.RecordDenials}
 	if spec.Window != nil {
 		if spec.Period != nil {
 			return Limit{}, invalid("invalid_request", "window", "a limit has one of leak, period or window, not several")
@@ -207,7 +209,10 @@ type FillupResult struct {
 	Accepted bool
 	Items    []bucket.Decision
 	// Limits holds, per item, the limit its decision was made under.
-	Limits   []Limit
+	Limits []Limit
+	// EntryIDs holds, per item, the history entry the call wrote for its
+	// bucket, "" for none.
+	EntryIDs []string
 	Replayed bool
 }
 
@@ -251,10 +256,12 @@ func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (F
 	for j, io := range out.Items {
 		decisions[j] = fillupDecision(io.Snapshot, charges[j].Cost, out.Accepted)
 	}
-	res := FillupResult{Accepted: out.Accepted, Items: make([]bucket.Decision, len(items)), Limits: make([]Limit, len(items)), Replayed: out.Replayed}
+	res := FillupResult{Accepted: out.Accepted, Items: make([]bucket.Decision, len(items)), Limits: make([]Limit, len(items)),
+		EntryIDs: make([]string, len(items)), Replayed: out.Replayed}
 	for i := range items {
 		res.Items[i] = decisions[slot[i]]
 		res.Limits[i] = out.Items[slot[i]].Snapshot.Limit
+		res.EntryIDs[i] = out.Items[slot[i]].EntryID
 	}
 	return res, nil
 }
@@ -273,7 +280,8 @@ func (s *Service) fillupOne(ctx context.Context, it Item, idem Idempotency) (Fil
 		return FillupResult{}, fmt.Errorf("store answered %d items for 1 bucket", len(out.Items))
 	}
 	sn := out.Items[0].Snapshot
-	return FillupResult{Accepted: out.Accepted, Items: []bucket.Decision{fillupDecision(sn, it.Cost, out.Accepted)}, Limits: []Limit{sn.Limit}, Replayed: out.Replayed}, nil
+	return FillupResult{Accepted: out.Accepted, Items: []bucket.Decision{fillupDecision(sn, it.Cost, out.Accepted)}, Limits: []Limit{sn.Limit},
+		EntryIDs: []string{out.Items[0].EntryID}, Replayed: out.Replayed}, nil
 }
 
 // validateItem checks item i of a Fillup of n items, naming it in the error.
@@ -302,8 +310,10 @@ func fillupDecision(sn Snapshot, cost decimal.Decimal, accepted bool) bucket.Dec
 
 // DrainResult is the answer to a Drain.
 type DrainResult struct {
-	Removed  decimal.Decimal
-	Bucket   BucketState
+	Removed decimal.Decimal
+	Bucket  BucketState
+	// EntryID is the drain's history entry, "" when none was written.
+	EntryID  string
 	Replayed bool
 }
 
@@ -322,7 +332,7 @@ func (s *Service) Drain(ctx context.Context, ref BucketRef, amount decimal.Decim
 	if err != nil {
 		return DrainResult{}, err
 	}
-	return DrainResult{Removed: out.Removed, Bucket: StateOf(out.Snapshot), Replayed: out.Replayed}, nil
+	return DrainResult{Removed: out.Removed, Bucket: StateOf(out.Snapshot), EntryID: out.EntryID, Replayed: out.Replayed}, nil
 }
 
 // ReserveResult is the answer to a Reserve: the decision and, when accepted,
@@ -331,7 +341,10 @@ type ReserveResult struct {
 	Decision    bucket.Decision
 	Limit       Limit // the limit the decision was made under
 	Reservation Reservation
-	Replayed    bool
+	// EntryID is the history entry the call wrote (reserved, or denied),
+	// "" for none.
+	EntryID  string
+	Replayed bool
 }
 
 // Reserve holds amount in a bucket for ttl (when zero, DefaultTTL or the
@@ -360,6 +373,7 @@ func (s *Service) Reserve(ctx context.Context, ref BucketRef, amount decimal.Dec
 		Decision:    fillupDecision(out.Snapshot, amount, out.Accepted),
 		Limit:       out.Snapshot.Limit,
 		Reservation: out.Reservation,
+		EntryID:     out.EntryID,
 		Replayed:    out.Replayed,
 	}, nil
 }

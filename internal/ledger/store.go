@@ -66,6 +66,10 @@ type Store interface {
 	// could take its cost now (bucket.Fillup). Items are distinct buckets. The
 	// outcome has one ItemOutcome per item, in order. Accepted items of a
 	// positive cost add a fillup history entry (when the limit keeps history).
+	// When the call is denied, each item whose own bucket could not take its
+	// cost adds a denied entry with the cost and meta, when its limit keeps
+	// history and records denials; nothing else changes. Each ItemOutcome
+	// names the entry written for its bucket.
 	Fillup(ctx context.Context, items []Charge, idem Idempotency) (FillupOutcome, error)
 
 	// Drain lowers a bucket's level by amount, clamped at zero
@@ -74,7 +78,8 @@ type Store interface {
 	Drain(ctx context.Context, ref BucketRef, amount decimal.Decimal, idem Idempotency, meta Meta) (DrainOutcome, error)
 
 	// Reserve adds a hold of amount for ttl when it fits (bucket.Reserve)
-	// and records a reserved entry. The store assigns the hold's id (at most
+	// and records a reserved entry; a denial records a denied entry with the
+	// amount and meta when the limit keeps history and records denials. The store assigns the hold's id (at most
 	// 128 characters of [A-Za-z0-9_-]). It returns ErrTooManyHolds when the
 	// bucket has MaxHolds active holds.
 	Reserve(ctx context.Context, ref BucketRef, amount decimal.Decimal, ttl time.Duration, idem Idempotency, meta Meta) (ReserveOutcome, error)
@@ -163,12 +168,17 @@ type FillupOutcome struct {
 // derives each item's decision from it).
 type ItemOutcome struct {
 	Snapshot Snapshot
+	// EntryID is the history entry the call wrote for this bucket (fillup,
+	// or denied with RecordDenials), "" when none was written.
+	EntryID string
 }
 
 // DrainOutcome is what a store reports of a Drain.
 type DrainOutcome struct {
 	Removed  decimal.Decimal
 	Snapshot Snapshot
+	// EntryID is the drain's history entry, "" when none was written.
+	EntryID  string
 	Replayed bool
 }
 
@@ -178,7 +188,10 @@ type ReserveOutcome struct {
 	Accepted    bool
 	Reservation Reservation
 	Snapshot    Snapshot
-	Replayed    bool
+	// EntryID is the history entry the call wrote (reserved, or denied
+	// with RecordDenials), "" when none was written.
+	EntryID  string
+	Replayed bool
 }
 
 // ResolveOutcome is what a store reports of a Commit or Release: the hold as

@@ -431,9 +431,11 @@ func (s *Store) expireHolds(l ledger.Limit, sh *shard, b *bucketRec, now time.Ti
 	}
 }
 
-func (s *Store) record(l ledger.Limit, b *bucketRec, at time.Time, ev ledger.Event, amount decimal.Decimal, holdID string, meta ledger.Meta) {
+// record adds a history entry to b when l keeps history and returns its
+// id, "" when none was written.
+func (s *Store) record(l ledger.Limit, b *bucketRec, at time.Time, ev ledger.Event, amount decimal.Decimal, holdID string, meta ledger.Meta) string {
 	if !l.History {
-		return
+		return ""
 	}
 	id := strconv.FormatInt(s.nextID.Add(1), 10)
 	if len(meta) == 0 {
@@ -449,6 +451,19 @@ func (s *Store) record(l ledger.Limit, b *bucketRec, at time.Time, ev ledger.Eve
 		h = slices.Delete(h, 0, len(h)-HistoryPerBucket)
 	}
 	b.setHistory(h)
+	return id
+}
+
+// recordDenial writes the denied entry of a denial of amount in ref when l
+// records denials (creating the bucket record, whose state stays empty), and
+// returns its id, "" when none was written. The caller holds sh.mu.
+func (s *Store) recordDenial(l ledger.Limit, sh *shard, ref ledger.BucketRef, now time.Time, amount decimal.Decimal, meta ledger.Meta) string {
+	if !l.History || !l.RecordDenials {
+		return ""
+	}
+	id := s.record(l, sh.bucketFor(l, ref), now, ledger.EventDenied, amount, "", meta)
+	s.wrote(sh, now)
+	return id
 }
 
 // historySlack is how many entries past HistoryPerBucket a bucket stores
@@ -541,17 +556,22 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		now := s.clock()
 		out := ledger.FillupOutcome{Accepted: true, Items: make([]ledger.ItemOutcome, len(items))}
 		next := make([]bucket.State, len(items))
+		fits := make([]bool, len(items))
 		for i, it := range items {
 			b := s.shards[s.shardOf(it.Bucket)].buckets[it.Bucket]
 			var d bucket.Decision
 			d, next[i] = bucket.Fillup(limits[i].Rule(), b.state(), now, ledger.Amount(it.Cost))
+			fits[i] = d.Accepted
 			out.Accepted = out.Accepted && d.Accepted
 		}
 		for i, it := range items {
 			sh := &s.shards[s.shardOf(it.Bucket)]
 			b := sh.buckets[it.Bucket]
-			if out.Accepted && it.Cost.Sign() > 0 {
-				b = s.charge(limits[i], sh, it, next[i], now)
+			switch {
+			case out.Accepted && it.Cost.Sign() > 0:
+				b, out.Items[i].EntryID = s.charge(limits[i], sh, it, next[i], now)
+			case !fits[i]:
+				out.Items[i].EntryID = s.recordDenial(limits[i], sh, it.Bucket, now, it.Cost, it.Meta)
 			}
 			out.Items[i].Snapshot = snapshot(limits[i], b, now)
 		}
@@ -577,21 +597,25 @@ func (s *Store) fillupOne(it ledger.Charge) (ledger.FillupOutcome, error) {
 	now := s.clock()
 	b := sh.buckets[it.Bucket]
 	d, ns := bucket.Fillup(rule, b.state(), now, cost)
-	if d.Accepted && cost.Sign() > 0 {
-		b = s.charge(l, sh, it, ns, now)
+	var entry string
+	switch {
+	case d.Accepted && cost.Sign() > 0:
+		b, entry = s.charge(l, sh, it, ns, now)
+	case !d.Accepted:
+		entry = s.recordDenial(l, sh, it.Bucket, now, it.Cost, it.Meta)
 	}
-	return ledger.FillupOutcome{Accepted: d.Accepted, Items: []ledger.ItemOutcome{{Snapshot: snapshot(l, b, now)}}}, nil
+	return ledger.FillupOutcome{Accepted: d.Accepted, Items: []ledger.ItemOutcome{{Snapshot: snapshot(l, b, now), EntryID: entry}}}, nil
 }
 
 // charge stores ns, the state an accepted Fillup of it returned, in its
-// bucket (creating it), with the history entry, and returns the bucket. The
-// caller holds sh.mu.
-func (s *Store) charge(l ledger.Limit, sh *shard, it ledger.Charge, ns bucket.State, now time.Time) *bucketRec {
+// bucket (creating it), with the history entry, and returns the bucket and
+// the entry's id. The caller holds sh.mu.
+func (s *Store) charge(l ledger.Limit, sh *shard, it ledger.Charge, ns bucket.State, now time.Time) (*bucketRec, string) {
 	b := sh.bucketFor(l, it.Bucket)
 	s.apply(l, sh, b, ns, bucket.Expired(b.state(), now))
-	s.record(l, b, now, ledger.EventFillup, it.Cost, "", it.Meta)
+	id := s.record(l, b, now, ledger.EventFillup, it.Cost, "", it.Meta)
 	s.wrote(sh, now)
-	return b
+	return b, id
 }
 
 // Drain lowers a bucket's level, clamped at zero.
@@ -613,7 +637,7 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		if removed, ns := bucket.Drain(l.Rule(), b.state(), now, ledger.Amount(amount)); removed.Sign() > 0 {
 			out.Removed = removed.Decimal()
 			s.apply(l, sh, b, ns, bucket.Expired(b.state(), now))
-			s.record(l, b, now, ledger.EventDrain, out.Removed, "", meta)
+			out.EntryID = s.record(l, b, now, ledger.EventDrain, out.Removed, "", meta)
 			s.wrote(sh, now)
 		}
 		out.Snapshot = snapshot(l, sh.buckets[ref], now)
@@ -642,7 +666,8 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		}
 		d, ns := bucket.Reserve(l.Rule(), st, now, ledger.Amount(amount), now.Add(ttl))
 		if !d.Accepted {
-			return ledger.ReserveOutcome{Snapshot: snapshot(l, b, now)}, nil
+			entry := s.recordDenial(l, sh, ref, now, amount, meta)
+			return ledger.ReserveOutcome{Snapshot: snapshot(l, sh.buckets[ref], now), EntryID: entry}, nil
 		}
 		b = sh.bucketFor(l, ref)
 		h := &holdRec{res: ledger.Reservation{
@@ -656,9 +681,9 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		ns.Holds[len(ns.Holds)-1].ID = h.res.ID
 		s.apply(l, sh, b, ns, bucket.Expired(st, now))
 		sh.holds[h.res.ID] = h
-		s.record(l, b, now, ledger.EventReserved, amount, h.res.ID, meta)
+		entry := s.record(l, b, now, ledger.EventReserved, amount, h.res.ID, meta)
 		s.wrote(sh, now)
-		return ledger.ReserveOutcome{Accepted: true, Reservation: h.res, Snapshot: snapshot(l, b, now)}, nil
+		return ledger.ReserveOutcome{Accepted: true, Reservation: h.res, Snapshot: snapshot(l, b, now), EntryID: entry}, nil
 	})
 }
 

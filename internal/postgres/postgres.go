@@ -390,6 +390,9 @@ func (s *Store) queryJSON(ctx context.Context, op string, out any, sql string, a
 
 // PutLimit creates or updates a limit, keeping its buckets.
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
+	if l.RecordDenials {
+		return ledger.Limit{}, fmt.Errorf("record_denials of limit %q on PostgreSQL: %w", l.Name, ledger.ErrNotServed)
+	}
 	var doc limitDoc
 	var err error
 	switch {

@@ -16,7 +16,8 @@ import (
 //	P:lim:{P}:idx        zset   limit names, for listing in order
 //	P:lim:{P}:gen        string the generation counter
 //	P:lim:{P}:gens       hash   generation → limit name
-//	P:<g>:b:<k>          hash   bucket: level "l", updated "u", history counter "n", one "h<id>" field per active hold
+//	P:<g>:b:<k>          hash   bucket: level "l", updated "u", history counter "n", one "h<id>" field per active hold,
+//	                            a window bucket's slots "w"
 //	P:<g>:x:<k>          zset   bucket history, score = time in µs
 //	P:<g>:i:<k>:<sha>    string idempotency record of a bucket call
 //	P:<g>:r:{<s>}<id>    hash   a hold; <s> is a short string that hashes to the bucket's slot

@@ -16,7 +16,8 @@ import (
 // defDoc is a limit definition as the hash P:lim:{P}:d:<name> holds it.
 type defDoc struct {
 	Capacity, Amount, Per, History, Created, Updated, Gen, Version string
-	Every, TZ, StartDay                                            string // a periodic limit's rule; "" for a leaky one
+	Every, TZ, StartDay                                            string // a periodic limit's rule; "" for the other kinds
+	WindowLength, WindowPrecision                                  string // a window limit's rule (µs); "" for the other kinds
 }
 
 func (d defDoc) limit(name string) (cachedLimit, error) {
@@ -25,12 +26,19 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 	var per int64
 	var err2, err3 error
 	var period *ledger.Period
-	if d.Every != "" {
+	var window *ledger.Window
+	switch {
+	case d.WindowLength != "":
+		var wl, wp int64
+		wl, err2 = strconv.ParseInt(d.WindowLength, 10, 64)
+		wp, err3 = strconv.ParseInt(d.WindowPrecision, 10, 64)
+		window = &ledger.Window{Length: time.Duration(wl) * time.Microsecond, Precision: time.Duration(wp) * time.Microsecond}
+	case d.Every != "":
 		period = &ledger.Period{Every: d.Every, TZ: d.TZ}
 		if d.StartDay != "" {
 			period.StartDay, err2 = strconv.Atoi(d.StartDay)
 		}
-	} else {
+	default:
 		a, err2 = decimal.NewFromString(d.Amount)
 		per, err3 = strconv.ParseInt(d.Per, 10, 64)
 	}
@@ -44,7 +52,7 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 	}
 	l := ledger.Limit{
 		Name: name, Capacity: c, LeakAmount: a, LeakPer: time.Duration(per) * time.Microsecond, Period: period,
-		History: d.History == "1", CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
+		Window: window, History: d.History == "1", CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
 	}
 	return cachedLimit{l: l, gen: g, version: d.Version}, nil
 }
@@ -64,7 +72,7 @@ func defFromPairs(v any) defDoc {
 
 func defFromMap(m map[string]string) defDoc {
 	return defDoc{Capacity: m["c"], Amount: m["a"], Per: m["p"], History: m["hi"], Created: m["ct"], Updated: m["ut"], Gen: m["g"], Version: m["v"],
-		Every: m["pe"], TZ: m["pz"], StartDay: m["pd"]}
+		Every: m["pe"], TZ: m["pz"], StartDay: m["pd"], WindowLength: m["wl"], WindowPrecision: m["wp"]}
 }
 
 func fromMicros(us int64) time.Time {
@@ -82,11 +90,12 @@ func boolArg(b bool) string {
 }
 
 // PutLimit creates the limit or updates it in place, keeping its buckets.
-// A new leak rate applies from the PUT on: every bucket is first settled at
-// the old rate (one script call per non-empty bucket, see settleLimit).
+// A new rule (leak rate, period or window) applies from the PUT on: every
+// bucket is first settled under the old one, as bucket.Switch says (one
+// script call per non-empty bucket, see settleLimit).
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
-	if l.Window != nil {
-		return ledger.Limit{}, fmt.Errorf("window limit %q on Redis: %w", l.Name, ledger.ErrNotServed)
+	if l.RecordDenials {
+		return ledger.Limit{}, fmt.Errorf("record_denials of limit %q on Redis: %w", l.Name, ledger.ErrNotServed)
 	}
 	_, err := retryStale(ctx, s, func(ctx context.Context) (struct{}, error) {
 		prev, err := s.fetchLimit(ctx, l.Name)
@@ -104,12 +113,15 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 		return ledger.Limit{}, err
 	}
 	keys := []string{s.k.limitDef(l.Name), s.k.limitIdx(), s.k.limitGen(), s.k.limitGens()}
-	args := []any{s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History), "", "", ""}
+	args := []any{s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History), "", "", "", "", ""}
 	if p := l.Period; p != nil {
 		args[3], args[4], args[6], args[7] = "", "", p.Every, p.TZ
 		if p.StartDay != 0 {
 			args[8] = strconv.Itoa(p.StartDay)
 		}
+	}
+	if w := l.Window; w != nil {
+		args[3], args[4], args[9], args[10] = "", "", w.Length.Microseconds(), w.Precision.Microseconds()
 	}
 	res, err := s.batch.do(ctx, &fcall{fn: fn("limit_put"), keys: keys, args: args}).Slice()
 	if err != nil {
@@ -126,10 +138,10 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	cl = s.remember(cl)
 	if old.Gen != "" {
 		if prev, err := old.limit(l.Name); err == nil && !prev.l.SameRule(cl.l) &&
-			(prev.l.Periodic() || cl.l.Periodic() || slowerLeak(prev.l, cl.l)) {
+			(prev.l.Kind() != "leak" || cl.l.Kind() != "leak" || slowerLeak(prev.l, cl.l)) {
 			// Buckets carry TTLs computed with the old rule (a faster leak,
-			// or the end of a period): they could expire while not yet
-			// empty under the new one. Drop those TTLs; the next write to
+			// the end of a period, the end of a window): they could expire
+			// while not yet empty under the new one. Drop those TTLs; the next write to
 			// each bucket sets one from the new rule.
 			if err := s.scanKeys(ctx, s.k.gen(cl.gen)+":b:*", func(ctx context.Context, c goredis.Cmdable, ks []string) error {
 				p := c.Pipeline()
@@ -146,7 +158,9 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	return cl.l, nil
 }
 
-// settleLimit settles every bucket of cl to now at cl's leak rate. A bucket
+// settleLimit settles every bucket of cl to now under cl's rule and drops
+// its window slots (bucket.Switch), so that its level as of now is kept as
+// written now under the new rule. A bucket
 // written between its settle and the new definition is settled again by that
 // write at the old rate, so at most the time between the last settle and the
 // definition's switch (the length of the scan) leaks at the new rate.

@@ -46,6 +46,13 @@ func amountFromUnits(s string) (bucket.Amount, error) {
 	return a, nil
 }
 
+// windowDoc is a window as a limit document keeps it: length and
+// precision in µs.
+type windowDoc struct {
+	L int64 `json:"l"`
+	P int64 `json:"p"`
+}
+
 // limitDoc is the limit as an idempotency record keeps it (opaque to Lua),
 // so a replayed outcome shows the limit of the original call.
 type limitDoc struct {
@@ -54,6 +61,7 @@ type limitDoc struct {
 	A  string         `json:"a"`
 	P  int64          `json:"p"`
 	PD *ledger.Period `json:"pd,omitempty"` // a periodic limit's rule
+	W  *windowDoc     `json:"w,omitempty"`  // a window limit's rule
 	H  bool           `json:"h"`
 	CT int64          `json:"ct"`
 	UT int64          `json:"ut"`
@@ -66,8 +74,12 @@ func encodeLimit(l ledger.Limit) string {
 		}
 		return t.UnixMicro()
 	}
-	b, _ := json.Marshal(limitDoc{N: l.Name, C: l.Capacity.String(), A: l.LeakAmount.String(), P: l.LeakPer.Microseconds(),
-		PD: l.Period, H: l.History, CT: micros(l.CreatedAt), UT: micros(l.UpdatedAt)})
+	d := limitDoc{N: l.Name, C: l.Capacity.String(), A: l.LeakAmount.String(), P: l.LeakPer.Microseconds(),
+		PD: l.Period, H: l.History, CT: micros(l.CreatedAt), UT: micros(l.UpdatedAt)}
+	if w := l.Window; w != nil {
+		d.W = &windowDoc{L: w.Length.Microseconds(), P: w.Precision.Microseconds()}
+	}
+	b, _ := json.Marshal(d)
 	return string(b)
 }
 
@@ -81,8 +93,12 @@ func decodeLimit(s string) (ledger.Limit, error) {
 	if err1 != nil || err2 != nil {
 		return ledger.Limit{}, fmt.Errorf("redis: bad limit document %q", s)
 	}
-	return ledger.Limit{Name: d.N, Capacity: c, LeakAmount: a, LeakPer: time.Duration(d.P) * time.Microsecond,
-		Period: d.PD, History: d.H, CreatedAt: fromMicros(d.CT), UpdatedAt: fromMicros(d.UT)}, nil
+	l := ledger.Limit{Name: d.N, Capacity: c, LeakAmount: a, LeakPer: time.Duration(d.P) * time.Microsecond,
+		Period: d.PD, History: d.H, CreatedAt: fromMicros(d.CT), UpdatedAt: fromMicros(d.UT)}
+	if d.W != nil {
+		l.Window = &ledger.Window{Length: time.Duration(d.W.L) * time.Microsecond, Precision: time.Duration(d.W.P) * time.Microsecond}
+	}
+	return l, nil
 }
 
 // target is one bucket of a call: its limit and its keys.
@@ -107,8 +123,8 @@ func (s *Store) target(ctx context.Context, ref ledger.BucketRef) (target, error
 // (bkt in budgetd.lua), formatted once when the limit is cached.
 type limitArgs struct {
 	capacity   string // units
-	leakAmount string // units, divided by gcd(amount, per)
-	leakPer    string // µs, divided by gcd(amount, per)
+	leakAmount string // units, divided by gcd(amount, per); "P" for a periodic limit, "W" for a window
+	leakPer    string // µs, divided by gcd(amount, per); the period table; the window's "length:precision" in µs
 	history    string
 	version    string // "generation:version"
 	doc        string // encodeLimit
@@ -117,13 +133,21 @@ type limitArgs struct {
 
 func newLimitArgs(k keys, l ledger.Limit, gen int64, version string, at time.Time) limitArgs {
 	var a, p string
-	if l.Period != nil {
+	switch {
+	case l.Window != nil:
+		a, p = "W", windowArg(*l.Window)
+	case l.Period != nil:
 		a, p = "P", periodTable(*l.Period, at)
-	} else {
+	default:
 		a, p = leakRatio(l)
 	}
 	return limitArgs{capacity: units(l.Capacity), leakAmount: a, leakPer: p, history: boolArg(l.History),
 		version: strconv.FormatInt(gen, 10) + ":" + version, doc: encodeLimit(l), defKey: k.limitDef(l.Name)}
+}
+
+// windowArg is a window as the functions read it: "length:precision" in µs.
+func windowArg(w ledger.Window) string {
+	return strconv.FormatInt(w.Length.Microseconds(), 10) + ":" + strconv.FormatInt(w.Precision.Microseconds(), 10)
 }
 
 // list is the limit's arguments in the order the functions read them. The
@@ -359,8 +383,14 @@ func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, e
 		return ledger.Snapshot{}, err
 	}
 	st := bucket.State{Level: lvl, Updated: upd}
-	if j.H != "" {
-		for _, h := range strings.Split(j.H, ",") {
+	holds, slots, _ := strings.Cut(j.H, ";")
+	if slots != "" {
+		if st.Slots, err = parseSlots(slots); err != nil {
+			return ledger.Snapshot{}, err
+		}
+	}
+	if holds != "" {
+		for _, h := range strings.Split(holds, ",") {
 			a, e, _ := strings.Cut(h, ":")
 			amt, err := amountFromUnits(a)
 			if err != nil {
@@ -374,6 +404,30 @@ func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, e
 		}
 	}
 	return ledger.Snapshot{Limit: l, State: st, Now: now}, nil
+}
+
+// parseSlots reads a window bucket's slots as the functions keep them (the
+// field w in budgetd.lua): "P@i:s,i:s,...", the precision in µs, then per
+// slot, oldest first, its index and its sum in units.
+func parseSlots(w string) ([]bucket.Slot, error) {
+	_, list, ok := strings.Cut(w, "@")
+	if !ok {
+		return nil, fmt.Errorf("redis: bad window slots %q", w)
+	}
+	out := make([]bucket.Slot, 0, strings.Count(list, ",")+1)
+	for _, f := range strings.Split(list, ",") {
+		is, ss, ok := strings.Cut(f, ":")
+		i, err := strconv.ParseInt(is, 10, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("redis: bad window slots %q", w)
+		}
+		sum, err := amountFromUnits(ss)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, bucket.Slot{Index: i, Sum: sum})
+	}
+	return out, nil
 }
 
 // snapshot is the reply's only bucket.

@@ -61,6 +61,7 @@ func Run(t *testing.T, factory Factory) {
 		{"PeriodsMultiBucket", testPeriodsMultiBucket},
 		{"PeriodsSwitchKind", testPeriodsSwitchKind},
 		{"PeriodsConcurrent", testPeriodsConcurrent},
+		{"RecordDenials", testRecordDenials},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -47,11 +47,114 @@ end
 -- and the limit document, opaque here, that an idempotency record keeps).
 -- A periodic limit passes 'P' as its leak amount and, as its leak period, a
 -- table of consecutive period starts (µs, comma-separated) that budgetd
--- computed around its clock: Lua never computes a calendar.
+-- computed around its clock: Lua never computes a calendar. A window limit
+-- passes 'W' and "length:precision" (µs): c.wl, c.wp.
 local function bkt(bk, hk, cap, ra, rp, hist, lim)
   local c = { bk = bk, hk = hk, cap = nv(cap), hist = hist == '1', lim = lim }
-  if ra == 'P' then c.starts = rp else c.lp = leak_params(ra, rp) end
+  if ra == 'P' then c.starts = rp
+  elseif ra == 'W' then
+    local colon = string.find(rp, ':', 1, true)
+    c.wl, c.wp = tonumber(string.sub(rp, 1, colon - 1)), tonumber(string.sub(rp, colon + 1))
+  else c.lp = leak_params(ra, rp) end
   return c
+end
+
+-- Window buckets (bucket/window.go). A bucket keeps the sums of its
+-- counting slots in one field, w = "P@i:s,i:s,...": the precision P (µs)
+-- the slots were cut with, then per slot, oldest first, its index and its
+-- sum in units; st.l stays their sum as of st.u. load puts the list (after
+-- the '@') in st.ws, and the functions below work on that string at its
+-- ends: a call parses only the slots that stopped counting (oldest first)
+-- and those it charges or drains (newest first), and the rest is copied
+-- whole as a string, never walked slot by slot. A bucket without the field
+-- (written under another rule, switched by a PUT) or with slots cut with
+-- another precision (a PUT raced with a write) reads as its level charged
+-- in the slot of st.u, as package bucket reads a state without slots.
+
+-- slot_of is the index of the slot of c that contains t (µs): floor(t / P),
+-- exact in doubles as leak's quotient is.
+local function slot_of(c, t) return (t - math.fmod(t, c.wp)) / c.wp end
+
+-- expiry is the instant from which the charges of slot i no longer count.
+local function expiry(c, i) return (i + 1) * c.wp + c.wl end
+
+-- wslots returns the slot list of a window bucket whose field w is w (nil
+-- when it has none): bucket.windowSlots.
+local function wslots(c, st, w)
+  if w then
+    local at = string.find(w, '@', 1, true)
+    if at and tonumber(string.sub(w, 1, at - 1)) == c.wp then return string.sub(w, at + 1) end
+  end
+  if vzero(st.l) or st.u == 0 then return '' end
+  return fmt(slot_of(c, st.u)) .. ':' .. vs(st.l)
+end
+
+-- wcut returns the sum of the oldest slots of st that no longer count at
+-- the later of now and st.u, and where the first one that counts starts in
+-- st.ws (past its end when none does).
+local function wcut(c, st, now)
+  local ws, ne, pos, sum = st.ws, math.max(now, st.u), 1, pair(0, 0)
+  while pos <= #ws do
+    local _, e, i, v = string.find(ws, '^(%d+):(%d+)', pos)
+    if expiry(c, tonumber(i)) > ne then break end
+    sum, pos = vadd(sum, nv(v)), e + 2
+  end
+  return sum, pos
+end
+
+-- wlevel: bucket.windowLevel, the sum of the slots that still count.
+local function wlevel(c, st, now) return vsub(st.l, (wcut(c, st, now))) end
+
+-- wsettle: bucket.settledSlots and the level at now: drops the slots that
+-- no longer count (before st.u moves).
+local function wsettle(c, st, now)
+  local gone, pos = wcut(c, st, now)
+  st.ws, st.l = string.sub(st.ws, pos), vsub(st.l, gone)
+end
+
+-- wlast splits a non-empty slot list into the list before its newest slot
+-- ('' for none), and the newest slot's index and sum (a string).
+local function wlast(ws)
+  local head, i, v = string.match(ws, '^(.*),(%d+):(%d+)$')
+  if not head then head, i, v = '', string.match(ws, '^(%d+):(%d+)$') end
+  return head, tonumber(i), v
+end
+
+-- charge_slot: bucket.chargeSlot after settle (st.u is then the later of
+-- now and the last write): amount goes into the slot of st.u, or into the
+-- newest slot when that is the same or newer.
+local function charge_slot(c, st, amount)
+  if not c.wp or vzero(amount) then return end
+  local i = slot_of(c, st.u)
+  if st.ws == '' then
+    st.ws = fmt(i) .. ':' .. vs(amount)
+    return
+  end
+  local head, li, lv = wlast(st.ws)
+  if li < i then
+    st.ws = st.ws .. ',' .. fmt(i) .. ':' .. vs(amount)
+  else
+    if head ~= '' then head = head .. ',' end
+    st.ws = head .. fmt(li) .. ':' .. vs(vadd(nv(lv), amount))
+  end
+end
+
+-- drain_slots: bucket.drainSlots, removing amount (at most their sum) from
+-- the newest slots first and dropping the slots it empties. It walks the
+-- list reversed, from its newest slot, as far as amount reaches.
+local function drain_slots(st, amount)
+  local ws = st.ws
+  local n, rev, pos, keep = #ws, string.reverse(ws), 1, #ws
+  while not vzero(amount) and pos <= n do
+    local _, e, rv, ri = string.find(rev, '^(%d+):(%d+)', pos)
+    local v, start = nv(string.reverse(rv)), n - e + 1 -- where the slot starts in ws
+    if vcmp(amount, v) < 0 then
+      st.ws = string.sub(ws, 1, start - 1) .. string.reverse(ri) .. ':' .. vs(vsub(v, amount))
+      return
+    end
+    amount, keep, pos = vsub(amount, v), start - 2, e + 2 -- drop the slot and the comma before it
+  end
+  st.ws = string.sub(ws, 1, math.max(keep, 0))
 end
 
 -- in_period finds the period of a periodic bucket c that contains now in its
@@ -81,17 +184,20 @@ local function load(c, f)
     if k == 'l' then st.l = nv(v)
     elseif k == 'u' then st.u = tonumber(v)
     elseif k == 'n' then st.n = tonumber(v)
+    elseif k == 'w' then st.w = v
     elseif string.byte(k, 1) == 104 then -- 'h'
       local colon = string.find(v, ':', 1, true)
       st.holds[#st.holds + 1] = { id = string.sub(k, 2), a = string.sub(v, 1, colon - 1),
         e = tonumber(string.sub(v, colon + 1)), raw = v }
     end
   end
+  if c.wp then st.ws = wslots(c, st, st.w) end
   return st
 end
 
 -- level_at: bucket.LevelAt. leaked = floor(amount × dt / per), in units.
 local function level_at(c, st, now)
+  if c.wp then return wlevel(c, st, now) end
   if c.starts then
     -- bucket.periodLevel: the stored level when written in this period
     -- or later, else zero; it does not leak.
@@ -146,7 +252,7 @@ end
 -- stored time more than CLOCK_STEP_US ahead of now (a clock stepped back)
 -- is taken as now, as ledger.ClockStep says, and reported (c.stepped).
 local function settle(c, st, now)
-  st.l = st.lv or level_at(c, st, now)
+  if c.wp then wsettle(c, st, now) else st.l = st.lv or level_at(c, st, now) end
   if st.u > now + CLOCK_STEP_US then c.stepped = true end
   if now > st.u or c.stepped then st.u = now end
   expire_holds(c, st, now)
@@ -167,9 +273,22 @@ end
 -- leaked to zero and its last hold has expired (plus a margin), and at least
 -- as long as its history when the limit keeps one.
 local function finish(c, st, now)
-  redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u))
+  if c.wp and st.ws ~= '' then
+    st.w = fmt(c.wp) .. '@' .. st.ws
+    redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u), 'w', st.w)
+  else
+    redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u))
+    if st.w then redis.call('HDEL', c.bk, 'w') end
+    st.w = nil
+  end
   local us = 0
-  if not vzero(st.l) and c.starts then
+  if c.wp then
+    -- A window bucket lives until its newest slot stops counting.
+    if st.ws ~= '' then
+      local _, newest = wlast(st.ws)
+      us = math.max(0, expiry(c, newest) - now)
+    end
+  elseif not vzero(st.l) and c.starts then
     us = c.pe - now -- the level is zero from the period's end on
     -- Written ahead of the clock (a step back within CLOCK_STEP_US) in the
     -- next period: the level lasts to that period's end, at most twice this
@@ -218,6 +337,8 @@ local HOLD = { 'id', 'lim', 'e', 'a', 's', 'c', 't0', 'te', 'tr' }
 -- reply is the one answer shape of every bucket function:
 --   { 'ok', now, x, the 9 HOLD fields of a hold record ('' when none),
 --     then per bucket: level, updated, holds, limit }
+-- A window bucket's holds are followed by ';' and its slots (the field w)
+-- when it has any.
 -- now ends in '!' when a bucket's stored time was more than CLOCK_STEP_US
 -- ahead of now and taken as now (settle, unstep), so Go logs and counts it.
 -- x is what the operation decided (accepted '1'/'0', the amount drained, a
@@ -232,7 +353,9 @@ local function reply(now, x, rk, items, ik, ih)
   for _, it in ipairs(items) do
     if it.c.stepped then out[2] = fmt(now) .. '!' end
     local k = #out
-    out[k + 1], out[k + 2], out[k + 3], out[k + 4] = vs(it.st.l), fmt(it.st.u), holds_str(it.st), ''
+    local hs = holds_str(it.st)
+    if it.c.wp and it.st.ws ~= '' then hs = hs .. ';' .. fmt(it.c.wp) .. '@' .. it.st.ws end
+    out[k + 1], out[k + 2], out[k + 3], out[k + 4] = vs(it.st.l), fmt(it.st.u), hs, ''
   end
   if ik then
     local rec = { unpack(out) }
@@ -349,7 +472,7 @@ local function fillup(keys, args)
       args[a + 6], args[a + 7], args[a + 8]
     if check and stale(keys[2 * n + i], version) then return { E_STALE } end
     local f
-    if n == 1 and not ik and ra ~= 'P' and hist == '0' then -- the usual call: fillup_lean
+    if n == 1 and not ik and ra ~= 'P' and ra ~= 'W' and hist == '0' then -- the usual call: fillup_lean
       f = redis.call('HGETALL', keys[1])
       local out = fillup_lean(keys[1], f, now, nows, cap, ra, rp, cost)
       if out then return out end
@@ -367,6 +490,7 @@ local function fillup(keys, args)
       if not vzero(it.cost) then
         settle(it.c, it.st, now)
         it.st.l = vadd(it.st.l, it.cost)
+        charge_slot(it.c, it.st, it.cost)
         record(it.c, it.st, now, 'fillup', vs(it.cost), '', it.meta)
         finish(it.c, it.st, now)
       end
@@ -402,14 +526,17 @@ local function inspect(keys, args)
   return reply(now, '', nil, { { c = c, st = load(c) } })
 end
 
--- settle_bucket settles a bucket to now at the passed leak rate: a PUT that
--- changes the rate calls it on every bucket of the limit first.
+-- settle_bucket is bucket.Switch: it settles a bucket to now under the
+-- passed (old) rule and drops its window slots, so the level as of now
+-- reads as one charge made now under any rule. A PUT that changes the rule
+-- calls it on every bucket of the limit first.
 local function settle_bucket(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1)
   if early then return early end
   local st = load(c)
-  if not (vzero(st.l) or st.u == 0 or now <= st.u) then
+  if not (vzero(st.l) or st.u == 0 or (now <= st.u and not st.w)) then
     settle(c, st, now)
+    if c.wp then st.ws = '' end
     finish(c, st, now)
   end
   return reply(now, '', nil, {})
@@ -427,6 +554,7 @@ local function drain(keys, args)
     settle(c, st, now)
     removed = vmin(amount, st.l)
     st.l = vsub(st.l, removed)
+    if c.wp then drain_slots(st, removed) end
     record(c, st, now, 'drain', vs(removed), '', args[11])
     finish(c, st, now)
   end
@@ -498,6 +626,7 @@ local function resolve(keys, args)
       if vcmp(vadd(level_at(c, st, now), charge), nv(MAX_LEVEL)) > 0 then return { E_LEVEL_OVERFLOW } end
       settle(c, st, now)
       st.l = vadd(st.l, charge)
+      charge_slot(c, st, charge)
       drop_hold(c, st, h.id)
       redis.call('HSET', rk, 's', 'c', 'c', vs(charge), 'tr', fmt(now))
       record(c, st, now, 'committed', vs(charge), h.id, args[14])
@@ -551,14 +680,16 @@ end
 
 -- limit_put: KEYS = definition, name index, generation counter, generation
 -- → name; ARGV = now, name, capacity, leak amount, per (µs), history
--- ('1'/'0'), then a periodic limit's every, tz and start_day ('' for a
--- leaky limit, whose amount and per are '' when periodic). A new limit takes the next generation; an existing one keeps
--- its generation and creation time. Answers the definition before and after
--- as flat field/value lists.
+-- ('1'/'0'), then a periodic limit's every, tz and start_day, then a window
+-- limit's length and precision (µs) ('' for the other kinds; amount and
+-- per are '' unless the limit leaks). A new limit takes the next
+-- generation; an existing one keeps its generation and creation time.
+-- Answers the definition before and after as flat field/value lists.
 local function limit_put(keys, args)
   local dk, idx, genc, gens = keys[1], keys[2], keys[3], keys[4]
   local now_arg, name, cap, amount, per, hist = args[1], args[2], args[3], args[4], args[5], args[6]
   local every, tz, sday = args[7] or '', args[8] or '', args[9] or ''
+  local wl, wp = args[10] or '', args[11] or ''
   local _, now = clock(now_arg)
   local old = redis.call('HGETALL', dk)
   local g, ct = redis.call('HGET', dk, 'g'), redis.call('HGET', dk, 'ct')
@@ -569,7 +700,7 @@ local function limit_put(keys, args)
     redis.call('HSET', gens, g, name)
   end
   redis.call('HSET', dk, 'c', cap, 'a', amount, 'p', per, 'hi', hist, 'ct', ct, 'ut', now, 'g', g,
-    'pe', every, 'pz', tz, 'pd', sday)
+    'pe', every, 'pz', tz, 'pd', sday, 'wl', wl, 'wp', wp)
   redis.call('HINCRBY', dk, 'v', 1)
   return { redis.call('HGETALL', dk), old }
 end
