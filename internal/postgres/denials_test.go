@@ -60,14 +60,16 @@ func entryEvents(t *testing.T, s *postgres.Store, ref ledger.BucketRef) map[stri
 // functions (a single Fillup through budgetd_fillup_batch, the all-or-none
 // path, a multi-bucket item, a Reserve) writes its denied entry and leaves
 // the bucket's row and holds exactly as stored, byte for byte; a bucket
-// never written keeps no row at all. Leaky and window limits, at both
-// isolation levels.
+// never written keeps no row at all. Leaky, periodic and window limits, at
+// both isolation levels.
 func TestRecordedDenialLeavesRow(t *testing.T) {
 	kinds := []struct {
 		name  string
 		limit ledger.Limit
 	}{
 		{"leak", ledger.Limit{Name: "d", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Hour, History: true, RecordDenials: true}},
+		{"period", ledger.Limit{Name: "d", Capacity: dec("10"), Period: &ledger.Period{Every: "month", TZ: "Europe/Paris"},
+			History: true, RecordDenials: true}},
 		{"window", ledger.Limit{Name: "d", Capacity: dec("10"), Window: &ledger.Window{Length: time.Hour, Precision: time.Minute},
 			History: true, RecordDenials: true}},
 	}
