@@ -6,6 +6,9 @@
 //   - history replay: hundreds of clients charge a fast-leaking bucket with
 //     history; its entries in id order must not run back in time, and
 //     replayed with the pure rule at their times never exceed the capacity;
+//   - over-admission (window): clients race for a 2-second rolling window and
+//     a multi-bucket pair of windows while slots age out; by the store's own
+//     history times, no span of the window holds more than the capacity;
 //   - kill -9 of budgetd, kill -9 of the store and a hung store (SIGSTOP)
 //     under load, every call resolved by retrying it with its
 //     Idempotency-Key, then every bucket's level and history checked
@@ -215,6 +218,9 @@ func runStore(ctx context.Context, name, bin, tmp string, p params, out io.Write
 		return rs, err
 	}
 	if err := step(historyReplay(ctx, a, p.clients, p.replay)); err != nil {
+		return rs, err
+	}
+	if err := step(windowAdmission(ctx, a, p.clients, 2*p.replay)); err != nil {
 		return rs, err
 	}
 	if st != nil {

@@ -133,7 +133,11 @@ type batchRow struct {
 	Capacity   *string  `db:"r_capacity"`
 	LeakAmount *string  `db:"r_leak_amount"`
 	LeakPerUS  *int64   `db:"r_leak_per_us"`
-	Period     []byte   `db:"r_period"` // JSON (periodDoc); NULL for a leaky limit
+	Period     []byte   `db:"r_period"` // JSON (periodDoc); NULL for a leaky or window limit
+	WindowLen  *int64   `db:"r_window_length_us"`
+	WindowPrec *int64   `db:"r_window_precision_us"`
+	SlotIdx    []int64  `db:"r_slot_idx"` // a window bucket's slots, oldest first
+	SlotSums   []string `db:"r_slot_sums"`
 	History    *bool    `db:"r_history"`
 	CreatedUS  *int64   `db:"r_created_us"`
 	LimUpdated *int64   `db:"r_limit_updated_us"`
@@ -298,7 +302,14 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 		return decodeFillup(r.Doc)
 	}
 	leaky := r.LeakAmount != nil && r.LeakPerUS != nil
-	if r.Fits == nil || r.Level == nil || r.NowUS == nil || r.Capacity == nil || leaky == (r.Period != nil) ||
+	window := r.WindowLen != nil && r.WindowPrec != nil
+	kinds := 0
+	for _, k := range []bool{leaky, r.Period != nil, window} {
+		if k {
+			kinds++
+		}
+	}
+	if r.Fits == nil || r.Level == nil || r.NowUS == nil || r.Capacity == nil || kinds != 1 ||
 		r.History == nil || r.CreatedUS == nil || r.LimUpdated == nil || len(r.Amounts) != len(r.Expires) {
 		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: incomplete answer row: %w", errBadAnswer)
 	}
@@ -308,22 +319,29 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q %q: %w", *r.Level, *r.Capacity, errBadAnswer)
 	}
 	lim := ledger.Limit{Name: limit, Capacity: capacity, History: *r.History, CreatedAt: fromUS(*r.CreatedUS), UpdatedAt: fromUS(*r.LimUpdated)}
-	if leaky {
+	switch {
+	case leaky:
 		leak, err := decimal.NewFromString(*r.LeakAmount)
 		if err != nil {
 			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q: %w", *r.LeakAmount, errBadAnswer)
 		}
 		lim.LeakAmount, lim.LeakPer = leak, time.Duration(*r.LeakPerUS)*time.Microsecond
-	} else {
+	case window:
+		lim.Window = (&windowDoc{LengthUS: *r.WindowLen, PrecisionUS: *r.WindowPrec}).window()
+	default:
 		var pd periodDoc
 		if err := json.Unmarshal(r.Period, &pd); err != nil {
 			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding period %s: %w", r.Period, errBadAnswer)
 		}
 		lim.Period = pd.period()
 	}
+	slots, err := slotsOf(r.SlotIdx, r.SlotSums)
+	if err != nil {
+		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: %w", err)
+	}
 	var st bucket.State // never written: the zero State, as stateDoc.state
-	if r.UpdatedUS != nil || !level.IsZero() || len(r.Amounts) > 0 {
-		st = bucket.State{Level: level, Holds: make([]bucket.Hold, len(r.Amounts))}
+	if r.UpdatedUS != nil || !level.IsZero() || len(r.Amounts) > 0 || len(slots) > 0 {
+		st = bucket.State{Level: level, Holds: make([]bucket.Hold, len(r.Amounts)), Slots: slots}
 		if r.UpdatedUS != nil {
 			st.Updated = fromUS(*r.UpdatedUS)
 		}

@@ -27,6 +27,10 @@ func answer(o ledger.FillupOutcome) string {
 		for _, h := range st.Holds {
 			fmt.Fprintf(&b, "%s@%d ", h.Amount, h.ExpiresAt.UnixMicro())
 		}
+		b.WriteString("] slots=[")
+		for _, sl := range st.Slots {
+			fmt.Fprintf(&b, "%s@%d ", sl.Sum, sl.Index)
+		}
 		b.WriteString("]")
 	}
 	return b.String()
@@ -36,103 +40,115 @@ func answer(o ledger.FillupOutcome) string {
 // answers exactly what the same Fillups sent one by one through the
 // all-or-none path of budgetd_fillup (multi-bucket calls') at the same
 // instant answer, and
-// leaves the same level, holds and history — with leaking levels, holds that
+// leaves the same level, holds and history — with leaking levels (or a
+// window's slots aging out), holds that
 // expire between rounds, zero costs, denials, and Idempotency-Keys: fresh
 // ones, replays of earlier calls of the same or an earlier batch (whose
 // stored documents must then be the same too), and keys reused with another
 // request.
 func TestCoalescedBatchEqualsSequence(t *testing.T) {
-	for _, iso := range []string{"read-committed", "serializable"} {
-		t.Run(iso, func(t *testing.T) {
-			clock := ledgertest.NewClock()
-			s := open(t, postgres.WithIsolation(iso), postgres.WithClock(clock.Now))
-			ctx := context.Background()
-			if _, err := s.PutLimit(ctx, ledger.Limit{Name: "c", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: 3 * time.Second, History: true}); err != nil {
-				t.Fatal(err)
-			}
-			seq := ledger.BucketRef{Limit: "c", Key: "one-by-one"}
-			bat := ledger.BucketRef{Limit: "c", Key: "batched"}
-			rng := rand.New(rand.NewPCG(7, 11))
-			var used []ledger.Idempotency
-			var replays, refusals int
-			costs := []string{"0", "0.5", "1", "2.25", "3", "0.000001", "7", "11"}
-			for round := 0; round < 200; round++ {
-				clock.Advance(time.Duration(rng.IntN(2_000_000)) * time.Microsecond)
-				if rng.IntN(2) == 0 {
-					amount := dec(costs[1+rng.IntN(5)])
-					ttl := time.Duration(1+rng.IntN(3_000_000)) * time.Microsecond
-					for _, r := range []ledger.BucketRef{seq, bat} {
-						if _, err := s.Reserve(ctx, r, amount, ttl, ledger.Idempotency{}, nil); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-				n := 2 + rng.IntN(10)
-				cs := make([]decimal.Decimal, n)
-				idems := make([]ledger.Idempotency, n)
-				for i := range cs {
-					cs[i] = dec(costs[rng.IntN(len(costs))])
-					// A third of the calls carry an Idempotency-Key: a fresh
-					// one, or one used before (in this batch or an earlier
-					// one) with the same request (a replay) or another
-					// (refused).
-					switch r := rng.IntN(9); {
-					case r < 2 || r < 3 && len(used) == 0:
-						idems[i] = ledger.Idempotency{Key: fmt.Sprintf("r%di%d", round, i), Hash: cs[i].String()}
-						used = append(used, idems[i])
-					case r < 3:
-						idems[i] = used[rng.IntN(len(used))]
-						if rng.IntN(4) == 0 {
-							idems[i].Hash = "other"
-						} else {
-							cs[i] = dec(idems[i].Hash)
-						}
-					}
-				}
-				got, errs := s.FillupBatchIdem(ctx, bat, cs, scoped(idems, "batched"))
-				for i, c := range cs {
-					want, err := s.FillupAllOrNone(ctx, ledger.Charge{Bucket: seq, Cost: c}, scoped(idems, "one-by-one")[i])
-					if !errors.Is(errs[i], ledger.ErrIdempotencyKeyReused) || !errors.Is(err, ledger.ErrIdempotencyKeyReused) {
-						if errs[i] != nil || err != nil {
-							t.Fatalf("round %d item %d: batched: %v, one by one: %v", round, i, errs[i], err)
-						}
-					}
-					if got[i].Replayed {
-						replays++
-					}
-					if errs[i] != nil {
-						refusals++
-					}
-					if a, b := answer(got[i]), answer(want); a != b {
-						t.Fatalf("round %d item %d (cost %s, %+v):\n batch      %s\n one by one %s", round, i, c, idems[i], a, b)
-					}
-				}
-			}
-			if replays == 0 || refusals == 0 {
-				t.Fatalf("%d replays, %d refused reuses: the test did not exercise them", replays, refusals)
-			}
-			t.Logf("%d replays, %d refused reuses", replays, refusals)
-			for _, page := range []string{""} {
-				hs, _, err := s.History(ctx, seq, page, ledger.MaxPage)
-				if err != nil {
+	kinds := []struct {
+		name  string
+		limit ledger.Limit
+	}{
+		{"leak", ledger.Limit{Name: "c", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: 3 * time.Second, History: true}},
+		{"window", ledger.Limit{Name: "c", Capacity: dec("10"), Window: &ledger.Window{Length: 3 * time.Second, Precision: 250 * time.Millisecond}, History: true}},
+	}
+	for _, kind := range kinds {
+		for _, iso := range []string{"read-committed", "serializable"} {
+			t.Run(kind.name+"/"+iso, func(t *testing.T) { testCoalescedBatchEqualsSequence(t, iso, kind.limit) })
+		}
+	}
+}
+
+func testCoalescedBatchEqualsSequence(t *testing.T, iso string, limit ledger.Limit) {
+	clock := ledgertest.NewClock()
+	s := open(t, postgres.WithIsolation(iso), postgres.WithClock(clock.Now))
+	ctx := context.Background()
+	if _, err := s.PutLimit(ctx, limit); err != nil {
+		t.Fatal(err)
+	}
+	seq := ledger.BucketRef{Limit: "c", Key: "one-by-one"}
+	bat := ledger.BucketRef{Limit: "c", Key: "batched"}
+	rng := rand.New(rand.NewPCG(7, 11))
+	var used []ledger.Idempotency
+	var replays, refusals int
+	costs := []string{"0", "0.5", "1", "2.25", "3", "0.000001", "7", "11"}
+	for round := 0; round < 200; round++ {
+		clock.Advance(time.Duration(rng.IntN(2_000_000)) * time.Microsecond)
+		if rng.IntN(2) == 0 {
+			amount := dec(costs[1+rng.IntN(5)])
+			ttl := time.Duration(1+rng.IntN(3_000_000)) * time.Microsecond
+			for _, r := range []ledger.BucketRef{seq, bat} {
+				if _, err := s.Reserve(ctx, r, amount, ttl, ledger.Idempotency{}, nil); err != nil {
 					t.Fatal(err)
 				}
-				hb, _, err := s.History(ctx, bat, page, ledger.MaxPage)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(hs) != len(hb) || len(hs) == 0 {
-					t.Fatalf("history: %d entries one by one, %d batched", len(hs), len(hb))
-				}
-				for i := range hs {
-					a := fmt.Sprintf("%s %s %d", hs[i].Event, hs[i].Amount, hs[i].Time.UnixMicro())
-					b := fmt.Sprintf("%s %s %d", hb[i].Event, hb[i].Amount, hb[i].Time.UnixMicro())
-					if a != b {
-						t.Fatalf("history entry %d: one by one %s, batched %s", i, a, b)
-					}
+			}
+		}
+		n := 2 + rng.IntN(10)
+		cs := make([]decimal.Decimal, n)
+		idems := make([]ledger.Idempotency, n)
+		for i := range cs {
+			cs[i] = dec(costs[rng.IntN(len(costs))])
+			// A third of the calls carry an Idempotency-Key: a fresh
+			// one, or one used before (in this batch or an earlier
+			// one) with the same request (a replay) or another
+			// (refused).
+			switch r := rng.IntN(9); {
+			case r < 2 || r < 3 && len(used) == 0:
+				idems[i] = ledger.Idempotency{Key: fmt.Sprintf("r%di%d", round, i), Hash: cs[i].String()}
+				used = append(used, idems[i])
+			case r < 3:
+				idems[i] = used[rng.IntN(len(used))]
+				if rng.IntN(4) == 0 {
+					idems[i].Hash = "other"
+				} else {
+					cs[i] = dec(idems[i].Hash)
 				}
 			}
-		})
+		}
+		got, errs := s.FillupBatchIdem(ctx, bat, cs, scoped(idems, "batched"))
+		for i, c := range cs {
+			want, err := s.FillupAllOrNone(ctx, ledger.Charge{Bucket: seq, Cost: c}, scoped(idems, "one-by-one")[i])
+			if !errors.Is(errs[i], ledger.ErrIdempotencyKeyReused) || !errors.Is(err, ledger.ErrIdempotencyKeyReused) {
+				if errs[i] != nil || err != nil {
+					t.Fatalf("round %d item %d: batched: %v, one by one: %v", round, i, errs[i], err)
+				}
+			}
+			if got[i].Replayed {
+				replays++
+			}
+			if errs[i] != nil {
+				refusals++
+			}
+			if a, b := answer(got[i]), answer(want); a != b {
+				t.Fatalf("round %d item %d (cost %s, %+v):\n batch      %s\n one by one %s", round, i, c, idems[i], a, b)
+			}
+		}
+	}
+	if replays == 0 || refusals == 0 {
+		t.Fatalf("%d replays, %d refused reuses: the test did not exercise them", replays, refusals)
+	}
+	t.Logf("%d replays, %d refused reuses", replays, refusals)
+	for _, page := range []string{""} {
+		hs, _, err := s.History(ctx, seq, page, ledger.MaxPage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb, _, err := s.History(ctx, bat, page, ledger.MaxPage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hs) != len(hb) || len(hs) == 0 {
+			t.Fatalf("history: %d entries one by one, %d batched", len(hs), len(hb))
+		}
+		for i := range hs {
+			a := fmt.Sprintf("%s %s %d", hs[i].Event, hs[i].Amount, hs[i].Time.UnixMicro())
+			b := fmt.Sprintf("%s %s %d", hb[i].Event, hb[i].Amount, hb[i].Time.UnixMicro())
+			if a != b {
+				t.Fatalf("history entry %d: one by one %s, batched %s", i, a, b)
+			}
+		}
 	}
 }
 

@@ -20,11 +20,11 @@ const listBucketsSQL = `
 WITH l AS (SELECT * FROM limits WHERE name = $1),
      t AS (SELECT coalesce($4::timestamptz, date_trunc('microseconds', clock_timestamp())) AS now)
 SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_every, l.period_tz, l.period_start_day,
-       l.history, l.created_at, l.updated_at, t.now,
-       b.key, b.level::text, b.updated_at, hs.amounts, hs.expires
+       l.window_length_us, l.window_precision_us, l.history, l.created_at, l.updated_at, t.now,
+       b.key, b.level::text, b.updated_at, hs.amounts, hs.expires, b.slot_idx, b.slot_sum::text[]
   FROM l CROSS JOIN t
   LEFT JOIN LATERAL (
-        SELECT b.key, b.level, b.updated_at
+        SELECT b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum
           FROM buckets b
          WHERE b.limit_id = l.id AND b.key > $2::text COLLATE "C" AND b.updated_at IS NOT NULL
          ORDER BY b.key
@@ -52,18 +52,21 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 			var (
 				l             ledger.Limit
 				capacity      string
-				amount, every *string // leak_amount: NULL for a periodic limit; period_every: NULL for a leaky one
+				amount, every *string // leak_amount: NULL unless leaky; period_every: NULL unless periodic
 				perUS         *int64
 				tz            *string
 				startDay      *int32
+				wlen, wprec   *int64 // NULL unless a window
+				slotIdx       []int64
+				slotSums      []string
 				now           time.Time
 				key, level    *string
 				updated       *time.Time
 				amounts       []string
 				expires       []time.Time
 			)
-			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &every, &tz, &startDay, &l.History, &l.CreatedAt, &l.UpdatedAt, &now,
-				&key, &level, &updated, &amounts, &expires); err != nil {
+			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &every, &tz, &startDay, &wlen, &wprec, &l.History, &l.CreatedAt, &l.UpdatedAt, &now,
+				&key, &level, &updated, &amounts, &expires, &slotIdx, &slotSums); err != nil {
 				return err
 			}
 			found = true
@@ -80,8 +83,10 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 				}
 			case amount != nil && perUS != nil:
 				l.LeakAmount, l.LeakPer = p.num(*amount), time.Duration(*perUS)*time.Microsecond
+			case wlen != nil && wprec != nil:
+				l.Window = (&windowDoc{LengthUS: *wlen, PrecisionUS: *wprec}).window()
 			default:
-				return fmt.Errorf("postgres: limit %q has neither a leak nor a period", l.Name)
+				return fmt.Errorf("postgres: limit %q has none of a leak, a period and a window", l.Name)
 			}
 			l.CreatedAt, l.UpdatedAt = l.CreatedAt.UTC(), l.UpdatedAt.UTC()
 			st := bucket.State{Level: ledger.Amount(p.num(*level))}
@@ -93,6 +98,9 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 			}
 			if p.err != nil {
 				return p.err
+			}
+			if st.Slots, err = slotsOf(slotIdx, slotSums); err != nil {
+				return err
 			}
 			out = append(out, ledger.BucketSnapshot{Key: *key, Snapshot: ledger.Snapshot{Limit: l, State: st, Now: now.UTC()}})
 		}

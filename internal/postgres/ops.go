@@ -24,6 +24,7 @@ type limitDoc struct {
 	LeakAmount decimal.Decimal `json:"leak_amount"`
 	LeakPerUS  int64           `json:"leak_per_us"`
 	Period     *periodDoc      `json:"period"`
+	Window     *windowDoc      `json:"window"`
 	History    bool            `json:"history"`
 	CreatedUS  int64           `json:"created_us"`
 	UpdatedUS  int64           `json:"updated_us"`
@@ -36,6 +37,7 @@ func (d limitDoc) limit() ledger.Limit {
 		LeakAmount: d.LeakAmount,
 		LeakPer:    time.Duration(d.LeakPerUS) * time.Microsecond,
 		Period:     d.Period.period(),
+		Window:     d.Window.window(),
 		History:    d.History,
 		CreatedAt:  fromUS(d.CreatedUS),
 		UpdatedAt:  fromUS(d.UpdatedUS),
@@ -60,6 +62,21 @@ func (d *periodDoc) period() *ledger.Period {
 	return p
 }
 
+// windowDoc is a window limit's rule as budgetd_limit_json writes it.
+type windowDoc struct {
+	LengthUS    int64 `json:"length_us"`
+	PrecisionUS int64 `json:"precision_us"`
+}
+
+func (d *windowDoc) window() *ledger.Window {
+	if d == nil {
+		return nil
+	}
+	return &ledger.Window{Length: time.Duration(d.LengthUS) * time.Microsecond, Precision: time.Duration(d.PrecisionUS) * time.Microsecond}
+}
+
+// stateDoc is a bucket as budgetd_state_json writes it; SlotIdx and
+// SlotSums are a window bucket's slots, absent for a bucket without any.
 type stateDoc struct {
 	Level     decimal.Decimal `json:"level"`
 	UpdatedUS *int64          `json:"updated_us"`
@@ -67,11 +84,13 @@ type stateDoc struct {
 		Amount    decimal.Decimal `json:"amount"`
 		ExpiresUS int64           `json:"expires_us"`
 	} `json:"holds"`
+	SlotIdx  []int64  `json:"slot_idx"`
+	SlotSums []string `json:"slot_sums"`
 }
 
-func (d stateDoc) state() bucket.State {
-	if d.UpdatedUS == nil && d.Level.IsZero() && len(d.Holds) == 0 {
-		return bucket.State{} // never written
+func (d stateDoc) state() (bucket.State, error) {
+	if d.UpdatedUS == nil && d.Level.IsZero() && len(d.Holds) == 0 && len(d.SlotIdx) == 0 {
+		return bucket.State{}, nil // never written
 	}
 	st := bucket.State{Level: ledger.Amount(d.Level), Holds: make([]bucket.Hold, len(d.Holds))}
 	if d.UpdatedUS != nil {
@@ -80,7 +99,29 @@ func (d stateDoc) state() bucket.State {
 	for i, h := range d.Holds {
 		st.Holds[i] = bucket.Hold{Amount: ledger.Amount(h.Amount), ExpiresAt: fromUS(h.ExpiresUS)}
 	}
-	return st
+	slots, err := slotsOf(d.SlotIdx, d.SlotSums)
+	st.Slots = slots
+	return st, err
+}
+
+// slotsOf pairs a window bucket's slot numbers with their sums (numeric
+// text), as stored: oldest first; nil for none.
+func slotsOf(idx []int64, sums []string) ([]bucket.Slot, error) {
+	if len(idx) != len(sums) {
+		return nil, fmt.Errorf("postgres: %d slot numbers with %d sums: %w", len(idx), len(sums), errBadAnswer)
+	}
+	if len(idx) == 0 {
+		return nil, nil
+	}
+	out := make([]bucket.Slot, len(idx))
+	for i, s := range sums {
+		sum, ok := bucket.ParseAmount(s)
+		if !ok {
+			return nil, fmt.Errorf("postgres: slot sum %q: %w", s, errBadAnswer)
+		}
+		out[i] = bucket.Slot{Index: idx[i], Sum: sum}
+	}
+	return out, nil
 }
 
 // snapDoc is the part every bucket outcome shares.
@@ -89,8 +130,9 @@ type snapDoc struct {
 	State stateDoc `json:"state"`
 }
 
-func (d snapDoc) snapshot(nowUS int64) ledger.Snapshot {
-	return ledger.Snapshot{Limit: d.Limit.limit(), State: d.State.state(), Now: fromUS(nowUS)}
+func (d snapDoc) snapshot(nowUS int64) (ledger.Snapshot, error) {
+	st, err := d.State.state()
+	return ledger.Snapshot{Limit: d.Limit.limit(), State: st, Now: fromUS(nowUS)}, err
 }
 
 type holdDoc struct {
@@ -152,7 +194,11 @@ func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snaps
 	if err := s.queryJSON(ctx, "inspect", &doc, "SELECT budgetd_inspect($1, $2, $3)", ref.Limit, ref.Key, s.nowArg()); err != nil {
 		return ledger.Snapshot{}, err
 	}
-	return doc.snapshot(doc.NowUS), nil
+	snap, err := doc.snapshot(doc.NowUS)
+	if err != nil {
+		return ledger.Snapshot{}, fmt.Errorf("postgres inspect: %w", err)
+	}
+	return snap, nil
 }
 
 // Fillup charges every item or none, in one statement: budgetd_fillup. A
@@ -218,7 +264,11 @@ func decodeFillup(raw json.RawMessage) (ledger.FillupOutcome, error) {
 	}
 	out := ledger.FillupOutcome{Accepted: doc.Accepted, Replayed: doc.Replayed, Items: make([]ledger.ItemOutcome, len(doc.Items))}
 	for i, it := range doc.Items {
-		out.Items[i] = ledger.ItemOutcome{Snapshot: it.snapshot(doc.NowUS)}
+		snap, err := it.snapshot(doc.NowUS)
+		if err != nil {
+			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: %w", err)
+		}
+		out.Items[i] = ledger.ItemOutcome{Snapshot: snap}
 	}
 	return out, nil
 }
@@ -237,7 +287,11 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 	if err != nil {
 		return ledger.DrainOutcome{}, err
 	}
-	return ledger.DrainOutcome{Removed: doc.Removed, Snapshot: doc.snapshot(doc.NowUS), Replayed: doc.Replayed}, nil
+	snap, err := doc.snapshot(doc.NowUS)
+	if err != nil {
+		return ledger.DrainOutcome{}, fmt.Errorf("postgres drain: %w", err)
+	}
+	return ledger.DrainOutcome{Removed: doc.Removed, Snapshot: snap, Replayed: doc.Replayed}, nil
 }
 
 // Reserve adds a hold when it fits.
@@ -255,10 +309,14 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 	if err != nil {
 		return ledger.ReserveOutcome{}, err
 	}
+	snap, err := doc.snapshot(doc.NowUS)
+	if err != nil {
+		return ledger.ReserveOutcome{}, fmt.Errorf("postgres reserve: %w", err)
+	}
 	return ledger.ReserveOutcome{
 		Accepted:    doc.Accepted,
 		Reservation: doc.Reservation.reservation(),
-		Snapshot:    doc.snapshot(doc.NowUS),
+		Snapshot:    snap,
 		Replayed:    doc.Replayed,
 	}, nil
 }
@@ -301,9 +359,13 @@ func (s *Store) resolve(ctx context.Context, op, id string, commit bool, amount 
 	if err != nil {
 		return ledger.ResolveOutcome{}, err
 	}
+	snap, err := doc.snapshot(doc.NowUS)
+	if err != nil {
+		return ledger.ResolveOutcome{}, fmt.Errorf("postgres %s: %w", op, err)
+	}
 	return ledger.ResolveOutcome{
 		Reservation: doc.Reservation.reservation(),
-		Snapshot:    doc.snapshot(doc.NowUS),
+		Snapshot:    snap,
 		Refusal:     doc.Refusal,
 		Replayed:    doc.Replayed,
 	}, nil

@@ -172,14 +172,23 @@ func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 // TestOneRoundTrip checks that every decision is one query and one network
 // round trip, at READ COMMITTED and at SERIALIZABLE, once the connection has
 // prepared the statement (pgx prepares each statement once per connection
-// and caches it).
+// and caches it), on leaky limits and on rolling windows.
 func TestOneRoundTrip(t *testing.T) {
-	for _, iso := range []string{"read-committed", "serializable"} {
-		t.Run(iso, func(t *testing.T) { testOneRoundTrip(t, iso) })
+	kinds := []struct {
+		name string
+		spec ledger.LimitSpec
+	}{
+		{"leak", ledger.LimitSpec{Capacity: dec("1000"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}},
+		{"window", ledger.LimitSpec{Capacity: dec("1000"), Window: &ledger.Window{Length: time.Minute}, History: true}},
+	}
+	for _, k := range kinds {
+		for _, iso := range []string{"read-committed", "serializable"} {
+			t.Run(k.name+"/"+iso, func(t *testing.T) { testOneRoundTrip(t, iso, k.spec) })
+		}
 	}
 }
 
-func testOneRoundTrip(t *testing.T, iso string) {
+func testOneRoundTrip(t *testing.T, iso string, spec ledger.LimitSpec) {
 	var writes atomic.Int64
 	tracer := &queryCounter{}
 	s := open(t, postgres.WithIsolation(iso), postgres.WithMaxConns(1), postgres.WithTracer(tracer), postgres.WithPoolConfig(func(pc *pgxpool.Config) {
@@ -195,7 +204,7 @@ func testOneRoundTrip(t *testing.T, iso string) {
 	svc := ledger.NewService(s)
 	ctx := context.Background()
 	for _, name := range []string{"a", "b"} {
-		if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: dec("1000"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}); err != nil {
+		if _, err := svc.PutLimit(ctx, name, spec); err != nil {
 			t.Fatal(err)
 		}
 	}

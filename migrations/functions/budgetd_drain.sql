@@ -23,7 +23,7 @@ BEGIN
         v_level := budgetd_settle(v_l, p_key, v_now);
         v_removed := least(v_amount, v_level);
         IF v_removed > 0 THEN
-            PERFORM budgetd_write(v_l.id, p_key, v_level - v_removed, v_now);
+            PERFORM budgetd_write(v_l, p_key, v_level - v_removed, v_now, 0, v_removed);
             PERFORM budgetd_record(v_l, p_key, v_now, 'drain', v_removed, NULL, p_meta);
         END IF;
     ELSE

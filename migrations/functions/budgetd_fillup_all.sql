@@ -43,7 +43,8 @@ BEGIN
         SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = p_keys[i];
         SELECT coalesce(sum(amount), 0) INTO v_held
           FROM holds WHERE limit_id = v_l.id AND key = p_keys[i] AND state = 'active' AND expires_at > v_now;
-        v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now));
+        v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
+                                    v_l.window_length_us, v_l.window_precision_us, v_b.slot_idx, v_b.slot_sum);
         v_fits[i] := budgetd_fits(v_level, v_held, v_costs[i], v_l.capacity);
         v_accepted := v_accepted AND v_fits[i];
     END LOOP;
@@ -51,7 +52,7 @@ BEGIN
         v_l := v_lims[i];
         IF v_accepted AND v_costs[i] > 0 THEN
             v_level := budgetd_settle(v_l, p_keys[i], v_now);
-            PERFORM budgetd_write(v_l.id, p_keys[i], v_level + v_costs[i], v_now);
+            PERFORM budgetd_write(v_l, p_keys[i], v_level + v_costs[i], v_now, v_costs[i]);
             PERFORM budgetd_record(v_l, p_keys[i], v_now, 'fillup', v_costs[i], NULL, p_metas[i]);
         ELSIF v_created[i] THEN
             DELETE FROM buckets WHERE limit_id = v_l.id AND key = p_keys[i];

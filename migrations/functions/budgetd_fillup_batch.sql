@@ -30,15 +30,21 @@
 -- failure instead, which the store retries); nothing is written before that
 -- insert except recording expired holds.
 --
+-- A window bucket's slots (budgetd_window_slots) are settled and charged by
+-- the first accepted item; every later one is charged to the same newest
+-- slot, as it would be alone (the items share the instant, and the bucket's
+-- time is then the later of now and its stored time).
+--
 -- One row per item, in order: fits, the bucket right after the item (level
--- as text, updated µs, active holds as two arrays) and the shared now and
--- limit; or doc (an idempotent replay, the stored jsonb); or err_code and
--- err_msg.
+-- as text, updated µs, active holds as two arrays, a window bucket's slots
+-- as two arrays) and the shared now and limit; or doc (an idempotent replay,
+-- the stored jsonb); or err_code and err_msg.
 CREATE OR REPLACE FUNCTION budgetd_fillup_batch(p_limit text, p_key text, p_costs text[], p_now timestamptz,
                                      p_scopes text[], p_idems text[], p_hashes text[], p_metas text[] DEFAULT NULL)
 RETURNS TABLE (r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts text[], r_hold_expires bigint[],
                r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_period jsonb, r_history boolean,
-               r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text)
+               r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text,
+               r_window_length_us bigint, r_window_precision_us bigint, r_slot_idx bigint[], r_slot_sums text[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n        int := coalesce(array_length(p_costs, 1), 0);
@@ -55,8 +61,14 @@ DECLARE
     v_hist     boolean;
     v_lcre     timestamptz;
     v_lupd     timestamptz;
+    v_wlen     bigint;  -- the window of a window limit (NULL: another kind)
+    v_wprec    bigint;
     v_blevel   numeric;
     v_bupd     timestamptz;
+    v_bidx     bigint[];  -- the slots as stored
+    v_bsum     numeric[];
+    v_widx     bigint[];  -- the slots once written
+    v_wsum     numeric[];
     v_bfound   boolean;
     v_held     numeric;
     v_expired  bigint;
@@ -83,6 +95,7 @@ DECLARE
     a_doc      jsonb[];
     a_err      text[];
     a_msg      text[];
+    a_wlast    numeric[];  -- the newest slot's sum after the item, once written
     -- Accepted costs (history) and idempotency records to write.
     w_costs    numeric[];
     w_metas    text[];
@@ -91,10 +104,12 @@ DECLARE
 BEGIN
     LOOP
         SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.created_at, l.updated_at, l.period_every,
-               l.period_starts, budgetd_period_json(l), b.level, b.updated_at, b.found
-          INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_lcre, v_lupd, v_every, v_starts, v_period, v_blevel, v_bupd, v_bfound
+               l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
+               b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found
+          INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
+               v_blevel, v_bupd, v_bidx, v_bsum, v_bfound
           FROM limits l
-          LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, true AS found FROM buckets bb
+          LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found FROM buckets bb
                               WHERE bb.limit_id = l.id AND bb.key = p_key FOR UPDATE) b ON true
          WHERE l.name = p_limit;
         IF NOT FOUND THEN
@@ -157,7 +172,7 @@ BEGIN
         IF v_every IS NOT NULL THEN
             v_start := budgetd_period_find(v_starts, v_now, p_limit, v_lid);
         END IF;
-        v_level := budgetd_level_at(v_blevel, v_bupd, v_lamt, v_per, v_now, v_start);
+        v_level := budgetd_level_at(v_blevel, v_bupd, v_lamt, v_per, v_now, v_start, v_wlen, v_wprec, v_bidx, v_bsum);
         -- What an answer shows until something is written: the row as stored.
         IF v_bfound THEN
             v_lvl_text := v_blevel::text;
@@ -168,7 +183,9 @@ BEGIN
         END IF;
         r_now_us := budgetd_us(v_now);
         v_wrote := false;
-        a_fits := '{}'; a_level := '{}'; a_upd := '{}'; a_live := '{}'; a_doc := '{}'; a_err := '{}'; a_msg := '{}';
+        v_widx := NULL;
+        v_wsum := NULL;
+        a_fits := '{}'; a_level := '{}'; a_upd := '{}'; a_live := '{}'; a_doc := '{}'; a_err := '{}'; a_msg := '{}'; a_wlast := '{}';
         w_costs := '{}'; w_metas := '{}'; w_item := '{}'; w_docs := '{}';
 
         -- Decide, in order.
@@ -212,6 +229,12 @@ BEGIN
             v_fits := budgetd_fits(v_level, v_held, v_cost, v_cap);
             IF v_fits AND v_cost > 0 THEN
                 v_level := trim_scale(v_level + v_cost);
+                IF v_wlen IS NOT NULL AND NOT v_wrote THEN
+                    SELECT s.o_idx, s.o_sum INTO v_widx, v_wsum
+                      FROM budgetd_window_slots(v_blevel, v_bupd, v_wlen, v_wprec, v_bidx, v_bsum, v_now, v_cost, 0) AS s;
+                ELSIF v_wlen IS NOT NULL THEN
+                    v_wsum[cardinality(v_wsum)] := trim_scale(v_wsum[cardinality(v_wsum)] + v_cost);
+                END IF;
                 v_wrote := true;
                 v_lvl_text := v_level::text;
                 v_upd_us := budgetd_us(CASE WHEN v_bupd IS NULL OR v_bupd < v_now OR v_bupd > v_now + budgetd_clock_step()
@@ -224,6 +247,7 @@ BEGIN
             a_fits[k] := v_fits;
             a_level[k] := v_lvl_text;
             a_upd[k] := v_upd_us;
+            a_wlast[k] := CASE WHEN v_wrote AND v_wlen IS NOT NULL THEN v_wsum[cardinality(v_wsum)] END;
             -- Expired holds are recorded by the first write.
             a_live[k] := v_wrote AND v_expired > 0;
             IF p_idems[k] IS NOT NULL AND p_idems[k] <> '' THEN
@@ -237,7 +261,8 @@ BEGIN
                         'state', jsonb_build_object('level', v_lvl_text, 'updated_us', v_upd_us,
                             'holds', (SELECT coalesce(jsonb_agg(jsonb_build_object('amount', u.a, 'expires_us', u.e) ORDER BY u.o), '[]'::jsonb)
                                         FROM unnest(CASE WHEN a_live[k] THEN v_live_a ELSE v_all_a END,
-                                                    CASE WHEN a_live[k] THEN v_live_e ELSE v_all_e END) WITH ORDINALITY AS u(a, e, o))))));
+                                                    CASE WHEN a_live[k] THEN v_live_e ELSE v_all_e END) WITH ORDINALITY AS u(a, e, o)))
+                            || CASE WHEN v_wrote THEN budgetd_slots_json(v_widx, v_wsum) ELSE budgetd_slots_json(v_bidx, v_bsum) END)));
                 w_item := w_item || k;
                 w_docs := w_docs || v_doc;
             END IF;
@@ -253,12 +278,12 @@ BEGIN
             END IF;
             IF v_bfound THEN
                 UPDATE buckets
-                   SET level = v_level,
+                   SET level = v_level, slot_idx = v_widx, slot_sum = v_wsum,
                        updated_at = CASE WHEN updated_at IS NULL OR updated_at < v_now OR updated_at > v_now + budgetd_clock_step()
                                          THEN v_now ELSE updated_at END
                  WHERE limit_id = v_lid AND key = p_key;
             ELSE
-                INSERT INTO buckets (limit_id, key, level, updated_at) VALUES (v_lid, p_key, v_level, v_now)
+                INSERT INTO buckets (limit_id, key, level, updated_at, slot_idx, slot_sum) VALUES (v_lid, p_key, v_level, v_now, v_widx, v_wsum)
                 ON CONFLICT DO NOTHING;
                 -- A concurrent call created the bucket first: start over on it.
                 CONTINUE WHEN NOT FOUND;
@@ -320,6 +345,8 @@ BEGIN
     r_history := v_hist;
     r_created_us := budgetd_us(v_lcre);
     r_limit_updated_us := budgetd_us(v_lupd);
+    r_window_length_us := v_wlen;
+    r_window_precision_us := v_wprec;
     FOR k IN 1 .. v_n LOOP
         r_doc := a_doc[k];
         r_err_code := a_err[k];
@@ -335,12 +362,21 @@ BEGIN
                 r_hold_amounts := v_all_a;
                 r_hold_expires := v_all_e;
             END IF;
+            IF a_wlast[k] IS NOT NULL THEN
+                r_slot_idx := v_widx;
+                r_slot_sums := (v_wsum[1:cardinality(v_wsum) - 1] || a_wlast[k])::text[];
+            ELSE
+                r_slot_idx := v_bidx;
+                r_slot_sums := v_bsum::text[];
+            END IF;
         ELSE
             r_fits := NULL;
             r_level := NULL;
             r_updated_us := NULL;
             r_hold_amounts := NULL;
             r_hold_expires := NULL;
+            r_slot_idx := NULL;
+            r_slot_sums := NULL;
         END IF;
         RETURN NEXT;
     END LOOP;

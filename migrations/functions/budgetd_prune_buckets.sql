@@ -13,8 +13,9 @@ BEGIN
     deleted := 0;
     -- A periodic limit whose table does not reach now (pstart NULL) keeps its
     -- buckets until a call refreshes the table.
-    FOR v_r IN SELECT b.limit_id, b.key, b.level, b.updated_at, l.id AS lid, l.leak_amount, l.leak_per_us,
-                      l.period_every IS NOT NULL AS periodic, budgetd_period_start(l, p_now, false) AS pstart
+    FOR v_r IN SELECT b.limit_id, b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum, l.id AS lid, l.leak_amount, l.leak_per_us,
+                      l.period_every IS NOT NULL AS periodic, budgetd_period_start(l, p_now, false) AS pstart,
+                      l.window_length_us AS wlen, l.window_precision_us AS wprec
                  FROM buckets b LEFT JOIN limits l ON l.id = b.limit_id
                 WHERE (b.limit_id, b.key) > (p_after_limit, p_after_key COLLATE "C")
                 ORDER BY b.limit_id, b.key
@@ -22,7 +23,8 @@ BEGIN
         v_scanned := v_scanned + 1;
         next_limit := v_r.limit_id;
         next_key := v_r.key;
-        IF v_r.lid IS NOT NULL AND (budgetd_level_at(v_r.level, v_r.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now, v_r.pstart) > 0
+        IF v_r.lid IS NOT NULL AND (budgetd_level_at(v_r.level, v_r.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now, v_r.pstart,
+                                                     v_r.wlen, v_r.wprec, v_r.slot_idx, v_r.slot_sum) > 0
             OR v_r.updated_at IS NULL OR (v_r.periodic AND v_r.pstart IS NULL)) THEN
             CONTINUE;
         END IF;
@@ -35,7 +37,8 @@ BEGIN
          WHERE b.limit_id = v_r.limit_id AND b.key = v_r.key
            AND (NOT EXISTS (SELECT 1 FROM limits l WHERE l.id = b.limit_id)
                 OR (b.updated_at IS NOT NULL
-                    AND budgetd_level_at(b.level, b.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now, v_r.pstart) = 0
+                    AND budgetd_level_at(b.level, b.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now, v_r.pstart,
+                                         v_r.wlen, v_r.wprec, b.slot_idx, b.slot_sum) = 0
                     AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.limit_id = b.limit_id AND h.key = b.key AND h.state = 'active')
                     AND NOT EXISTS (SELECT 1 FROM history e WHERE e.limit_id = b.limit_id AND e.key = b.key)));
         GET DIAGNOSTICS v_n = ROW_COUNT;

@@ -1,13 +1,17 @@
--- PUT of a limit: a leak (p_leak_amount, p_per_us) or a calendar period
+-- PUT of a limit: a leak (p_leak_amount, p_per_us), a calendar period
 -- (p_every, p_tz, p_start_day, with p_starts its table of period starts in µs,
--- computed by budgetd). One that changes the rule (the leak rate, the kind,
--- or the period) first settles every bucket of the limit with a positive
--- stored level under the old rule, in the same transaction, so that every
--- level is kept and the new rule applies from now on only: a level settled at
--- now lies in the current period of a new periodic rule.
+-- computed by budgetd) or a rolling window (p_window_length_us,
+-- p_window_precision_us). One that changes the rule (the leak rate, the kind,
+-- the period or the window) first settles every bucket of the limit with a
+-- positive stored level under the old rule, in the same transaction, so that
+-- every level is kept and the new rule applies from now on only
+-- (bucket.Switch): a level settled at now lies in the current period of a
+-- new periodic rule, and a window's slots are dropped, the level reading as
+-- one charge made at now under a new window.
 CREATE OR REPLACE FUNCTION budgetd_put_limit(p_name text, p_capacity text, p_leak_amount text, p_per_us bigint, p_history boolean, p_now timestamptz,
                                              p_every text DEFAULT NULL, p_tz text DEFAULT NULL, p_start_day int DEFAULT NULL,
-                                             p_starts bigint[] DEFAULT NULL)
+                                             p_starts bigint[] DEFAULT NULL,
+                                             p_window_length_us bigint DEFAULT NULL, p_window_precision_us bigint DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_now   timestamptz := coalesce(p_now, budgetd_clock());
@@ -21,20 +25,25 @@ BEGIN
         v_start := budgetd_period_start(v_old, v_now);
     END IF;
     INSERT INTO limits AS l (name, capacity, leak_amount, leak_per_us, history, created_at, updated_at,
-                             period_every, period_tz, period_start_day, period_starts)
+                             period_every, period_tz, period_start_day, period_starts, window_length_us, window_precision_us)
     VALUES (p_name, p_capacity::numeric, p_leak_amount::numeric, p_per_us, p_history, v_now, v_now,
-            p_every, p_tz, p_start_day, p_starts)
+            p_every, p_tz, p_start_day, p_starts, p_window_length_us, p_window_precision_us)
     ON CONFLICT (name) DO UPDATE
        SET capacity = EXCLUDED.capacity, leak_amount = EXCLUDED.leak_amount, leak_per_us = EXCLUDED.leak_per_us,
            history = EXCLUDED.history, updated_at = EXCLUDED.updated_at,
            period_every = EXCLUDED.period_every, period_tz = EXCLUDED.period_tz,
-           period_start_day = EXCLUDED.period_start_day, period_starts = EXCLUDED.period_starts
+           period_start_day = EXCLUDED.period_start_day, period_starts = EXCLUDED.period_starts,
+           window_length_us = EXCLUDED.window_length_us, window_precision_us = EXCLUDED.window_precision_us
     RETURNING * INTO v_l;
     IF v_old.id IS NOT NULL AND (v_old.leak_amount IS DISTINCT FROM v_l.leak_amount OR v_old.leak_per_us IS DISTINCT FROM v_l.leak_per_us
                                  OR v_old.period_every IS DISTINCT FROM v_l.period_every OR v_old.period_tz IS DISTINCT FROM v_l.period_tz
-                                 OR v_old.period_start_day IS DISTINCT FROM v_l.period_start_day) THEN
+                                 OR v_old.period_start_day IS DISTINCT FROM v_l.period_start_day
+                                 OR v_old.window_length_us IS DISTINCT FROM v_l.window_length_us
+                                 OR v_old.window_precision_us IS DISTINCT FROM v_l.window_precision_us) THEN
         UPDATE buckets AS b
-           SET level = trim_scale(budgetd_level_at(b.level, b.updated_at, v_old.leak_amount, v_old.leak_per_us, v_now, v_start)),
+           SET level = trim_scale(budgetd_level_at(b.level, b.updated_at, v_old.leak_amount, v_old.leak_per_us, v_now, v_start,
+                                                   v_old.window_length_us, v_old.window_precision_us, b.slot_idx, b.slot_sum)),
+               slot_idx = NULL, slot_sum = NULL,
                updated_at = CASE WHEN b.updated_at IS NULL OR b.updated_at < v_now OR b.updated_at > v_now + budgetd_clock_step()
                                 THEN v_now ELSE b.updated_at END
          WHERE b.limit_id = v_old.id AND b.level > 0;

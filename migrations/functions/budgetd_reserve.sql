@@ -30,11 +30,12 @@ BEGIN
         RAISE EXCEPTION 'bucket has % active holds', v_count USING ERRCODE = budgetd_code_too_many_holds();
     END IF;
     SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = p_key;
-    v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now));
+    v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
+                                v_l.window_length_us, v_l.window_precision_us, v_b.slot_idx, v_b.slot_sum);
     v_accepted := budgetd_fits(v_level, v_held, v_amount, v_l.capacity);
     IF v_accepted THEN
         v_level := budgetd_settle(v_l, p_key, v_now);
-        PERFORM budgetd_write(v_l.id, p_key, v_level, v_now);
+        PERFORM budgetd_write(v_l, p_key, v_level, v_now);
         INSERT INTO holds (id, limit_id, key, amount, state, created_at, expires_at)
         VALUES (p_id, v_l.id, p_key, v_amount, 'active', v_now, v_now + (p_ttl_us::text || ' microseconds')::interval)
         RETURNING * INTO v_h;

@@ -52,7 +52,7 @@ BEGIN
             IF v_level + v_charge > budgetd_max_level() THEN
                 RAISE EXCEPTION 'level % + % would exceed 10^15', v_level, v_charge USING ERRCODE = budgetd_code_level_overflow();
             END IF;
-            PERFORM budgetd_write(v_l.id, v_h.key, v_level + v_charge, v_now);
+            PERFORM budgetd_write(v_l, v_h.key, v_level + v_charge, v_now, v_charge);
             UPDATE holds SET state = 'committed', committed_amount = v_charge, resolved_at = v_now WHERE id = p_id;
             PERFORM budgetd_record(v_l, v_h.key, v_now, 'committed', v_charge, p_id, p_meta);
             v_wrote := true;
@@ -62,7 +62,7 @@ BEGIN
             v_refusal := 'reservation_closed';
         ELSIF v_h.state = 'active' THEN
             v_level := budgetd_settle(v_l, v_h.key, v_now);
-            PERFORM budgetd_write(v_l.id, v_h.key, v_level, v_now);
+            PERFORM budgetd_write(v_l, v_h.key, v_level, v_now);
             UPDATE holds SET state = 'released', resolved_at = v_now WHERE id = p_id;
             PERFORM budgetd_record(v_l, v_h.key, v_now, 'released', v_h.amount, p_id, p_meta);
             v_wrote := true;

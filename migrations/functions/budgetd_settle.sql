@@ -1,5 +1,5 @@
 -- Settles a locked bucket to p_now (bucket.Settled): records expired holds and
--- returns the leaked level. The caller writes it with budgetd_write.
+-- returns the level at p_now. The caller writes it with budgetd_write.
 CREATE OR REPLACE FUNCTION budgetd_settle(p_l limits, p_key text, p_now timestamptz) RETURNS numeric
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -10,5 +10,6 @@ BEGIN
     IF v_b.updated_at > p_now THEN
         PERFORM budgetd_note_step(v_b.updated_at, p_now);
     END IF;
-    RETURN budgetd_level_at(v_b.level, v_b.updated_at, p_l.leak_amount, p_l.leak_per_us, p_now, budgetd_period_start(p_l, p_now));
+    RETURN budgetd_level_at(v_b.level, v_b.updated_at, p_l.leak_amount, p_l.leak_per_us, p_now, budgetd_period_start(p_l, p_now),
+                            p_l.window_length_us, p_l.window_precision_us, v_b.slot_idx, v_b.slot_sum);
 END $$;

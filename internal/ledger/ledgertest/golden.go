@@ -39,13 +39,21 @@ type GoldenCase struct {
 	Steps []*GoldenStep `json:"steps"`
 }
 
-// GoldenLimit is the limit of a case: a leak (amount per Go duration) or a
-// calendar period.
+// GoldenLimit is the limit of a case: a leak (amount per Go duration), a
+// calendar period or a rolling window.
 type GoldenLimit struct {
 	Capacity string        `json:"capacity"`
 	Amount   string        `json:"amount,omitempty"`
 	Per      string        `json:"per,omitempty"`
 	Period   *GoldenPeriod `json:"period,omitempty"`
+	Window   *GoldenWindow `json:"window,omitempty"`
+}
+
+// GoldenWindow is a rolling window as the API spells it (Precision "" is
+// the default).
+type GoldenWindow struct {
+	Length    string `json:"length"`
+	Precision string `json:"precision,omitempty"`
 }
 
 // GoldenPeriod is a calendar period as the API spells it.
@@ -91,7 +99,7 @@ func testGolden(t *testing.T, e *env) {
 			e := &env{t: t, clock: e.clock, store: e.store, svc: e.svc, ctx: e.ctx}
 			got, ok := runGolden(e, fmt.Sprintf("golden%d", i), c)
 			if !ok {
-				return // the store refuses periodic limits
+				return // the store does not serve the case's kind yet (ledger.ErrNotServed)
 			}
 			for j, s := range c.Steps {
 				if diff := goldenDiff(s.Want, got[j]); diff != "" {
@@ -103,8 +111,9 @@ func testGolden(t *testing.T, e *env) {
 }
 
 // runGolden plays case c on e's store under the limit name and returns what
-// the store answered at each step. It reports false when the store refused
-// the case's periodic limit.
+// the store answered at each step. It reports false when the store does
+// not serve the case's kind of limit yet (ledger.ErrNotServed); any other
+// refusal fails the test.
 func runGolden(e *env, name string, c *GoldenCase) ([]map[string]string, bool) {
 	t := e.t
 	t.Helper()
@@ -113,7 +122,24 @@ func runGolden(e *env, name string, c *GoldenCase) ([]map[string]string, bool) {
 		t.Fatalf("start %q: %v", c.Start, err)
 	}
 	e.clock.Set(start)
-	if c.Limit.Period != nil {
+	if w := c.Limit.Window; w != nil {
+		length, err := time.ParseDuration(w.Length)
+		if err != nil {
+			t.Fatalf("window length %q: %v", w.Length, err)
+		}
+		var precision time.Duration
+		if w.Precision != "" {
+			if precision, err = time.ParseDuration(w.Precision); err != nil {
+				t.Fatalf("window precision %q: %v", w.Precision, err)
+			}
+		}
+		spec := ledger.LimitSpec{Capacity: dec(c.Limit.Capacity), Window: &ledger.Window{Length: length, Precision: precision}, History: true}
+		if _, err := e.svc.PutLimit(e.ctx, name, spec); errors.Is(err, ledger.ErrNotServed) {
+			return nil, false
+		} else if err != nil {
+			t.Fatalf("PutLimit(%s): %v", name, err)
+		}
+	} else if c.Limit.Period != nil {
 		p := ledger.Period{Every: c.Limit.Period.Every, TZ: c.Limit.Period.TZ, StartDay: c.Limit.Period.StartDay}
 		e.periodic(name, c.Limit.Capacity, p, true)
 	} else {
