@@ -101,9 +101,9 @@ func item(r ledger.BucketRef, cost string) ledger.Item {
 // on a bucket never written writes only its history entry: Inspect still
 // shows an empty bucket (level 0, no updated time, no holds), while the
 // bucket key (which numbers the history) and the history live as long as a
-// history entry is kept. On a written bucket a denial changes neither its
-// state nor shortens its TTL, and old entries are trimmed by a denial as by
-// any write.
+// history entry is kept, also after a PUT dropped the bucket's TTL. On a
+// written bucket a denial changes neither its state nor shortens its TTL,
+// and old entries are trimmed by a denial as by any write.
 func TestRecordedDenialLeavesBucketEmpty(t *testing.T) {
 	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
 		t.Run(env, func(t *testing.T) {
@@ -132,6 +132,19 @@ func TestRecordedDenialLeavesBucketEmpty(t *testing.T) {
 				if b < historyRetention-time.Minute || b > historyRetention || h < historyRetention-time.Minute || h > historyRetention {
 					t.Errorf("%s: PTTLs %v (bucket) and %v (history), want the history retention %v", r.Key, b, h, historyRetention)
 				}
+			}
+
+			// A PUT that slows the leak drops the TTLs of the limit's
+			// buckets; a bucket that holds only its history counter gets
+			// the retention again at its next denial.
+			e.put("logins", ledger.LimitSpec{Capacity: decimal.NewFromInt(5), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour,
+				History: true, RecordDenials: true})
+			if b, _ := e.pttls(fresh); b != -1 {
+				t.Fatalf("after slowing the leak the bucket's PTTL is %v, want none", b)
+			}
+			e.fill(item(fresh, "6"))
+			if b, h := e.pttls(fresh); b < historyRetention-time.Minute || b > historyRetention || h < historyRetention-time.Minute || h > historyRetention {
+				t.Errorf("PTTLs %v (bucket) and %v (history) after a denial on a persisted bare bucket, want %v", b, h, historyRetention)
 			}
 
 			// A bucket whose level lasts longer than the retention keeps its

@@ -248,14 +248,18 @@ end
 -- time, slots and holds stay as they were, so a bucket never written reads
 -- as empty. Its hash (kept for n) and its history then live at least
 -- HIST_MS from now, as finish keeps a bucket with history: a longer TTL, or
--- none, is left as it is; a key this call created gets HIST_MS.
+-- none, is left as it is; a key this call created gets HIST_MS, and so does
+-- a hash without a TTL that holds nothing but n (a PUT drops the TTLs of
+-- all buckets; a bucket never written keeps nothing that needs more).
 local function deny(c, st, now, amount, meta)
   if not c.deny then return nil end
   local ttl = { redis.call('PTTL', c.bk), redis.call('PTTL', c.hk) }
+  local bare = st.u == 0 and #st.holds == 0
   local id = record(c, st, now, 'denied', amount, '', meta)
   trim(c, now)
   for i, k in ipairs({ c.bk, c.hk }) do
-    if ttl[i] == -2 or (ttl[i] >= 0 and ttl[i] < HIST_MS) then redis.call('PEXPIRE', k, HIST_MS) end
+    local t = ttl[i]
+    if t == -2 or (t == -1 and bare) or (t >= 0 and t < HIST_MS) then redis.call('PEXPIRE', k, HIST_MS) end
   end
   return id
 end
