@@ -726,8 +726,9 @@ end
 -- → name; ARGV = now, name, capacity, leak amount, per (µs), history
 -- ('1'/'0'), then a periodic limit's every, tz and start_day, then a window
 -- limit's length and precision (µs) ('' for the other kinds; amount and
--- per are '' unless the limit leaks), then record_denials ('1'/'0'). A new limit takes the next
--- generation; an existing one keeps its generation and creation time.
+-- per are '' unless the limit leaks), then record_denials ('1'/'0'). A
+-- new limit takes the next generation; an existing one keeps its generation
+-- and creation time.
 -- Answers the definition before and after as flat field/value lists.
 local function limit_put(keys, args)
   local dk, idx, genc, gens = keys[1], keys[2], keys[3], keys[4]
