@@ -44,13 +44,6 @@ func TestMatrix(t *testing.T) {
 				}
 				name := "m-" + k.name
 				l, err := c.PutLimit(ctx, name, k.spec)
-				if client.IsCode(err, api.CodeNotServed) {
-					// A store that does not serve the kind yet keeps nothing of it.
-					if _, err := c.GetLimit(ctx, name); !client.IsCode(err, api.CodeLimitNotFound) {
-						t.Fatalf("GetLimit of a kind not served: %v", err)
-					}
-					return
-				}
 				must("PutLimit", err)
 				if l.Kind() != k.kind || (l.Period != nil) != k.periodic {
 					t.Fatalf("PutLimit: %+v", l)

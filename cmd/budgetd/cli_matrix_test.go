@@ -194,16 +194,6 @@ func cliMatrixKind(t *testing.T, server, name string, k cliKind) {
 		}
 	}
 
-	if k.window != nil {
-		put := append([]string{"limits", "put", name, "--capacity", "100"}, k.flags...)
-		if out, code, msg := cliOut(server, put...); code != 0 && strings.Contains(msg+out, "not_served") {
-			// A store that does not serve windows yet keeps nothing of one.
-			if out, code, msg := cliOut(server, "limits", "get", name); code != 1 || !strings.Contains(msg+out, "limit_not_found") {
-				t.Fatalf("limits get of a window not served: exit %d %s %s", code, msg, out)
-			}
-			return
-		}
-	}
 	var l api.Limit
 	cli(0, &l, append([]string{"limits", "put", name, "--capacity", "100"}, k.flags...)...)
 	limit("limits put", l)

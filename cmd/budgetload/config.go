@@ -41,7 +41,8 @@ type config struct {
 	capacity    string
 	leakAmount  string
 	leakPer     time.Duration
-	period      string // "" for a leaky limit, else the period's "every"
+	period      string        // "" for a leaky limit, else the period's "every"
+	window      time.Duration // 0, or the length of a rolling-window limit
 	tz          string
 	history     bool
 	cost        int64
@@ -100,6 +101,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.leakPer, "leak-per", 87600*time.Hour, "limit leak period")
 	fs.StringVar(&cfg.period, "period", "", "create a calendar-period limit that resets every day, week, month, quarter or year instead of a leaky one")
 	fs.StringVar(&cfg.tz, "tz", "UTC", "the period's time zone (with --period)")
+	fs.DurationVar(&cfg.window, "window", 0, "create a rolling-window limit of this length (at the default precision) instead of a leaky one")
 	fs.BoolVar(&cfg.history, "history", false, "create the limit with history on (verify then counts history entries)")
 	fs.Int64Var(&cfg.cost, "cost", 1, "cost of each fillup (a reservation holds 2×cost and commits cost)")
 	fs.BoolVar(&cfg.setup, "setup", true, "delete and re-create the limit before the run (so its buckets start empty)")
@@ -144,6 +146,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return cfg, usageError{"--leak-per must be at least 1µs"}
 	case cfg.period != "" && !slices.Contains([]string{"day", "week", "month", "quarter", "year"}, cfg.period):
 		return cfg, usageError{fmt.Sprintf("--period %q is not day, week, month, quarter or year", cfg.period)}
+	case cfg.window != 0 && cfg.period != "":
+		return cfg, usageError{"--window and --period are two kinds of limit: give one"}
+	case cfg.window != 0 && (cfg.window < time.Second || cfg.window > 8760*time.Hour):
+		return cfg, usageError{"--window must be from 1s to 8760h"}
 	}
 	if cfg.mix, err = parseMix(*mix); err != nil {
 		return cfg, usageError{err.Error()}

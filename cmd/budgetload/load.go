@@ -507,9 +507,13 @@ func (l *loader) setup(ctx context.Context) error {
 	}
 	body := fmt.Sprintf(`{"capacity":%q,"leak":{"amount":%q,"per":%q},"history":%t}`,
 		l.cfg.capacity, l.cfg.leakAmount, l.cfg.leakPer.String(), l.cfg.history)
-	if l.cfg.period != "" {
+	switch {
+	case l.cfg.period != "":
 		body = fmt.Sprintf(`{"capacity":%q,"period":{"every":%q,"tz":%q},"history":%t}`,
 			l.cfg.capacity, l.cfg.period, l.cfg.tz, l.cfg.history)
+	case l.cfg.window != 0:
+		body = fmt.Sprintf(`{"capacity":%q,"window":{"length":%q},"history":%t}`,
+			l.cfg.capacity, l.cfg.window.String(), l.cfg.history)
 	}
 	st, err = w.call(ctx, http.MethodPut, l.limitP, []byte(body))
 	if err != nil {

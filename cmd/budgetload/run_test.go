@@ -207,6 +207,32 @@ func TestOpenModelChargesTheQueue(t *testing.T) {
 	}
 }
 
+// TestWindowLimit: --window creates a rolling-window limit whose charges,
+// within its length, add up without leaking, and verify agrees.
+func TestWindowLimit(t *testing.T) {
+	srv := budgetd(t)
+	s, err := runJSON(t, "--url", srv.URL, "--duration", "300ms", "--warmup", "0s", "--keys", "10", "--concurrency", "4",
+		"--window", "720h", "--limit", "rolling")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Ops == 0 || s.Errors != 0 || s.Verify == nil || !s.Verify.OK || s.Verify.MaxLeak != "0.000000000000" {
+		t.Fatalf("%+v verify %+v", s, s.Verify)
+	}
+	res, err := http.Get(srv.URL + "/v1/limits/rolling")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var doc struct {
+		Leak   *json.RawMessage `json:"leak"`
+		Window struct{ Length, Precision string }
+	}
+	if err := json.NewDecoder(res.Body).Decode(&doc); err != nil || doc.Leak != nil || doc.Window.Length != "720h" || doc.Window.Precision != "1h" {
+		t.Fatalf("limit = %+v, %v", doc, err)
+	}
+}
+
 // TestPeriodicLimit: --period creates a calendar-period limit, the run's
 // charges add up without leaking, and verify still catches a lost charge.
 func TestPeriodicLimit(t *testing.T) {

@@ -45,7 +45,9 @@ type historyPage struct {
 // events. maxLeak is the leak of the limit over the whole run, rounded up: the
 // default limit leaks 1 per 87600h, so it is about 10^-7 per minute. A
 // periodic limit (--period) does not leak, but a bucket whose period began
-// during the run was reset to zero, so its level is only bounded above.
+// during the run was reset to zero, so its level is only bounded above; a
+// window (--window) does not leak either, and when the run outlasts it its
+// charges age out, so its level is then only bounded above too.
 func (l *loader) verify(ctx context.Context, since time.Time) verifyReport {
 	sums := l.sums()
 	rep := verifyReport{Keys: len(sums)}
@@ -63,7 +65,7 @@ func (l *loader) verify(ctx context.Context, since time.Time) verifyReport {
 	rep.Checked = len(keys)
 
 	leakAmount := l.cfg.leakAmount
-	if l.cfg.period != "" {
+	if l.cfg.period != "" || l.cfg.window != 0 {
 		leakAmount = "0"
 	}
 	leak, ok := new(big.Rat).SetString(leakAmount)
@@ -150,6 +152,9 @@ func (w *worker) checkBucket(ctx context.Context, key string, s *keySum, since t
 	lo := new(big.Rat).Sub(rat(s.level), maxLeak)
 	if doc.PeriodStart != nil && doc.PeriodStart.After(since.Add(-time.Second)) {
 		lo.SetInt64(0) // reset during the run
+	}
+	if w.l.cfg.window != 0 && time.Since(since) >= w.l.cfg.window {
+		lo.SetInt64(0) // charges may have aged out of the window
 	}
 	hi := rat(s.level + s.unsureLevel)
 	if level.Cmp(lo) < 0 || level.Cmp(hi) > 0 {

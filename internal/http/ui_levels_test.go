@@ -104,6 +104,40 @@ func TestDashboardLevels(t *testing.T) {
 		}
 		tb.screenshot("dashboard-bucket-month")
 	})
+	t.Run("failed logins in a rolling window", func(t *testing.T) {
+		a := newAPI(t)
+		t0 := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+		a.clock.Set(t0)
+		a.expect("PUT", "/v1/limits/logins", `{"capacity":"5","window":{"length":"1m"},"record_denials":true}`, 200)
+		for i := range 6 {
+			a.clock.Set(t0.Add(time.Duration(i) * 5 * time.Second))
+			a.do("POST", "/v1/limits/logins/buckets/alice/fillup", `{"cost":"1"}`)
+		}
+		a.clock.Set(t0.Add(2 * time.Minute))
+		tb := openAPITab(t, b, a)
+		tb.open("")
+		tb.wait(`document.body.textContent.includes("at most 5 in any 1m (slots of 1s)")`)
+		tb.open("#/l/logins/b/alice")
+		tb.wait(`document.querySelectorAll('svg.chart circle.point').length === 6`)
+		var got struct {
+			Denied []string
+			Legend bool
+			Rows   []string
+		}
+		tb.eval(`({Denied: [...document.querySelectorAll('svg.chart circle.point.denied')].map(c => c.dataset.time + " " + c.dataset.level),
+			Legend: !!document.querySelector('.legend .d'),
+			Rows: [...document.querySelectorAll('[data-field=event]')].map(td => td.textContent)})`, &got)
+		if strings.Join(got.Denied, ",") != "2026-03-01T09:00:25.000000Z 5" || !got.Legend || len(got.Rows) != 6 || got.Rows[0] != "denied" {
+			t.Errorf("denials on the page: %+v", got)
+		}
+		// The level falls back as the slots age out, one a second from 09:01:01.
+		series, _ := a.levels("/v1/limits/logins/buckets/alice/levels?points=10")
+		last := series.Items[len(series.Items)-1]
+		if last.Level != "0" {
+			t.Errorf("level at the end %s", last.Level)
+		}
+		tb.screenshot("dashboard-window-denials")
+	})
 	t.Run("amounts", func(t *testing.T) {
 		a := newAPI(t)
 		tb := openAPITab(t, b, a)

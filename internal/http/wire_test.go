@@ -84,13 +84,6 @@ func speaksTheAPITypes(t *testing.T, store ledger.Store) {
 	}
 	for name, put := range kinds {
 		status, b := call("PUT", "/v1/limits/"+name, put)
-		if status == 501 && put.Window != nil {
-			// A store that does not serve windows yet.
-			if p := decodesAs[wire.Problem](t, "PUT "+name, b); p.Code != wire.CodeNotServed {
-				t.Fatalf("PUT %s: %+v", name, p)
-			}
-			continue
-		}
 		if status != 200 && status != 201 {
 			t.Fatalf("PUT %s: %d %s", name, status, b)
 		}

@@ -70,7 +70,8 @@ func TestOneRoundTripPerDecision(t *testing.T) {
 			ctx := context.Background()
 			svc := ledger.NewService(s)
 			for _, n := range []string{"a", "b"} {
-				if _, err := svc.PutLimit(ctx, n, ledger.LimitSpec{Capacity: decimal.NewFromInt(100), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Second, History: true}); err != nil {
+				if _, err := svc.PutLimit(ctx, n, ledger.LimitSpec{Capacity: decimal.NewFromInt(100), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Second, History: true,
+					RecordDenials: true}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -96,6 +97,10 @@ func TestOneRoundTripPerDecision(t *testing.T) {
 					t.Fatal(err)
 				}
 				one("multi-bucket Fillup", "fcall")
+				if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ra, Cost: decimal.NewFromInt(1000)}}, ledger.Idempotency{}); err != nil || res.Accepted || res.EntryIDs[0] == "" {
+					t.Fatalf("recorded denial: %+v %v", res, err)
+				}
+				one("recorded denial", "fcall")
 				if _, err := svc.Drain(ctx, ra, decimal.NewFromInt(1), ledger.Idempotency{}, nil); err != nil {
 					t.Fatal(err)
 				}

@@ -16,6 +16,7 @@ import (
 // defDoc is a limit definition as the hash P:lim:{P}:d:<name> holds it.
 type defDoc struct {
 	Capacity, Amount, Per, History, Created, Updated, Gen, Version string
+	RecordDenials                                                  string // "1" when the limit records denials
 	Every, TZ, StartDay                                            string // a periodic limit's rule; "" for the other kinds
 	WindowLength, WindowPrecision                                  string // a window limit's rule (µs); "" for the other kinds
 }
@@ -52,7 +53,7 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 	}
 	l := ledger.Limit{
 		Name: name, Capacity: c, LeakAmount: a, LeakPer: time.Duration(per) * time.Microsecond, Period: period,
-		Window: window, History: d.History == "1", CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
+		Window: window, History: d.History == "1", RecordDenials: d.RecordDenials == "1", CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
 	}
 	return cachedLimit{l: l, gen: g, version: d.Version}, nil
 }
@@ -72,7 +73,7 @@ func defFromPairs(v any) defDoc {
 
 func defFromMap(m map[string]string) defDoc {
 	return defDoc{Capacity: m["c"], Amount: m["a"], Per: m["p"], History: m["hi"], Created: m["ct"], Updated: m["ut"], Gen: m["g"], Version: m["v"],
-		Every: m["pe"], TZ: m["pz"], StartDay: m["pd"], WindowLength: m["wl"], WindowPrecision: m["wp"]}
+		Every: m["pe"], TZ: m["pz"], StartDay: m["pd"], WindowLength: m["wl"], WindowPrecision: m["wp"], RecordDenials: m["rd"]}
 }
 
 func fromMicros(us int64) time.Time {
@@ -94,9 +95,6 @@ func boolArg(b bool) string {
 // bucket is first settled under the old one, as bucket.Switch says (one
 // script call per non-empty bucket, see settleLimit).
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
-	if l.RecordDenials {
-		return ledger.Limit{}, fmt.Errorf("record_denials of limit %q on Redis: %w", l.Name, ledger.ErrNotServed)
-	}
 	_, err := retryStale(ctx, s, func(ctx context.Context) (struct{}, error) {
 		prev, err := s.fetchLimit(ctx, l.Name)
 		switch {
@@ -113,7 +111,7 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 		return ledger.Limit{}, err
 	}
 	keys := []string{s.k.limitDef(l.Name), s.k.limitIdx(), s.k.limitGen(), s.k.limitGens()}
-	args := []any{s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History), "", "", "", "", ""}
+	args := []any{s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History), "", "", "", "", "", boolArg(l.RecordDenials)}
 	if p := l.Period; p != nil {
 		args[3], args[4], args[6], args[7] = "", "", p.Every, p.TZ
 		if p.StartDay != 0 {

@@ -63,6 +63,7 @@ type limitDoc struct {
 	PD *ledger.Period `json:"pd,omitempty"` // a periodic limit's rule
 	W  *windowDoc     `json:"w,omitempty"`  // a window limit's rule
 	H  bool           `json:"h"`
+	D  bool           `json:"d,omitempty"` // record_denials
 	CT int64          `json:"ct"`
 	UT int64          `json:"ut"`
 }
@@ -75,7 +76,7 @@ func encodeLimit(l ledger.Limit) string {
 		return t.UnixMicro()
 	}
 	d := limitDoc{N: l.Name, C: l.Capacity.String(), A: l.LeakAmount.String(), P: l.LeakPer.Microseconds(),
-		PD: l.Period, H: l.History, CT: micros(l.CreatedAt), UT: micros(l.UpdatedAt)}
+		PD: l.Period, H: l.History, D: l.RecordDenials, CT: micros(l.CreatedAt), UT: micros(l.UpdatedAt)}
 	if w := l.Window; w != nil {
 		d.W = &windowDoc{L: w.Length.Microseconds(), P: w.Precision.Microseconds()}
 	}
@@ -94,7 +95,7 @@ func decodeLimit(s string) (ledger.Limit, error) {
 		return ledger.Limit{}, fmt.Errorf("redis: bad limit document %q", s)
 	}
 	l := ledger.Limit{Name: d.N, Capacity: c, LeakAmount: a, LeakPer: time.Duration(d.P) * time.Microsecond,
-		Period: d.PD, History: d.H, CreatedAt: fromMicros(d.CT), UpdatedAt: fromMicros(d.UT)}
+		Period: d.PD, History: d.H, RecordDenials: d.D, CreatedAt: fromMicros(d.CT), UpdatedAt: fromMicros(d.UT)}
 	if d.W != nil {
 		l.Window = &ledger.Window{Length: time.Duration(d.W.L) * time.Microsecond, Precision: time.Duration(d.W.P) * time.Microsecond}
 	}
@@ -125,7 +126,7 @@ type limitArgs struct {
 	capacity   string // units
 	leakAmount string // units, divided by gcd(amount, per); "P" for a periodic limit, "W" for a window
 	leakPer    string // µs, divided by gcd(amount, per); the period table; the window's "length:precision" in µs
-	history    string
+	history    string // historyFlag
 	version    string // "generation:version"
 	doc        string // encodeLimit
 	defKey     string // the definition key, checked against version on a standalone server
@@ -141,8 +142,20 @@ func newLimitArgs(k keys, l ledger.Limit, gen int64, version string, at time.Tim
 	default:
 		a, p = leakRatio(l)
 	}
-	return limitArgs{capacity: units(l.Capacity), leakAmount: a, leakPer: p, history: boolArg(l.History),
+	return limitArgs{capacity: units(l.Capacity), leakAmount: a, leakPer: p, history: historyFlag(l),
 		version: strconv.FormatInt(gen, 10) + ":" + version, doc: encodeLimit(l), defKey: k.limitDef(l.Name)}
+}
+
+// historyFlag is what the functions read of a limit's history (bkt in
+// budgetd.lua): "0" none, "1" kept, "2" kept with denials recorded.
+func historyFlag(l ledger.Limit) string {
+	switch {
+	case !l.History:
+		return "0"
+	case l.RecordDenials:
+		return "2"
+	}
+	return "1"
 }
 
 // windowArg is a window as the functions read it: "length:precision" in µs.
@@ -430,6 +443,25 @@ func parseSlots(w string) ([]bucket.Slot, error) {
 	return out, nil
 }
 
+// decision splits the x of a Fillup, Drain or Reserve into what the call
+// decided and the history entries it wrote that it names, one id per bucket
+// ("" for none); ids is nil when it named none (reply in budgetd.lua).
+func (r reply) decision() (x string, ids []string) {
+	x, list, named := strings.Cut(r.x, ":")
+	if !named {
+		return x, nil
+	}
+	return x, strings.Split(list, ",")
+}
+
+// entryID is the id of the entry bucket i of the reply named, "" for none.
+func entryID(ids []string, i int) string {
+	if i < len(ids) {
+		return ids[i]
+	}
+	return ""
+}
+
 // snapshot is the reply's only bucket.
 func (r reply) snapshot(known cachedLimit) (ledger.Snapshot, error) {
 	if len(r.buckets) != 1 {
@@ -503,13 +535,14 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		if err != nil {
 			return ledger.FillupOutcome{}, err
 		}
-		out := ledger.FillupOutcome{Accepted: r.x == "1", Replayed: r.replayed, Items: make([]ledger.ItemOutcome, len(r.buckets))}
+		x, ids := r.decision()
+		out := ledger.FillupOutcome{Accepted: x == "1", Replayed: r.replayed, Items: make([]ledger.ItemOutcome, len(r.buckets))}
 		for i, b := range r.buckets {
 			sn, err := b.snapshot(r.now, ts[min(i, len(ts)-1)].lim)
 			if err != nil {
 				return ledger.FillupOutcome{}, err
 			}
-			out.Items[i] = ledger.ItemOutcome{Snapshot: sn}
+			out.Items[i] = ledger.ItemOutcome{Snapshot: sn, EntryID: entryID(ids, i)}
 		}
 		return out, nil
 	})
@@ -555,8 +588,9 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		if err != nil {
 			return ledger.DrainOutcome{}, err
 		}
-		out := ledger.DrainOutcome{Replayed: r.replayed}
-		if out.Removed, err = fromUnits(r.x); err != nil {
+		x, ids := r.decision()
+		out := ledger.DrainOutcome{Replayed: r.replayed, EntryID: entryID(ids, 0)}
+		if out.Removed, err = fromUnits(x); err != nil {
 			return ledger.DrainOutcome{}, err
 		}
 		out.Snapshot, err = r.snapshot(t.lim)
@@ -641,7 +675,8 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		if err != nil {
 			return ledger.ReserveOutcome{}, err
 		}
-		out := ledger.ReserveOutcome{Accepted: r.x == "1", Replayed: r.replayed}
+		x, ids := r.decision()
+		out := ledger.ReserveOutcome{Accepted: x == "1", Replayed: r.replayed, EntryID: entryID(ids, 0)}
 		if out.Snapshot, err = r.snapshot(t.lim); err != nil {
 			return ledger.ReserveOutcome{}, err
 		}

@@ -1,7 +1,8 @@
 -- Drain: lowers the level, clamped at zero (bucket.Drain). A drain that
 -- removes nothing (0, or an empty bucket) is a no-op: it writes neither the
--- bucket nor a history entry. "entry_id" names the drain entry (null when
--- none was written).
+-- bucket, nor a history entry, nor the expiry of a hold (as on every store:
+-- only a write records the holds it finds expired). "entry_id" names the
+-- drain entry (null when none was written).
 CREATE OR REPLACE FUNCTION budgetd_drain(p_limit text, p_key text, p_amount text, p_now timestamptz,
                                          p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
@@ -22,9 +23,12 @@ BEGIN
     IF v_amount > 0 THEN
         PERFORM budgetd_lock_bucket(v_l.id, p_key);
         v_now := coalesce(p_now, budgetd_clock());
-        v_level := budgetd_settle(v_l, p_key, v_now);
-        v_removed := least(v_amount, v_level);
+        SELECT budgetd_level_at(b.level, b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
+                                v_l.window_length_us, v_l.window_precision_us, b.slot_idx, b.slot_sum)
+          INTO v_level FROM buckets b WHERE b.limit_id = v_l.id AND b.key = p_key;
+        v_removed := least(v_amount, coalesce(v_level, 0));
         IF v_removed > 0 THEN
+            v_level := budgetd_settle(v_l, p_key, v_now);
             PERFORM budgetd_write(v_l, p_key, v_level - v_removed, v_now, 0, v_removed);
             v_entry := budgetd_record(v_l, p_key, v_now, 'drain', v_removed, NULL, p_meta);
         END IF;

@@ -206,7 +206,7 @@ function drawChart(series, bucket, entries, digits) {
     if (!p.event) continue;
     while (j < entries.length && !(entries[j].time === p.at && entries[j].event === p.event)) j++;
     const e = entries[j++] || {};
-    const c = svg("circle", { class: "point", cx: x(msOf(p.at)).toFixed(2), cy: y(toUnits(p.level)).toFixed(2), r: 3.5,
+    const c = svg("circle", { class: p.event === "denied" ? "point denied" : "point", cx: x(msOf(p.at)).toFixed(2), cy: y(toUnits(p.level)).toFixed(2), r: 3.5,
       "data-time": p.at, "data-event": p.event, "data-level": p.level, "data-id": e.id });
     const tip = svg("title", {});
     tip.textContent = `${fmtTime(p.at)} ${p.event} ${e.amount ? fmtAmount(e.amount, digits) + " " : ""}→ level ${fmtAmount(p.level, digits)}, held ${fmtAmount(p.held, digits)}`;
@@ -228,6 +228,9 @@ function crumbs(...parts) {
 }
 
 function rule(l) {
+  if (l.window) {
+    return `at most ${l.capacity} in any ${l.window.length} (slots of ${l.window.precision})`;
+  }
   if (l.period) {
     const from = l.period.start_day && l.period.start_day !== 1 ? ` from day ${l.period.start_day}` : "";
     return `resets every ${l.period.every}${from} (${l.period.tz})`;
@@ -375,7 +378,8 @@ async function bucketPage(name, key) {
     out.push(el("div", { class: "legend" }, el("span", { class: "l" }, "level"),
       series.items.some((p) => toUnits(p.held) > 0n) ? el("span", { class: "h" }, "level + held") : null,
       el("span", { class: "c" }, "capacity " + limit.capacity),
-      series.period_start ? el("span", { class: "r" }, "period start") : null));
+      series.period_start ? el("span", { class: "r" }, "period start") : null,
+      series.items.some((p) => p.event === "denied") ? el("span", { class: "d" }, "denied") : null));
     out.push(drawChart(series, bucket, entries, digits));
     if (bucket.resets_at) {
       out.push(el("p", { class: "note", id: "resets" }, `The level returns to zero at ${fmtTime(bucket.resets_at)}, the start of the next ${limit.period.every} in ${limit.period.tz}.`));

@@ -97,10 +97,7 @@ func testGolden(t *testing.T, e *env) {
 	for i, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			e := &env{t: t, clock: e.clock, store: e.store, svc: e.svc, ctx: e.ctx}
-			got, ok := runGolden(e, fmt.Sprintf("golden%d", i), c)
-			if !ok {
-				return // the store does not serve the case's kind yet (ledger.ErrNotServed)
-			}
+			got := runGolden(e, fmt.Sprintf("golden%d", i), c)
 			for j, s := range c.Steps {
 				if diff := goldenDiff(s.Want, got[j]); diff != "" {
 					t.Errorf("step %d (%s %s %s after %s): %s", j, s.Op, s.Key, s.Amount, s.After, diff)
@@ -111,10 +108,8 @@ func testGolden(t *testing.T, e *env) {
 }
 
 // runGolden plays case c on e's store under the limit name and returns what
-// the store answered at each step. It reports false when the store does
-// not serve the case's kind of limit yet (ledger.ErrNotServed); any other
-// refusal fails the test.
-func runGolden(e *env, name string, c *GoldenCase) ([]map[string]string, bool) {
+// the store answered at each step.
+func runGolden(e *env, name string, c *GoldenCase) []map[string]string {
 	t := e.t
 	t.Helper()
 	start, err := time.Parse(time.RFC3339Nano, c.Start)
@@ -134,9 +129,7 @@ func runGolden(e *env, name string, c *GoldenCase) ([]map[string]string, bool) {
 			}
 		}
 		spec := ledger.LimitSpec{Capacity: dec(c.Limit.Capacity), Window: &ledger.Window{Length: length, Precision: precision}, History: true}
-		if _, err := e.svc.PutLimit(e.ctx, name, spec); errors.Is(err, ledger.ErrNotServed) {
-			return nil, false
-		} else if err != nil {
+		if _, err := e.svc.PutLimit(e.ctx, name, spec); err != nil {
 			t.Fatalf("PutLimit(%s): %v", name, err)
 		}
 	} else if c.Limit.Period != nil {
@@ -225,7 +218,7 @@ func runGolden(e *env, name string, c *GoldenCase) ([]map[string]string, bool) {
 		}
 		out = append(out, obs)
 	}
-	return out, true
+	return out
 }
 
 // observeErr records a refusal's code and reports whether the call

@@ -27,10 +27,7 @@ func TestGoldenFile(t *testing.T) {
 		clock := NewClock()
 		store := memory.New(memory.WithClock(clock.Now))
 		e := &env{t: t, clock: clock, store: store, svc: ledger.NewService(store), ctx: context.Background()}
-		got, ok := runGolden(e, fmt.Sprintf("golden%d", i), c)
-		if !ok {
-			t.Fatalf("%s: the memory store refused the limit", c.Name)
-		}
+		got := runGolden(e, fmt.Sprintf("golden%d", i), c)
 		for j, s := range c.Steps {
 			if *update {
 				s.Want = got[j]

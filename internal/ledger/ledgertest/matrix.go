@@ -339,9 +339,6 @@ var matrixOps = []struct {
 func testMatrix(t *testing.T, factory Factory) {
 	for _, k := range matrixKinds {
 		t.Run(k.name, func(t *testing.T) {
-			if k.window != nil && !servesWindows(t, factory) {
-				return
-			}
 			for _, op := range matrixOps {
 				t.Run(op.name, func(t *testing.T) {
 					clock := NewClock()
@@ -353,29 +350,6 @@ func testMatrix(t *testing.T, factory Factory) {
 			}
 		})
 	}
-}
-
-// servesWindows reports whether the store serves window limits. A store
-// that does not yet must refuse one with ledger.ErrNotServed and keep
-// nothing of it; it fails the test otherwise.
-func servesWindows(t *testing.T, factory Factory) bool {
-	t.Helper()
-	clock := NewClock()
-	clock.Set(matrixAt)
-	store := factory(t, clock)
-	svc := ledger.NewService(store)
-	ctx := context.Background()
-	_, err := svc.PutLimit(ctx, "probe", ledger.LimitSpec{Capacity: dec("5"), Window: &ledger.Window{Length: time.Minute}})
-	switch {
-	case err == nil:
-		return true
-	case !errors.Is(err, ledger.ErrNotServed):
-		t.Fatalf("PutLimit of a window: %v, want it stored or ledger.ErrNotServed", err)
-	}
-	if _, err := store.GetLimit(ctx, "probe"); !errors.Is(err, ledger.ErrLimitNotFound) {
-		t.Fatalf("a window limit that was refused: GetLimit answers %v, want not found", err)
-	}
-	return false
 }
 
 // matrixPutGet: PUT returns the limit as stored (defaults filled in, the

@@ -62,6 +62,7 @@ func Run(t *testing.T, factory Factory) {
 		{"PeriodsSwitchKind", testPeriodsSwitchKind},
 		{"PeriodsConcurrent", testPeriodsConcurrent},
 		{"RecordDenials", testRecordDenials},
+		{"MultiBucketMixedKinds", testMultiBucketMixedKinds},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

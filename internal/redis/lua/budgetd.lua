@@ -45,12 +45,14 @@ end
 -- bkt is one bucket of a call: its keys and its limit as the Go side passed
 -- it (capacity, leak amount and period divided by their gcd, history flag,
 -- and the limit document, opaque here, that an idempotency record keeps).
+-- The history flag is '0' (no history), '1' (history) or '2' (history, and
+-- denials are recorded too: c.deny).
 -- A periodic limit passes 'P' as its leak amount and, as its leak period, a
 -- table of consecutive period starts (µs, comma-separated) that budgetd
 -- computed around its clock: Lua never computes a calendar. A window limit
 -- passes 'W' and "length:precision" (µs): c.wl, c.wp.
 local function bkt(bk, hk, cap, ra, rp, hist, lim)
-  local c = { bk = bk, hk = hk, cap = nv(cap), hist = hist == '1', lim = lim }
+  local c = { bk = bk, hk = hk, cap = nv(cap), hist = hist ~= '0', deny = hist == '2', lim = lim }
   if ra == 'P' then c.starts = rp
   elseif ra == 'W' then
     local colon = string.find(rp, ':', 1, true)
@@ -219,15 +221,47 @@ local function fits(c, st, now, cost)
 end
 
 -- record adds a history entry "id|event|amount|hold[|meta]" at time t;
--- meta is the caller's JSON object ('' or nil for none).
+-- meta is the caller's JSON object ('' or nil for none). It returns the
+-- entry's id (the bucket's counter n), nil when the limit keeps no history.
 local function record(c, st, t, ev, amount, rid, meta)
-  if not c.hist then return end
+  if not c.hist then return nil end
   st.n = st.n + 1
   redis.call('HSET', c.bk, 'n', fmt(st.n))
   local e = string.format('%012.0f', st.n) .. '|' .. ev .. '|' .. amount .. '|' .. rid
   if meta and meta ~= '' then e = e .. '|' .. meta end
   redis.call('ZADD', c.hk, fmt(t), e)
   c.wrote_hist = true
+  return fmt(st.n)
+end
+
+-- trim drops the history entries of c older than the retention at now and
+-- those past the newest HIST_MAX.
+local function trim(c, now)
+  redis.call('ZREMRANGEBYSCORE', c.hk, '-inf', '(' .. fmt(now - HIST_MS * 1000))
+  redis.call('ZREMRANGEBYRANK', c.hk, 0, -(HIST_MAX + 1))
+end
+
+-- deny records the denied entry of a call that bucket c could not take
+-- (amount, the cost asked, and meta) when its limit keeps history and
+-- records denials, and returns the entry's id (nil when none was written).
+-- Only the history and the counter n that numbers it change: the level,
+-- time, slots and holds stay as they were, so a bucket never written reads
+-- as empty. Its hash (kept for n) and its history then live at least
+-- HIST_MS from now, as finish keeps a bucket with history: a longer TTL, or
+-- none, is left as it is; a key this call created gets HIST_MS, and so does
+-- a hash without a TTL that holds nothing but n (a PUT drops the TTLs of
+-- all buckets; a bucket never written keeps nothing that needs more).
+local function deny(c, st, now, amount, meta)
+  if not c.deny then return nil end
+  local ttl = { redis.call('PTTL', c.bk), redis.call('PTTL', c.hk) }
+  local bare = st.u == 0 and #st.holds == 0
+  local id = record(c, st, now, 'denied', amount, '', meta)
+  trim(c, now)
+  for i, k in ipairs({ c.bk, c.hk }) do
+    local t = ttl[i]
+    if t == -2 or (t == -1 and bare) or (t >= 0 and t < HIST_MS) then redis.call('PEXPIRE', k, HIST_MS) end
+  end
+  return id
 end
 
 -- expire_holds drops the holds that expired by now from the bucket and
@@ -305,10 +339,7 @@ local function finish(c, st, now)
   local ms = math.ceil(us / 1000) + SLACK_MS
   if c.hist then
     if ms < HIST_MS then ms = HIST_MS end
-    if c.wrote_hist then
-      redis.call('ZREMRANGEBYSCORE', c.hk, '-inf', '(' .. fmt(now - HIST_MS * 1000))
-      redis.call('ZREMRANGEBYRANK', c.hk, 0, -(HIST_MAX + 1))
-    end
+    if c.wrote_hist then trim(c, now) end
   end
   -- The history lives exactly as long as the bucket that numbers its
   -- entries (also when the limit stopped keeping history: its old entries
@@ -342,11 +373,17 @@ local HOLD = { 'id', 'lim', 'e', 'a', 's', 'c', 't0', 'te', 'tr' }
 -- now ends in '!' when a bucket's stored time was more than CLOCK_STEP_US
 -- ahead of now and taken as now (settle, unstep), so Go logs and counts it.
 -- x is what the operation decided (accepted '1'/'0', the amount drained, a
--- refusal, history entries). The limit is '' in a fresh answer (the Go side
--- knows the limit it passed) and the limit document in an idempotency
--- record, so a replay shows the limit of the original call. When ik is set
--- the reply is also kept there for ih.
+-- refusal, history entries). When the call wrote a history entry that it
+-- names (an item's eid: fillup, denied, drain, reserved), x is followed by
+-- ':' and, per bucket, that entry's id ('' for none), comma-separated. The
+-- limit is '' in a fresh answer (the Go side knows the limit it passed) and
+-- the limit document in an idempotency record, so a replay shows the limit
+-- and the entry ids of the original call. When ik is set the reply is also
+-- kept there for ih.
 local function reply(now, x, rk, items, ik, ih)
+  local ids, named = {}, false
+  for i, it in ipairs(items) do ids[i], named = it.eid or '', named or it.eid ~= nil end
+  if named then x = x .. ':' .. table.concat(ids, ',') end
   local out = { 'ok', fmt(now), x }
   local h = rk and redis.call('HMGET', rk, unpack(HOLD)) or {}
   for i = 1, #HOLD do out[3 + i] = h[i] or '' end
@@ -483,7 +520,7 @@ local function fillup(keys, args)
     local cv = nv(cost)
     local ok = fits(c, st, now, cv)
     accepted = accepted and ok
-    items[i] = { c = c, st = st, cost = cv, meta = meta }
+    items[i] = { c = c, st = st, cost = cv, meta = meta, fits = ok }
   end
   if accepted then
     for _, it in ipairs(items) do
@@ -491,12 +528,17 @@ local function fillup(keys, args)
         settle(it.c, it.st, now)
         it.st.l = vadd(it.st.l, it.cost)
         charge_slot(it.c, it.st, it.cost)
-        record(it.c, it.st, now, 'fillup', vs(it.cost), '', it.meta)
+        it.eid = record(it.c, it.st, now, 'fillup', vs(it.cost), '', it.meta)
         finish(it.c, it.st, now)
       end
     end
   else
-    for _, it in ipairs(items) do unstep(it.c, it.st, now) end
+    -- Only the items whose own bucket could not take their cost record a
+    -- denial.
+    for _, it in ipairs(items) do
+      unstep(it.c, it.st, now)
+      if not it.fits then it.eid = deny(it.c, it.st, now, vs(it.cost), it.meta) end
+    end
   end
   return reply(now, accepted and '1' or '0', nil, items, ik, ih)
 end
@@ -542,28 +584,29 @@ local function settle_bucket(keys, args)
   return reply(now, '', nil, {})
 end
 
--- drain: ARGV[10] = amount, ARGV[11] = meta. x = the amount removed.
+-- drain: ARGV[10] = amount, ARGV[11] = meta. x = the amount removed (and
+-- the drain entry's id, see reply).
 local function drain(keys, args)
   local c, now, ik, early = one_bucket(keys, args, 1)
   if early then return early end
   local amount = nv(args[10])
   local st = load(c)
-  local removed = pair(0, 0)
+  local removed, eid = pair(0, 0), nil
   -- A drain that can remove nothing (the level is zero now) is a no-op.
   if not vzero(amount) and not vzero(level_at(c, st, now)) then
     settle(c, st, now)
     removed = vmin(amount, st.l)
     st.l = vsub(st.l, removed)
     if c.wp then drain_slots(st, removed) end
-    record(c, st, now, 'drain', vs(removed), '', args[11])
+    eid = record(c, st, now, 'drain', vs(removed), '', args[11])
     finish(c, st, now)
   end
-  return reply(now, vs(removed), nil, { { c = c, st = st } }, ik, args[2])
+  return reply(now, vs(removed), nil, { { c = c, st = st, eid = eid } }, ik, args[2])
 end
 
 -- reserve: KEYS = the new hold's record, then as in one_bucket; ARGV[10..]
 -- = amount, ttl (µs), hold id, limit name, encoded bucket key, meta. x =
--- accepted ('1'/'0').
+-- accepted ('1'/'0'), and the id of the reserved or denied entry (reply).
 local function reserve(keys, args)
   local rk = keys[1]
   local c, now, ik, early = one_bucket(keys, args, 2)
@@ -575,7 +618,8 @@ local function reserve(keys, args)
   if active >= MAX_HOLDS then return { E_TOO_MANY_HOLDS } end
   if not fits(c, st, now, amount) then
     unstep(c, st, now)
-    return reply(now, '0', nil, { { c = c, st = st } }, ik, args[2])
+    local eid = deny(c, st, now, vs(amount), args[15])
+    return reply(now, '0', nil, { { c = c, st = st, eid = eid } }, ik, args[2])
   end
   settle(c, st, now)
   local exp = now + ttl
@@ -583,9 +627,9 @@ local function reserve(keys, args)
   redis.call('PEXPIRE', rk, fmt(math.ceil(ttl / 1000) + HOLD_KEEP_MS + SLACK_MS))
   redis.call('HSET', c.bk, 'h' .. id, vs(amount) .. ':' .. fmt(exp))
   st.holds[#st.holds + 1] = { id = id, a = vs(amount), e = exp }
-  record(c, st, now, 'reserved', vs(amount), id, args[15])
+  local eid = record(c, st, now, 'reserved', vs(amount), id, args[15])
   finish(c, st, now)
-  return reply(now, '1', rk, { { c = c, st = st } }, ik, args[2])
+  return reply(now, '1', rk, { { c = c, st = st, eid = eid } }, ik, args[2])
 end
 
 local function drop_hold(c, st, id)
@@ -682,14 +726,15 @@ end
 -- → name; ARGV = now, name, capacity, leak amount, per (µs), history
 -- ('1'/'0'), then a periodic limit's every, tz and start_day, then a window
 -- limit's length and precision (µs) ('' for the other kinds; amount and
--- per are '' unless the limit leaks). A new limit takes the next
--- generation; an existing one keeps its generation and creation time.
+-- per are '' unless the limit leaks), then record_denials ('1'/'0'). A
+-- new limit takes the next generation; an existing one keeps its generation
+-- and creation time.
 -- Answers the definition before and after as flat field/value lists.
 local function limit_put(keys, args)
   local dk, idx, genc, gens = keys[1], keys[2], keys[3], keys[4]
   local now_arg, name, cap, amount, per, hist = args[1], args[2], args[3], args[4], args[5], args[6]
   local every, tz, sday = args[7] or '', args[8] or '', args[9] or ''
-  local wl, wp = args[10] or '', args[11] or ''
+  local wl, wp, rd = args[10] or '', args[11] or '', args[12] or '0'
   local _, now = clock(now_arg)
   local old = redis.call('HGETALL', dk)
   local g, ct = redis.call('HGET', dk, 'g'), redis.call('HGET', dk, 'ct')
@@ -700,7 +745,7 @@ local function limit_put(keys, args)
     redis.call('HSET', gens, g, name)
   end
   redis.call('HSET', dk, 'c', cap, 'a', amount, 'p', per, 'hi', hist, 'ct', ct, 'ut', now, 'g', g,
-    'pe', every, 'pz', tz, 'pd', sday, 'wl', wl, 'wp', wp)
+    'pe', every, 'pz', tz, 'pd', sday, 'wl', wl, 'wp', wp, 'rd', rd)
   redis.call('HINCRBY', dk, 'v', 1)
   return { redis.call('HGETALL', dk), old }
 end
