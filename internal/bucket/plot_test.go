@@ -34,6 +34,37 @@ func TestPeriodPlot(t *testing.T) {
 	}
 }
 
+// plotFrame is the frame of the figures the rule draws: a w × h picture
+// with margins, time from from to to across (a line at each month's start)
+// and levels from 0 to max up.
+type plotFrame struct {
+	w, h, left, top, right, bottom float64
+	from, to                       time.Time
+	max                            float64
+}
+
+func (f plotFrame) x(at time.Time) float64 {
+	return f.left + (f.w-f.left-f.right)*at.Sub(f.from).Hours()/f.to.Sub(f.from).Hours()
+}
+
+func (f plotFrame) y(level float64) float64 { return f.top + (f.h-f.top-f.bottom)*(1-level/f.max) }
+
+// head writes the picture's start: the background, a grid line every step
+// of level, the months and the capacity as a dashed line.
+func (f plotFrame) head(b *bytes.Buffer, step, capacity float64) {
+	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="11">`+"\n", f.w, f.h, f.w, f.h)
+	fmt.Fprintf(b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	for lvl := 0.0; lvl <= f.max; lvl += step {
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/><text x="%.1f" y="%.1f" text-anchor="end">%.0f</text>`+"\n",
+			f.left, f.y(lvl), f.w-f.right, f.y(lvl), f.left-4, f.y(lvl)+4, lvl)
+	}
+	for m := f.from; !m.After(f.to); m = m.AddDate(0, 1, 0) {
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/><text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n",
+			f.x(m), f.top, f.x(m), f.h-f.bottom, f.x(m), f.h-f.bottom+14, m.Format("2 Jan"))
+	}
+	fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black" stroke-dasharray="4 3"/>`+"\n", f.left, f.y(capacity), f.w-f.right, f.y(capacity))
+}
+
 func periodPlot(t *testing.T) []byte {
 	loc, err := calendar.LoadZone("Europe/Berlin")
 	if err != nil {
@@ -43,11 +74,8 @@ func periodPlot(t *testing.T) []byte {
 	monthly := Limit{Capacity: d("5000"), Period: &calendar.Period{Every: calendar.Month, Zone: loc, StartDay: 1}}
 	from := time.Date(2026, 1, 1, 0, 0, 0, 0, loc)
 	to := time.Date(2026, 4, 1, 0, 0, 0, 0, loc)
-	const w, h, left, top, right, bottom = 720.0, 330.0, 50.0, 20.0, 10.0, 64.0
-	x := func(at time.Time) float64 {
-		return left + (w-left-right)*at.Sub(from).Hours()/to.Sub(from).Hours()
-	}
-	y := func(level float64) float64 { return top + (h-top-bottom)*(1-level/6000) }
+	f := plotFrame{w: 720, h: 330, left: 50, top: 20, right: 10, bottom: 64, from: from, to: to, max: 6000}
+	x, y := f.x, f.y
 	type series struct {
 		l      Limit
 		s      State
@@ -69,17 +97,7 @@ func periodPlot(t *testing.T) []byte {
 		}
 	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="11">`+"\n", w, h, w, h)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	for _, lvl := range []float64{0, 1000, 2000, 3000, 4000, 5000, 6000} {
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/><text x="%.1f" y="%.1f" text-anchor="end">%.0f</text>`+"\n",
-			left, y(lvl), w-right, y(lvl), left-4, y(lvl)+4, lvl)
-	}
-	for m := from; !m.After(to); m = m.AddDate(0, 1, 0) {
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/><text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n",
-			x(m), top, x(m), h-bottom, x(m), h-bottom+14, m.Format("2 Jan"))
-	}
-	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black" stroke-dasharray="4 3"/>`+"\n", left, y(5000), w-right, y(5000))
+	f.head(&b, 1000, 5000)
 	colors := []string{"#d95f02", "#1b9e77"}
 	names := []string{"leak 5000 per 720h", "period: month, Europe/Berlin"}
 	for i, sr := range all {
@@ -92,7 +110,7 @@ func periodPlot(t *testing.T) []byte {
 		}
 		b.WriteString("\"/>\n")
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="%s">%s: charged %.0f in January, %.0f in February, %.0f in March</text>`+"\n",
-			left+8, h-bottom+30+14*float64(i), colors[i], names[i], sr.spent[time.January], sr.spent[time.February], sr.spent[time.March])
+			f.left+8, f.h-f.bottom+30+14*float64(i), colors[i], names[i], sr.spent[time.January], sr.spent[time.February], sr.spent[time.March])
 	}
 	b.WriteString("</svg>\n")
 	return b.Bytes()

@@ -53,23 +53,10 @@ func windowPlot() ([]byte, []float64) {
 	colors := []string{"#d95f02", "#1b9e77", "#7570b3"}
 	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	to := time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
-	const w, h, left, top, right, bottom = 720.0, 350.0, 56.0, 20.0, 10.0, 78.0
-	x := func(at time.Time) float64 {
-		return left + (w-left-right)*at.Sub(from).Hours()/to.Sub(from).Hours()
-	}
-	y := func(level float64) float64 { return top + (h-top-bottom)*(1-level/12000) }
+	f := plotFrame{w: 720, h: 350, left: 56, top: 20, right: 10, bottom: 78, from: from, to: to, max: 12000}
+	x, y := f.x, f.y
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="11">`+"\n", w, h, w, h)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	for _, lvl := range []float64{0, 2000, 4000, 6000, 8000, 10000, 12000} {
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/><text x="%.1f" y="%.1f" text-anchor="end">%.0f</text>`+"\n",
-			left, y(lvl), w-right, y(lvl), left-4, y(lvl)+4, lvl)
-	}
-	for m := from; !m.After(to); m = m.AddDate(0, 1, 0) {
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/><text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n",
-			x(m), top, x(m), h-bottom, x(m), h-bottom+14, m.Format("2 Jan"))
-	}
-	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black" stroke-dasharray="4 3"/>`+"\n", left, y(10000), w-right, y(10000))
+	f.head(&b, 2000, 10000)
 	most := make([]float64, len(limits))
 	for i, l := range limits {
 		var s State
@@ -99,7 +86,7 @@ func windowPlot() ([]byte, []float64) {
 			most[i] = max(most[i], float64(n)*1000)
 		}
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="%s">%s: accepted %d × 1,000 in 90 days, at most %.0f in any 30 days</text>`+"\n",
-			left+8, h-bottom+30+14*float64(i), colors[i], names[i], len(accepted), most[i])
+			f.left+8, f.h-f.bottom+30+14*float64(i), colors[i], names[i], len(accepted), most[i])
 	}
 	b.WriteString("</svg>\n")
 	return b.Bytes(), most
