@@ -139,6 +139,8 @@ type batchRow struct {
 	SlotIdx    []int64  `db:"r_slot_idx"` // a window bucket's slots, oldest first
 	SlotSums   []string `db:"r_slot_sums"`
 	History    *bool    `db:"r_history"`
+	RecDenials *bool    `db:"r_record_denials"`
+	EntryID    *string  `db:"r_entry_id"` // the fillup or denied entry the call wrote
 	CreatedUS  *int64   `db:"r_created_us"`
 	LimUpdated *int64   `db:"r_limit_updated_us"`
 	Doc        []byte   `db:"r_doc"`
@@ -310,7 +312,7 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 		}
 	}
 	if r.Fits == nil || r.Level == nil || r.NowUS == nil || r.Capacity == nil || kinds != 1 ||
-		r.History == nil || r.CreatedUS == nil || r.LimUpdated == nil || len(r.Amounts) != len(r.Expires) {
+		r.History == nil || r.RecDenials == nil || r.CreatedUS == nil || r.LimUpdated == nil || len(r.Amounts) != len(r.Expires) {
 		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: incomplete answer row: %w", errBadAnswer)
 	}
 	level, ok := bucket.ParseAmount(*r.Level)
@@ -318,7 +320,7 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 	if !ok || err2 != nil {
 		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q %q: %w", *r.Level, *r.Capacity, errBadAnswer)
 	}
-	lim := ledger.Limit{Name: limit, Capacity: capacity, History: *r.History, CreatedAt: fromUS(*r.CreatedUS), UpdatedAt: fromUS(*r.LimUpdated)}
+	lim := ledger.Limit{Name: limit, Capacity: capacity, History: *r.History, RecordDenials: *r.RecDenials, CreatedAt: fromUS(*r.CreatedUS), UpdatedAt: fromUS(*r.LimUpdated)}
 	switch {
 	case leaky:
 		leak, err := decimal.NewFromString(*r.LeakAmount)
@@ -358,5 +360,9 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 		State: st,
 		Now:   fromUS(*r.NowUS),
 	}
-	return ledger.FillupOutcome{Accepted: *r.Fits, Items: []ledger.ItemOutcome{{Snapshot: snap}}}, nil
+	var entry string
+	if r.EntryID != nil {
+		entry = *r.EntryID
+	}
+	return ledger.FillupOutcome{Accepted: *r.Fits, Items: []ledger.ItemOutcome{{Snapshot: snap, EntryID: entry}}}, nil
 }

@@ -20,7 +20,7 @@ const listBucketsSQL = `
 WITH l AS (SELECT * FROM limits WHERE name = $1),
      t AS (SELECT coalesce($4::timestamptz, date_trunc('microseconds', clock_timestamp())) AS now)
 SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_every, l.period_tz, l.period_start_day,
-       l.window_length_us, l.window_precision_us, l.history, l.created_at, l.updated_at, t.now,
+       l.window_length_us, l.window_precision_us, l.history, l.record_denials, l.created_at, l.updated_at, t.now,
        b.key, b.level::text, b.updated_at, hs.amounts, hs.expires, b.slot_idx, b.slot_sum::text[]
   FROM l CROSS JOIN t
   LEFT JOIN LATERAL (
@@ -65,7 +65,7 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 				amounts       []string
 				expires       []time.Time
 			)
-			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &every, &tz, &startDay, &wlen, &wprec, &l.History, &l.CreatedAt, &l.UpdatedAt, &now,
+			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &every, &tz, &startDay, &wlen, &wprec, &l.History, &l.RecordDenials, &l.CreatedAt, &l.UpdatedAt, &now,
 				&key, &level, &updated, &amounts, &expires, &slotIdx, &slotSums); err != nil {
 				return err
 			}

@@ -26,21 +26,24 @@ type limitDoc struct {
 	Period     *periodDoc      `json:"period"`
 	Window     *windowDoc      `json:"window"`
 	History    bool            `json:"history"`
-	CreatedUS  int64           `json:"created_us"`
-	UpdatedUS  int64           `json:"updated_us"`
+	// RecordDenials is present (true) only for a limit that records denials.
+	RecordDenials bool  `json:"record_denials"`
+	CreatedUS     int64 `json:"created_us"`
+	UpdatedUS     int64 `json:"updated_us"`
 }
 
 func (d limitDoc) limit() ledger.Limit {
 	return ledger.Limit{
-		Name:       d.Name,
-		Capacity:   d.Capacity,
-		LeakAmount: d.LeakAmount,
-		LeakPer:    time.Duration(d.LeakPerUS) * time.Microsecond,
-		Period:     d.Period.period(),
-		Window:     d.Window.window(),
-		History:    d.History,
-		CreatedAt:  fromUS(d.CreatedUS),
-		UpdatedAt:  fromUS(d.UpdatedUS),
+		Name:          d.Name,
+		Capacity:      d.Capacity,
+		LeakAmount:    d.LeakAmount,
+		LeakPer:       time.Duration(d.LeakPerUS) * time.Microsecond,
+		Period:        d.Period.period(),
+		Window:        d.Window.window(),
+		History:       d.History,
+		RecordDenials: d.RecordDenials,
+		CreatedAt:     fromUS(d.CreatedUS),
+		UpdatedAt:     fromUS(d.UpdatedUS),
 	}
 }
 
@@ -257,6 +260,7 @@ func decodeFillup(raw json.RawMessage) (ledger.FillupOutcome, error) {
 		Replayed bool  `json:"replayed"`
 		Items    []struct {
 			snapDoc
+			EntryID string `json:"entry_id"` // null (absent in records older than entry ids): none
 		} `json:"items"`
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
@@ -268,7 +272,7 @@ func decodeFillup(raw json.RawMessage) (ledger.FillupOutcome, error) {
 		if err != nil {
 			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: %w", err)
 		}
-		out.Items[i] = ledger.ItemOutcome{Snapshot: snap}
+		out.Items[i] = ledger.ItemOutcome{Snapshot: snap, EntryID: it.EntryID}
 	}
 	return out, nil
 }
@@ -280,6 +284,7 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		snapDoc
 		Removed  decimal.Decimal `json:"removed"`
 		NowUS    int64           `json:"now_us"`
+		EntryID  string          `json:"entry_id"`
 		Replayed bool            `json:"replayed"`
 	}
 	err := s.queryJSON(ctx, "drain", &doc, "SELECT budgetd_drain($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -291,7 +296,7 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 	if err != nil {
 		return ledger.DrainOutcome{}, fmt.Errorf("postgres drain: %w", err)
 	}
-	return ledger.DrainOutcome{Removed: doc.Removed, Snapshot: snap, Replayed: doc.Replayed}, nil
+	return ledger.DrainOutcome{Removed: doc.Removed, Snapshot: snap, EntryID: doc.EntryID, Replayed: doc.Replayed}, nil
 }
 
 // Reserve adds a hold when it fits.
@@ -302,6 +307,7 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		Accepted    bool     `json:"accepted"`
 		Reservation *holdDoc `json:"reservation"`
 		NowUS       int64    `json:"now_us"`
+		EntryID     string   `json:"entry_id"`
 		Replayed    bool     `json:"replayed"`
 	}
 	err := s.queryJSON(ctx, "reserve", &doc, "SELECT budgetd_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
@@ -317,6 +323,7 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		Accepted:    doc.Accepted,
 		Reservation: doc.Reservation.reservation(),
 		Snapshot:    snap,
+		EntryID:     doc.EntryID,
 		Replayed:    doc.Replayed,
 	}, nil
 }

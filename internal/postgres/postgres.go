@@ -390,27 +390,24 @@ func (s *Store) queryJSON(ctx context.Context, op string, out any, sql string, a
 
 // PutLimit creates or updates a limit, keeping its buckets.
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
-	if l.RecordDenials {
-		return ledger.Limit{}, fmt.Errorf("record_denials of limit %q on PostgreSQL: %w", l.Name, ledger.ErrNotServed)
-	}
 	var doc limitDoc
 	var err error
 	switch {
 	case l.Window != nil:
 		err = s.queryJSON(ctx, "put limit", &doc, `SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4,
-			p_window_length_us => $5, p_window_precision_us => $6)`,
-			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Window.Length.Microseconds(), l.Window.Precision.Microseconds())
+			p_window_length_us => $5, p_window_precision_us => $6, p_record_denials => $7)`,
+			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Window.Length.Microseconds(), l.Window.Precision.Microseconds(), l.RecordDenials)
 	case l.Period != nil:
 		starts := periodTable(*l.Period, s.goNow())
 		var startDay any
 		if l.Period.StartDay != 0 {
 			startDay = l.Period.StartDay
 		}
-		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4, $5, $6, $7, $8)",
-			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Period.Every, l.Period.TZ, startDay, starts)
+		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4, $5, $6, $7, $8, p_record_denials => $9)",
+			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Period.Every, l.Period.TZ, startDay, starts, l.RecordDenials)
 	default:
-		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, $3, $4, $5, $6)",
-			l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), l.History, s.nowArg())
+		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, $3, $4, $5, $6, p_record_denials => $7)",
+			l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), l.History, s.nowArg(), l.RecordDenials)
 	}
 	if err != nil {
 		return ledger.Limit{}, err

@@ -172,7 +172,8 @@ func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 // TestOneRoundTrip checks that every decision is one query and one network
 // round trip, at READ COMMITTED and at SERIALIZABLE, once the connection has
 // prepared the statement (pgx prepares each statement once per connection
-// and caches it), on leaky limits and on rolling windows.
+// and caches it), on leaky limits and on rolling windows; a denial that
+// records a denied entry too.
 func TestOneRoundTrip(t *testing.T) {
 	kinds := []struct {
 		name string
@@ -209,6 +210,15 @@ func testOneRoundTrip(t *testing.T, iso string, spec ledger.LimitSpec) {
 		}
 	}
 	ra, rb := ledger.BucketRef{Limit: "a", Key: "k"}, ledger.BucketRef{Limit: "b", Key: "k"}
+	// A full bucket of a limit that records denials (it leaks 1 a day).
+	rd := ledger.BucketRef{Limit: "denials", Key: "k"}
+	if _, err := svc.PutLimit(ctx, rd.Limit, ledger.LimitSpec{Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: 24 * time.Hour,
+		History: true, RecordDenials: true}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: rd, Cost: dec("10")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
+		t.Fatalf("filling %v: %+v %v", rd, res, err)
+	}
 	var holds []string
 	ops := []struct {
 		name string
@@ -247,6 +257,27 @@ func testOneRoundTrip(t *testing.T, iso string, spec ledger.LimitSpec) {
 		}},
 		{"drain", func() error {
 			_, err := svc.Drain(ctx, ra, dec("1"), ledger.Idempotency{}, nil)
+			return err
+		}},
+		{"recorded denial", func() error {
+			res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: rd, Cost: dec("5")}}, ledger.Idempotency{})
+			if err == nil && (res.Accepted || res.EntryIDs[0] == "") {
+				err = fmt.Errorf("want a denial with an entry: %+v", res)
+			}
+			return err
+		}},
+		{"recorded denial of a reserve", func() error {
+			res, err := svc.Reserve(ctx, rd, dec("5"), time.Minute, ledger.Idempotency{}, nil)
+			if err == nil && (res.Decision.Accepted || res.EntryID == "") {
+				err = fmt.Errorf("want a denial with an entry: %+v", res)
+			}
+			return err
+		}},
+		{"recorded denial of a multi-bucket fillup", func() error {
+			res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ra, Cost: dec("1")}, {Bucket: rd, Cost: dec("5")}}, ledger.Idempotency{})
+			if err == nil && (res.Accepted || res.EntryIDs[0] != "" || res.EntryIDs[1] == "") {
+				err = fmt.Errorf("want a denial with an entry for its second item: %+v", res)
+			}
 			return err
 		}},
 	}

@@ -113,8 +113,11 @@ func TestUpgradeFromReleased(t *testing.T) {
 		out := map[string]string{}
 		for _, tb := range tables {
 			// Nulls stripped: a column a later migration adds (history.meta)
-			// is null in every row that was there before.
-			out[tb] = doc("SELECT coalesce(jsonb_agg(jsonb_strip_nulls(to_jsonb(x)) ORDER BY jsonb_strip_nulls(to_jsonb(x))::text), '[]') FROM " + tb + " x")
+			// is null in every row that was there before, or has its
+			// default (limits.record_denials false), also stripped.
+			out[tb] = doc(`SELECT coalesce(jsonb_agg(r ORDER BY r::text), '[]')
+				FROM (SELECT jsonb_strip_nulls(to_jsonb(x)) - CASE WHEN to_jsonb(x)->'record_denials' = 'false' THEN 'record_denials' ELSE '' END AS r
+				        FROM ` + tb + ` x) y`)
 		}
 		return out
 	}

@@ -1,7 +1,8 @@
 -- Drain: lowers the level, clamped at zero (bucket.Drain). A drain that
 -- removes nothing (0, or an empty bucket) is a no-op: it writes neither the
 -- bucket, nor a history entry, nor the expiry of a hold (as on every store:
--- only a write records the holds it finds expired).
+-- only a write records the holds it finds expired). "entry_id" names the
+-- drain entry (null when none was written).
 CREATE OR REPLACE FUNCTION budgetd_drain(p_limit text, p_key text, p_amount text, p_now timestamptz,
                                          p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
@@ -12,6 +13,7 @@ DECLARE
     v_now     timestamptz;
     v_l       limits;
     v_level   numeric;
+    v_entry   bigint;
 BEGIN
     v_out := budgetd_idem_get(p_scope, p_idem, p_hash, coalesce(p_now, budgetd_clock()));
     IF v_out IS NOT NULL THEN
@@ -28,13 +30,14 @@ BEGIN
         IF v_removed > 0 THEN
             v_level := budgetd_settle(v_l, p_key, v_now);
             PERFORM budgetd_write(v_l, p_key, v_level - v_removed, v_now, 0, v_removed);
-            PERFORM budgetd_record(v_l, p_key, v_now, 'drain', v_removed, NULL, p_meta);
+            v_entry := budgetd_record(v_l, p_key, v_now, 'drain', v_removed, NULL, p_meta);
         END IF;
     ELSE
         v_now := coalesce(p_now, budgetd_clock());
     END IF;
     v_out := jsonb_build_object('removed', v_removed::text, 'limit', budgetd_limit_json(v_l),
-                                'state', budgetd_state_json(v_l.id, p_key), 'now_us', budgetd_us(v_now));
+                                'state', budgetd_state_json(v_l.id, p_key), 'now_us', budgetd_us(v_now),
+                                'entry_id', v_entry::text);
     PERFORM budgetd_idem_put(p_scope, p_idem, p_hash, ARRAY[v_l.id], v_out, v_now);
     RETURN v_out;
 END $$;

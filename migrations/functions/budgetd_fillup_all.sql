@@ -1,7 +1,10 @@
 -- A multi-bucket Fillup (budgetd_fillup with all_or_none): every item or none
 -- (bucket.Fillup per item). Items are distinct buckets; they are locked in
 -- (limit_id, key) order. Returns the outcome document, stored for the
--- Idempotency-Key.
+-- Idempotency-Key. When the call is denied, each item whose own bucket could
+-- not take its cost records a denied entry (budgetd_record_denial); the
+-- others record nothing. Each item's "entry_id" names the entry written for
+-- it (fillup or denied; null when none was).
 CREATE OR REPLACE FUNCTION budgetd_fillup_all(p_limits text[], p_keys text[], p_costs text[], p_now timestamptz,
                                    p_scope text, p_idem text, p_hash text, p_metas text[] DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
@@ -21,6 +24,7 @@ DECLARE
     v_held     numeric;
     v_level    numeric;
     v_r        record;
+    v_entry    bigint;
 BEGIN
     v_out := budgetd_idem_get(p_scope, p_idem, p_hash, coalesce(p_now, budgetd_clock()));
     IF v_out IS NOT NULL THEN
@@ -50,17 +54,23 @@ BEGIN
     END LOOP;
     FOR i IN 1 .. v_n LOOP
         v_l := v_lims[i];
+        v_entry := NULL;
         IF v_accepted AND v_costs[i] > 0 THEN
             v_level := budgetd_settle(v_l, p_keys[i], v_now);
             PERFORM budgetd_write(v_l, p_keys[i], v_level + v_costs[i], v_now, v_costs[i]);
-            PERFORM budgetd_record(v_l, p_keys[i], v_now, 'fillup', v_costs[i], NULL, p_metas[i]);
-        ELSIF v_created[i] THEN
-            DELETE FROM buckets WHERE limit_id = v_l.id AND key = p_keys[i];
+            v_entry := budgetd_record(v_l, p_keys[i], v_now, 'fillup', v_costs[i], NULL, p_metas[i]);
         ELSE
-            PERFORM budgetd_unstep(v_l.id, p_keys[i], v_now);
+            IF NOT v_fits[i] THEN
+                v_entry := budgetd_record_denial(v_l, p_keys[i], v_now, v_costs[i], p_metas[i]);
+            END IF;
+            IF v_created[i] THEN
+                DELETE FROM buckets WHERE limit_id = v_l.id AND key = p_keys[i];
+            ELSE
+                PERFORM budgetd_unstep(v_l.id, p_keys[i], v_now);
+            END IF;
         END IF;
         v_items[i] := jsonb_build_object('fits', v_fits[i], 'limit', budgetd_limit_json(v_l),
-                                         'state', budgetd_state_json(v_l.id, p_keys[i]));
+                                         'state', budgetd_state_json(v_l.id, p_keys[i]), 'entry_id', v_entry::text);
     END LOOP;
     v_out := jsonb_build_object('accepted', v_accepted, 'now_us', budgetd_us(v_now), 'items', to_jsonb(v_items));
     PERFORM budgetd_idem_put(p_scope, p_idem, p_hash, v_ids, v_out, v_now);

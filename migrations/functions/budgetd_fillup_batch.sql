@@ -9,8 +9,10 @@
 --     written by earlier items of the same call are visible, so a duplicate
 --     inside a batch replays the first one's answer, as it would alone;
 --   * otherwise the cost is accepted or denied on its own, an accepted one
---     gets its own history entry, and an item with a key gets its own
---     idempotency record holding the document a call alone would store. A
+--     gets its own history entry (a denied one too, a denied entry, when the
+--     limit records denials: nothing else of the bucket changes), and an
+--     item with a key gets its own idempotency record holding the document a
+--     call alone would store, with the id of the item's entry. A
 --     record that a concurrent transaction committed first raises BD001: the
 --     whole call rolls back and the store retries it, which then replays.
 -- A missing limit is answered per item (BD002, after the item's idempotency
@@ -37,14 +39,16 @@
 --
 -- One row per item, in order: fits, the bucket right after the item (level
 -- as text, updated µs, active holds as two arrays, a window bucket's slots
--- as two arrays) and the shared now and limit; or doc (an idempotent replay,
--- the stored jsonb); or err_code and err_msg.
+-- as two arrays), the id of the history entry the item wrote (fillup or
+-- denied; NULL for none) and the shared now and limit; or doc (an idempotent
+-- replay, the stored jsonb); or err_code and err_msg.
 CREATE OR REPLACE FUNCTION budgetd_fillup_batch(p_limit text, p_key text, p_costs text[], p_now timestamptz,
                                      p_scopes text[], p_idems text[], p_hashes text[], p_metas text[] DEFAULT NULL)
 RETURNS TABLE (r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts text[], r_hold_expires bigint[],
                r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_period jsonb, r_history boolean,
                r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text,
-               r_window_length_us bigint, r_window_precision_us bigint, r_slot_idx bigint[], r_slot_sums text[])
+               r_window_length_us bigint, r_window_precision_us bigint, r_slot_idx bigint[], r_slot_sums text[],
+               r_record_denials boolean, r_entry_id text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n        int := coalesce(array_length(p_costs, 1), 0);
@@ -59,6 +63,7 @@ DECLARE
     v_start    bigint;
     v_starts   bigint[];
     v_hist     boolean;
+    v_rec      boolean;  -- the limit records denials
     v_lcre     timestamptz;
     v_lupd     timestamptz;
     v_wlen     bigint;  -- the window of a window limit (NULL: another kind)
@@ -87,6 +92,7 @@ DECLARE
     v_doc      jsonb;
     v_j        int;
     v_trim     boolean;
+    v_ids      bigint[];  -- the ids of the history entries written, in order
     -- Per item.
     a_fits     boolean[];
     a_level    text[];
@@ -96,17 +102,21 @@ DECLARE
     a_err      text[];
     a_msg      text[];
     a_wlast    numeric[];  -- the newest slot's sum after the item, once written
-    -- Accepted costs (history) and idempotency records to write.
+    a_entry    int[];      -- the item's history entry: its position in w_costs
+    a_rep      int[];      -- an item replaying an earlier item of the call: its position in w_docs
+    -- History entries (accepted costs, recorded denials) and idempotency
+    -- records to write.
+    w_events   text[];
     w_costs    numeric[];
     w_metas    text[];
     w_item     int[];
     w_docs     jsonb[];
 BEGIN
     LOOP
-        SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.created_at, l.updated_at, l.period_every,
-               l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
+        SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.record_denials, l.created_at, l.updated_at,
+               l.period_every, l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
                b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found
-          INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
+          INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_rec, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
                v_blevel, v_bupd, v_bidx, v_bsum, v_bfound
           FROM limits l
           LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found FROM buckets bb
@@ -186,12 +196,15 @@ BEGIN
         v_widx := NULL;
         v_wsum := NULL;
         a_fits := '{}'; a_level := '{}'; a_upd := '{}'; a_live := '{}'; a_doc := '{}'; a_err := '{}'; a_msg := '{}'; a_wlast := '{}';
-        w_costs := '{}'; w_metas := '{}'; w_item := '{}'; w_docs := '{}';
+        a_entry := '{}'; a_rep := '{}';
+        w_events := '{}'; w_costs := '{}'; w_metas := '{}'; w_item := '{}'; w_docs := '{}';
 
         -- Decide, in order.
         FOR k IN 1 .. v_n LOOP
             a_doc[k] := NULL;
             a_err[k] := NULL;
+            a_entry[k] := NULL;
+            a_rep[k] := NULL;
             IF p_idems[k] IS NOT NULL AND p_idems[k] <> '' THEN
                 -- An earlier item of this call with the key: its record is
                 -- not written yet, but it counts as written.
@@ -215,7 +228,10 @@ BEGIN
                     END IF;
                 END IF;
                 IF v_hash IS NOT NULL THEN
-                    IF v_hash = p_hashes[k] THEN
+                    IF v_hash = p_hashes[k] AND v_j IS NOT NULL THEN
+                        -- Answered once that item's entry id is known.
+                        a_rep[k] := v_j;
+                    ELSIF v_hash = p_hashes[k] THEN
                         a_doc[k] := v_doc || '{"replayed": true}'::jsonb;
                     ELSE
                         a_err[k] := budgetd_code_key_reused();
@@ -240,9 +256,17 @@ BEGIN
                 v_upd_us := budgetd_us(CASE WHEN v_bupd IS NULL OR v_bupd < v_now OR v_bupd > v_now + budgetd_clock_step()
                                              THEN v_now ELSE v_bupd END);
                 IF v_hist THEN
+                    w_events := w_events || 'fillup'::text;
                     w_costs := w_costs || v_cost;
                     w_metas := w_metas || p_metas[k];
+                    a_entry[k] := cardinality(w_costs);
                 END IF;
+            ELSIF NOT v_fits AND v_hist AND v_rec THEN
+                -- A recorded denial: an entry, and nothing else written.
+                w_events := w_events || 'denied'::text;
+                w_costs := w_costs || v_cost;
+                w_metas := w_metas || p_metas[k];
+                a_entry[k] := cardinality(w_costs);
             END IF;
             a_fits[k] := v_fits;
             a_level[k] := v_lvl_text;
@@ -262,7 +286,8 @@ BEGIN
                             'holds', (SELECT coalesce(jsonb_agg(jsonb_build_object('amount', u.a, 'expires_us', u.e) ORDER BY u.o), '[]'::jsonb)
                                         FROM unnest(CASE WHEN a_live[k] THEN v_live_a ELSE v_all_a END,
                                                     CASE WHEN a_live[k] THEN v_live_e ELSE v_all_e END) WITH ORDINALITY AS u(a, e, o)))
-                            || CASE WHEN v_wrote THEN budgetd_slots_json(v_widx, v_wsum) ELSE budgetd_slots_json(v_bidx, v_bsum) END)));
+                            || CASE WHEN v_wrote THEN budgetd_slots_json(v_widx, v_wsum) ELSE budgetd_slots_json(v_bidx, v_bsum) END,
+                        'entry_id', NULL)));
                 w_item := w_item || k;
                 w_docs := w_docs || v_doc;
             END IF;
@@ -305,15 +330,21 @@ BEGIN
         EXIT;
     END LOOP;
 
-    -- The history entries, in order (ids grow with insertion), and about one
-    -- insert in 256 trims the bucket as budgetd_record does.
+    -- The history entries, in order: ids grow with insertion, so the i-th
+    -- smallest id is the i-th entry. About one insert in 256 trims the bucket
+    -- as budgetd_record does. Each item's document gets its entry's id.
     IF coalesce(array_length(w_costs, 1), 0) > 0 THEN
         WITH ins AS (
             INSERT INTO history (limit_id, key, at, event, amount, reservation_id, meta)
-            SELECT v_lid, p_key, v_now, 'fillup', u.c, NULL, nullif(u.m, '')::jsonb
-              FROM unnest(w_costs, w_metas) WITH ORDINALITY AS u(c, m, o) ORDER BY u.o
+            SELECT v_lid, p_key, v_now, u.e, u.c, NULL, nullif(u.m, '')::jsonb
+              FROM unnest(w_events, w_costs, w_metas) WITH ORDINALITY AS u(e, c, m, o) ORDER BY u.o
             RETURNING id)
-        SELECT bool_or(id % 256 = 0) INTO v_trim FROM ins;
+        SELECT bool_or(id % 256 = 0), array_agg(id ORDER BY id) INTO v_trim, v_ids FROM ins;
+        FOR j IN 1 .. coalesce(array_length(w_item, 1), 0) LOOP
+            IF a_entry[w_item[j]] IS NOT NULL THEN
+                w_docs[j] := jsonb_set(w_docs[j], '{items,0,entry_id}', to_jsonb(v_ids[a_entry[w_item[j]]]::text));
+            END IF;
+        END LOOP;
         IF v_trim THEN
             DELETE FROM history WHERE id = ANY (ARRAY(
                 SELECT id FROM history WHERE limit_id = v_lid AND key = p_key
@@ -347,14 +378,20 @@ BEGIN
     r_limit_updated_us := budgetd_us(v_lupd);
     r_window_length_us := v_wlen;
     r_window_precision_us := v_wprec;
+    r_record_denials := v_rec;
     FOR k IN 1 .. v_n LOOP
+        IF a_rep[k] IS NOT NULL THEN
+            a_doc[k] := w_docs[a_rep[k]] || '{"replayed": true}'::jsonb;
+        END IF;
         r_doc := a_doc[k];
+        r_entry_id := NULL;
         r_err_code := a_err[k];
         r_err_msg := a_msg[k];
         IF r_doc IS NULL AND r_err_code IS NULL THEN
             r_fits := a_fits[k];
             r_level := a_level[k];
             r_updated_us := a_upd[k];
+            r_entry_id := v_ids[a_entry[k]]::text;
             IF a_live[k] THEN
                 r_hold_amounts := v_live_a;
                 r_hold_expires := v_live_e;

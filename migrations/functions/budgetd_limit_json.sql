@@ -1,7 +1,7 @@
 -- A limit as the store answers it. "period" is present for a periodic limit
 -- only and "window" ({"length_us", "precision_us"}) for a window limit only
--- (both have null leak fields), so a leaky limit's document is what it was
--- before periods existed.
+-- (both have null leak fields), and "record_denials" only when true, so a
+-- leaky limit's document is what it was before periods existed.
 CREATE OR REPLACE FUNCTION budgetd_limit_json(l limits) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object('name', l.name, 'capacity', l.capacity::text, 'leak_amount', l.leak_amount::text,
@@ -10,4 +10,5 @@ LANGUAGE sql STABLE AS $$
         || CASE WHEN l.period_every IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('period', budgetd_period_json(l)) END
         || CASE WHEN l.window_length_us IS NULL THEN '{}'::jsonb
                 ELSE jsonb_build_object('window', jsonb_build_object('length_us', l.window_length_us, 'precision_us', l.window_precision_us)) END
+        || CASE WHEN l.record_denials THEN '{"record_denials": true}'::jsonb ELSE '{}'::jsonb END
 $$;

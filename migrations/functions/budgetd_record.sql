@@ -1,16 +1,17 @@
 -- Adds a history entry when the limit keeps history, with the caller's meta
--- (JSON text; NULL or '' for none). The caller holds the
+-- (JSON text; NULL or '' for none), and returns its id (NULL when the limit
+-- keeps no history). The caller holds the
 -- bucket's lock. About one insert in 256 (by id) also trims the bucket to its
 -- newest 10,000 entries, at most 1,000 rows at a time, so a busy bucket stays
 -- near that cap without a per-insert cost.
 CREATE OR REPLACE FUNCTION budgetd_record(p_l limits, p_key text, p_at timestamptz, p_event text, p_amount numeric, p_res text,
                                           p_meta text DEFAULT NULL)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v_id bigint;
 BEGIN
     IF NOT p_l.history THEN
-        RETURN;
+        RETURN NULL;
     END IF;
     INSERT INTO history (limit_id, key, at, event, amount, reservation_id, meta)
     VALUES (p_l.id, p_key, p_at, p_event, p_amount, p_res, nullif(p_meta, '')::jsonb)
@@ -20,4 +21,5 @@ BEGIN
             SELECT id FROM history WHERE limit_id = p_l.id AND key = p_key
              ORDER BY at DESC, id DESC OFFSET budgetd_history_cap() LIMIT 1000));
     END IF;
+    RETURN v_id;
 END $$;

@@ -1,5 +1,8 @@
 -- Reserve: adds a hold p_id of p_amount for p_ttl_us when it fits
--- (bucket.Reserve). BD003 when the bucket has 1000 active holds.
+-- (bucket.Reserve). BD003 when the bucket has 1000 active holds. A denial
+-- leaves the bucket as it was and records a denied entry when the limit
+-- records denials. "entry_id" names the entry written (reserved or denied;
+-- null when none was).
 CREATE OR REPLACE FUNCTION budgetd_reserve(p_limit text, p_key text, p_amount text, p_ttl_us bigint, p_id text, p_now timestamptz,
                                 p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
@@ -16,6 +19,7 @@ DECLARE
     v_level    numeric;
     v_accepted boolean;
     v_res      jsonb := NULL;
+    v_entry    bigint;
 BEGIN
     v_out := budgetd_idem_get(p_scope, p_idem, p_hash, coalesce(p_now, budgetd_clock()));
     IF v_out IS NOT NULL THEN
@@ -39,15 +43,19 @@ BEGIN
         INSERT INTO holds (id, limit_id, key, amount, state, created_at, expires_at)
         VALUES (p_id, v_l.id, p_key, v_amount, 'active', v_now, v_now + (p_ttl_us::text || ' microseconds')::interval)
         RETURNING * INTO v_h;
-        PERFORM budgetd_record(v_l, p_key, v_now, 'reserved', v_amount, p_id, p_meta);
+        v_entry := budgetd_record(v_l, p_key, v_now, 'reserved', v_amount, p_id, p_meta);
         v_res := budgetd_hold_json(v_h, v_l.name);
-    ELSIF v_created THEN
-        DELETE FROM buckets WHERE limit_id = v_l.id AND key = p_key;
-    ELSIF v_b.updated_at > v_now + budgetd_clock_step() THEN
-        PERFORM budgetd_unstep(v_l.id, p_key, v_now);
+    ELSE
+        v_entry := budgetd_record_denial(v_l, p_key, v_now, v_amount, p_meta);
+        IF v_created THEN
+            DELETE FROM buckets WHERE limit_id = v_l.id AND key = p_key;
+        ELSIF v_b.updated_at > v_now + budgetd_clock_step() THEN
+            PERFORM budgetd_unstep(v_l.id, p_key, v_now);
+        END IF;
     END IF;
     v_out := jsonb_build_object('accepted', v_accepted, 'reservation', v_res, 'limit', budgetd_limit_json(v_l),
-                                'state', budgetd_state_json(v_l.id, p_key), 'now_us', budgetd_us(v_now));
+                                'state', budgetd_state_json(v_l.id, p_key), 'now_us', budgetd_us(v_now),
+                                'entry_id', v_entry::text);
     PERFORM budgetd_idem_put(p_scope, p_idem, p_hash, ARRAY[v_l.id], v_out, v_now);
     RETURN v_out;
 END $$;
