@@ -1,7 +1,6 @@
 package ledgertest
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -14,18 +13,11 @@ import (
 // denied multi-bucket item, and changes nothing else; every call that wrote
 // an entry names it (entry_id); an Idempotency-Key replay of a denial
 // records nothing again; CanAccept, a limit without record_denials and a
-// limit without history write nothing. A store that does not serve
-// record_denials yet must refuse it with ledger.ErrNotServed and keep
-// nothing of the limit.
+// limit without history write nothing.
 func testRecordDenials(t *testing.T, e *env) {
 	e.clock.Set(time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC))
 	spec := ledger.LimitSpec{Capacity: dec("5"), LeakAmount: dec("5"), LeakPer: time.Hour, History: true, RecordDenials: true}
-	if _, err := e.svc.PutLimit(e.ctx, "logins", spec); errors.Is(err, ledger.ErrNotServed) {
-		if _, err := e.store.GetLimit(e.ctx, "logins"); !errors.Is(err, ledger.ErrLimitNotFound) {
-			t.Fatalf("record_denials refused, but GetLimit answers %v", err)
-		}
-		return
-	} else if err != nil {
+	if _, err := e.svc.PutLimit(e.ctx, "logins", spec); err != nil {
 		t.Fatalf("PutLimit: %v", err)
 	}
 	l, err := e.svc.GetLimit(e.ctx, "logins")
