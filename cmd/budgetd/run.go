@@ -92,9 +92,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	draining := make(chan struct{})
 	opts := []budgethttp.Option{
-		budgethttp.WithLogger(log), budgethttp.WithAccessLog(log), budgethttp.WithMaxTTL(cfg.maxTTL), budgethttp.WithDraining(draining),
+		budgethttp.WithLogger(log), budgethttp.WithMaxTTL(cfg.maxTTL), budgethttp.WithDraining(draining),
 		budgethttp.WithLogKeys(cfg.logKeys),
 		budgethttp.WithCollectors(append(st.collectors, store.Collector(), buildInfoCollector())...),
+	}
+	if log.Enabled(ctx, slog.LevelInfo) {
+		access := newAccessLog(cfg, stderr)
+		defer closeAccessLog(access, log)
+		opts = append(opts, budgethttp.WithAccessLog(access))
 	}
 	if cfg.authFile != "" {
 		opts = append(opts, budgethttp.WithAuth(keys.Load))
@@ -184,6 +189,28 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// accessLogFlushTimeout bounds how long budgetd waits on exit for the
+// access-log lines still buffered to be written.
+const accessLogFlushTimeout = 5 * time.Second
+
+// newAccessLog is the access log, in the format of the process's logger.
+func newAccessLog(cfg config, w io.Writer) *budgethttp.AccessLog {
+	if cfg.logFormat == "json" {
+		return budgethttp.NewAccessLog(w, budgethttp.AccessJSON)
+	}
+	return budgethttp.NewAccessLog(w, budgethttp.AccessText)
+}
+
+// closeAccessLog writes the access-log lines still buffered, waiting at
+// most accessLogFlushTimeout for a stuck stderr.
+func closeAccessLog(a *budgethttp.AccessLog, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), accessLogFlushTimeout)
+	defer cancel()
+	if err := a.Close(ctx); err != nil {
+		log.Warn("access log not flushed", "err", err)
+	}
 }
 
 // reload re-reads the key file and the TLS files on SIGHUP. Whatever fails

@@ -2,6 +2,7 @@ package http_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -19,9 +20,22 @@ import (
 )
 
 // logBuffer collects log lines the server writes while the test reads.
+// Its access log writes to it too; String waits for the lines queued.
 type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu     sync.Mutex
+	b      bytes.Buffer
+	access *budgethttp.AccessLog
+}
+
+// accessLog is an access log in JSON to l, closed at the end of the test.
+func (l *logBuffer) accessLog(t *testing.T) *budgethttp.AccessLog {
+	l.access = budgethttp.NewAccessLog(l, budgethttp.AccessJSON)
+	t.Cleanup(func() {
+		if err := l.access.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return l.access
 }
 
 func (l *logBuffer) Write(p []byte) (int, error) {
@@ -31,6 +45,9 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 }
 
 func (l *logBuffer) String() string {
+	if l.access != nil {
+		l.access.Flush()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
@@ -51,7 +68,7 @@ func authAPI(t *testing.T, clock *ledgertest.Clock, store ledger.Store, opts ...
 	logs := &logBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	opts = append([]budgethttp.Option{
-		budgethttp.WithLogger(log), budgethttp.WithAccessLog(log),
+		budgethttp.WithLogger(log), budgethttp.WithAccessLog(logs.accessLog(t)),
 		budgethttp.WithAuth(keysOf(t,
 			auth.Line("ops", adminToken, auth.Admin, nil),
 			auth.Line("team-svc", chargeToken, auth.Charge, []string{"team-*"}),

@@ -2,10 +2,12 @@ package http_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -261,5 +263,45 @@ func BenchmarkFillupPeriodic(b *testing.B) {
 	for b.Loop() {
 		calls[i%benchKeys].serve(b, h, &w, http.StatusOK)
 		i++
+	}
+}
+
+// BenchmarkFillupAccessLog is Fillup with the access log off, and on in
+// text to /dev/null (a write to a file, as to stderr): the difference is
+// what the log costs a request.
+func BenchmarkFillupAccessLog(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "off"
+		if on {
+			name = "on"
+		}
+		b.Run(name, func(b *testing.B) {
+			opts := []budgethttp.Option{quiet}
+			if on {
+				null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				access := budgethttp.NewAccessLog(null, budgethttp.AccessText)
+				b.Cleanup(func() {
+					if err := access.Close(context.Background()); err != nil {
+						b.Error(err)
+					}
+					null.Close()
+				})
+				opts = append(opts, budgethttp.WithAccessLog(access))
+			}
+			h := budgethttp.New(ledger.NewService(memory.New()), opts...)
+			if rec := benchServe(h, "PUT", "/v1/limits/bench", `{"capacity":"1000000000000","leak":{"amount":"1","per":"87600h"},"history":false}`); rec.Code != http.StatusOK {
+				b.Fatalf("PUT limit: %d %s", rec.Code, rec.Body)
+			}
+			calls := benchCalls("POST", "/fillup", `{"cost":"1"}`)
+			var w benchWriter
+			i := 0
+			for b.Loop() {
+				calls[i%benchKeys].serve(b, h, &w, http.StatusOK)
+				i++
+			}
+		})
 	}
 }

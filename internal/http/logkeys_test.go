@@ -39,7 +39,7 @@ func TestLogsCarryNoKeys(t *testing.T) {
 			logs := &logBuffer{}
 			log := slog.New(slog.NewJSONHandler(logs, nil))
 			store := keyQuoting{memory.New(memory.WithClock(clock.Now))}
-			h := budgethttp.New(ledger.NewService(store), budgethttp.WithLogger(log), budgethttp.WithAccessLog(log), budgethttp.WithLogKeys(logKeys))
+			h := budgethttp.New(ledger.NewService(store), budgethttp.WithLogger(log), budgethttp.WithAccessLog(logs.accessLog(t)), budgethttp.WithLogKeys(logKeys))
 			rec := serveReq(h, "PUT", "/v1/limits/tl", `{"capacity":"10","leak":{"amount":"1","per":"1h"}}`)
 			if rec.Code != 200 {
 				t.Fatalf("PUT: %d %s", rec.Code, rec.Body)

@@ -117,7 +117,8 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			c.Error(err)
 		}
-		elapsed := time.Since(start)
+		end := time.Now()
+		elapsed := end.Sub(start)
 		r := c.Request()
 		method, route := requestMethod(r), c.Path()
 		if !s.routeSet[route] {
@@ -139,12 +140,8 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if len(method) > 16 {
 			method = method[:16] + "…"
 		}
-		attrs := []slog.Attr{slog.String("method", method), slog.String("route", route), slog.Int("status", status),
-			slog.Duration("duration", elapsed), slog.Any("request_id", c.Get(ctxRequestID)), slog.String("key", keyName)}
-		if s.logKeys {
-			attrs = append(attrs, slog.String("path", r.URL.Path))
-		}
-		s.access.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+		s.access.log(&accessLine{time: end, method: method, route: route, status: status, duration: elapsed,
+			requestID: c.Get(ctxRequestID), key: keyName, path: r.URL.Path, withPath: s.logKeys})
 		return nil
 	}
 }

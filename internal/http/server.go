@@ -36,9 +36,10 @@ type Option func(*server)
 // WithLogger sets where failures are logged (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *server) { s.log = l } }
 
-// WithAccessLog writes one line per request to l (method, route, status,
-// duration, request id, key name). Without it there is no access log.
-func WithAccessLog(l *slog.Logger) Option { return func(s *server) { s.access = l } }
+// WithAccessLog writes one line per request to a (method, route, status,
+// duration, request id, key name) and adds its dropped-lines counter to
+// /metrics. Without it there is no access log.
+func WithAccessLog(a *AccessLog) Option { return func(s *server) { s.access = a } }
 
 // WithLogKeys puts the request's path, bucket keys included, on the
 // access-log line and on the log line of a failed request. Without it they
@@ -68,7 +69,7 @@ func WithDraining(draining <-chan struct{}) Option { return func(s *server) { s.
 type server struct {
 	svc      *ledger.Service
 	log      *slog.Logger
-	access   *slog.Logger
+	access   *AccessLog
 	maxTTL   time.Duration
 	extra    []prometheus.Collector
 	keys     func() *auth.Keys
@@ -92,6 +93,9 @@ func New(svc *ledger.Service, opts ...Option) http.Handler {
 	s.registry.MustRegister(s.m.collectors()...)
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.registry.MustRegister(s.extra...)
+	if s.access != nil {
+		s.registry.MustRegister(s.access.dropped)
+	}
 	s.metricsH = promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})
 
 	e := echo.New()
