@@ -237,6 +237,7 @@ func cliMatrixKind(t *testing.T, server, name string, k cliKind) {
 	d = api.Decision{}
 	cli(0, &d, "fillup", name, key, "10", "--meta", "op=fillup", "--meta", "order=A-1")
 	decision("fillup 10", d, true, "10", "0")
+	fillupEntry := d.EntryID
 	d = api.Decision{}
 	cli(exitDenied, &d, "fillup", name, key, "95", "--meta", "op=denied")
 	decision("fillup 95 (denied)", d, false, "10", "0")
@@ -283,6 +284,7 @@ func cliMatrixKind(t *testing.T, server, name string, k cliKind) {
 
 	var dr api.Drained
 	cli(0, &dr, "drain", name, key, "2", "--meta", "op=drain")
+	drainEntry := dr.EntryID
 	if !dr.Removed.Equal(decimal.NewFromInt(2)) || !dr.Accepted {
 		t.Errorf("drain: removed %s accepted %v; want 2, true", dr.Removed, dr.Accepted)
 	}
@@ -318,6 +320,10 @@ func cliMatrixKind(t *testing.T, server, name string, k cliKind) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) || es.NextCursor != nil {
 		t.Errorf("history:\n got %v\nwant %v (next %v)", got, want, es.NextCursor)
+	}
+	// fillup and drain --json name the entries they wrote.
+	if len(es.Items) == len(want) && (fillupEntry == nil || *fillupEntry != es.Items[len(want)-1].ID || drainEntry == nil || *drainEntry != es.Items[0].ID) {
+		t.Errorf("entry_id: fillup %v, drain %v; history ids %s (fillup), %s (drain)", fillupEntry, drainEntry, es.Items[len(want)-1].ID, es.Items[0].ID)
 	}
 
 	// A second bucket: an Idempotency-Key replay, denied and never-fitting

@@ -153,7 +153,16 @@ func decisionDoc(d client.Decision) api.Decision {
 		s := decimal.NewFromInt(d.RetryAfter.Microseconds()).Shift(-6)
 		out.RetryAfter = &s
 	}
+	out.EntryID = optEntry(d.EntryID)
 	return out
+}
+
+// optEntry is a history entry id as a document has it: nil for none.
+func optEntry(id string) *string {
+	if id == "" {
+		return nil
+	}
+	return &id
 }
 
 // printDecision prints a decision and turns a denial into exit status
@@ -237,7 +246,8 @@ func (c *cli) printDrained(d client.Drained) error {
 	b := d.Bucket
 	if c.json {
 		return c.printJSON(api.Drained{
-			Decision:  api.Decision{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, PeriodStart: docTime(b.PeriodStart), ResetsAt: docTime(b.ResetsAt)},
+			Decision: api.Decision{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, PeriodStart: docTime(b.PeriodStart), ResetsAt: docTime(b.ResetsAt),
+				EntryID: optEntry(d.EntryID)},
 			UpdatedAt: docTime(b.UpdatedAt), Removed: d.Removed,
 		})
 	}
