@@ -38,6 +38,22 @@ const (
 	KindWindow Kind = "window"
 )
 
+// Mode is what a limit does with a cost that does not fit its capacity.
+type Mode string
+
+const (
+	// ModeEnforce denies it (the default).
+	ModeEnforce Mode = "enforce"
+	// ModeShadow decides as enforce would but accepts and charges the cost
+	// anyway, marking the decision shadow_denied: a new limit tried on live
+	// traffic without refusing anyone.
+	ModeShadow Mode = "shadow"
+	// ModeSoft accepts while level + held stays within capacity × (1 +
+	// grace), marking an accepted charge that ends above capacity
+	// over_capacity.
+	ModeSoft Mode = "soft"
+)
+
 // Every is the length of a calendar period.
 type Every string
 
@@ -74,6 +90,11 @@ type Limit struct {
 	History bool `json:"history"`
 	// RecordDenials says whether a denial writes a denied history entry.
 	RecordDenials bool `json:"record_denials"`
+	// Mode is what the limit does with a cost that does not fit.
+	Mode Mode `json:"mode"`
+	// Grace is how far above capacity a soft limit accepts, a percentage
+	// of the capacity such as "10%"; nil for the other modes.
+	Grace *Percent `json:"grace"`
 	// CreatedAt is when the limit was first created.
 	CreatedAt Time `json:"created_at"`
 	// UpdatedAt is when the limit was last written.
@@ -150,6 +171,12 @@ type LimitPut struct {
 	// RecordDenials makes a denied Fillup, Reserve or multi-bucket item
 	// write a denied history entry; nil is the default (false).
 	RecordDenials *bool `json:"record_denials,omitempty"`
+	// Mode is what the limit does with a cost that does not fit; empty is
+	// the default (enforce).
+	Mode Mode `json:"mode,omitempty"`
+	// Grace is, for ModeSoft only, how far above capacity the limit
+	// accepts: 0% to 100%, at most 2 decimals; nil is 0%.
+	Grace *Percent `json:"grace,omitempty"`
 	// History says whether the limit records history; nil is the default
 	// (true).
 	History *bool `json:"history,omitempty"`
@@ -199,6 +226,12 @@ type Decision struct {
 	// entry of a limit that records denials; nil when none was written,
 	// and always for CanAccept.
 	EntryID *string `json:"entry_id"`
+	// ShadowDenied says a shadow limit accepted a cost that enforce would
+	// have denied (for CanAccept: would accept it so).
+	ShadowDenied bool `json:"shadow_denied"`
+	// OverCapacity says a soft limit accepted a cost that ends above
+	// capacity, within its grace (for CanAccept: would accept it so).
+	OverCapacity bool `json:"over_capacity"`
 }
 
 // RetryAfterDuration returns RetryAfter as a duration, rounded up to the

@@ -162,10 +162,14 @@ func DefaultPrecision(length time.Duration) (time.Duration, bool) {
 // window, a leak interval out of range or not whole microseconds, an unknown
 // period length, a start day out of range or given where none is allowed, a
 // window's length out of range or a precision that does not divide it into
-// at most 1000 slots. The time zone is checked by budgetd, against its own
+// at most 1000 slots, an unknown mode, a grace without soft mode or out of
+// range. The time zone is checked by budgetd, against its own
 // zone database.
 func (p LimitPut) Validate() error {
 	if err := CheckAmount("capacity", p.Capacity, true); err != nil {
+		return err
+	}
+	if err := p.validateMode(); err != nil {
 		return err
 	}
 	switch {
@@ -203,6 +207,29 @@ func (p LimitPut) Validate() error {
 		}
 	default:
 		return invalid(CodeInvalidRequest, "period.every", "%q is not one of day, week, month, quarter, year", p.Period.Every)
+	}
+	return nil
+}
+
+// MaxGrace is the largest grace of a soft limit, in percent.
+const MaxGrace = 100
+
+// validateMode refuses an unknown mode, and a grace given without soft mode
+// or above MaxGrace.
+func (p LimitPut) validateMode() error {
+	switch p.Mode {
+	case "", ModeEnforce, ModeShadow, ModeSoft:
+	default:
+		return invalid(CodeInvalidRequest, "mode", "%q is not one of enforce, shadow, soft", p.Mode)
+	}
+	if p.Grace == nil {
+		return nil
+	}
+	if p.Mode != ModeSoft {
+		return invalid(CodeInvalidRequest, "grace", "grace is only for a limit in soft mode")
+	}
+	if p.Grace.Value.Sign() < 0 || p.Grace.Value.GreaterThan(decimal.NewFromInt(MaxGrace)) || !p.Grace.Value.Equal(p.Grace.Value.Truncate(2)) {
+		return invalid(CodeInvalidRequest, "grace", "%s is not a percentage from 0%% to %d%% with at most 2 decimals", p.Grace, MaxGrace)
 	}
 	return nil
 }

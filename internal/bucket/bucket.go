@@ -44,6 +44,34 @@ type Limit struct {
 	LeakPer    time.Duration
 	Period     *calendar.Period
 	Window     *Window
+	// Mode is what the limit does with a cost that does not fit its
+	// capacity; Ceiling is, for Shadow and Soft, the most level + held may
+	// reach by an accepted charge (unused for Enforce, where it is the
+	// capacity).
+	Mode    Mode
+	Ceiling Amount
+}
+
+// Mode is what a limit does with a cost that does not fit its capacity.
+type Mode uint8
+
+// The modes. Enforce denies such a cost. Shadow decides as Enforce would but
+// accepts and charges the cost anyway (up to its Ceiling, the largest level a
+// store keeps), marking the decision ShadowDenied. Soft accepts while level +
+// held stays within its Ceiling (capacity × (1 + grace)) and marks an
+// accepted charge that ends above capacity OverCapacity.
+const (
+	Enforce Mode = iota
+	Shadow
+	Soft
+)
+
+// admit is the most level + held may reach by an accepted charge.
+func (l *Limit) admit() Amount {
+	if l.Mode == Enforce {
+		return l.Capacity
+	}
+	return l.Ceiling
 }
 
 // Hold is an amount reserved in a bucket until ExpiresAt. A hold counts in
@@ -90,6 +118,12 @@ type Decision struct {
 	// for a periodic limit; both are zero for a leaky limit.
 	PeriodStart time.Time
 	ResetsAt    time.Time
+	// ShadowDenied marks an accepted positive cost that Enforce would have
+	// denied, on a Shadow limit; OverCapacity marks an accepted positive
+	// cost that ends above capacity, on a Soft limit. For CanAccept they
+	// say what a charge of the cost would be marked.
+	ShadowDenied bool
+	OverCapacity bool
 	// ClearsAt is, for a window limit, the instant from which none of the
 	// bucket's charges counts any more (At when none counts); zero for the
 	// other kinds.
@@ -217,11 +251,21 @@ func decide(l *Limit, s *State, now time.Time, cost Amount, d *Decision) {
 	d.Capacity = l.Capacity
 	d.Remaining = remaining(l.Capacity, d.Level, d.Held)
 	d.At = now
-	if cost.IsZero() || d.Level.Add(d.Held).Add(cost).Cmp(l.Capacity) <= 0 {
+	if cost.IsZero() {
 		d.Accepted = true
 		return
 	}
-	d.NeverFits = cost.GreaterThan(l.Capacity)
+	used := d.Level.Add(d.Held).Add(cost)
+	if used.Cmp(l.Capacity) <= 0 {
+		d.Accepted = true
+		return
+	}
+	if used.Cmp(l.admit()) <= 0 {
+		d.Accepted = true
+		d.markOver(l.Mode)
+		return
+	}
+	d.NeverFits = cost.GreaterThan(l.admit())
 	if !d.NeverFits {
 		if l.Window != nil {
 			d.RetryAfter = windowRetryAfter(l, s, n, cost)
@@ -231,6 +275,26 @@ func decide(l *Limit, s *State, now time.Time, cost Amount, d *Decision) {
 			d.RetryAfter = retryAfter(*l, *s, now, cost)
 		}
 	}
+}
+
+// markOver marks d, an accepted positive cost that ends above capacity, as
+// mode marks it.
+func (d *Decision) markOver(mode Mode) {
+	d.ShadowDenied = mode == Shadow
+	d.OverCapacity = mode == Soft
+}
+
+// Charged is the decision of an accepted Fillup or Reserve of cost as seen
+// from the state s after it (what CanAccept answers with a zero cost there),
+// marked as l's mode marks a positive cost that ended above capacity: the
+// answer a store's snapshot of the charge gives.
+func Charged(l Limit, s State, now time.Time, cost Amount) Decision {
+	var d Decision
+	decide(&l, &s, now, Amount{}, &d)
+	if cost.Sign() > 0 && d.Level.Add(d.Held).Cmp(l.Capacity) > 0 {
+		d.markOver(l.Mode)
+	}
+	return d
 }
 
 // Every transition below that writes (Fillup and Reserve when accepted with a
@@ -401,9 +465,10 @@ func remaining(capacity, level, held Amount) Amount {
 func byExpiry(a, b Hold) int { return a.ExpiresAt.Compare(b.ExpiresAt) }
 
 // retryAfter is the earliest wait, in microseconds rounded up, after which
-// level + held + cost ≤ capacity holds with no other traffic. The held
-// amount falls as holds expire, so the wait is searched segment by segment
-// between expiries. It assumes cost ≤ capacity.
+// level + held + cost ≤ capacity (the mode's ceiling, for Shadow and Soft)
+// holds with no other traffic. The held amount falls as holds expire, so the
+// wait is searched segment by segment between expiries. It assumes cost fits
+// that bound.
 //
 // The leak is measured from the state's last write, exactly as LevelAt will
 // measure it then, so the answer is never early and never late.
@@ -424,7 +489,7 @@ func retryAfter(l Limit, s State, now time.Time, cost Amount) Micros {
 		if !last {
 			end = micros(holds[i].ExpiresAt) - n
 		}
-		target := l.Capacity.Sub(cost).Sub(held)
+		target := l.admit().Sub(cost).Sub(held)
 		if target.Sign() >= 0 {
 			wait := i128(start)
 			if need := s.Level.Sub(target); need.Sign() > 0 {
@@ -480,7 +545,7 @@ func periodRetryAfter(l Limit, s State, now time.Time, level Amount, end time.Ti
 		if t >= e {
 			lvl = Amount{}
 		}
-		if lvl.Add(held).Add(cost).Cmp(l.Capacity) <= 0 {
+		if lvl.Add(held).Add(cost).Cmp(l.admit()) <= 0 {
 			return MicrosOf(t - n)
 		}
 	}

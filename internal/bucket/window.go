@@ -158,7 +158,7 @@ func windowRetryAfter(l *Limit, s *State, n int64, cost Amount) Micros {
 			held = held.Sub(holds[j].Amount)
 			j++
 		}
-		if level.Add(held).Add(cost).Cmp(l.Capacity) <= 0 {
+		if level.Add(held).Add(cost).Cmp(l.admit()) <= 0 {
 			return MicrosOf(t - n)
 		}
 	}

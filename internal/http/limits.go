@@ -3,6 +3,7 @@ package http
 import (
 	"encoding/json"
 	"errors"
+	"github.com/budgetd/budgetd/api"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -87,9 +88,12 @@ type limitBody struct {
 	Window  json.RawMessage `json:"window"`
 	History *bool           `json:"history"`
 	// RecordDenials defaults to false.
-	RecordDenials *bool           `json:"record_denials"`
-	CreatedAt     json.RawMessage `json:"created_at"`
-	UpdatedAt     json.RawMessage `json:"updated_at"`
+	RecordDenials *bool `json:"record_denials"`
+	// Mode defaults to enforce; Grace ("10%") is for soft mode only.
+	Mode      *string         `json:"mode"`
+	Grace     *string         `json:"grace"`
+	CreatedAt json.RawMessage `json:"created_at"`
+	UpdatedAt json.RawMessage `json:"updated_at"`
 }
 
 func (s *server) putLimit(c echo.Context) error {
@@ -162,6 +166,22 @@ func (s *server) putLimit(c echo.Context) error {
 	}
 	if body.RecordDenials != nil {
 		spec.RecordDenials = *body.RecordDenials
+	}
+	if body.Mode != nil {
+		spec.Mode = *body.Mode
+		if spec.Mode == "" {
+			return invalidRequest("mode", `mode is one of "enforce", "shadow", "soft"`)
+		}
+	}
+	if body.Grace != nil {
+		if spec.Mode != ledger.ModeSoft {
+			return invalidRequest("grace", "grace is only for a limit in soft mode")
+		}
+		g, err := api.ParsePercent("grace", *body.Grace)
+		if err != nil {
+			return invalidRequest("grace", err.(*api.Problem).Detail)
+		}
+		spec.Grace = g
 	}
 	ctx := c.Request().Context()
 	before, err := s.svc.GetLimit(ctx, name)

@@ -1,6 +1,7 @@
 package http
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -66,6 +67,10 @@ type decisionView struct {
 	// EntryID is the history entry the call wrote, null for none (and for
 	// CanAccept, which writes nothing).
 	EntryID *string `json:"entry_id"`
+	// ShadowDenied and OverCapacity mark a cost accepted above capacity by
+	// a shadow or a soft limit.
+	ShadowDenied bool `json:"shadow_denied"`
+	OverCapacity bool `json:"over_capacity"`
 }
 
 // viewDecision is d as clients read it, with the id of the history entry
@@ -82,6 +87,9 @@ func viewDecision(d bucket.Decision, entryID string) decisionView {
 		PeriodStart: optTime(d.PeriodStart),
 		ResetsAt:    optTime(d.ResetsAt),
 		EntryID:     optString(entryID),
+
+		ShadowDenied: d.ShadowDenied,
+		OverCapacity: d.OverCapacity,
 	}
 	if !d.Accepted && !d.NeverFits {
 		s := d.RetryAfter.String()
@@ -143,6 +151,10 @@ func appendDecision(b []byte, d bucket.Decision, entryID string) []byte {
 		// Entry ids are store-made digits and letters: nothing to escape.
 		b = append(append(append(b, '"'), entryID...), '"')
 	}
+	b = append(b, `,"shadow_denied":`...)
+	b = strconv.AppendBool(b, d.ShadowDenied)
+	b = append(b, `,"over_capacity":`...)
+	b = strconv.AppendBool(b, d.OverCapacity)
 	return append(b, '}')
 }
 
@@ -259,9 +271,12 @@ type limitView struct {
 	Window   *windowView `json:"window"`
 	History  bool        `json:"history"`
 	// RecordDenials: a denial writes a denied history entry.
-	RecordDenials bool   `json:"record_denials"`
-	CreatedAt     string `json:"created_at"`
-	UpdatedAt     string `json:"updated_at"`
+	RecordDenials bool `json:"record_denials"`
+	// Mode is enforce, shadow or soft; Grace ("10%") is null unless soft.
+	Mode      string  `json:"mode"`
+	Grace     *string `json:"grace"`
+	CreatedAt string  `json:"created_at"`
+	UpdatedAt string  `json:"updated_at"`
 }
 
 // windowView is a rolling window with the precision in force.
@@ -288,8 +303,13 @@ func viewLimit(l ledger.Limit) limitView {
 		Capacity:      l.Capacity.String(),
 		History:       l.History,
 		RecordDenials: l.RecordDenials,
+		Mode:          cmp.Or(l.Mode, ledger.ModeEnforce),
 		CreatedAt:     formatTime(l.CreatedAt),
 		UpdatedAt:     formatTime(l.UpdatedAt),
+	}
+	if l.Mode == ledger.ModeSoft {
+		g := l.Grace.String() + "%"
+		v.Grace = &g
 	}
 	if l.Period != nil {
 		p := periodView{Every: l.Period.Every, TZ: l.Period.TZ}

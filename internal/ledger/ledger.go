@@ -29,8 +29,37 @@ type Limit struct {
 	// write a denied history entry (when History is on); nothing else of
 	// the bucket changes.
 	RecordDenials bool
+	// Mode is what the limit does with a cost that does not fit: ModeEnforce
+	// (denies it), ModeShadow (accepts and charges it, marked shadow_denied)
+	// or ModeSoft (accepts it while level + held stays within capacity ×
+	// (1 + Grace/100), marked over_capacity). Grace is a percentage from 0 to
+	// 100 with at most 2 decimals, zero unless the mode is ModeSoft.
+	Mode          string
+	Grace         decimal.Decimal
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
+}
+
+// The modes of a limit (Limit.Mode).
+const (
+	ModeEnforce = "enforce"
+	ModeShadow  = "shadow"
+	ModeSoft    = "soft"
+)
+
+// Ceiling is the most level + held may reach by an accepted charge: the
+// capacity under ModeEnforce, capacity × (1 + Grace/100) under ModeSoft
+// (exact: a capacity has at most 6 fractional digits and Grace 2, well within
+// a level's 12), and MaxLevel, the largest level a store keeps, under
+// ModeShadow.
+func (l Limit) Ceiling() decimal.Decimal {
+	switch l.Mode {
+	case ModeShadow:
+		return MaxLevel
+	case ModeSoft:
+		return l.Capacity.Add(l.Capacity.Mul(l.Grace).Shift(-2))
+	}
+	return l.Capacity
 }
 
 // Period is a calendar period as a limit stores it: Every is "day", "week",
@@ -113,6 +142,12 @@ func (l Limit) SameRule(o Limit) bool {
 // call on the limit.
 func (l Limit) Rule() bucket.Limit {
 	r := bucket.Limit{Capacity: Amount(l.Capacity), LeakAmount: Amount(l.LeakAmount), LeakPer: l.LeakPer}
+	switch l.Mode {
+	case ModeShadow:
+		r.Mode, r.Ceiling = bucket.Shadow, Amount(l.Ceiling())
+	case ModeSoft:
+		r.Mode, r.Ceiling = bucket.Soft, Amount(l.Ceiling())
+	}
 	if l.Period != nil {
 		p := l.Period.stored()
 		r.Period = &p

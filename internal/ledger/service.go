@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -54,6 +55,10 @@ type LimitSpec struct {
 	History    bool
 	// RecordDenials: denials write a denied history entry.
 	RecordDenials bool
+	// Mode is ModeEnforce (also when empty), ModeShadow or ModeSoft; Grace
+	// (a percentage, 0 to 100 with at most 2 decimals) only with ModeSoft.
+	Mode  string
+	Grace decimal.Decimal
 }
 
 // PutLimit creates or updates the limit name.
@@ -65,6 +70,10 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 		return Limit{}, err
 	}
 	l := Limit{Name: name, Capacity: spec.Capacity, History: spec.History, RecordDenials: spec.RecordDenials}
+	if err := validateMode(spec.Mode, spec.Grace); err != nil {
+		return Limit{}, err
+	}
+	l.Mode, l.Grace = cmp.Or(spec.Mode, ModeEnforce), spec.Grace
 	if spec.Window != nil {
 		if spec.Period != nil {
 			return Limit{}, invalid("invalid_request", "window", "a limit has one of leak, period or window, not several")
@@ -299,11 +308,12 @@ func validateItem(it Item, i, n int) error {
 }
 
 // fillupDecision derives a decision from a store's snapshot: the bucket after
-// the call when the call was accepted, and as it was (with the cost asked)
+// the call when the call was accepted (marked as the limit's mode marks a
+// cost that ended above capacity), and as it was (with the cost asked)
 // otherwise.
 func fillupDecision(sn Snapshot, cost decimal.Decimal, accepted bool) bucket.Decision {
 	if accepted {
-		return bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, bucket.Amount{})
+		return bucket.Charged(sn.Limit.Rule(), sn.State, sn.Now, Amount(cost))
 	}
 	return bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, Amount(cost))
 }

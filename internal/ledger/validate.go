@@ -277,3 +277,27 @@ func ValidateWindow(length, precision time.Duration) (Window, error) {
 	}
 	return Window{Length: length, Precision: precision}, nil
 }
+
+// MaxGrace is the largest grace of a soft limit, in percent.
+var MaxGrace = decimal.NewFromInt(100)
+
+// validateMode refuses a mode that is not one of the three (empty is
+// enforce), and a grace that is given without ModeSoft, negative, above
+// MaxGrace or with more than 2 decimals.
+func validateMode(mode string, grace decimal.Decimal) error {
+	switch mode {
+	case "", ModeEnforce, ModeShadow, ModeSoft:
+	default:
+		return invalid("invalid_request", "mode", "%q is not one of enforce, shadow, soft", clip(mode))
+	}
+	if mode != ModeSoft {
+		if !grace.IsZero() {
+			return invalid("invalid_request", "grace", "grace is only for a limit in soft mode")
+		}
+		return nil
+	}
+	if grace.Sign() < 0 || grace.GreaterThan(MaxGrace) || !grace.Equal(grace.Truncate(2)) {
+		return invalid("invalid_request", "grace", "must be a percentage from 0%% to 100%% with at most 2 decimals")
+	}
+	return nil
+}

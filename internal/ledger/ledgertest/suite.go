@@ -63,6 +63,7 @@ func Run(t *testing.T, factory Factory) {
 		{"PeriodsConcurrent", testPeriodsConcurrent},
 		{"RecordDenials", testRecordDenials},
 		{"MultiBucketMixedKinds", testMultiBucketMixedKinds},
+		{"Modes", testModes},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
