@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -330,5 +331,52 @@ func BenchmarkFillupAccessLog(b *testing.B) {
 				i++
 			}
 		})
+	}
+}
+
+// TestAllocs guards issue 28's targets for the handler benchmarks: a
+// single-bucket Fillup allocates at most 20 times, a multi-bucket Fillup of
+// three items (BenchmarkMultiFillup3) at most 60. It counts the fewest
+// allocations of one call among 200 in the benchmarks' steady state (every
+// bucket made): a race build's sync.Pool drops a quarter of what is put
+// back, at random, so there a call allocates more by chance (echo's context,
+// budgetd's buffers); the fewest is the count without such a drop, which a
+// normal build shows on every call. A race build also allocates raceAllocs
+// more on every call.
+func TestAllocs(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		calls []*benchCall
+		most  float64
+	}{
+		{"Fillup", benchCalls("POST", "/fillup", `{"cost":"1"}`), 20},
+		{"MultiFillup3", multiCalls3(), 60},
+	} {
+		h := budgethttp.New(ledger.NewService(memory.New()), quiet)
+		if rec := serveReq(h, "PUT", "/v1/limits/bench", `{"capacity":"1000000000000","leak":{"amount":"1","per":"87600h"},"history":false}`); rec.Code != http.StatusOK {
+			t.Fatalf("PUT limit: %d %s", rec.Code, rec.Body)
+		}
+		w := benchWriter{h: http.Header{}}
+		serve := func(c *benchCall) {
+			clear(w.h)
+			w.code = 0
+			w.body.Reset()
+			c.body.Reset(c.text)
+			c.req.Body = &c.body
+			h.ServeHTTP(&w, c.req)
+			if w.code != http.StatusOK {
+				t.Fatalf("%s: %d %s", tc.name, w.code, w.body.String())
+			}
+		}
+		for _, c := range tc.calls {
+			serve(c)
+		}
+		fewest := math.Inf(1)
+		for i := range 200 {
+			fewest = min(fewest, testing.AllocsPerRun(1, func() { serve(tc.calls[i%benchKeys]) }))
+		}
+		if fewest > tc.most+raceAllocs {
+			t.Errorf("%s allocates %v times per call, want at most %v (+%d in a race build)", tc.name, fewest, tc.most, raceAllocs)
+		}
 	}
 }
