@@ -40,12 +40,17 @@ type run struct {
 type series []run
 
 func (s series) median(f func(run) float64) float64 {
-	if len(s) == 0 {
-		return math.NaN()
-	}
 	v := make([]float64, len(s))
 	for i, r := range s {
 		v[i] = f(r)
+	}
+	return median(v)
+}
+
+// median is the median of v (which it sorts), NaN for none.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
 	}
 	slices.Sort(v)
 	if len(v)%2 == 1 {
@@ -156,6 +161,52 @@ func p99Target(store string) float64 {
 		return 1.5
 	}
 	return 2
+}
+
+// allocTarget is the most allocations per op issue 28 asks of a Go
+// benchmark of package pkg (as go test -bench -benchmem reports them).
+type allocTarget struct {
+	pkg, bench, what string
+	most             float64
+}
+
+var allocTargets = []allocTarget{
+	{"internal/bucket", "BenchmarkFillup", "the bucket rule", 0},
+	{"internal/http", "BenchmarkFillup", "one bucket through the handler", 20},
+	{"internal/http", "BenchmarkMultiFillup3", "three buckets in one call", 60},
+}
+
+// benchAllocs reads the output of go test -bench -benchmem (gobench.txt):
+// allocs/op by package and benchmark ("internal/http.BenchmarkFillup", the
+// -GOMAXPROCS suffix dropped), the median of repeated lines. A package's
+// lines come before its "ok" line, which names it.
+func benchAllocs(text string) map[string]float64 {
+	const module = "github.com/budgetd/budgetd/"
+	out := map[string]float64{}
+	pending := map[string][]float64{}
+	for line := range strings.Lines(text) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 2 && f[0] == "ok":
+			for name, v := range pending {
+				out[strings.TrimPrefix(f[1], module)+"."+name] = median(v)
+			}
+			clear(pending)
+		case len(f) >= 4 && strings.HasPrefix(f[0], "Benchmark") && f[len(f)-1] == "allocs/op":
+			v, err := strconv.ParseFloat(f[len(f)-2], 64)
+			if err != nil {
+				continue
+			}
+			name := f[0]
+			if i := strings.LastIndexByte(name, '-'); i > 0 {
+				if _, err := strconv.Atoi(name[i+1:]); err == nil {
+					name = name[:i]
+				}
+			}
+			pending[name] = append(pending[name], v)
+		}
+	}
+	return out
 }
 
 type row struct {
@@ -340,6 +391,14 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 	}
 	for _, s := range scales {
 		w("| %s: throughput at %s keys ≥ 0.9× at 1k keys | %s× | %s |\n", s.store, s.manyN, f2(s.ratio), met(s.ratio >= 0.9, valid(s.ratio)))
+	}
+	allocs := benchAllocs(readText(filepath.Join(dir, "gobench.txt")))
+	for _, t := range allocTargets {
+		n, ok := allocs[t.pkg+"."+t.bench]
+		if !ok {
+			n = math.NaN()
+		}
+		w("| `%s` %s (%s): ≤ %g allocs/op | %s | %s |\n", t.pkg, strings.TrimPrefix(t.bench, "Benchmark"), t.what, t.most, f0(n), met(n <= t.most, ok))
 	}
 	for _, st := range stores {
 		if _, ok := skipped[st]; ok {
