@@ -130,20 +130,39 @@ func TestPlainItems(t *testing.T) {
 	}
 	took := 0
 	for _, body := range bodies {
-		got, ok := plainItems(body, nil)
-		if !ok {
-			continue
-		}
-		took++
-		want, err := decodedItems([]byte(body))
-		if err != nil {
-			t.Fatalf("%q: the fast path took it, the decoder refuses: %v", body, err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("%q:\nfast path %+v\n  decoder %+v", body, got, want)
+		if samePlainItems(t, body) {
+			took++
 		}
 	}
 	if took < 1000 {
 		t.Fatalf("the fast path took only %d bodies", took)
 	}
+}
+
+// samePlainItems fails t unless the decoder reads body as plainItems does,
+// when plainItems takes it; it reports whether plainItems took it.
+func samePlainItems(t *testing.T, body string) bool {
+	t.Helper()
+	got, ok := plainItems(body, nil)
+	if !ok {
+		return false
+	}
+	want, err := decodedItems([]byte(body))
+	if err != nil {
+		t.Fatalf("%q: the fast path took it, the decoder refuses: %v", body, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q:\nfast path %+v\n  decoder %+v", body, got, want)
+	}
+	return true
+}
+
+// FuzzPlainItems: whatever body the fast path of multi-bucket bodies takes,
+// the decoder reads alike.
+func FuzzPlainItems(f *testing.F) {
+	for _, s := range []string{`{"items":[{"limit":"l","key":"k","cost":"1"}]}`, " {\"items\" : [ {\"cost\":\"2\",\"key\":\"ü\",\"limit\":\"x\"} ] } ",
+		`{"items":[{"limit":"l","key":"k","cost":"1"},{"limit":"l","key":"k2","cost":"0.5"}]}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) { samePlainItems(t, body) })
 }
