@@ -148,19 +148,24 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// observerKey names one series of budgetd_http_requests: method and route
-// label as observe bounds them, and the status code.
+// observerKey names one series of budgetd_http_request_duration_seconds:
+// method and route label as observe bounds them, and the status code (0
+// for the codes labelled "other").
 type observerKey struct {
 	method, route string
 	status        int
 }
 
-// requestObserver is the series of budgetd_http_requests for a request.
+// requestObserver is the series of budgetd_http_request_duration_seconds
+// for a request.
 // The series found are kept in a map that is copied when one is added and
 // read without a lock: the labels are bounded (known methods, routes,
 // codes 100–599), and looking the series up in the histogram vector hashed
 // and checked the three labels under its lock on every request.
 func (s *server) requestObserver(method, route string, status int) prometheus.Observer {
+	if status < 100 || status > 599 {
+		status = 0 // statusLabel's "other": one key for them all
+	}
 	k := observerKey{method, route, status}
 	if o, ok := (*s.observers.Load())[k]; ok {
 		return o
