@@ -1,21 +1,28 @@
 // Command report turns the results scripts/bench collected into
-// docs/benchmarks.md and a grouped bar chart, docs/benchmarks.svg.
+// docs/benchmarks.md and a grouped bar chart, docs/benchmarks.svg. With
+// --peers it keeps the section scripts/bench-peers writes (budgetd, an echo
+// handler and gubernator under wrk), rendered from that script's results
+// file.
 //
-//	report --results DIR --md docs/benchmarks.md --svg docs/benchmarks.svg [--notes bench/NOTES.md]
+//	report --results DIR --md docs/benchmarks.md --svg docs/benchmarks.svg [--notes bench/NOTES.md] [--peers docs/peers.json]
 package main
 
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"html"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/budgetd/budgetd/bench/internal/peers"
 )
 
 // run is the part of budgetload's --json summary the report reads.
@@ -238,12 +245,24 @@ func main() {
 	mdPath := flag.String("md", "docs/benchmarks.md", "Markdown report to write")
 	svgPath := flag.String("svg", "docs/benchmarks.svg", "chart to write")
 	notes := flag.String("notes", "", "hand-written notes to include (what the profiles showed)")
+	peersPath := flag.String("peers", "", "results file of scripts/bench-peers (docs/peers.json) to render beside the table; a missing file adds nothing")
 	flag.Parse()
 	if *results == "" {
 		fmt.Fprintln(os.Stderr, "report: --results is required")
 		os.Exit(2)
 	}
 	meta := readMeta(filepath.Join(*results, "meta.txt"))
+	peersSection := ""
+	if *peersPath != "" {
+		p, err := peers.ReadFile(*peersPath)
+		switch {
+		case err == nil:
+			peersSection = peers.Markdown(p)
+		case !errors.Is(err, fs.ErrNotExist):
+			fmt.Fprintln(os.Stderr, "report: --peers:", err)
+			os.Exit(1)
+		}
+	}
 
 	var rows []row
 	var scales []scaleRow
@@ -302,7 +321,7 @@ func main() {
 		scales = append(scales, sr)
 	}
 
-	if err := os.WriteFile(*mdPath, []byte(markdown(meta, rows, scales, kinds, skipped, *results, *notes)), 0o644); err != nil {
+	if err := os.WriteFile(*mdPath, []byte(markdown(meta, rows, scales, kinds, skipped, *results, *notes, peersSection)), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
@@ -338,7 +357,9 @@ func met(ok bool, measured bool) string {
 
 func valid(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
-func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kindRow, skipped map[string]string, dir, notesPath string) string {
+// markdown is the report; peersSection, when not empty, follows the
+// targets.
+func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kindRow, skipped map[string]string, dir, notesPath, peersSection string) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("# Benchmarks\n\n")
@@ -404,6 +425,10 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 		if _, ok := skipped[st]; ok {
 			w("| %s: every target | skipped | not measured |\n", st)
 		}
+	}
+
+	if peersSection != "" {
+		w("\n%s", peersSection)
 	}
 
 	if len(kinds) > 0 {

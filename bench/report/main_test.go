@@ -47,14 +47,14 @@ func TestBenchAllocs(t *testing.T) {
 // Go benchmarks' figures, and says so when they were not measured.
 func TestAllocTargetsInReport(t *testing.T) {
 	dir := t.TempDir()
-	md := markdown(map[string]string{}, nil, nil, nil, map[string]string{}, dir, "")
+	md := markdown(map[string]string{}, nil, nil, nil, map[string]string{}, dir, "", "")
 	if !strings.Contains(md, "| `internal/http` MultiFillup3 (three buckets in one call): ≤ 60 allocs/op | — | not measured |") {
 		t.Errorf("no unmeasured MultiFillup3 target in:\n%s", md)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "gobench.txt"), []byte(gobench), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	md = markdown(map[string]string{}, nil, nil, nil, map[string]string{}, dir, "")
+	md = markdown(map[string]string{}, nil, nil, nil, map[string]string{}, dir, "", "")
 	for _, line := range []string{
 		"| `internal/bucket` Fillup (the bucket rule): ≤ 0 allocs/op | 0 | met |",
 		"| `internal/http` Fillup (one bucket through the handler): ≤ 20 allocs/op | 18 | met |",
