@@ -205,4 +205,3 @@ func TestModeCeilingArgument(t *testing.T) {
 }
 
 func num(s string) decimal.Decimal { return decimal.RequireFromString(s) }
-
