@@ -317,3 +317,28 @@ func TestMeta(t *testing.T) {
 		t.Fatalf("bad meta: %v", err)
 	}
 }
+
+// TestModes: the client writes a limit's mode and grace, reads them back,
+// and reads the marks of decisions taken above capacity.
+func TestModes(t *testing.T) {
+	ctx := context.Background()
+	c, _ := newBudgetd(t)
+	grace := dec("12.5")
+	l, err := c.PutLimit(ctx, "soft", client.LimitSpec{Capacity: dec("100"), Leak: &client.Leak{Amount: dec("1"), Per: time.Hour}, Mode: api.ModeSoft, Grace: &grace})
+	if err != nil || l.Mode != api.ModeSoft || !l.Grace.Equal(grace) {
+		t.Fatalf("PutLimit soft: %+v %v", l, err)
+	}
+	if d, err := c.Fillup(ctx, "soft", "k", dec("112.5")); err != nil || !d.Accepted || !d.OverCapacity || d.ShadowDenied {
+		t.Fatalf("Fillup within the grace: %+v %v", d, err)
+	}
+	if l, err = c.PutLimit(ctx, "shadow", client.LimitSpec{Capacity: dec("1"), Leak: &client.Leak{Amount: dec("1"), Per: time.Hour}, Mode: api.ModeShadow}); err != nil || l.Mode != api.ModeShadow || !l.Grace.IsZero() {
+		t.Fatalf("PutLimit shadow: %+v %v", l, err)
+	}
+	if d, err := c.CanAccept(ctx, "shadow", "k", dec("2")); err != nil || !d.Accepted || !d.ShadowDenied {
+		t.Fatalf("CanAccept over the cap: %+v %v", d, err)
+	}
+	var e *client.Error
+	if _, err := c.PutLimit(ctx, "bad", client.LimitSpec{Capacity: dec("1"), Leak: &client.Leak{Amount: dec("1"), Per: time.Hour}, Grace: &grace}); !errors.As(err, &e) || e.Field != "grace" {
+		t.Fatalf("grace without soft: %v", err)
+	}
+}

@@ -70,6 +70,12 @@ type Decision struct {
 	// of a limit that records denials; "" when none was written (and for
 	// CanAccept).
 	EntryID string
+	// ShadowDenied: a limit in shadow mode accepted (and charged) a cost
+	// that enforce mode would have denied. OverCapacity: a limit in soft
+	// mode accepted a cost that ends above capacity, within its grace. For
+	// CanAccept, that it would.
+	ShadowDenied bool
+	OverCapacity bool
 	// RateLimitPolicy and RateLimit are the answer's IETF RateLimit header
 	// fields as budgetd sent them, for passing on to an end user.
 	RateLimitPolicy string
@@ -80,7 +86,7 @@ func decisionOfDoc(d api.Decision) Decision {
 	return Decision{
 		Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity,
 		RetryAfter: d.RetryAfterDuration(), NeverFits: d.NeverFits, PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt),
-		EntryID: optString(d.EntryID),
+		EntryID: optString(d.EntryID), ShadowDenied: d.ShadowDenied, OverCapacity: d.OverCapacity,
 	}
 }
 
@@ -117,8 +123,12 @@ type Limit struct {
 	// RecordDenials: a denied Fillup, Reserve or multi-bucket item writes a
 	// denied history entry.
 	RecordDenials bool
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	// Mode is api.ModeEnforce, api.ModeShadow or api.ModeSoft; Grace is
+	// the soft limit's grace in percent (10 for "10%"), zero otherwise.
+	Mode      api.Mode
+	Grace     decimal.Decimal
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Kind is the kind of the limit: api.KindLeak, api.KindPeriod or
@@ -167,7 +177,10 @@ type Period struct {
 }
 
 func limitOfDoc(d api.Limit) Limit {
-	l := Limit{Name: d.Name, Capacity: d.Capacity, History: d.History, RecordDenials: d.RecordDenials, CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time}
+	l := Limit{Name: d.Name, Capacity: d.Capacity, History: d.History, RecordDenials: d.RecordDenials, Mode: d.Mode, CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time}
+	if d.Grace != nil {
+		l.Grace = d.Grace.Value
+	}
 	if d.Leak != nil {
 		l.Leak = &Leak{Amount: d.Leak.Amount, Per: time.Duration(d.Leak.Per)}
 	}
@@ -202,11 +215,20 @@ type LimitSpec struct {
 	// RecordDenials makes a denial write a denied history entry; nil means
 	// the default (false).
 	RecordDenials *bool
+	// Mode is what the limit does with a cost that does not fit; "" is the
+	// default (api.ModeEnforce).
+	Mode api.Mode
+	// Grace is, for api.ModeSoft only, how far above capacity the limit
+	// accepts, in percent (10 for 10%); nil is 0%.
+	Grace *decimal.Decimal
 }
 
 // doc is the PUT body of the spec.
 func (s LimitSpec) doc() api.LimitPut {
-	p := api.LimitPut{Capacity: s.Capacity, History: s.History, RecordDenials: s.RecordDenials}
+	p := api.LimitPut{Capacity: s.Capacity, History: s.History, RecordDenials: s.RecordDenials, Mode: s.Mode}
+	if s.Grace != nil {
+		p.Grace = api.NewPercent(*s.Grace)
+	}
 	if s.Leak != nil {
 		p.Leak = &api.Leak{Amount: s.Leak.Amount, Per: api.Duration(s.Leak.Per)}
 	}

@@ -66,7 +66,9 @@ Operator commands (on a running budgetd):
                                                        create or update a rolling window: at most C in any
                                                        span of LENGTH, e.g. --capacity 5 --window 1m
                                                        any put takes --record-denials: a denied charge or hold
-                                                       writes a denied history entry
+                                                       writes a denied history entry, and --mode enforce|shadow|soft
+                                                       [--grace 10%]: shadow charges what enforce would deny
+                                                       (marked), soft accepts up to capacity + grace (marked)
   budgetd limits delete NAME                           delete a limit with its buckets and history
   budgetd check LIMIT KEY [COST]                       a bucket's state, or CanAccept of COST (changes nothing)
   budgetd fillup LIMIT KEY COST                        charge COST
@@ -127,6 +129,7 @@ type cli struct {
 	window, precision time.Duration
 	history           bool
 	recordDenials     bool
+	mode, grace       string
 	ttl               time.Duration
 	overrun           bool
 	meta              metaFlag
@@ -164,6 +167,8 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.DurationVar(&c.precision, "precision", 0, "")
 	fs.BoolVar(&c.history, "history", true, "")
 	fs.BoolVar(&c.recordDenials, "record-denials", false, "")
+	fs.StringVar(&c.mode, "mode", "", "")
+	fs.StringVar(&c.grace, "grace", "", "")
 	fs.DurationVar(&c.ttl, "ttl", 0, "")
 	fs.BoolVar(&c.overrun, "overrun", false, "")
 	fs.Var(c.meta, "meta", "")
@@ -486,7 +491,19 @@ func (c *cli) limitsPut(ctx context.Context, cl *client.Client) error {
 		return err
 	}
 	history, denials := c.history, c.recordDenials
-	spec := client.LimitSpec{Capacity: capacity, History: &history, RecordDenials: &denials}
+	spec := client.LimitSpec{Capacity: capacity, History: &history, RecordDenials: &denials, Mode: api.Mode(c.mode)}
+	if c.grace != "" {
+		if c.mode != string(api.ModeSoft) {
+			return usageError{"--grace goes with --mode soft"}
+		}
+		g, err := api.ParsePercent("--grace", c.grace)
+		if err != nil {
+			if g, err = api.ParsePercent("--grace", c.grace+"%"); err != nil {
+				return usageError{fmt.Sprintf("--grace %q is not a percentage like 10%% or 2.5%%", c.grace)}
+			}
+		}
+		spec.Grace = &g
+	}
 	if c.period == "" && (c.tz != "" || c.startDay != 0) {
 		return usageError{"--tz and --start-day go with --period"}
 	}

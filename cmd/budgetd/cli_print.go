@@ -53,7 +53,10 @@ func (c *cli) table(header string, rows [][]string) {
 
 // limitDoc is l as budgetd's limit document.
 func limitDoc(l client.Limit) api.Limit {
-	d := api.Limit{Name: l.Name, Capacity: l.Capacity, History: l.History, RecordDenials: l.RecordDenials, CreatedAt: api.NewTime(l.CreatedAt), UpdatedAt: api.NewTime(l.UpdatedAt)}
+	d := api.Limit{Name: l.Name, Capacity: l.Capacity, History: l.History, RecordDenials: l.RecordDenials, Mode: l.Mode, CreatedAt: api.NewTime(l.CreatedAt), UpdatedAt: api.NewTime(l.UpdatedAt)}
+	if l.Mode == api.ModeSoft {
+		d.Grace = api.NewPercent(l.Grace)
+	}
 	if l.Leak != nil {
 		d.Leak = &api.Leak{Amount: l.Leak.Amount, Per: api.Duration(l.Leak.Per)}
 	}
@@ -70,8 +73,20 @@ func limitDoc(l client.Limit) api.Limit {
 }
 
 // rule says in words how a limit refills: "5000 per 720h", "per month
-// from day 1, Europe/Berlin" or "in any 1m (slots of 1s)".
+// from day 1, Europe/Berlin" or "in any 1m (slots of 1s)", and its mode
+// when it is not enforce: "…, shadow" or "…, soft +10%".
 func rule(l client.Limit) string {
+	switch l.Mode {
+	case api.ModeShadow:
+		return refill(l) + ", shadow"
+	case api.ModeSoft:
+		return refill(l) + ", soft +" + l.Grace.String() + "%"
+	}
+	return refill(l)
+}
+
+// refill says in words how a limit refills.
+func refill(l client.Limit) string {
 	switch {
 	case l.Window != nil:
 		return "in any " + api.Duration(l.Window.Length).String() + " (slots of " + api.Duration(l.Window.Precision).String() + ")"
@@ -154,6 +169,7 @@ func decisionDoc(d client.Decision) api.Decision {
 		out.RetryAfter = &s
 	}
 	out.EntryID = optEntry(d.EntryID)
+	out.ShadowDenied, out.OverCapacity = d.ShadowDenied, d.OverCapacity
 	return out
 }
 
@@ -185,6 +201,10 @@ func (c *cli) decisionTable(d client.Decision) {
 		verdict, after = "denied", "never fits"
 	case !d.Accepted:
 		verdict, after = "denied", seconds(d.RetryAfter)+"s"
+	case d.ShadowDenied:
+		verdict = "accepted (shadow: enforce denies)"
+	case d.OverCapacity:
+		verdict = "accepted (over capacity)"
 	}
 	c.table("DECISION\tLEVEL\tHELD\tREMAINING\tCAPACITY\tRETRY AFTER\tRESETS AT", [][]string{{verdict, d.Level.String(), d.Held.String(), d.Remaining.String(), d.Capacity.String(), after, optTime(d.ResetsAt)}})
 }

@@ -17,6 +17,7 @@ type metrics struct {
 	replays      *prometheus.CounterVec
 	inFlight     prometheus.Counter
 	authFailures *prometheus.CounterVec
+	shadowDenied *prometheus.CounterVec
 }
 
 // authReasons are the reasons a request is refused by authentication.
@@ -53,6 +54,10 @@ func newMetrics() *metrics {
 			Name: "budgetd_auth_failures_total",
 			Help: "Requests refused by authentication, by reason: missing, malformed, unknown (401); scope, limit (403); query (a token in the URL).",
 		}, []string{"reason"}),
+		shadowDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "budgetd_shadow_denied_total",
+			Help: "Costs a limit in shadow mode accepted and charged that enforce mode would have denied, by limit and operation (fillup, multi_fillup, reserve).",
+		}, []string{"limit", "op"}),
 	}
 	for _, r := range authReasons {
 		m.authFailures.WithLabelValues(r)
@@ -61,7 +66,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.decisions, m.charged, m.holds, m.replays, m.inFlight, m.authFailures}
+	return []prometheus.Collector{m.requests, m.decisions, m.charged, m.holds, m.replays, m.inFlight, m.authFailures, m.shadowDenied}
 }
 
 // decided counts one decision on a limit; an accepted charge also counts
@@ -75,6 +80,9 @@ func (m *metrics) decided(limit, op string, d bucket.Decision, cost decimal.Deci
 		result = "denied"
 	}
 	m.decisions.WithLabelValues(limit, op, result).Inc()
+	if charges && d.ShadowDenied {
+		m.shadowDenied.WithLabelValues(limit, op).Inc()
+	}
 	if charges && d.Accepted && cost.IsPositive() {
 		m.charged.WithLabelValues(limit).Add(cost.InexactFloat64())
 	}
@@ -84,4 +92,5 @@ func (m *metrics) decided(limit, op string, d bucket.Decision, cost decimal.Deci
 func (m *metrics) forget(limit string) {
 	m.decisions.DeletePartialMatch(prometheus.Labels{"limit": limit})
 	m.charged.DeletePartialMatch(prometheus.Labels{"limit": limit})
+	m.shadowDenied.DeletePartialMatch(prometheus.Labels{"limit": limit})
 }

@@ -55,6 +55,9 @@ func (s *server) reserve(c echo.Context) error {
 	s.markReplay(c, "reserve", res.Replayed)
 	if !res.Replayed {
 		s.m.decided(ref.Limit, "reserve", res.Decision, amount, false)
+		if res.Decision.ShadowDenied {
+			s.m.shadowDenied.WithLabelValues(ref.Limit, "reserve").Inc()
+		}
 		s.m.holds.WithLabelValues(map[bool]string{true: "reserved", false: "reserve_denied"}[res.Decision.Accepted]).Inc()
 	}
 	setRateLimit(c, quotaOf(ref.Limit, res.Limit, res.Decision))

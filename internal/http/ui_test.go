@@ -252,7 +252,7 @@ func TestDashboard(t *testing.T) {
 func testDashboardPeriods(t *testing.T, b context.Context) {
 	eachStore(t, func(t *testing.T, a *api) {
 		a.clock.Set(time.Date(2026, 3, 31, 20, 0, 0, 0, time.UTC)) // 22:00 in Berlin
-		a.expect("PUT", "/v1/limits/monthly", `{"capacity":"100","period":{"every":"month","tz":"Europe/Berlin"},"history":true}`, 200)
+		a.expect("PUT", "/v1/limits/monthly", `{"capacity":"100","period":{"every":"month","tz":"Europe/Berlin"},"history":true,"mode":"soft","grace":"10%"}`, 200)
 		path := "/v1/limits/monthly/buckets/team"
 		var want []string
 		for _, step := range []struct {
@@ -269,7 +269,7 @@ func testDashboardPeriods(t *testing.T, b context.Context) {
 		tb.open("")
 		tb.wait(`document.querySelector('#limits tr[data-limit="monthly"]')`)
 		for _, r := range tb.rows("#limits") {
-			if r["_"] == "monthly" && r["rule"] != "resets every month (Europe/Berlin)" {
+			if r["_"] == "monthly" && r["rule"] != "resets every month (Europe/Berlin), soft: up to 10% over" {
 				t.Errorf("limit row %v", r)
 			}
 		}

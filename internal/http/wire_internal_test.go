@@ -43,7 +43,7 @@ func wireFields(t reflect.Type) map[string]wireField {
 // wireKind is the JSON type a Go type is written as; a struct is "object".
 func wireKind(t reflect.Type) string {
 	switch t {
-	case reflect.TypeFor[decimal.Decimal](), reflect.TypeFor[api.Time](), reflect.TypeFor[api.Duration](),
+	case reflect.TypeFor[decimal.Decimal](), reflect.TypeFor[api.Time](), reflect.TypeFor[api.Duration](), reflect.TypeFor[api.Percent](),
 		reflect.TypeFor[jsonAmount](), reflect.TypeFor[jsonDuration](), reflect.TypeFor[jsonText]():
 		return "string"
 	case reflect.TypeFor[jsonMeta](), reflect.TypeFor[api.Meta](), reflect.TypeFor[map[string]string]():
@@ -171,6 +171,7 @@ func apiDecision(d bucket.Decision, entryID string) api.Decision {
 	v := api.Decision{
 		Accepted: d.Accepted, Level: d.Level.Decimal(), Held: d.Held.Decimal(), Remaining: d.Remaining.Decimal(),
 		Capacity: d.Capacity.Decimal(), NeverFits: d.NeverFits, PeriodStart: api.OptTime(d.PeriodStart), ResetsAt: api.OptTime(d.ResetsAt),
+		ShadowDenied: d.ShadowDenied, OverCapacity: d.OverCapacity,
 	}
 	if entryID != "" {
 		v.EntryID = &entryID
@@ -196,6 +197,8 @@ func TestAppendDecisionIsTheAPIType(t *testing.T) {
 		{Accepted: true, Level: a("12.37"), Capacity: a("5000"), Remaining: a("4987.63"), PeriodStart: at, ResetsAt: at.AddDate(0, 1, 0)},
 		{Level: a("5000"), Capacity: a("5000"), RetryAfter: bucket.MicrosOf(1), PeriodStart: at, ResetsAt: at.AddDate(0, 1, 0)},
 		{Level: a("0.5"), Capacity: a("1"), Remaining: a("0.5"), RetryAfter: bucket.MicrosOf(86_400_000_000_000)},
+		{Accepted: true, Level: a("120"), Capacity: a("100"), ShadowDenied: true},
+		{Accepted: true, Level: a("105.5"), Capacity: a("100"), OverCapacity: true},
 	} {
 		for _, entry := range []string{"", "1843", "01HZX3"} {
 			want, err := json.Marshal(apiDecision(d, entry))

@@ -227,7 +227,15 @@ function crumbs(...parts) {
   });
 }
 
+// rule says in words how a limit refills, and its mode when it is not
+// enforce.
 function rule(l) {
+  if (l.mode === "shadow") return `${refill(l)}, shadow: over-cap charges accepted and marked`;
+  if (l.mode === "soft") return `${refill(l)}, soft: up to ${l.grace} over`;
+  return refill(l);
+}
+
+function refill(l) {
   if (l.window) {
     return `at most ${l.capacity} in any ${l.window.length} (slots of ${l.window.precision})`;
   }

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestCLIModes: a limit put in soft mode with a grace, and in shadow mode,
+// shows its mode in the table and the document; a charge above capacity is
+// accepted and said so in words and in --json.
+func TestCLIModes(t *testing.T) {
+	server := startBudgetd(t)
+	expect := func(wantCode int, wantOut string, args ...string) string {
+		t.Helper()
+		out, code := cliRun(t, server, args...)
+		if code != wantCode || !strings.Contains(out, wantOut) {
+			t.Fatalf("budgetd %s: exit %d, want %d; output:\n%s\nwant it to contain %q", strings.Join(args, " "), code, wantCode, out, wantOut)
+		}
+		return out
+	}
+	expect(0, "per month from day 1, UTC, soft +10%", "limits", "put", "spend", "--capacity", "100", "--period", "month", "--mode", "soft", "--grace", "10%")
+	expect(0, `"grace": "10%"`, "limits", "get", "spend", "--json")
+	expect(0, "per month from day 1, UTC, shadow", "limits", "put", "trial", "--capacity", "100", "--period", "month", "--mode", "shadow")
+	expect(0, "accepted", "fillup", "spend", "team", "100")
+	expect(0, "accepted (over capacity)", "fillup", "spend", "team", "5")
+	expect(3, "denied", "fillup", "spend", "team", "5.01")
+	out := expect(0, "", "fillup", "trial", "team", "150", "--json")
+	var d map[string]any
+	if err := json.Unmarshal([]byte(out), &d); err != nil || d["shadow_denied"] != true || d["accepted"] != true {
+		t.Fatalf("fillup --json in shadow mode: %v\n%s", err, out)
+	}
+	expect(0, "accepted (shadow: enforce denies)", "fillup", "trial", "team", "1")
+	expect(2, "--grace goes with --mode soft", "limits", "put", "x", "--capacity", "1", "--period", "day", "--grace", "5%")
+	expect(2, "not a percentage", "limits", "put", "x", "--capacity", "1", "--period", "day", "--mode", "soft", "--grace", "ten")
+	expect(2, "(field mode)", "limits", "put", "x", "--capacity", "1", "--period", "day", "--mode", "strict")
+}
