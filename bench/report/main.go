@@ -1,21 +1,28 @@
 // Command report turns the results scripts/bench collected into
-// docs/benchmarks.md and a grouped bar chart, docs/benchmarks.svg.
+// docs/benchmarks.md and a grouped bar chart, docs/benchmarks.svg. With
+// --peers it keeps the section scripts/bench-peers writes (budgetd, an echo
+// handler and gubernator under wrk), rendered from that script's results
+// file.
 //
-//	report --results DIR --md docs/benchmarks.md --svg docs/benchmarks.svg [--notes bench/NOTES.md]
+//	report --results DIR --md docs/benchmarks.md --svg docs/benchmarks.svg [--notes bench/NOTES.md] [--peers docs/peers.json]
 package main
 
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"html"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/budgetd/budgetd/bench/internal/peers"
 )
 
 // run is the part of budgetload's --json summary the report reads.
@@ -40,12 +47,17 @@ type run struct {
 type series []run
 
 func (s series) median(f func(run) float64) float64 {
-	if len(s) == 0 {
-		return math.NaN()
-	}
 	v := make([]float64, len(s))
 	for i, r := range s {
 		v[i] = f(r)
+	}
+	return median(v)
+}
+
+// median is the median of v (which it sorts), NaN for none.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
 	}
 	slices.Sort(v)
 	if len(v)%2 == 1 {
@@ -158,6 +170,52 @@ func p99Target(store string) float64 {
 	return 2
 }
 
+// allocTarget is the most allocations per op issue 28 asks of a Go
+// benchmark of package pkg (as go test -bench -benchmem reports them).
+type allocTarget struct {
+	pkg, bench, what string
+	most             float64
+}
+
+var allocTargets = []allocTarget{
+	{"internal/bucket", "BenchmarkFillup", "the bucket rule", 0},
+	{"internal/http", "BenchmarkFillup", "one bucket through the handler", 20},
+	{"internal/http", "BenchmarkMultiFillup3", "three buckets in one call", 60},
+}
+
+// benchAllocs reads the output of go test -bench -benchmem (gobench.txt):
+// allocs/op by package and benchmark ("internal/http.BenchmarkFillup", the
+// -GOMAXPROCS suffix dropped), the median of repeated lines. A package's
+// lines come before its "ok" line, which names it.
+func benchAllocs(text string) map[string]float64 {
+	const module = "github.com/budgetd/budgetd/"
+	out := map[string]float64{}
+	pending := map[string][]float64{}
+	for line := range strings.Lines(text) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 2 && f[0] == "ok":
+			for name, v := range pending {
+				out[strings.TrimPrefix(f[1], module)+"."+name] = median(v)
+			}
+			clear(pending)
+		case len(f) >= 4 && strings.HasPrefix(f[0], "Benchmark") && f[len(f)-1] == "allocs/op":
+			v, err := strconv.ParseFloat(f[len(f)-2], 64)
+			if err != nil {
+				continue
+			}
+			name := f[0]
+			if i := strings.LastIndexByte(name, '-'); i > 0 {
+				if _, err := strconv.Atoi(name[i+1:]); err == nil {
+					name = name[:i]
+				}
+			}
+			pending[name] = append(pending[name], v)
+		}
+	}
+	return out
+}
+
 type row struct {
 	store, mode     string
 	bd, bl          series
@@ -187,12 +245,24 @@ func main() {
 	mdPath := flag.String("md", "docs/benchmarks.md", "Markdown report to write")
 	svgPath := flag.String("svg", "docs/benchmarks.svg", "chart to write")
 	notes := flag.String("notes", "", "hand-written notes to include (what the profiles showed)")
+	peersPath := flag.String("peers", "", "results file of scripts/bench-peers (docs/peers.json) to render beside the table; a missing file adds nothing")
 	flag.Parse()
 	if *results == "" {
 		fmt.Fprintln(os.Stderr, "report: --results is required")
 		os.Exit(2)
 	}
 	meta := readMeta(filepath.Join(*results, "meta.txt"))
+	peersSection := ""
+	if *peersPath != "" {
+		p, err := peers.ReadFile(*peersPath)
+		switch {
+		case err == nil:
+			peersSection = peers.Markdown(p)
+		case !errors.Is(err, fs.ErrNotExist):
+			fmt.Fprintln(os.Stderr, "report: --peers:", err)
+			os.Exit(1)
+		}
+	}
 
 	var rows []row
 	var scales []scaleRow
@@ -251,7 +321,7 @@ func main() {
 		scales = append(scales, sr)
 	}
 
-	if err := os.WriteFile(*mdPath, []byte(markdown(meta, rows, scales, kinds, skipped, *results, *notes)), 0o644); err != nil {
+	if err := os.WriteFile(*mdPath, []byte(markdown(meta, rows, scales, kinds, skipped, *results, *notes, peersSection)), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
@@ -287,7 +357,9 @@ func met(ok bool, measured bool) string {
 
 func valid(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
-func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kindRow, skipped map[string]string, dir, notesPath string) string {
+// markdown is the report; peersSection, when not empty, follows the
+// targets.
+func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kindRow, skipped map[string]string, dir, notesPath, peersSection string) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("# Benchmarks\n\n")
@@ -341,10 +413,22 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 	for _, s := range scales {
 		w("| %s: throughput at %s keys ≥ 0.9× at 1k keys | %s× | %s |\n", s.store, s.manyN, f2(s.ratio), met(s.ratio >= 0.9, valid(s.ratio)))
 	}
+	allocs := benchAllocs(readText(filepath.Join(dir, "gobench.txt")))
+	for _, t := range allocTargets {
+		n, ok := allocs[t.pkg+"."+t.bench]
+		if !ok {
+			n = math.NaN()
+		}
+		w("| `%s` %s (%s): ≤ %g allocs/op | %s | %s |\n", t.pkg, strings.TrimPrefix(t.bench, "Benchmark"), t.what, t.most, f0(n), met(n <= t.most, ok))
+	}
 	for _, st := range stores {
 		if _, ok := skipped[st]; ok {
 			w("| %s: every target | skipped | not measured |\n", st)
 		}
+	}
+
+	if peersSection != "" {
+		w("\n%s", peersSection)
 	}
 
 	if len(kinds) > 0 {

@@ -98,6 +98,85 @@ func TestAccessLineIsSlogs(t *testing.T) {
 	}
 }
 
+// TestAccessLogTimeAcrossSeconds: one access log keeps the text time of
+// the latest second; lines in the same second, in the next one, back in an
+// earlier one, in another location, across a daylight-saving change and
+// before 1970 are still slog's, also when goroutines log them at once.
+func TestAccessLogTimeAcrossSeconds(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cet := time.FixedZone("CET", 3600)
+	base := time.Date(2026, 11, 25, 16, 9, 52, 0, time.UTC)
+	dst := time.Date(2026, 10, 25, 0, 59, 59, 998_000_000, time.UTC) // Berlin goes from +02:00 to +01:00 at 01:00 UTC
+	var times []time.Time
+	for _, d := range []time.Duration{0, 1, 999_999, time.Millisecond, 123_456_789, 999_999_999, time.Second, time.Second + 5*time.Millisecond, 0, 61 * time.Second} {
+		times = append(times, base.Add(d))
+	}
+	times = append(times, base.In(cet), base.Add(time.Millisecond).In(cet), base.Add(2*time.Millisecond), base.In(time.Local), base.In(berlin))
+	for d := time.Duration(0); d < 4*time.Millisecond; d += time.Millisecond / 2 {
+		times = append(times, dst.Add(d).In(berlin))
+	}
+	times = append(times, time.Date(1969, 12, 31, 23, 59, 59, 500_000_000, time.UTC), time.Date(1969, 12, 31, 23, 59, 59, 999_000_000, time.UTC),
+		time.Date(1960, 1, 1, 0, 0, 0, 7_000_000, cet))
+
+	var want strings.Builder
+	for _, at := range times {
+		want.WriteString(slogLine(t, budgethttp.AccessText, at, "POST", "/v1/fillup", 200, time.Millisecond, "id", "-", "", false))
+	}
+	var buf bytes.Buffer
+	a := budgethttp.NewAccessLog(&buf, budgethttp.AccessText)
+	for _, at := range times {
+		a.Log(budgethttp.NewAccessLine(at, "POST", "/v1/fillup", 200, time.Millisecond, "id", "-", "", false))
+	}
+	a.Flush()
+	if buf.String() != want.String() {
+		t.Fatalf("lines\n got %s\nwant %s", buf.String(), want.String())
+	}
+
+	// Concurrently: every line is slog's for its own time, whichever
+	// second the shared stamp holds when it is written.
+	buf.Reset()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				at := base.Add(time.Duration(g*200+i) * 7 * time.Millisecond)
+				if i%3 == 0 {
+					at = at.In(cet)
+				}
+				a.Log(budgethttp.NewAccessLine(at, "GET", "/healthz", 200, 0, nil, "-", "", false))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	wantSet := map[string]bool{}
+	for g := range 4 {
+		for i := range 200 {
+			at := base.Add(time.Duration(g*200+i) * 7 * time.Millisecond)
+			if i%3 == 0 {
+				at = at.In(cet)
+			}
+			wantSet[strings.TrimSuffix(slogLine(t, budgethttp.AccessText, at, "GET", "/healthz", 200, 0, nil, "-", "", false), "\n")] = true
+		}
+	}
+	if len(got) != 800 {
+		t.Fatalf("%d lines, want 800", len(got))
+	}
+	for _, l := range got {
+		if !wantSet[l] {
+			t.Errorf("line %q is not slog's for any time logged", l)
+		}
+	}
+}
+
 // FuzzAccessLine compares the access log's text and JSON lines with slog's
 // for any strings.
 func FuzzAccessLine(f *testing.F) {

@@ -125,6 +125,113 @@ func plainCost(body []byte) (string, bool) {
 	return string(text), true
 }
 
+// plainItems reads the common multi-bucket body, as package api's client
+// writes it: {"items":[{"limit":"…","key":"…","cost":"…"},…]} with 1 to
+// ledger.MaxItems items, each with those three members once in any order,
+// every string valid UTF-8 without escapes, and JSON whitespace allowed
+// between tokens. It appends the items to dst, their texts substrings of
+// body; ok is false for every other body (meta, a number, an escape, another
+// or a repeated member, a name in other case), which goes through
+// encoding/json. Both read such a body alike (TestPlainItems).
+func plainItems(body string, dst []multiItem) ([]multiItem, bool) {
+	sc := plainScanner{s: body}
+	if !sc.token('{') || !sc.name("items") || !sc.token('[') {
+		return dst, false
+	}
+	for n := 0; ; n++ {
+		if n == ledger.MaxItems || !sc.token('{') {
+			return dst, false
+		}
+		var it multiItem
+		var seen [3]bool
+		for m := 0; m < len(seen); m++ {
+			if m > 0 && !sc.token(',') {
+				return dst, false
+			}
+			name, ok := sc.text()
+			if !ok || !sc.token(':') {
+				return dst, false
+			}
+			value, ok := sc.text()
+			f := slices.Index([]string{"limit", "key", "cost"}, name)
+			if !ok || f < 0 || seen[f] {
+				return dst, false
+			}
+			seen[f] = true
+			switch f {
+			case 0:
+				it.Limit.text = value
+			case 1:
+				it.Key.text = value
+			default:
+				it.Cost = jsonAmount{text: value, set: true}
+			}
+		}
+		if !sc.token('}') {
+			return dst, false
+		}
+		dst = append(dst, it)
+		if !sc.token(',') {
+			break
+		}
+	}
+	if !sc.token(']') || !sc.token('}') {
+		return dst, false
+	}
+	sc.space()
+	return dst, sc.p == len(sc.s)
+}
+
+// plainScanner reads the tokens of the JSON text s from offset p on.
+type plainScanner struct {
+	s string
+	p int
+}
+
+// space skips JSON whitespace.
+func (sc *plainScanner) space() {
+	for sc.p < len(sc.s) && (sc.s[sc.p] == ' ' || sc.s[sc.p] == '\t' || sc.s[sc.p] == '\n' || sc.s[sc.p] == '\r') {
+		sc.p++
+	}
+}
+
+// token reads the punctuation c after any whitespace.
+func (sc *plainScanner) token(c byte) bool {
+	sc.space()
+	if sc.p < len(sc.s) && sc.s[sc.p] == c {
+		sc.p++
+		return true
+	}
+	return false
+}
+
+// text reads a string after any whitespace and returns its content; ok is
+// false unless it is a string without escapes whose content is valid UTF-8
+// (which encoding/json reads unchanged).
+func (sc *plainScanner) text() (string, bool) {
+	sc.space()
+	if sc.p == len(sc.s) || sc.s[sc.p] != '"' {
+		return "", false
+	}
+	start := sc.p + 1
+	for i := start; i < len(sc.s); i++ {
+		switch c := sc.s[i]; {
+		case c == '"':
+			sc.p = i + 1
+			return sc.s[start:i], utf8.ValidString(sc.s[start:i])
+		case c == '\\' || c < 0x20:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// name reads the member name want and its colon.
+func (sc *plainScanner) name(want string) bool {
+	got, ok := sc.text()
+	return ok && got == want && sc.token(':')
+}
+
 // duplicateMember returns an invalid_request error naming the first member of
 // any JSON object in data (nested ones too, e.g. items[2].cost or
 // leak.amount) whose name is given again, compared with the case folding

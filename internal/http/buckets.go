@@ -119,7 +119,8 @@ func (s *server) fillup(c echo.Context) error {
 }
 
 // multiBody is decoded in two steps, the items one by one, so that an error
-// names the item it is in (items[2].key).
+// names the item it is in (items[2].key). The common body skips both
+// (plainItems).
 type multiBody struct {
 	Items []json.RawMessage `json:"items"`
 }
@@ -131,69 +132,96 @@ type multiItem struct {
 	Meta  jsonMeta   `json:"meta"`
 }
 
-// item decodes and checks the i-th item of a multi-bucket call; the service
+// itemFields names the fields of each item a multi-bucket call may have
+// (items[2].cost), made once rather than on every call.
+var itemFields = func() (fs [ledger.MaxItems]struct{ prefix, limit, key, cost, meta string }) {
+	for i := range fs {
+		p := "items[" + strconv.Itoa(i) + "]."
+		fs[i].prefix, fs[i].limit, fs[i].key, fs[i].cost, fs[i].meta = p, p+"limit", p+"key", p+"cost", p+"meta"
+	}
+	return fs
+}()
+
+// item checks it, the i-th item of a multi-bucket call; the service
 // validates the name and key.
-func (b multiBody) item(i int) (ledger.Item, error) {
-	at := "items[" + strconv.Itoa(i) + "]."
-	var it multiItem
-	if err := decodeStrict(b.Items[i], &it, at); err != nil {
-		return ledger.Item{}, err
-	}
-	limit, err := it.Limit.string(at+"limit", "invalid_name")
+func (it multiItem) item(i int) (ledger.Item, error) {
+	at := &itemFields[i]
+	limit, err := it.Limit.string(at.limit, "invalid_name")
 	if err != nil {
 		return ledger.Item{}, err
 	}
-	key, err := it.Key.string(at+"key", "invalid_key")
+	key, err := it.Key.string(at.key, "invalid_key")
 	if err != nil {
 		return ledger.Item{}, err
 	}
-	cost, err := it.Cost.required(at + "cost")
+	cost, err := it.Cost.required(at.cost)
 	if err != nil {
 		return ledger.Item{}, err
 	}
-	meta, err := it.Meta.parse(at + "meta")
+	meta, err := it.Meta.parse(at.meta)
 	if err != nil {
 		return ledger.Item{}, err
 	}
 	return ledger.Item{Bucket: ledger.BucketRef{Limit: limit, Key: key}, Cost: cost, Meta: meta}, nil
 }
 
-// itemView is one decision of a multi-bucket Fillup, with its bucket.
-type itemView struct {
-	Limit string `json:"limit"`
-	Key   string `json:"key"`
-	decisionView
+// plainOrDecoded is the i-th item of a multi-bucket call: plain[i] when
+// plainItems read the body, else raw[i] decoded.
+func plainOrDecoded(plain []multiItem, raw []json.RawMessage, i int) (multiItem, error) {
+	if raw == nil {
+		return plain[i], nil
+	}
+	var it multiItem // declared here: decoding moves it to the heap
+	err := decodeStrict(raw[i], &it, itemFields[i].prefix)
+	return it, err
 }
 
-type multiView struct {
-	Accepted bool       `json:"accepted"`
-	Items    []itemView `json:"items"`
-}
+// commonItems is how many items a multi-bucket call is expected to have at
+// most: up to that many, its per-item scratch space needs no allocation.
+const commonItems = 8
 
 func (s *server) multiFillup(c echo.Context) error {
-	var body multiBody
-	if err := readJSON(c, &body); err != nil {
+	bp, err := readBody(c)
+	if err != nil {
 		return err
 	}
-	if len(body.Items) == 0 || len(body.Items) > ledger.MaxItems {
+	defer bufPool.Put(bp)
+	var plainBuf [commonItems]multiItem
+	plain, isPlain := plainItems(string(*bp), plainBuf[:0])
+	n := len(plain)
+	var raw []json.RawMessage
+	if !isPlain {
+		var body multiBody // declared here: decoding moves it to the heap
+		if err := decodeBody(*bp, &body); err != nil {
+			return err
+		}
+		raw, n = body.Items, len(body.Items)
+	}
+	if n == 0 || n > ledger.MaxItems {
 		return invalidRequest("items", "between 1 and 64 items are allowed")
 	}
-	items := make([]ledger.Item, len(body.Items))
-	var canon strings.Builder
-	for i := range body.Items {
-		it, err := body.item(i)
+	items := make([]ledger.Item, n)
+	for i := range items {
+		it, err := plainOrDecoded(plain, raw, i)
 		if err != nil {
 			return err
 		}
-		if err := mayUse(c, it.Bucket.Limit, "items["+strconv.Itoa(i)+"].limit"); err != nil {
+		if items[i], err = it.item(i); err != nil {
 			return err
 		}
-		items[i] = it
-		canon.WriteString(it.Bucket.Limit + "\x00" + it.Bucket.Key + "\x00" + it.Cost.String() + metaCanon(it.Meta) + "\n")
+		if err := mayUse(c, items[i].Bucket.Limit, itemFields[i].limit); err != nil {
+			return err
+		}
 	}
-	idem, err := idempotency(c, "multi-fillup", canon.String())
-	if err != nil {
-		return err
+	var idem ledger.Idempotency
+	if c.Request().Header.Get("Idempotency-Key") != "" { // the canonical body only then
+		var canon strings.Builder
+		for _, it := range items {
+			canon.WriteString(it.Bucket.Limit + "\x00" + it.Bucket.Key + "\x00" + it.Cost.String() + metaCanon(it.Meta) + "\n")
+		}
+		if idem, err = idempotency(c, "multi-fillup", canon.String()); err != nil {
+			return err
+		}
 	}
 	res, err := s.svc.Fillup(c.Request().Context(), items, idem)
 	if err != nil {
@@ -205,17 +233,18 @@ func (s *server) multiFillup(c echo.Context) error {
 			s.m.decided(items[i].Bucket.Limit, "multi_fillup", d, items[i].Cost, res.Accepted)
 		}
 	}
-	view := multiView{Accepted: res.Accepted, Items: make([]itemView, len(items))}
-	qs := make([]quota, len(items))
+	var qsBuf [commonItems]quota
+	qs := qsBuf[:0]
 	for i, d := range res.Items {
-		view.Items[i] = itemView{Limit: items[i].Bucket.Limit, Key: items[i].Bucket.Key, decisionView: viewDecision(d, res.EntryIDs[i])}
-		qs[i] = quotaOf(items[i].Bucket.Limit, res.Limits[i], d)
+		qs = append(qs, quotaOf(items[i].Bucket.Limit, res.Limits[i], d))
 	}
 	setRateLimit(c, qs...)
 	if !res.Accepted {
-		return writeDenied(c, view, res.Items...)
+		setRetryAfter(c, res.Items...)
+		writeMulti(c, http.StatusTooManyRequests, items, res)
+		return nil
 	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, view)
+	writeMulti(c, http.StatusOK, items, res)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Context keys set by the middleware.
@@ -129,7 +131,7 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if !knownMethods[mlabel] {
 			mlabel = "other"
 		}
-		s.m.requests.WithLabelValues(mlabel, route, statusLabel(status)).Observe(elapsed.Seconds())
+		s.requestObserver(mlabel, route, status).Observe(elapsed.Seconds())
 		if s.access == nil {
 			return nil
 		}
@@ -144,6 +146,42 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			requestID: c.Get(ctxRequestID), key: keyName, path: r.URL.Path, withPath: s.logKeys})
 		return nil
 	}
+}
+
+// observerKey names one series of budgetd_http_request_duration_seconds:
+// method and route label as observe bounds them, and the status code (0
+// for the codes labelled "other").
+type observerKey struct {
+	method, route string
+	status        int
+}
+
+// requestObserver is the series of budgetd_http_request_duration_seconds
+// for a request.
+// The series found are kept in a map that is copied when one is added and
+// read without a lock: the labels are bounded (known methods, routes,
+// codes 100–599), and looking the series up in the histogram vector hashed
+// and checked the three labels under its lock on every request.
+func (s *server) requestObserver(method, route string, status int) prometheus.Observer {
+	if status < 100 || status > 599 {
+		status = 0 // statusLabel's "other": one key for them all
+	}
+	k := observerKey{method, route, status}
+	if o, ok := (*s.observers.Load())[k]; ok {
+		return o
+	}
+	s.observersMu.Lock()
+	defer s.observersMu.Unlock()
+	old := *s.observers.Load()
+	if o, ok := old[k]; ok {
+		return o
+	}
+	o := s.m.requests.WithLabelValues(method, route, statusLabel(status))
+	next := make(map[observerKey]prometheus.Observer, len(old)+1)
+	maps.Copy(next, old)
+	next[k] = o
+	s.observers.Store(&next)
+	return o
 }
 
 // statusLabel is the status code as a metric label; codes outside 100–599

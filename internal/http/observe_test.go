@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	budgethttp "github.com/budgetd/budgetd/internal/http"
@@ -120,6 +121,36 @@ func TestMetricLabelsBounded(t *testing.T) {
 	for _, want := range []string{
 		`budgetd_http_request_duration_seconds_count{code="405",method="other",route="/healthz"} 500`,
 		`budgetd_http_request_duration_seconds_count{code="404",method="GET",route="other"} 1000`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("no %s in\n%s", want, m)
+		}
+	}
+}
+
+// TestRequestSeriesCountEveryRequest: requests on several routes, methods
+// and codes from several goroutines at once are each counted once in their
+// own series.
+func TestRequestSeriesCountEveryRequest(t *testing.T) {
+	h := openHandler(t)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				serveReq(h, "GET", "/healthz", "")
+				serveReq(h, "GET", "/x/"+strconv.Itoa(g*50+i), "")
+				serveReq(h, "M"+strconv.Itoa(g), "/healthz", "")
+			}
+		}()
+	}
+	wg.Wait()
+	m := scrape(t, h, "")
+	for _, want := range []string{
+		`budgetd_http_request_duration_seconds_count{code="200",method="GET",route="/healthz"} 400`,
+		`budgetd_http_request_duration_seconds_count{code="404",method="GET",route="other"} 400`,
+		`budgetd_http_request_duration_seconds_count{code="405",method="other",route="/healthz"} 400`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("no %s in\n%s", want, m)

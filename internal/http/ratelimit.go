@@ -1,6 +1,7 @@
 package http
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -99,13 +100,12 @@ func ceilSeconds(d time.Duration) int64 {
 func setRateLimit(c echo.Context, qs ...quota) {
 	order := qs
 	if len(qs) > 1 {
-		order = nil
-		index := map[string]int{}
+		var buf [commonItems]quota // no allocation for a common call
+		order = buf[:0]
 		for _, q := range qs {
-			i, seen := index[q.name]
+			i := slices.IndexFunc(order, func(o quota) bool { return o.name == q.name })
 			switch {
-			case !seen:
-				index[q.name] = len(order)
+			case i < 0:
 				order = append(order, q)
 			case tighter(q, order[i]):
 				order[i] = q

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -158,6 +159,54 @@ func appendDecision(b []byte, d bucket.Decision, entryID string) []byte {
 	return append(b, '}')
 }
 
+// writeMulti answers a multi-bucket Fillup of items with res: package api's
+// MultiFillupResult, each item's decision written as writeDecision writes
+// one, into a pooled buffer (TestAppendMultiIsTheAPIType).
+func writeMulti(c echo.Context, status int, items []ledger.Item, res ledger.FillupResult) {
+	bp := bufPool.Get().(*[]byte)
+	b := append(appendMulti((*bp)[:0], items, res), '\n')
+	_ = c.Blob(status, echo.MIMEApplicationJSON, b)
+	*bp = b
+	bufPool.Put(bp)
+}
+
+// appendMulti appends the JSON of the answer to a multi-bucket Fillup.
+func appendMulti(b []byte, items []ledger.Item, res ledger.FillupResult) []byte {
+	b = append(b, `{"accepted":`...)
+	b = strconv.AppendBool(b, res.Accepted)
+	b = append(b, `,"items":[`...)
+	for i, d := range res.Items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"limit":`...)
+		b = appendMarshalString(b, items[i].Bucket.Limit)
+		b = append(b, `,"key":`...)
+		b = appendMarshalString(b, items[i].Bucket.Key)
+		b = append(b, ',')
+		// The decision's members follow in the same object: its JSON
+		// without the opening brace.
+		at := len(b)
+		b = appendDecision(b, d, res.EntryIDs[i])
+		b = append(b[:at], b[at+1:]...)
+	}
+	return append(b, "]}"...)
+}
+
+// appendMarshalString appends s as encoding/json writes a string (HTML
+// escaping included, unlike appendJSONString of the access log): as it is
+// when nothing in it needs escaping (limit names never do, keys rarely),
+// else through encoding/json.
+func appendMarshalString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	return append(append(append(b, '"'), s...), '"')
+}
+
 // appendOptTime appends the JSON of optTime(t).
 func appendOptTime(b []byte, t time.Time) []byte {
 	if t.IsZero() {
@@ -193,9 +242,9 @@ func setRetryAfter(c echo.Context, ds ...bucket.Decision) {
 	}
 }
 
-// writeDenied answers a Fillup or Reserve that was denied: 429 with the
-// decision(s) as plain JSON and Retry-After unless a cost never fits. The
-// RateLimit fields are set by the caller (setRateLimit).
+// writeDenied answers a Reserve that was denied: 429 with the decision as
+// plain JSON and Retry-After unless the amount never fits. The RateLimit
+// fields are set by the caller (setRateLimit).
 func writeDenied(c echo.Context, body any, ds ...bucket.Decision) error {
 	setRetryAfter(c, ds...)
 	writeJSON(c, http.StatusTooManyRequests, echo.MIMEApplicationJSON, body)

@@ -10,6 +10,8 @@ import (
 	_ "embed"
 	"log/slog"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/auth"
@@ -80,6 +82,9 @@ type server struct {
 	m        *metrics
 	metricsH http.Handler
 	routeSet map[string]bool
+
+	observers   atomic.Pointer[map[observerKey]prometheus.Observer] // requestObserver's series
+	observersMu sync.Mutex                                          // serialises adding one
 }
 
 // New returns the API handler over svc.
@@ -89,6 +94,7 @@ func New(svc *ledger.Service, opts ...Option) http.Handler {
 		o(s)
 	}
 	s.m = newMetrics()
+	s.observers.Store(&map[observerKey]prometheus.Observer{})
 	s.registry = prometheus.NewRegistry()
 	s.registry.MustRegister(s.m.collectors()...)
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -3,12 +3,14 @@ package http
 import (
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/shopspring/decimal"
 )
 
@@ -130,7 +132,6 @@ func TestViewsAreTheAPITypes(t *testing.T) {
 		{"Page[HistoryEntry]", reflect.TypeFor[page[entryView]](), reflect.TypeFor[api.Page[api.HistoryEntry]]()},
 		{"Page[BucketListItem]", reflect.TypeFor[page[listedBucketView]](), reflect.TypeFor[api.Page[api.BucketListItem]]()},
 		{"ReservationList", reflect.TypeFor[holdsView](), reflect.TypeFor[api.ReservationList]()},
-		{"MultiFillupResult", reflect.TypeFor[multiView](), reflect.TypeFor[api.MultiFillupResult]()},
 		{"Problem", reflect.TypeFor[problem](), reflect.TypeFor[api.Problem]()},
 	} {
 		sameWire(t, tc.name, tc.srv, tc.pub, false)
@@ -207,6 +208,47 @@ func TestAppendDecisionIsTheAPIType(t *testing.T) {
 			}
 			if got := appendDecision(nil, d, entry); string(got) != string(want) {
 				t.Errorf("%d (entry %q):\n got %s\nwant %s", i, entry, got, want)
+			}
+		}
+	}
+}
+
+// The answer to a multi-bucket Fillup (writeMulti) is byte for byte what
+// encoding/json writes of the api type, accepted and denied, with names and
+// keys that need escaping (quotes, HTML, control characters, non-ASCII,
+// invalid UTF-8) and one bucket named twice.
+func TestAppendMultiIsTheAPIType(t *testing.T) {
+	a := bucket.MustAmount
+	at := time.Date(2026, 11, 30, 23, 0, 0, 123456000, time.UTC)
+	accepted := bucket.Decision{Accepted: true, Level: a("25000"), Remaining: a("75000"), Capacity: a("100000")}
+	periodic := bucket.Decision{Accepted: true, Level: a("12.37"), Capacity: a("5000"), Remaining: a("4987.63"), PeriodStart: at, ResetsAt: at.AddDate(0, 1, 0)}
+	denied := bucket.Decision{Level: a("99998.81175"), Remaining: a("1.18825"), Capacity: a("100000"), RetryAfter: bucket.MicrosOf(899_957_224)}
+	never := bucket.Decision{NeverFits: true, Level: a("0"), Remaining: a("1"), Capacity: a("1")}
+	keys := []string{"k1", `team "a"`, "a<b", "a>b", "a&b", `back\slash`, "tab\tnew\nline\x01", "ü€😀", "line\u2028sep", "del\x7f", "bad\xffutf8"}
+	for _, tc := range []struct {
+		accepted bool
+		ds       []bucket.Decision
+		entries  []string
+	}{
+		{true, []bucket.Decision{accepted}, []string{"17"}},
+		{true, []bucket.Decision{accepted, periodic, accepted}, []string{"1", "", "1"}},
+		{false, []bucket.Decision{accepted, denied, never}, []string{"", "2", ""}},
+	} {
+		for k := range keys {
+			var items []ledger.Item
+			want := api.MultiFillupResult{Accepted: tc.accepted, Items: []api.MultiFillupItemDecision{}}
+			for i, d := range tc.ds {
+				ref := ledger.BucketRef{Limit: "tier-" + strconv.Itoa(i), Key: keys[(k+i)%len(keys)]}
+				items = append(items, ledger.Item{Bucket: ref})
+				want.Items = append(want.Items, api.MultiFillupItemDecision{Limit: ref.Limit, Key: ref.Key, Decision: apiDecision(d, tc.entries[i])})
+			}
+			res := ledger.FillupResult{Accepted: tc.accepted, Items: tc.ds, EntryIDs: tc.entries}
+			wantJSON, err := json.Marshal(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := appendMulti(nil, items, res); string(got) != string(wantJSON) {
+				t.Errorf("keys from %d:\n got %s\nwant %s", k, got, wantJSON)
 			}
 		}
 	}

@@ -256,23 +256,25 @@ func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (F
 		return s.fillupOne(ctx, items[0], idem)
 	}
 	index := make(map[BucketRef]int, len(items))
-	var charges []Charge
+	charges := make([]Charge, 0, len(items))
 	slot := make([]int, len(items))
 	for i, it := range items {
 		if err := validateItem(it, i, len(items)); err != nil {
 			return FillupResult{}, err
 		}
 		j, ok := index[it.Bucket]
-		if !ok {
+		switch {
+		case !ok:
 			j = len(charges)
 			index[it.Bucket] = j
-			charges = append(charges, Charge{Bucket: it.Bucket, Meta: it.Meta})
-		} else if !sameMeta(charges[j].Meta, it.Meta) {
+			charges = append(charges, Charge{Bucket: it.Bucket, Cost: it.Cost, Meta: it.Meta})
+		case !sameMeta(charges[j].Meta, it.Meta):
 			// The items of one bucket are one charge and one history entry.
 			return FillupResult{}, itemErr(invalid("invalid_request", "meta",
 				"differs from the meta of an earlier item of the same bucket, whose costs are charged as one history entry"), i, len(items))
+		default:
+			charges[j].Cost = charges[j].Cost.Add(it.Cost)
 		}
-		charges[j].Cost = charges[j].Cost.Add(it.Cost)
 		slot[i] = j
 	}
 	out, err := s.store.Fillup(ctx, charges, idem)

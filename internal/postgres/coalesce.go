@@ -140,6 +140,8 @@ type batchRow struct {
 	SlotSums   []string `db:"r_slot_sums"`
 	History    *bool    `db:"r_history"`
 	RecDenials *bool    `db:"r_record_denials"`
+	Mode       *string  `db:"r_mode"`
+	Grace      *string  `db:"r_grace"`
 	EntryID    *string  `db:"r_entry_id"` // the fillup or denied entry the call wrote
 	CreatedUS  *int64   `db:"r_created_us"`
 	LimUpdated *int64   `db:"r_limit_updated_us"`
@@ -312,15 +314,17 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 		}
 	}
 	if r.Fits == nil || r.Level == nil || r.NowUS == nil || r.Capacity == nil || kinds != 1 ||
-		r.History == nil || r.RecDenials == nil || r.CreatedUS == nil || r.LimUpdated == nil || len(r.Amounts) != len(r.Expires) {
+		r.History == nil || r.RecDenials == nil || r.Mode == nil || r.Grace == nil || r.CreatedUS == nil || r.LimUpdated == nil || len(r.Amounts) != len(r.Expires) {
 		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: incomplete answer row: %w", errBadAnswer)
 	}
 	level, ok := bucket.ParseAmount(*r.Level)
 	capacity, err2 := decimal.NewFromString(*r.Capacity)
-	if !ok || err2 != nil {
-		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q %q: %w", *r.Level, *r.Capacity, errBadAnswer)
+	grace, err3 := decimal.NewFromString(*r.Grace)
+	if !ok || err2 != nil || err3 != nil {
+		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q %q %q: %w", *r.Level, *r.Capacity, *r.Grace, errBadAnswer)
 	}
 	lim := ledger.Limit{Name: limit, Capacity: capacity, History: *r.History, RecordDenials: *r.RecDenials, CreatedAt: fromUS(*r.CreatedUS), UpdatedAt: fromUS(*r.LimUpdated)}
+	lim.Mode, lim.Grace = storedMode(*r.Mode, grace)
 	switch {
 	case leaky:
 		leak, err := decimal.NewFromString(*r.LeakAmount)

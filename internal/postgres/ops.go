@@ -27,12 +27,17 @@ type limitDoc struct {
 	Window     *windowDoc      `json:"window"`
 	History    bool            `json:"history"`
 	// RecordDenials is present (true) only for a limit that records denials.
-	RecordDenials bool  `json:"record_denials"`
-	CreatedUS     int64 `json:"created_us"`
-	UpdatedUS     int64 `json:"updated_us"`
+	RecordDenials bool `json:"record_denials"`
+	// Mode and Grace are present only for a limit that is not in enforce
+	// mode (and absent in documents older than modes): see storedMode.
+	Mode      string          `json:"mode"`
+	Grace     decimal.Decimal `json:"grace"`
+	CreatedUS int64           `json:"created_us"`
+	UpdatedUS int64           `json:"updated_us"`
 }
 
 func (d limitDoc) limit() ledger.Limit {
+	mode, grace := storedMode(d.Mode, d.Grace)
 	return ledger.Limit{
 		Name:          d.Name,
 		Capacity:      d.Capacity,
@@ -42,9 +47,25 @@ func (d limitDoc) limit() ledger.Limit {
 		Window:        d.Window.window(),
 		History:       d.History,
 		RecordDenials: d.RecordDenials,
+		Mode:          mode,
+		Grace:         grace,
 		CreatedAt:     fromUS(d.CreatedUS),
 		UpdatedAt:     fromUS(d.UpdatedUS),
 	}
+}
+
+// storedMode is a limit's mode and grace as the store read them, always
+// one of the three modes: the column's check allows only those, and an
+// empty mode (a document that leaves it out) is ledger.ModeEnforce. The
+// grace counts only under ledger.ModeSoft.
+func storedMode(mode string, grace decimal.Decimal) (string, decimal.Decimal) {
+	switch mode {
+	case ledger.ModeShadow:
+		return mode, decimal.Decimal{}
+	case ledger.ModeSoft:
+		return mode, grace
+	}
+	return ledger.ModeEnforce, decimal.Decimal{}
 }
 
 // periodDoc is a periodic limit's rule as budgetd_period_json writes it.

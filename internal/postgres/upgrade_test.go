@@ -114,9 +114,12 @@ func TestUpgradeFromReleased(t *testing.T) {
 		for _, tb := range tables {
 			// Nulls stripped: a column a later migration adds (history.meta)
 			// is null in every row that was there before, or has its
-			// default (limits.record_denials false), also stripped.
+			// default (limits.record_denials false, limits.mode 'enforce'
+			// with grace 0), also stripped.
 			out[tb] = doc(`SELECT coalesce(jsonb_agg(r ORDER BY r::text), '[]')
-				FROM (SELECT jsonb_strip_nulls(to_jsonb(x)) - CASE WHEN to_jsonb(x)->'record_denials' = 'false' THEN 'record_denials' ELSE '' END AS r
+				FROM (SELECT jsonb_strip_nulls(to_jsonb(x))
+				             - CASE WHEN to_jsonb(x)->'record_denials' = 'false' THEN 'record_denials' ELSE '' END
+				             - CASE WHEN to_jsonb(x)->'mode' = '"enforce"' AND to_jsonb(x)->'grace' = '0' THEN ARRAY['mode', 'grace'] ELSE '{}' END AS r
 				        FROM ` + tb + ` x) y`)
 		}
 		return out

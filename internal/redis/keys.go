@@ -12,7 +12,7 @@ import (
 // limit: a number from a counter that a limit gets when it is created, so a
 // re-created limit never sees the keys of the deleted one.
 //
-//	P:lim:{P}:d:<name>   hash   the limit definition (capacity, leak, history, times, generation g, version v)
+//	P:lim:{P}:d:<name>   hash   the limit definition (capacity, leak, history, mode m and grace gr, times, generation g, version v)
 //	P:lim:{P}:idx        zset   limit names, for listing in order
 //	P:lim:{P}:gen        string the generation counter
 //	P:lim:{P}:gens       hash   generation → limit name

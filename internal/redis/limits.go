@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ type defDoc struct {
 	RecordDenials                                                  string // "1" when the limit records denials
 	Every, TZ, StartDay                                            string // a periodic limit's rule; "" for the other kinds
 	WindowLength, WindowPrecision                                  string // a window limit's rule (µs); "" for the other kinds
+	Mode, Grace                                                    string // "" in a definition put before modes: enforce, grace 0
 }
 
 func (d defDoc) limit(name string) (cachedLimit, error) {
@@ -46,16 +48,38 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 	ct, err4 := strconv.ParseInt(d.Created, 10, 64)
 	ut, err5 := strconv.ParseInt(d.Updated, 10, 64)
 	g, err6 := strconv.ParseInt(d.Gen, 10, 64)
-	for _, err := range []error{err1, err2, err3, err4, err5, err6} {
+	mode, grace, err7 := parseMode(d.Mode, d.Grace)
+	for _, err := range []error{err1, err2, err3, err4, err5, err6, err7} {
 		if err != nil {
 			return cachedLimit{}, fmt.Errorf("redis: limit %q is malformed: %w", name, err)
 		}
 	}
 	l := ledger.Limit{
 		Name: name, Capacity: c, LeakAmount: a, LeakPer: time.Duration(per) * time.Microsecond, Period: period,
-		Window: window, History: d.History == "1", RecordDenials: d.RecordDenials == "1", CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
+		Window: window, History: d.History == "1", RecordDenials: d.RecordDenials == "1", Mode: mode, Grace: grace,
+		CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
 	}
 	return cachedLimit{l: l, gen: g, version: d.Version}, nil
+}
+
+// parseMode reads a stored mode and grace. A limit stored before limits had
+// modes has neither ("") and reads as enforce with grace 0; a mode that is
+// none of the three is an error, so the mode read is always one of them.
+func parseMode(mode, grace string) (string, decimal.Decimal, error) {
+	var g decimal.Decimal
+	if grace != "" {
+		var err error
+		if g, err = decimal.NewFromString(grace); err != nil {
+			return "", decimal.Decimal{}, fmt.Errorf("bad grace %q: %w", grace, err)
+		}
+	}
+	switch mode {
+	case "", ledger.ModeEnforce:
+		return ledger.ModeEnforce, g, nil
+	case ledger.ModeShadow, ledger.ModeSoft:
+		return mode, g, nil
+	}
+	return "", decimal.Decimal{}, fmt.Errorf("unknown mode %q", mode)
 }
 
 // defFromPairs reads a definition from an HGETALL reply inside a function's
@@ -73,7 +97,8 @@ func defFromPairs(v any) defDoc {
 
 func defFromMap(m map[string]string) defDoc {
 	return defDoc{Capacity: m["c"], Amount: m["a"], Per: m["p"], History: m["hi"], Created: m["ct"], Updated: m["ut"], Gen: m["g"], Version: m["v"],
-		Every: m["pe"], TZ: m["pz"], StartDay: m["pd"], WindowLength: m["wl"], WindowPrecision: m["wp"], RecordDenials: m["rd"]}
+		Every: m["pe"], TZ: m["pz"], StartDay: m["pd"], WindowLength: m["wl"], WindowPrecision: m["wp"], RecordDenials: m["rd"],
+		Mode: m["m"], Grace: m["gr"]}
 }
 
 func fromMicros(us int64) time.Time {
@@ -111,7 +136,8 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 		return ledger.Limit{}, err
 	}
 	keys := []string{s.k.limitDef(l.Name), s.k.limitIdx(), s.k.limitGen(), s.k.limitGens()}
-	args := []any{s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History), "", "", "", "", "", boolArg(l.RecordDenials)}
+	args := []any{s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History), "", "", "", "", "",
+		boolArg(l.RecordDenials), cmp.Or(l.Mode, ledger.ModeEnforce), l.Grace.String()}
 	if p := l.Period; p != nil {
 		args[3], args[4], args[6], args[7] = "", "", p.Every, p.TZ
 		if p.StartDay != 0 {

@@ -64,6 +64,8 @@ type limitDoc struct {
 	W  *windowDoc     `json:"w,omitempty"`  // a window limit's rule
 	H  bool           `json:"h"`
 	D  bool           `json:"d,omitempty"` // record_denials
+	M  string         `json:"m,omitempty"` // the mode; "" for enforce (and in records kept before modes)
+	G  string         `json:"g,omitempty"` // a soft limit's grace
 	CT int64          `json:"ct"`
 	UT int64          `json:"ut"`
 }
@@ -77,6 +79,12 @@ func encodeLimit(l ledger.Limit) string {
 	}
 	d := limitDoc{N: l.Name, C: l.Capacity.String(), A: l.LeakAmount.String(), P: l.LeakPer.Microseconds(),
 		PD: l.Period, H: l.History, D: l.RecordDenials, CT: micros(l.CreatedAt), UT: micros(l.UpdatedAt)}
+	if l.Mode != "" && l.Mode != ledger.ModeEnforce {
+		d.M = l.Mode
+	}
+	if !l.Grace.IsZero() {
+		d.G = l.Grace.String()
+	}
 	if w := l.Window; w != nil {
 		d.W = &windowDoc{L: w.Length.Microseconds(), P: w.Precision.Microseconds()}
 	}
@@ -91,11 +99,12 @@ func decodeLimit(s string) (ledger.Limit, error) {
 	}
 	c, err1 := decimal.NewFromString(d.C)
 	a, err2 := decimal.NewFromString(d.A)
-	if err1 != nil || err2 != nil {
+	mode, grace, err3 := parseMode(d.M, d.G)
+	if err1 != nil || err2 != nil || err3 != nil {
 		return ledger.Limit{}, fmt.Errorf("redis: bad limit document %q", s)
 	}
 	l := ledger.Limit{Name: d.N, Capacity: c, LeakAmount: a, LeakPer: time.Duration(d.P) * time.Microsecond,
-		Period: d.PD, History: d.H, RecordDenials: d.D, CreatedAt: fromMicros(d.CT), UpdatedAt: fromMicros(d.UT)}
+		Period: d.PD, History: d.H, RecordDenials: d.D, Mode: mode, Grace: grace, CreatedAt: fromMicros(d.CT), UpdatedAt: fromMicros(d.UT)}
 	if d.W != nil {
 		l.Window = &ledger.Window{Length: time.Duration(d.W.L) * time.Microsecond, Precision: time.Duration(d.W.P) * time.Microsecond}
 	}
@@ -123,7 +132,7 @@ func (s *Store) target(ctx context.Context, ref ledger.BucketRef) (target, error
 // limitArgs are the arguments that describe a bucket's limit to a function
 // (bkt in budgetd.lua), formatted once when the limit is cached.
 type limitArgs struct {
-	capacity   string // units
+	ceiling    string // units: ledger.Limit.Ceiling, the bound the functions admit against (the capacity unless the mode bends it)
 	leakAmount string // units, divided by gcd(amount, per); "P" for a periodic limit, "W" for a window
 	leakPer    string // µs, divided by gcd(amount, per); the period table; the window's "length:precision" in µs
 	history    string // historyFlag
@@ -142,7 +151,7 @@ func newLimitArgs(k keys, l ledger.Limit, gen int64, version string, at time.Tim
 	default:
 		a, p = leakRatio(l)
 	}
-	return limitArgs{capacity: units(l.Capacity), leakAmount: a, leakPer: p, history: historyFlag(l),
+	return limitArgs{ceiling: units(l.Ceiling()), leakAmount: a, leakPer: p, history: historyFlag(l),
 		version: strconv.FormatInt(gen, 10) + ":" + version, doc: encodeLimit(l), defKey: k.limitDef(l.Name)}
 }
 
@@ -171,7 +180,7 @@ func (a *limitArgs) list(idem ledger.Idempotency) []any {
 	if idem.Key != "" {
 		doc = a.doc
 	}
-	return []any{a.capacity, a.leakAmount, a.leakPer, a.history, a.version, doc}
+	return []any{a.ceiling, a.leakAmount, a.leakPer, a.history, a.version, doc}
 }
 
 // leakRatio returns the leak amount (units) and period (µs) divided by their

@@ -49,7 +49,7 @@ BEGIN
           FROM holds WHERE limit_id = v_l.id AND key = p_keys[i] AND state = 'active' AND expires_at > v_now;
         v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
                                     v_l.window_length_us, v_l.window_precision_us, v_b.slot_idx, v_b.slot_sum);
-        v_fits[i] := budgetd_fits(v_level, v_held, v_costs[i], v_l.capacity);
+        v_fits[i] := budgetd_fits(v_level, v_held, v_costs[i], budgetd_ceiling(v_l));
         v_accepted := v_accepted AND v_fits[i];
     END LOOP;
     FOR i IN 1 .. v_n LOOP

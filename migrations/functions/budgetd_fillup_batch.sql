@@ -40,15 +40,16 @@
 -- One row per item, in order: fits, the bucket right after the item (level
 -- as text, updated µs, active holds as two arrays, a window bucket's slots
 -- as two arrays), the id of the history entry the item wrote (fillup or
--- denied; NULL for none) and the shared now and limit; or doc (an idempotent
--- replay, the stored jsonb); or err_code and err_msg.
+-- denied; NULL for none) and the shared now and limit (its mode and grace
+-- included); or doc (an idempotent replay, the stored jsonb); or err_code
+-- and err_msg.
 CREATE OR REPLACE FUNCTION budgetd_fillup_batch(p_limit text, p_key text, p_costs text[], p_now timestamptz,
                                      p_scopes text[], p_idems text[], p_hashes text[], p_metas text[] DEFAULT NULL)
 RETURNS TABLE (r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts text[], r_hold_expires bigint[],
                r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_period jsonb, r_history boolean,
                r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text,
                r_window_length_us bigint, r_window_precision_us bigint, r_slot_idx bigint[], r_slot_sums text[],
-               r_record_denials boolean, r_entry_id text)
+               r_record_denials boolean, r_entry_id text, r_mode text, r_grace text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n        int := coalesce(array_length(p_costs, 1), 0);
@@ -56,6 +57,9 @@ DECLARE
     v_l        limits;
     v_lid      bigint;
     v_cap      numeric;
+    v_ceil     numeric;  -- the mode's ceiling (budgetd_ceiling), what a cost is admitted against
+    v_mode     text;
+    v_grace    numeric;
     v_lamt     numeric;
     v_per      bigint;
     v_every    text;  -- the period of a periodic limit (NULL: leaky)
@@ -115,8 +119,10 @@ BEGIN
     LOOP
         SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.record_denials, l.created_at, l.updated_at,
                l.period_every, l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
+               l.mode, l.grace, budgetd_ceiling(l),
                b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found
           INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_rec, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
+               v_mode, v_grace, v_ceil,
                v_blevel, v_bupd, v_bidx, v_bsum, v_bfound
           FROM limits l
           LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found FROM buckets bb
@@ -242,7 +248,7 @@ BEGIN
             END IF;
 
             v_cost := p_costs[k]::numeric;
-            v_fits := budgetd_fits(v_level, v_held, v_cost, v_cap);
+            v_fits := budgetd_fits(v_level, v_held, v_cost, v_ceil);
             IF v_fits AND v_cost > 0 THEN
                 v_level := trim_scale(v_level + v_cost);
                 IF v_wlen IS NOT NULL AND NOT v_wrote THEN
@@ -379,6 +385,8 @@ BEGIN
     r_window_length_us := v_wlen;
     r_window_precision_us := v_wprec;
     r_record_denials := v_rec;
+    r_mode := v_mode;
+    r_grace := v_grace::text;
     FOR k IN 1 .. v_n LOOP
         IF a_rep[k] IS NOT NULL THEN
             a_doc[k] := w_docs[a_rep[k]] || '{"replayed": true}'::jsonb;

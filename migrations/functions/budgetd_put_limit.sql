@@ -8,12 +8,16 @@
 -- (bucket.Switch): a level settled at now lies in the current period of a
 -- new periodic rule, and a window's slots are dropped, the level reading as
 -- one charge made at now under a new window. p_record_denials sets whether
--- denials are recorded (budgetd_record_denial); it changes no bucket.
+-- denials are recorded (budgetd_record_denial), and p_mode and p_grace the
+-- limit's mode (NULL: 'enforce') and its grace, the ceiling it admits costs
+-- against (budgetd_ceiling); neither changes a bucket: a level above the new
+-- ceiling stays, and nothing more fits until it falls.
 CREATE OR REPLACE FUNCTION budgetd_put_limit(p_name text, p_capacity text, p_leak_amount text, p_per_us bigint, p_history boolean, p_now timestamptz,
                                              p_every text DEFAULT NULL, p_tz text DEFAULT NULL, p_start_day int DEFAULT NULL,
                                              p_starts bigint[] DEFAULT NULL,
                                              p_window_length_us bigint DEFAULT NULL, p_window_precision_us bigint DEFAULT NULL,
-                                             p_record_denials boolean DEFAULT false)
+                                             p_record_denials boolean DEFAULT false,
+                                             p_mode text DEFAULT NULL, p_grace text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_now   timestamptz := coalesce(p_now, budgetd_clock());
@@ -28,16 +32,17 @@ BEGIN
     END IF;
     INSERT INTO limits AS l (name, capacity, leak_amount, leak_per_us, history, created_at, updated_at,
                              period_every, period_tz, period_start_day, period_starts, window_length_us, window_precision_us,
-                             record_denials)
+                             record_denials, mode, grace)
     VALUES (p_name, p_capacity::numeric, p_leak_amount::numeric, p_per_us, p_history, v_now, v_now,
-            p_every, p_tz, p_start_day, p_starts, p_window_length_us, p_window_precision_us, p_record_denials)
+            p_every, p_tz, p_start_day, p_starts, p_window_length_us, p_window_precision_us, p_record_denials,
+            coalesce(p_mode, 'enforce'), trim_scale(coalesce(p_grace, '0')::numeric))
     ON CONFLICT (name) DO UPDATE
        SET capacity = EXCLUDED.capacity, leak_amount = EXCLUDED.leak_amount, leak_per_us = EXCLUDED.leak_per_us,
            history = EXCLUDED.history, updated_at = EXCLUDED.updated_at,
            period_every = EXCLUDED.period_every, period_tz = EXCLUDED.period_tz,
            period_start_day = EXCLUDED.period_start_day, period_starts = EXCLUDED.period_starts,
            window_length_us = EXCLUDED.window_length_us, window_precision_us = EXCLUDED.window_precision_us,
-           record_denials = EXCLUDED.record_denials
+           record_denials = EXCLUDED.record_denials, mode = EXCLUDED.mode, grace = EXCLUDED.grace
     RETURNING * INTO v_l;
     IF v_old.id IS NOT NULL AND (v_old.leak_amount IS DISTINCT FROM v_l.leak_amount OR v_old.leak_per_us IS DISTINCT FROM v_l.leak_per_us
                                  OR v_old.period_every IS DISTINCT FROM v_l.period_every OR v_old.period_tz IS DISTINCT FROM v_l.period_tz

@@ -36,7 +36,7 @@ BEGIN
     SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = p_key;
     v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
                                 v_l.window_length_us, v_l.window_precision_us, v_b.slot_idx, v_b.slot_sum);
-    v_accepted := budgetd_fits(v_level, v_held, v_amount, v_l.capacity);
+    v_accepted := budgetd_fits(v_level, v_held, v_amount, budgetd_ceiling(v_l));
     IF v_accepted THEN
         v_level := budgetd_settle(v_l, p_key, v_now);
         PERFORM budgetd_write(v_l, p_key, v_level, v_now);

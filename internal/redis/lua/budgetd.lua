@@ -43,16 +43,21 @@ local function idem_get(ik, ih)
 end
 
 -- bkt is one bucket of a call: its keys and its limit as the Go side passed
--- it (capacity, leak amount and period divided by their gcd, history flag,
+-- it (ceiling, leak amount and period divided by their gcd, history flag,
 -- and the limit document, opaque here, that an idempotency record keeps).
+-- The ceiling is the most level + held may reach by an accepted charge, as
+-- the limit's mode sets it (ledger.Limit.Ceiling): the capacity for enforce,
+-- capacity × (1 + grace) for soft, the largest level kept for shadow. It is
+-- the only bound the functions admit against; the capacity itself, what a
+-- decision reports, and the marks a mode sets are Go's.
 -- The history flag is '0' (no history), '1' (history) or '2' (history, and
 -- denials are recorded too: c.deny).
 -- A periodic limit passes 'P' as its leak amount and, as its leak period, a
 -- table of consecutive period starts (µs, comma-separated) that budgetd
 -- computed around its clock: Lua never computes a calendar. A window limit
 -- passes 'W' and "length:precision" (µs): c.wl, c.wp.
-local function bkt(bk, hk, cap, ra, rp, hist, lim)
-  local c = { bk = bk, hk = hk, cap = nv(cap), hist = hist ~= '0', deny = hist == '2', lim = lim }
+local function bkt(bk, hk, ceil, ra, rp, hist, lim)
+  local c = { bk = bk, hk = hk, ceil = nv(ceil), hist = hist ~= '0', deny = hist == '2', lim = lim }
   if ra == 'P' then c.starts = rp
   elseif ra == 'W' then
     local colon = string.find(rp, ':', 1, true)
@@ -210,14 +215,14 @@ local function level_at(c, st, now)
   return leak(c.lp, st.l, now - st.u)
 end
 
--- fits: bucket.CanAccept's accept test. It keeps the level at now in st.lv
+-- fits: bucket.CanAccept's accept test, against the mode's ceiling. It keeps the level at now in st.lv
 -- for settle, which follows at the same now.
 local function fits(c, st, now, cost)
   if vzero(cost) then return true end
   local used = level_at(c, st, now)
   st.lv = used
   if #st.holds > 0 then used = vadd(used, held_sum(st.holds, now)) end
-  return vcmp(vadd(used, cost), c.cap) <= 0
+  return vcmp(vadd(used, cost), c.ceil) <= 0
 end
 
 -- record adds a history entry "id|event|amount|hold[|meta]" at time t;
@@ -403,7 +408,7 @@ local function reply(now, x, rk, items, ik, ih)
 end
 
 -- memo keeps what the arguments that repeat from call to call (a limit's
--- capacity and leak rate, common costs) parse to, so the lean Fillup below
+-- ceiling and leak rate, common costs) parse to, so the lean Fillup below
 -- parses them once, not on every call. It lives as long as the library is
 -- loaded (a cache: the values are the same either way, and nothing mutates
 -- them) and is emptied when it reaches MEMO_MAX entries.
@@ -427,13 +432,13 @@ end
 -- arith.lua's fast path; anything beyond them goes to the general path.
 -- It returns nil for the general path to go on (also when the bucket has
 -- other fields: holds, a history counter).
-local function fillup_lean(bk, f, now, nows, cap, ra, rp, cost)
+local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost)
   local ls, us = '0', '0'
   for i = 1, #f, 2 do
     local k = f[i]
     if k == 'l' then ls = f[i + 1] elseif k == 'u' then us = f[i + 1] else return nil end
   end
-  local cv, cp = nv_memo(cost), nv_memo(cap)
+  local cv, cp = nv_memo(cost), nv_memo(ceil)
   if cv.h == nil or cp.h == nil then return nil end
   local stepped, x = false, '1'
   if cv.h == 0 and cv.l == 0 then
@@ -493,7 +498,7 @@ end
 -- limit definition, then, when ih ~= '', the idempotency record, which a
 -- call of several items precedes with where an earlier version kept it.
 -- ARGV = now, ih, check ('1': the definitions are in KEYS), n, then per
--- item 8 arguments: capacity, leak amount, leak period, history flag,
+-- item 8 arguments: ceiling, leak amount, leak period, history flag,
 -- version, limit document, cost, meta ('' for none).
 local function fillup(keys, args)
   local now_arg, ih, check = args[1], args[2], args[3] == '1'
@@ -505,16 +510,16 @@ local function fillup(keys, args)
   local items, accepted = {}, true
   for i = 1, n do
     local a = 4 + 8 * (i - 1)
-    local cap, ra, rp, hist, version, lim, cost, meta = args[a + 1], args[a + 2], args[a + 3], args[a + 4], args[a + 5],
+    local ceil, ra, rp, hist, version, lim, cost, meta = args[a + 1], args[a + 2], args[a + 3], args[a + 4], args[a + 5],
       args[a + 6], args[a + 7], args[a + 8]
     if check and stale(keys[2 * n + i], version) then return { E_STALE } end
     local f
     if n == 1 and not ik and ra ~= 'P' and ra ~= 'W' and hist == '0' then -- the usual call: fillup_lean
       f = redis.call('HGETALL', keys[1])
-      local out = fillup_lean(keys[1], f, now, nows, cap, ra, rp, cost)
+      local out = fillup_lean(keys[1], f, now, nows, ceil, ra, rp, cost)
       if out then return out end
     end
-    local c = bkt(keys[2 * i - 1], keys[2 * i], cap, ra, rp, hist, lim)
+    local c = bkt(keys[2 * i - 1], keys[2 * i], ceil, ra, rp, hist, lim)
     if c.starts and not in_period(c, now) then return { E_PERIOD_TABLE, fmt(now) } end
     local st = load(c, f)
     local cv = nv(cost)
@@ -544,19 +549,19 @@ local function fillup(keys, args)
 end
 
 -- one_bucket reads the arguments every single-bucket function starts with:
--- ARGV = now, ih, check, capacity, leak amount, leak period, history flag,
+-- ARGV = now, ih, check, ceiling, leak amount, leak period, history flag,
 -- version, limit document, then the function's own from 10 on. KEYS = the
 -- bucket at b, its history at b + 1, then (check) the definition, then (ih)
 -- the idempotency record. It returns the bucket, now and the record key, or
 -- the answer to give instead (a replay or an error code).
 local function one_bucket(keys, args, b)
   local now_arg, ih, check = args[1], args[2], args[3] == '1'
-  local cap, ra, rp, hist, version, lim = args[4], args[5], args[6], args[7], args[8], args[9]
+  local ceil, ra, rp, hist, version, lim = args[4], args[5], args[6], args[7], args[8], args[9]
   local ik = ih ~= '' and keys[#keys] or nil
   local rec = idem_get(ik, ih)
   if rec then return nil, nil, nil, rec end
   if check and stale(keys[b + 2], version) then return nil, nil, nil, { E_STALE } end
-  local c, now = bkt(keys[b], keys[b + 1], cap, ra, rp, hist, lim), clock(now_arg)
+  local c, now = bkt(keys[b], keys[b + 1], ceil, ra, rp, hist, lim), clock(now_arg)
   if c.starts and not in_period(c, now) then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
   return c, now, ik
 end
@@ -726,15 +731,18 @@ end
 -- → name; ARGV = now, name, capacity, leak amount, per (µs), history
 -- ('1'/'0'), then a periodic limit's every, tz and start_day, then a window
 -- limit's length and precision (µs) ('' for the other kinds; amount and
--- per are '' unless the limit leaks), then record_denials ('1'/'0'). A
--- new limit takes the next generation; an existing one keeps its generation
--- and creation time.
+-- per are '' unless the limit leaks), then record_denials ('1'/'0'), then
+-- the mode ('enforce', 'shadow', 'soft') and the grace (a percentage). The
+-- functions never read mode and grace from here: Go passes each call the
+-- mode's ceiling (bkt). A new limit takes the next generation; an existing
+-- one keeps its generation and creation time.
 -- Answers the definition before and after as flat field/value lists.
 local function limit_put(keys, args)
   local dk, idx, genc, gens = keys[1], keys[2], keys[3], keys[4]
   local now_arg, name, cap, amount, per, hist = args[1], args[2], args[3], args[4], args[5], args[6]
   local every, tz, sday = args[7] or '', args[8] or '', args[9] or ''
   local wl, wp, rd = args[10] or '', args[11] or '', args[12] or '0'
+  local mode, grace = args[13] or 'enforce', args[14] or '0'
   local _, now = clock(now_arg)
   local old = redis.call('HGETALL', dk)
   local g, ct = redis.call('HGET', dk, 'g'), redis.call('HGET', dk, 'ct')
@@ -745,7 +753,7 @@ local function limit_put(keys, args)
     redis.call('HSET', gens, g, name)
   end
   redis.call('HSET', dk, 'c', cap, 'a', amount, 'p', per, 'hi', hist, 'ct', ct, 'ut', now, 'g', g,
-    'pe', every, 'pz', tz, 'pd', sday, 'wl', wl, 'wp', wp, 'rd', rd)
+    'pe', every, 'pz', tz, 'pd', sday, 'wl', wl, 'wp', wp, 'rd', rd, 'm', mode, 'gr', grace)
   redis.call('HINCRBY', dk, 'v', 1)
   return { redis.call('HGETALL', dk), old }
 end
