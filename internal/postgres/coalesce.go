@@ -142,6 +142,7 @@ type batchRow struct {
 	RecDenials *bool    `db:"r_record_denials"`
 	Mode       *string  `db:"r_mode"`
 	Grace      *string  `db:"r_grace"`
+	Thresholds []string `db:"r_thresholds"`
 	EntryID    *string  `db:"r_entry_id"` // the fillup or denied entry the call wrote
 	CreatedUS  *int64   `db:"r_created_us"`
 	LimUpdated *int64   `db:"r_limit_updated_us"`
@@ -325,6 +326,7 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 	}
 	lim := ledger.Limit{Name: limit, Capacity: capacity, History: *r.History, RecordDenials: *r.RecDenials, CreatedAt: fromUS(*r.CreatedUS), UpdatedAt: fromUS(*r.LimUpdated)}
 	lim.Mode, lim.Grace = storedMode(*r.Mode, grace)
+	lim.Thresholds = storedThresholds(r.Thresholds)
 	switch {
 	case leaky:
 		leak, err := decimal.NewFromString(*r.LeakAmount)

@@ -20,7 +20,7 @@ const listBucketsSQL = `
 WITH l AS (SELECT * FROM limits WHERE name = $1),
      t AS (SELECT coalesce($4::timestamptz, date_trunc('microseconds', clock_timestamp())) AS now)
 SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_every, l.period_tz, l.period_start_day,
-       l.window_length_us, l.window_precision_us, l.history, l.record_denials, l.mode, l.grace::text, l.created_at, l.updated_at, t.now,
+       l.window_length_us, l.window_precision_us, l.history, l.record_denials, l.mode, l.grace::text, l.thresholds, l.created_at, l.updated_at, t.now,
        b.key, b.level::text, b.updated_at, hs.amounts, hs.expires, b.slot_idx, b.slot_sum::text[]
   FROM l CROSS JOIN t
   LEFT JOIN LATERAL (
@@ -53,6 +53,7 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 				l             ledger.Limit
 				capacity      string
 				grace         string
+				ths           []string
 				amount, every *string // leak_amount: NULL unless leaky; period_every: NULL unless periodic
 				perUS         *int64
 				tz            *string
@@ -66,7 +67,7 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 				amounts       []string
 				expires       []time.Time
 			)
-			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &every, &tz, &startDay, &wlen, &wprec, &l.History, &l.RecordDenials, &l.Mode, &grace, &l.CreatedAt, &l.UpdatedAt, &now,
+			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &every, &tz, &startDay, &wlen, &wprec, &l.History, &l.RecordDenials, &l.Mode, &grace, &ths, &l.CreatedAt, &l.UpdatedAt, &now,
 				&key, &level, &updated, &amounts, &expires, &slotIdx, &slotSums); err != nil {
 				return err
 			}
@@ -77,6 +78,7 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 			var p numParser
 			l.Capacity = p.num(capacity)
 			l.Mode, l.Grace = storedMode(l.Mode, p.num(grace))
+			l.Thresholds = storedThresholds(ths)
 			switch {
 			case every != nil && tz != nil: // a periodic limit (the table's check: leak fields NULL)
 				l.Period = &ledger.Period{Every: *every, TZ: *tz}

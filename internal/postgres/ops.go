@@ -12,6 +12,7 @@ import (
 
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 )
 
@@ -30,10 +31,12 @@ type limitDoc struct {
 	RecordDenials bool `json:"record_denials"`
 	// Mode and Grace are present only for a limit that is not in enforce
 	// mode (and absent in documents older than modes): see storedMode.
-	Mode      string          `json:"mode"`
-	Grace     decimal.Decimal `json:"grace"`
-	CreatedUS int64           `json:"created_us"`
-	UpdatedUS int64           `json:"updated_us"`
+	Mode  string          `json:"mode"`
+	Grace decimal.Decimal `json:"grace"`
+	// Thresholds are present only for a limit that has some.
+	Thresholds []string `json:"thresholds"`
+	CreatedUS  int64    `json:"created_us"`
+	UpdatedUS  int64    `json:"updated_us"`
 }
 
 func (d limitDoc) limit() ledger.Limit {
@@ -49,9 +52,37 @@ func (d limitDoc) limit() ledger.Limit {
 		RecordDenials: d.RecordDenials,
 		Mode:          mode,
 		Grace:         grace,
+		Thresholds:    storedThresholds(d.Thresholds),
 		CreatedAt:     fromUS(d.CreatedUS),
 		UpdatedAt:     fromUS(d.UpdatedUS),
 	}
+}
+
+// storedThresholds reads a limit's thresholds as the store keeps them: the
+// strings Threshold.String wrote, which parse again (a string that does
+// not, which the store never writes, is left out). None is nil.
+func storedThresholds(ss []string) []ledger.Threshold {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := make([]ledger.Threshold, 0, len(ss))
+	for _, s := range ss {
+		if t, err := ledger.ParseThreshold("thresholds", s); err == nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// thresholdArgs are a limit's thresholds as budgetd_put_limit takes them:
+// their strings and their ledger.ThresholdSig as the signed integer of the
+// same 32 bits.
+func thresholdArgs(ts []ledger.Threshold) ([]string, int32) {
+	ss := make([]string, len(ts))
+	for i, t := range ts {
+		ss[i] = t.String()
+	}
+	return ss, int32(ledger.ThresholdSig(ts))
 }
 
 // storedMode is a limit's mode and grace as the store read them, always
@@ -477,4 +508,59 @@ func parseCursor(c string) (int64, int64, error) {
 		return 0, 0, bad
 	}
 	return us, n, nil
+}
+
+// Events lists up to n threshold events after cursor (a position, decimal
+// text; "" for the oldest kept), sealing first the events that committed
+// writes emitted (budgetd_events). It runs at READ COMMITTED whatever the
+// store's isolation level: the seal must see every write committed before
+// it, and writes never read the outbox.
+func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.OutboxEvent, string, error) {
+	var after int64
+	if cursor != "" {
+		var err error
+		if after, err = strconv.ParseInt(cursor, 10, 64); err != nil || after < 0 {
+			return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "after", Reason: "is not a cursor this store gave"}
+		}
+	}
+	var out []ledger.OutboxEvent
+	next := cursor
+	err := s.do(ctx, "events", func(ctx context.Context) error {
+		out, next = out[:0], cursor
+		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, "SELECT * FROM budgetd_events($1, $2)", after, n)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var (
+					pos            int64
+					ev             ledger.OutboxEvent
+					used, capacity string
+					periodStart    *time.Time
+				)
+				if err := rows.Scan(&pos, &ev.Time, &ev.Bucket.Limit, &ev.Bucket.Key, &ev.Type, &ev.Threshold, &used, &capacity, &periodStart); err != nil {
+					return err
+				}
+				var p numParser
+				ev.Used, ev.Capacity = p.num(used), p.num(capacity)
+				if p.err != nil {
+					return fmt.Errorf("decoding event %d: %w", pos, p.err)
+				}
+				ev.ID = strconv.FormatInt(pos, 10)
+				ev.Time = ev.Time.UTC()
+				if periodStart != nil {
+					ev.PeriodStart = periodStart.UTC()
+				}
+				out = append(out, ev)
+				next = ev.ID
+			}
+			return rows.Err()
+		})
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
 }

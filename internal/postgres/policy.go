@@ -20,6 +20,9 @@ const (
 	// IdempotencyRetention is how long the pruner keeps an idempotency
 	// record: an hour past ledger.IdempotencyTTL.
 	IdempotencyRetention = ledger.IdempotencyTTL + time.Hour
+	// EventRetention is how long the pruner keeps a threshold event, as
+	// the memory store keeps them.
+	EventRetention = 7 * 24 * time.Hour
 	// ClockStep is ledger.ClockStep, generated into budgetd_clock_step().
 	ClockStep = ledger.ClockStep
 )
@@ -50,6 +53,7 @@ func policyConsts() []policyConst {
 		{"budgetd_history_cap", "integer", strconv.Itoa(HistoryPerBucket)},
 		{"budgetd_history_retention", "interval", sqlInterval(HistoryRetention)},
 		{"budgetd_closed_hold_retention", "interval", sqlInterval(ClosedHoldRetention)},
+		{"budgetd_event_retention", "interval", sqlInterval(EventRetention)},
 		{"budgetd_clock_step", "interval", sqlInterval(ClockStep)},
 	}
 	for _, c := range sqlCodes {

@@ -394,22 +394,24 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	var err error
 	mode, g := storedMode(l.Mode, l.Grace)
 	grace := g.String()
+	ths, sig := thresholdArgs(l.Thresholds)
 	switch {
 	case l.Window != nil:
 		err = s.queryJSON(ctx, "put limit", &doc, `SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4,
-			p_window_length_us => $5, p_window_precision_us => $6, p_record_denials => $7, p_mode => $8, p_grace => $9)`,
-			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Window.Length.Microseconds(), l.Window.Precision.Microseconds(), l.RecordDenials, mode, grace)
+			p_window_length_us => $5, p_window_precision_us => $6, p_record_denials => $7, p_mode => $8, p_grace => $9,
+			p_thresholds => $10, p_th_sig => $11)`,
+			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Window.Length.Microseconds(), l.Window.Precision.Microseconds(), l.RecordDenials, mode, grace, ths, sig)
 	case l.Period != nil:
 		starts := periodTable(*l.Period, s.goNow())
 		var startDay any
 		if l.Period.StartDay != 0 {
 			startDay = l.Period.StartDay
 		}
-		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4, $5, $6, $7, $8, p_record_denials => $9, p_mode => $10, p_grace => $11)",
-			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Period.Every, l.Period.TZ, startDay, starts, l.RecordDenials, mode, grace)
+		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4, $5, $6, $7, $8, p_record_denials => $9, p_mode => $10, p_grace => $11, p_thresholds => $12, p_th_sig => $13)",
+			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Period.Every, l.Period.TZ, startDay, starts, l.RecordDenials, mode, grace, ths, sig)
 	default:
-		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, $3, $4, $5, $6, p_record_denials => $7, p_mode => $8, p_grace => $9)",
-			l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), l.History, s.nowArg(), l.RecordDenials, mode, grace)
+		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, $3, $4, $5, $6, p_record_denials => $7, p_mode => $8, p_grace => $9, p_thresholds => $10, p_th_sig => $11)",
+			l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), l.History, s.nowArg(), l.RecordDenials, mode, grace, ths, sig)
 	}
 	if err != nil {
 		return ledger.Limit{}, err

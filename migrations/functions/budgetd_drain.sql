@@ -14,6 +14,7 @@ DECLARE
     v_l       limits;
     v_level   numeric;
     v_entry   bigint;
+    v_before  numeric;
 BEGIN
     v_out := budgetd_idem_get(p_scope, p_idem, p_hash, coalesce(p_now, budgetd_clock()));
     IF v_out IS NOT NULL THEN
@@ -28,8 +29,14 @@ BEGIN
           INTO v_level FROM buckets b WHERE b.limit_id = v_l.id AND b.key = p_key;
         v_removed := least(v_amount, coalesce(v_level, 0));
         IF v_removed > 0 THEN
+            IF cardinality(v_l.thresholds) > 0 THEN
+                v_before := budgetd_used(v_l, p_key, v_now);
+            END IF;
             v_level := budgetd_settle(v_l, p_key, v_now);
             PERFORM budgetd_write(v_l, p_key, v_level - v_removed, v_now, 0, v_removed);
+            IF cardinality(v_l.thresholds) > 0 THEN
+                PERFORM budgetd_notice(v_l, p_key, v_before, v_now);
+            END IF;
             v_entry := budgetd_record(v_l, p_key, v_now, 'drain', v_removed, NULL, p_meta);
         END IF;
     ELSE

@@ -23,6 +23,7 @@ DECLARE
     v_b        buckets;
     v_held     numeric;
     v_level    numeric;
+    v_before   numeric;
     v_r        record;
     v_entry    bigint;
 BEGIN
@@ -56,8 +57,14 @@ BEGIN
         v_l := v_lims[i];
         v_entry := NULL;
         IF v_accepted AND v_costs[i] > 0 THEN
+            IF cardinality(v_l.thresholds) > 0 THEN
+                v_before := budgetd_used(v_l, p_keys[i], v_now);
+            END IF;
             v_level := budgetd_settle(v_l, p_keys[i], v_now);
             PERFORM budgetd_write(v_l, p_keys[i], v_level + v_costs[i], v_now, v_costs[i]);
+            IF cardinality(v_l.thresholds) > 0 THEN
+                PERFORM budgetd_notice(v_l, p_keys[i], v_before, v_now);
+            END IF;
             v_entry := budgetd_record(v_l, p_keys[i], v_now, 'fillup', v_costs[i], NULL, p_metas[i]);
         ELSE
             IF NOT v_fits[i] THEN

@@ -40,7 +40,7 @@
 -- One row per item, in order: fits, the bucket right after the item (level
 -- as text, updated µs, active holds as two arrays, a window bucket's slots
 -- as two arrays), the id of the history entry the item wrote (fillup or
--- denied; NULL for none) and the shared now and limit (its mode and grace
+-- denied; NULL for none) and the shared now and limit (its mode, grace and thresholds
 -- included); or doc (an idempotent replay, the stored jsonb); or err_code
 -- and err_msg.
 CREATE OR REPLACE FUNCTION budgetd_fillup_batch(p_limit text, p_key text, p_costs text[], p_now timestamptz,
@@ -49,7 +49,7 @@ RETURNS TABLE (r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts
                r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_period jsonb, r_history boolean,
                r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text,
                r_window_length_us bigint, r_window_precision_us bigint, r_slot_idx bigint[], r_slot_sums text[],
-               r_record_denials boolean, r_entry_id text, r_mode text, r_grace text)
+               r_record_denials boolean, r_entry_id text, r_mode text, r_grace text, r_thresholds text[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n        int := coalesce(array_length(p_costs, 1), 0);
@@ -80,6 +80,12 @@ DECLARE
     v_wsum     numeric[];
     v_bfound   boolean;
     v_held     numeric;
+    v_ths      text[];   -- the limit's thresholds
+    v_msig     integer;  -- the bucket's marks (budgetd_cross)
+    v_mabove   integer;
+    v_mperiod  bigint;
+    v_before   numeric;  -- level + held before the first item
+    v_afters   numeric[];  -- level + held after each accepted item (thresholds only)
     v_expired  bigint;
     v_all_a    text[];
     v_all_e    bigint[];
@@ -119,13 +125,13 @@ BEGIN
     LOOP
         SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.record_denials, l.created_at, l.updated_at,
                l.period_every, l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
-               l.mode, l.grace, budgetd_ceiling(l),
-               b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found
+               l.mode, l.grace, budgetd_ceiling(l), l.thresholds,
+               b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found, b.th_sig, b.th_above, b.th_period
           INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_rec, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
-               v_mode, v_grace, v_ceil,
-               v_blevel, v_bupd, v_bidx, v_bsum, v_bfound
+               v_mode, v_grace, v_ceil, v_ths,
+               v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod
           FROM limits l
-          LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found FROM buckets bb
+          LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found, bb.th_sig, bb.th_above, bb.th_period FROM buckets bb
                               WHERE bb.limit_id = l.id AND bb.key = p_key FOR UPDATE) b ON true
          WHERE l.name = p_limit;
         IF NOT FOUND THEN
@@ -189,6 +195,8 @@ BEGIN
             v_start := budgetd_period_find(v_starts, v_now, p_limit, v_lid);
         END IF;
         v_level := budgetd_level_at(v_blevel, v_bupd, v_lamt, v_per, v_now, v_start, v_wlen, v_wprec, v_bidx, v_bsum);
+        v_before := v_level + v_held;
+        v_afters := '{}';
         -- What an answer shows until something is written: the row as stored.
         IF v_bfound THEN
             v_lvl_text := v_blevel::text;
@@ -251,6 +259,9 @@ BEGIN
             v_fits := budgetd_fits(v_level, v_held, v_cost, v_ceil);
             IF v_fits AND v_cost > 0 THEN
                 v_level := trim_scale(v_level + v_cost);
+                IF cardinality(v_ths) > 0 THEN
+                    v_afters := v_afters || (v_level + v_held);
+                END IF;
                 IF v_wlen IS NOT NULL AND NOT v_wrote THEN
                     SELECT s.o_idx, s.o_sum INTO v_widx, v_wsum
                       FROM budgetd_window_slots(v_blevel, v_bupd, v_wlen, v_wprec, v_bidx, v_bsum, v_now, v_cost, 0) AS s;
@@ -318,6 +329,15 @@ BEGIN
                 ON CONFLICT DO NOTHING;
                 -- A concurrent call created the bucket first: start over on it.
                 CONTINUE WHEN NOT FOUND;
+            END IF;
+            -- The threshold rule, for the accepted items one after another
+            -- (budgetd_cross), each event with the use after its item.
+            IF cardinality(v_ths) > 0 THEN
+                IF v_l.id IS NULL THEN
+                    SELECT * INTO v_l FROM limits WHERE id = v_lid;
+                END IF;
+                PERFORM budgetd_cross(v_l, p_key, coalesce(v_msig, 0), coalesce(v_mabove, 0), coalesce(v_mperiod, 0),
+                                      v_before, v_afters, v_now, v_start);
             END IF;
         ELSIF v_bupd > v_now + budgetd_clock_step() THEN
             -- A clock stepped back (reported above): see budgetd_unstep.
@@ -387,6 +407,7 @@ BEGIN
     r_record_denials := v_rec;
     r_mode := v_mode;
     r_grace := v_grace::text;
+    r_thresholds := v_ths;
     FOR k IN 1 .. v_n LOOP
         IF a_rep[k] IS NOT NULL THEN
             a_doc[k] := w_docs[a_rep[k]] || '{"replayed": true}'::jsonb;

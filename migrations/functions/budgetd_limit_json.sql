@@ -3,7 +3,8 @@
 -- (both have null leak fields), "record_denials" only when true, and "mode"
 -- and "grace" (a percentage, numeric text) only for a limit whose mode is not
 -- 'enforce', so a leaky limit's document is what it was before periods
--- existed (a document without "mode" is an enforce limit's).
+-- existed (a document without "mode" is an enforce limit's), and
+-- "thresholds" (their strings) only for a limit that has some.
 CREATE OR REPLACE FUNCTION budgetd_limit_json(l limits) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object('name', l.name, 'capacity', l.capacity::text, 'leak_amount', l.leak_amount::text,
@@ -14,4 +15,5 @@ LANGUAGE sql STABLE AS $$
                 ELSE jsonb_build_object('window', jsonb_build_object('length_us', l.window_length_us, 'precision_us', l.window_precision_us)) END
         || CASE WHEN l.record_denials THEN '{"record_denials": true}'::jsonb ELSE '{}'::jsonb END
         || CASE WHEN l.mode = 'enforce' THEN '{}'::jsonb ELSE jsonb_build_object('mode', l.mode, 'grace', l.grace::text) END
+        || CASE WHEN cardinality(l.thresholds) = 0 THEN '{}'::jsonb ELSE jsonb_build_object('thresholds', to_jsonb(l.thresholds)) END
 $$;

@@ -11,13 +11,17 @@
 -- denials are recorded (budgetd_record_denial), and p_mode and p_grace the
 -- limit's mode (NULL: 'enforce') and its grace, the ceiling it admits costs
 -- against (budgetd_ceiling); neither changes a bucket: a level above the new
--- ceiling stays, and nothing more fits until it falls.
+-- ceiling stays, and nothing more fits until it falls. p_thresholds sets the
+-- limit's thresholds ("80%", "4500"; NULL: none) and p_th_sig their
+-- ledger.ThresholdSig; a bucket's marks are recomputed at its next write
+-- (budgetd_cross), except that a limit left without thresholds clears them.
 CREATE OR REPLACE FUNCTION budgetd_put_limit(p_name text, p_capacity text, p_leak_amount text, p_per_us bigint, p_history boolean, p_now timestamptz,
                                              p_every text DEFAULT NULL, p_tz text DEFAULT NULL, p_start_day int DEFAULT NULL,
                                              p_starts bigint[] DEFAULT NULL,
                                              p_window_length_us bigint DEFAULT NULL, p_window_precision_us bigint DEFAULT NULL,
                                              p_record_denials boolean DEFAULT false,
-                                             p_mode text DEFAULT NULL, p_grace text DEFAULT NULL)
+                                             p_mode text DEFAULT NULL, p_grace text DEFAULT NULL,
+                                             p_thresholds text[] DEFAULT NULL, p_th_sig integer DEFAULT 0)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_now   timestamptz := coalesce(p_now, budgetd_clock());
@@ -32,17 +36,19 @@ BEGIN
     END IF;
     INSERT INTO limits AS l (name, capacity, leak_amount, leak_per_us, history, created_at, updated_at,
                              period_every, period_tz, period_start_day, period_starts, window_length_us, window_precision_us,
-                             record_denials, mode, grace)
+                             record_denials, mode, grace, thresholds, th_sig)
     VALUES (p_name, p_capacity::numeric, p_leak_amount::numeric, p_per_us, p_history, v_now, v_now,
             p_every, p_tz, p_start_day, p_starts, p_window_length_us, p_window_precision_us, p_record_denials,
-            coalesce(p_mode, 'enforce'), trim_scale(coalesce(p_grace, '0')::numeric))
+            coalesce(p_mode, 'enforce'), trim_scale(coalesce(p_grace, '0')::numeric),
+            coalesce(p_thresholds, '{}'), coalesce(p_th_sig, 0))
     ON CONFLICT (name) DO UPDATE
        SET capacity = EXCLUDED.capacity, leak_amount = EXCLUDED.leak_amount, leak_per_us = EXCLUDED.leak_per_us,
            history = EXCLUDED.history, updated_at = EXCLUDED.updated_at,
            period_every = EXCLUDED.period_every, period_tz = EXCLUDED.period_tz,
            period_start_day = EXCLUDED.period_start_day, period_starts = EXCLUDED.period_starts,
            window_length_us = EXCLUDED.window_length_us, window_precision_us = EXCLUDED.window_precision_us,
-           record_denials = EXCLUDED.record_denials, mode = EXCLUDED.mode, grace = EXCLUDED.grace
+           record_denials = EXCLUDED.record_denials, mode = EXCLUDED.mode, grace = EXCLUDED.grace,
+           thresholds = EXCLUDED.thresholds, th_sig = EXCLUDED.th_sig
     RETURNING * INTO v_l;
     IF v_old.id IS NOT NULL AND (v_old.leak_amount IS DISTINCT FROM v_l.leak_amount OR v_old.leak_per_us IS DISTINCT FROM v_l.leak_per_us
                                  OR v_old.period_every IS DISTINCT FROM v_l.period_every OR v_old.period_tz IS DISTINCT FROM v_l.period_tz
@@ -56,6 +62,9 @@ BEGIN
                updated_at = CASE WHEN b.updated_at IS NULL OR b.updated_at < v_now OR b.updated_at > v_now + budgetd_clock_step()
                                 THEN v_now ELSE b.updated_at END
          WHERE b.limit_id = v_old.id AND b.level > 0;
+    END IF;
+    IF v_old.id IS NOT NULL AND v_old.th_sig <> 0 AND v_l.th_sig = 0 THEN
+        UPDATE buckets SET th_sig = 0, th_above = 0, th_period = 0 WHERE limit_id = v_l.id AND th_sig <> 0;
     END IF;
     RETURN budgetd_limit_json(v_l);
 END $$;

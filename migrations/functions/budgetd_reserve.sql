@@ -20,6 +20,7 @@ DECLARE
     v_accepted boolean;
     v_res      jsonb := NULL;
     v_entry    bigint;
+    v_before   numeric;
 BEGIN
     v_out := budgetd_idem_get(p_scope, p_idem, p_hash, coalesce(p_now, budgetd_clock()));
     IF v_out IS NOT NULL THEN
@@ -38,11 +39,15 @@ BEGIN
                                 v_l.window_length_us, v_l.window_precision_us, v_b.slot_idx, v_b.slot_sum);
     v_accepted := budgetd_fits(v_level, v_held, v_amount, budgetd_ceiling(v_l));
     IF v_accepted THEN
+        v_before := v_level + v_held;
         v_level := budgetd_settle(v_l, p_key, v_now);
         PERFORM budgetd_write(v_l, p_key, v_level, v_now);
         INSERT INTO holds (id, limit_id, key, amount, state, created_at, expires_at)
         VALUES (p_id, v_l.id, p_key, v_amount, 'active', v_now, v_now + (p_ttl_us::text || ' microseconds')::interval)
         RETURNING * INTO v_h;
+        IF cardinality(v_l.thresholds) > 0 THEN
+            PERFORM budgetd_notice(v_l, p_key, v_before, v_now);
+        END IF;
         v_entry := budgetd_record(v_l, p_key, v_now, 'reserved', v_amount, p_id, p_meta);
         v_res := budgetd_hold_json(v_h, v_l.name);
     ELSE

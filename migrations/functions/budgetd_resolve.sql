@@ -13,6 +13,7 @@ DECLARE
     v_refusal text := '';
     v_charge  numeric;
     v_level   numeric;
+    v_before  numeric;
 BEGIN
     v_out := budgetd_idem_get(p_scope, p_idem, p_hash, coalesce(p_now, budgetd_clock()));
     IF v_out IS NOT NULL THEN
@@ -48,12 +49,18 @@ BEGIN
         ELSIF v_charge > v_h.amount AND NOT p_overrun THEN
             v_refusal := 'exceeds_hold';
         ELSE
+            IF cardinality(v_l.thresholds) > 0 THEN
+                v_before := budgetd_used(v_l, v_h.key, v_now);
+            END IF;
             v_level := budgetd_settle(v_l, v_h.key, v_now);
             IF v_level + v_charge > budgetd_max_level() THEN
                 RAISE EXCEPTION 'level % + % would exceed 10^15', v_level, v_charge USING ERRCODE = budgetd_code_level_overflow();
             END IF;
             PERFORM budgetd_write(v_l, v_h.key, v_level + v_charge, v_now, v_charge);
             UPDATE holds SET state = 'committed', committed_amount = v_charge, resolved_at = v_now WHERE id = p_id;
+            IF cardinality(v_l.thresholds) > 0 THEN
+                PERFORM budgetd_notice(v_l, v_h.key, v_before, v_now);
+            END IF;
             PERFORM budgetd_record(v_l, v_h.key, v_now, 'committed', v_charge, p_id, p_meta);
             v_wrote := true;
         END IF;
@@ -61,9 +68,15 @@ BEGIN
         IF v_h.state = 'committed' THEN
             v_refusal := 'reservation_closed';
         ELSIF v_h.state = 'active' THEN
+            IF cardinality(v_l.thresholds) > 0 THEN
+                v_before := budgetd_used(v_l, v_h.key, v_now);
+            END IF;
             v_level := budgetd_settle(v_l, v_h.key, v_now);
             PERFORM budgetd_write(v_l, v_h.key, v_level, v_now);
             UPDATE holds SET state = 'released', resolved_at = v_now WHERE id = p_id;
+            IF cardinality(v_l.thresholds) > 0 THEN
+                PERFORM budgetd_notice(v_l, v_h.key, v_before, v_now);
+            END IF;
             PERFORM budgetd_record(v_l, v_h.key, v_now, 'released', v_h.amount, p_id, p_meta);
             v_wrote := true;
         END IF;
