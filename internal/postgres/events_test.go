@@ -164,3 +164,45 @@ func TestEventsGapFreeUnderWriters(t *testing.T) {
 		})
 	}
 }
+
+// TestPruneKeepsReachedMarks: the pruner deletes a bucket that leaked empty,
+// unless it keeps a reached threshold whose recovery its next write must
+// emit; that write emits it, and then the bucket goes. Events older than 7
+// days are pruned.
+func TestPruneKeepsReachedMarks(t *testing.T) {
+	clock := ledgertest.NewClock()
+	s := open(t, postgres.WithClock(clock.Now))
+	ctx := context.Background()
+	th, _ := ledger.ParseThreshold("thresholds", "5")
+	for _, name := range []string{"plain", "marked"} {
+		l := ledger.Limit{Name: name, Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Second}
+		if name == "marked" {
+			l.Thresholds = []ledger.Threshold{th}
+		}
+		if _, err := s.PutLimit(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Fillup(ctx, []ledger.Charge{{Bucket: ledger.BucketRef{Limit: name, Key: "k"}, Cost: dec("6")}}, ledger.Idempotency{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Minute) // both leaked empty
+	if st, err := s.Prune(ctx); err != nil || st.EmptyBuckets != 1 {
+		t.Fatalf("prune: %+v %v, want only the bucket without a reached threshold deleted", st, err)
+	}
+	_, cursor := allEvents(t, s, "", 100)
+	if _, err := s.Fillup(ctx, []ledger.Charge{{Bucket: ledger.BucketRef{Limit: "marked", Key: "k"}, Cost: dec("1")}}, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := allEvents(t, s, cursor, 100)
+	if len(evs) != 1 || evs[0].Type != ledger.EventThresholdRecovered || !evs[0].Used.Equal(dec("1")) {
+		t.Fatalf("the write after the prune: events %+v, want the recovery", evs)
+	}
+	clock.Advance(8 * 24 * time.Hour)
+	if st, err := s.Prune(ctx); err != nil || st.EmptyBuckets != 1 || st.Rows != 2 {
+		t.Fatalf("prune after 8 days: %+v %v, want the bucket and both events deleted", st, err)
+	}
+	if evs, _ := allEvents(t, s, "", 100); len(evs) != 0 {
+		t.Fatalf("events after 8 days: %+v", evs)
+	}
+}

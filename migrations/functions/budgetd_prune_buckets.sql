@@ -1,7 +1,8 @@
 -- Scans up to p_batch buckets after the cursor (p_after_limit, p_after_key) and
--- deletes those that are empty at p_now with no active hold and no history
--- left, or whose limit is gone. Returns the cursor to continue from (NULL once
--- the scan reached the end) and how many it deleted.
+-- deletes those that are empty at p_now with no active hold, no history left
+-- and no reached threshold of the current period, or whose limit is gone.
+-- Returns the cursor to continue from (NULL once the scan reached the end)
+-- and how many it deleted.
 CREATE OR REPLACE FUNCTION budgetd_prune_buckets(p_after_limit bigint, p_after_key text, p_now timestamptz, p_batch int,
                                       OUT next_limit bigint, OUT next_key text, OUT deleted int)
 LANGUAGE plpgsql AS $$
@@ -40,6 +41,9 @@ BEGIN
                     AND budgetd_level_at(b.level, b.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now, v_r.pstart,
                                          v_r.wlen, v_r.wprec, b.slot_idx, b.slot_sum) = 0
                     AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.limit_id = b.limit_id AND h.key = b.key AND h.state = 'active')
+                    -- A reached threshold of the current period (any, when not
+                    -- periodic): the next write must see it to emit the recovery.
+                    AND (b.th_above = 0 OR (v_r.pstart IS NOT NULL AND b.th_period <> v_r.pstart))
                     AND NOT EXISTS (SELECT 1 FROM history e WHERE e.limit_id = b.limit_id AND e.key = b.key)));
         GET DIAGNOSTICS v_n = ROW_COUNT;
         deleted := deleted + v_n;
