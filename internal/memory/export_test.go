@@ -7,3 +7,26 @@ func (s *Store) IdempotencyUse() (records int, bytes int64) {
 	defer s.idem.mu.Unlock()
 	return len(s.idem.records), s.idem.bytes
 }
+
+// Sweep prunes every shard as the store does after many writes.
+func (s *Store) Sweep() {
+	s.limitsMu.RLock()
+	defer s.limitsMu.RUnlock()
+	now := s.clock()
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		s.sweep(&s.shards[i], now)
+		s.shards[i].mu.Unlock()
+	}
+}
+
+// Buckets is how many buckets the store holds.
+func (s *Store) Buckets() int {
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].buckets)
+		s.shards[i].mu.Unlock()
+	}
+	return n
+}

@@ -527,7 +527,7 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 		if cut > 0 {
 			b.setHistory(slices.Delete(h, 0, cut))
 		}
-		if (b.more == nil || len(b.more.holds) == 0 && len(b.more.history) == 0) && bucket.LevelAt(l.Rule(), b.state(), now).IsZero() {
+		if (b.more == nil || len(b.more.holds) == 0 && len(b.more.history) == 0) && bucket.LevelAt(l.Rule(), b.state(), now).IsZero() && !reached(l, b, now) {
 			delete(sh.buckets, ref)
 		}
 	}
@@ -538,6 +538,21 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 			}
 		}
 	}
+}
+
+// reached says whether b keeps a threshold mark that its next write must
+// see (to emit the recovery): a mark of the current period of a periodic
+// limit, or any mark of another kind. Such a bucket is not pruned.
+func reached(l ledger.Limit, b *bucketRec, now time.Time) bool {
+	m := b.marks()
+	if m.Above == 0 {
+		return false
+	}
+	if l.Period == nil {
+		return true
+	}
+	start, _ := l.Rule().Period.Bounds(now)
+	return m.Period == start.UnixMicro()
 }
 
 // lockShards locks the shards of refs in index order and returns an unlock.
