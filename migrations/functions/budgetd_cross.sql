@@ -1,17 +1,18 @@
 -- The rule of threshold events (ledger.Cross), for the writes at p_now that
 -- took the locked bucket p_key of limit p_l from use p_before to each use of
--- p_afters in turn (level + held at p_now after each write) with p_start the start (µs) of the period that contains
--- p_now (NULL for a limit that is not periodic), given the marks the bucket
--- kept (p_sig, p_above, p_period). Marks kept for another list of
--- thresholds are first recomputed from p_before without events, marks of an
--- earlier period clear without events; then, write by write, every
--- threshold that its use after reaches (>=) and was not marked is crossed,
--- every marked one it no longer reaches is left. The events go into the
--- outbox in the order of the writes, then of the thresholds, each with the
--- use after its write, and the bucket keeps the new marks. A threshold's level is
--- capacity × percentage / 100 ("80%") or the amount ("4500"). Callers skip
--- it for a limit without thresholds (budgetd_put_limit clears the marks of
--- its buckets when a limit loses its thresholds).
+-- p_afters in turn (level + held at p_now after each write), p_start being
+-- the start (µs) of the period that contains p_now (NULL for a limit that is
+-- not periodic), given the marks the bucket kept (p_sig, p_above,
+-- p_period). Marks kept for another list of thresholds are first recomputed
+-- from p_before without events, marks of an earlier period clear without
+-- events; then, write by write, every threshold that its use after reaches
+-- (>=) and was not marked is crossed, every marked one it no longer reaches
+-- is left. The events go into the outbox in the order of the writes, then of
+-- the thresholds, each with the use after its write, and the bucket keeps
+-- the new marks. A threshold's level is capacity × percentage × 0.01 ("80%";
+-- exact, as numeric multiplication never rounds) or the amount ("4500").
+-- Callers skip it for a limit without thresholds (budgetd_put_limit clears
+-- the marks of its buckets when a limit loses its thresholds).
 CREATE OR REPLACE FUNCTION budgetd_cross(p_l limits, p_key text, p_sig integer, p_above integer, p_period bigint,
                                          p_before numeric, p_afters numeric[], p_now timestamptz, p_start bigint)
 RETURNS void LANGUAGE plpgsql AS $$
@@ -30,7 +31,7 @@ BEGIN
         IF p_period = v_period THEN
             FOR i IN 1 .. cardinality(p_l.thresholds) LOOP
                 v_t := p_l.thresholds[i];
-                v_level := CASE WHEN right(v_t, 1) = '%' THEN p_l.capacity * left(v_t, -1)::numeric / 100 ELSE v_t::numeric END;
+                v_level := CASE WHEN right(v_t, 1) = '%' THEN p_l.capacity * left(v_t, -1)::numeric * 0.01 ELSE v_t::numeric END;
                 IF p_before >= v_level THEN
                     v_above := v_above | (1 << (i - 1));
                 END IF;
@@ -40,7 +41,7 @@ BEGIN
     FOREACH v_after IN ARRAY p_afters LOOP
         FOR i IN 1 .. cardinality(p_l.thresholds) LOOP
             v_t := p_l.thresholds[i];
-            v_level := CASE WHEN right(v_t, 1) = '%' THEN p_l.capacity * left(v_t, -1)::numeric / 100 ELSE v_t::numeric END;
+            v_level := CASE WHEN right(v_t, 1) = '%' THEN p_l.capacity * left(v_t, -1)::numeric * 0.01 ELSE v_t::numeric END;
             v_bit := 1 << (i - 1);
             v_reach := v_after >= v_level;
             v_was := v_above & v_bit <> 0;

@@ -1,7 +1,6 @@
--- Runs the threshold rule (budgetd_cross) after a write
--- that took the locked bucket p_key of limit p_l from use p_before
--- (budgetd_used just before the write) to its state now. A write calls it
--- only for a limit with thresholds.
+-- Runs the threshold rule (budgetd_cross) after a write that took the locked
+-- bucket p_key of limit p_l from use p_before (budgetd_used just before the
+-- write) to its state now. A write calls it only for a limit with thresholds.
 CREATE OR REPLACE FUNCTION budgetd_notice(p_l limits, p_key text, p_before numeric, p_now timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE

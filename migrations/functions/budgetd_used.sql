@@ -1,6 +1,6 @@
--- The use of the bucket p_key of limit p_l at p_now, level +
--- held as decisions count them (ledger.UsedAt): the settled level and the
--- active holds that have not expired at p_now.
+-- The use of the bucket p_key of limit p_l at p_now, level + held as
+-- decisions count them (ledger.UsedAt): the settled level and the active
+-- holds that have not expired at p_now.
 CREATE OR REPLACE FUNCTION budgetd_used(p_l limits, p_key text, p_now timestamptz) RETURNS numeric
 LANGUAGE sql STABLE AS $$
     SELECT coalesce((SELECT budgetd_level_at(b.level, b.updated_at, p_l.leak_amount, p_l.leak_per_us, p_now,
