@@ -95,6 +95,9 @@ type Limit struct {
 	// Grace is how far above capacity a soft limit accepts, a percentage
 	// of the capacity such as "10%"; nil for the other modes.
 	Grace *Percent `json:"grace"`
+	// Thresholds are the points of a bucket's use at which a write emits
+	// an event: "80%" (of the capacity) or "4500.00" (an amount).
+	Thresholds []string `json:"thresholds"`
 	// CreatedAt is when the limit was first created.
 	CreatedAt Time `json:"created_at"`
 	// UpdatedAt is when the limit was last written.
@@ -177,6 +180,10 @@ type LimitPut struct {
 	// Grace is, for ModeSoft only, how far above capacity the limit
 	// accepts: 0% to 100%, at most 2 decimals; nil is 0%.
 	Grace *Percent `json:"grace,omitempty"`
+	// Thresholds are at most 8 distinct points of use at which a write
+	// emits an event: "80%" (above 0, at most 200%, 2 decimals) or an
+	// amount; nil is none.
+	Thresholds []string `json:"thresholds,omitempty"`
 	// History says whether the limit records history; nil is the default
 	// (true).
 	History *bool `json:"history,omitempty"`
@@ -607,4 +614,45 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// The types of events.
+const (
+	// EventThresholdCrossed: a write took a bucket's use (level + held) to
+	// a threshold it had not reached.
+	EventThresholdCrossed = "threshold.crossed"
+	// EventThresholdRecovered: a write found a bucket's use below a
+	// threshold it had reached (a drain or release, or a leak, expiry,
+	// period or window noticed at that write).
+	EventThresholdRecovered = "threshold.recovered"
+)
+
+// WebhookEvent is an event as GET /v1/events lists it and a webhook
+// delivers it: written in the same atomic step as the write that caused it.
+type WebhookEvent struct {
+	// ID is the store's id of the event (the webhook-id header).
+	ID string `json:"id"`
+	// Type is EventThresholdCrossed or EventThresholdRecovered.
+	Type string `json:"type"`
+	// Time is the store's clock at the write.
+	Time Time `json:"time"`
+	// Limit and Key name the bucket.
+	Limit string `json:"limit"`
+	Key   string `json:"key"`
+	// Threshold is the threshold as the limit lists it.
+	Threshold string `json:"threshold"`
+	// Used is the bucket's level + held after the write.
+	Used decimal.Decimal `json:"used"`
+	// Capacity is the bucket's effective capacity at the write.
+	Capacity decimal.Decimal `json:"capacity"`
+	// PeriodStart is the start of the period of a periodic limit; nil for
+	// another kind.
+	PeriodStart *Time `json:"period_start"`
+}
+
+// EventPage is a page of GET /v1/events: NextCursor is where to continue
+// from, also when Items is empty (poll again with it later).
+type EventPage struct {
+	Items      []WebhookEvent `json:"items"`
+	NextCursor string         `json:"next_cursor"`
 }

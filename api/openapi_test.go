@@ -246,6 +246,8 @@ func TestOpenAPIMatchesTheTypes(t *testing.T) {
 		"MultiFillupResult":       reflect.TypeFor[api.MultiFillupResult](),
 		"Problem":                 reflect.TypeFor[api.Problem](),
 		"Health":                  reflect.TypeFor[api.Health](),
+		"WebhookEvent":            reflect.TypeFor[api.WebhookEvent](),
+		"EventPage":               reflect.TypeFor[api.EventPage](),
 	}
 	// Schemas of single values, not documents.
 	values := map[string]bool{"AmountInput": true, "Decimal": true, "Percent": true, "Duration": true, "Timestamp": true, "ProblemCode": true, "Meta": true}

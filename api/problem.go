@@ -61,6 +61,9 @@ const (
 	CodeShuttingDown Code = "shutting_down"
 	// CodeInternal: an internal error (500).
 	CodeInternal Code = "internal"
+	// CodeNotServed: the store does not serve this setting of a limit yet
+	// (501); nothing changed.
+	CodeNotServed Code = "not_served"
 )
 
 // Codes lists every problem code, in the order of docs/api.md.
@@ -69,7 +72,7 @@ var Codes = []Code{
 	CodeLimitNotFound, CodeReservationNotFound, CodeNotFound, CodeMethodNotAllowed, CodeIdempotencyInFlight,
 	CodeTooManyHolds, CodeReservationClosed, CodeReservationExpired, CodePayloadTooLarge, CodeExceedsHold,
 	CodeLevelOverflow, CodeIdempotencyKeyReused, CodeUnauthorized, CodeForbidden, CodeStoreUnavailable,
-	CodeIdempotencyStoreFull, CodeShuttingDown, CodeInternal,
+	CodeIdempotencyStoreFull, CodeShuttingDown, CodeInternal, CodeNotServed,
 }
 
 // Problem is an RFC 9457 problem document (application/problem+json): every

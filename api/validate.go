@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -172,6 +173,9 @@ func (p LimitPut) Validate() error {
 	if err := p.validateMode(); err != nil {
 		return err
 	}
+	if err := validateThresholds(p.Thresholds); err != nil {
+		return err
+	}
 	switch {
 	case p.Window != nil && (p.Leak != nil || p.Period != nil):
 		return invalid(CodeInvalidRequest, "window", "a limit has one of leak (a rate), period (a calendar budget) or window (a rolling window), not several")
@@ -232,6 +236,51 @@ func (p LimitPut) validateMode() error {
 		return invalid(CodeInvalidRequest, "grace", "%s is not a percentage from 0%% to %d%% with at most 2 decimals", p.Grace, MaxGrace)
 	}
 	return nil
+}
+
+// MaxThresholds is the most thresholds a limit may list.
+const MaxThresholds = 8
+
+// validateThresholds refuses more than MaxThresholds, a threshold that is
+// neither a percentage above 0% and at most 200% with at most 2 decimals nor
+// an amount above 0, and one listed twice.
+func validateThresholds(ts []string) error {
+	if len(ts) > MaxThresholds {
+		return invalid(CodeInvalidRequest, "thresholds", "a limit has at most %d thresholds, not %d", MaxThresholds, len(ts))
+	}
+	seen := make([]decimal.Decimal, 0, len(ts))
+	pct := make([]bool, 0, len(ts))
+	for i, t := range ts {
+		field := fmt.Sprintf("thresholds[%d]", i)
+		var v decimal.Decimal
+		isPct := strings.HasSuffix(t, "%")
+		if isPct {
+			p, err := ParsePercent(field, t)
+			if err != nil || p.Sign() <= 0 || p.GreaterThan(decimal.NewFromInt(200)) {
+				return invalid(CodeInvalidRequest, field, "%q is not a percentage above 0%% and at most 200%% with at most 2 decimals", t)
+			}
+			v = p
+		} else {
+			a, err := decimal.NewFromString(t)
+			if err != nil || !plainDecimal(t) || CheckAmount(field, a, true) != nil {
+				return invalid(CodeInvalidRequest, field, "%q is neither a percentage like \"80%%\" nor an amount like \"4500.00\"", t)
+			}
+			v = a
+		}
+		for j := range seen {
+			if pct[j] == isPct && seen[j].Equal(v) {
+				return invalid(CodeInvalidRequest, field, "%s is listed twice", t)
+			}
+		}
+		seen, pct = append(seen, v), append(pct, isPct)
+	}
+	return nil
+}
+
+// plainDecimal says whether s is digits with an optional '.' and digits.
+func plainDecimal(s string) bool {
+	intPart, frac, dot := strings.Cut(s, ".")
+	return intPart != "" && allDigits(intPart) && allDigits(frac) && (!dot || frac != "")
 }
 
 // validate refuses a window budgetd would refuse.

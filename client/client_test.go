@@ -342,3 +342,34 @@ func TestModes(t *testing.T) {
 		t.Fatalf("grace without soft: %v", err)
 	}
 }
+
+// TestEvents: thresholds written by the client come back on the limit, and
+// the events of a crossing are read with Events and AllEvents, each once.
+func TestEvents(t *testing.T) {
+	ctx := context.Background()
+	c, _ := newBudgetd(t)
+	l, err := c.PutLimit(ctx, "cap", client.LimitSpec{Capacity: dec("100"), Period: &client.Period{Every: api.Month}, Thresholds: []string{"50%", "90"}})
+	if err != nil || strings.Join(l.Thresholds, ",") != "50%,90" {
+		t.Fatalf("PutLimit: %+v %v", l, err)
+	}
+	if _, err := c.Fillup(ctx, "cap", "k", dec("95")); err != nil {
+		t.Fatal(err)
+	}
+	page, next, err := c.Events(ctx, "", 1)
+	if err != nil || len(page) != 1 || page[0].Threshold != "50%" || page[0].Type != api.EventThresholdCrossed || !page[0].Used.Equal(dec("95")) || page[0].PeriodStart == nil {
+		t.Fatalf("Events: %+v %q %v", page, next, err)
+	}
+	var rest []string
+	for e, err := range c.AllEvents(ctx, next) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest = append(rest, e.Threshold)
+	}
+	if strings.Join(rest, ",") != "90" {
+		t.Fatalf("AllEvents after the first: %v", rest)
+	}
+	if _, err := c.PutLimit(ctx, "bad", client.LimitSpec{Capacity: dec("1"), Period: &client.Period{Every: api.Month}, Thresholds: []string{"300%"}}); err == nil {
+		t.Fatal("a threshold of 300% was taken")
+	}
+}

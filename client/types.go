@@ -125,10 +125,13 @@ type Limit struct {
 	RecordDenials bool
 	// Mode is api.ModeEnforce, api.ModeShadow or api.ModeSoft; Grace is
 	// the soft limit's grace in percent (10 for "10%"), zero otherwise.
-	Mode      api.Mode
-	Grace     decimal.Decimal
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Mode  api.Mode
+	Grace decimal.Decimal
+	// Thresholds are the points of use at which a write emits an event:
+	// "80%" or "4500".
+	Thresholds []string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // Kind is the kind of the limit: api.KindLeak, api.KindPeriod or
@@ -177,7 +180,7 @@ type Period struct {
 }
 
 func limitOfDoc(d api.Limit) Limit {
-	l := Limit{Name: d.Name, Capacity: d.Capacity, History: d.History, RecordDenials: d.RecordDenials, Mode: d.Mode, CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time}
+	l := Limit{Name: d.Name, Capacity: d.Capacity, History: d.History, RecordDenials: d.RecordDenials, Mode: d.Mode, Thresholds: d.Thresholds, CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time}
 	if d.Grace != nil {
 		l.Grace = d.Grace.Value
 	}
@@ -221,11 +224,14 @@ type LimitSpec struct {
 	// Grace is, for api.ModeSoft only, how far above capacity the limit
 	// accepts, in percent (10 for 10%); nil is 0%.
 	Grace *decimal.Decimal
+	// Thresholds are at most 8 distinct points of use at which a write
+	// emits an event: "80%" (of the capacity) or "4500.00".
+	Thresholds []string
 }
 
 // doc is the PUT body of the spec.
 func (s LimitSpec) doc() api.LimitPut {
-	p := api.LimitPut{Capacity: s.Capacity, History: s.History, RecordDenials: s.RecordDenials, Mode: s.Mode}
+	p := api.LimitPut{Capacity: s.Capacity, History: s.History, RecordDenials: s.RecordDenials, Mode: s.Mode, Thresholds: s.Thresholds}
 	if s.Grace != nil {
 		p.Grace = api.NewPercent(*s.Grace)
 	}

@@ -34,7 +34,7 @@ const (
 // cliCommands are the first arguments that make budgetd an operator CLI.
 var cliCommands = map[string]bool{
 	"limits": true, "check": true, "fillup": true, "history": true, "holds": true,
-	"reserve": true, "commit": true, "release": true, "drain": true, "help": true,
+	"reserve": true, "commit": true, "release": true, "drain": true, "events": true, "help": true,
 }
 
 // isCLI says whether args start with an operator command.
@@ -68,7 +68,8 @@ Operator commands (on a running budgetd):
                                                        any put takes --record-denials: a denied charge or hold
                                                        writes a denied history entry, and --mode enforce|shadow|soft
                                                        [--grace 10%]: shadow charges what enforce would deny
-                                                       (marked), soft accepts up to capacity + grace (marked)
+                                                       (marked), soft accepts up to capacity + grace (marked);
+                                                       --threshold 80% (repeatable, or an amount) emits events
   budgetd limits delete NAME                           delete a limit with its buckets and history
   budgetd check LIMIT KEY [COST]                       a bucket's state, or CanAccept of COST (changes nothing)
   budgetd fillup LIMIT KEY COST                        charge COST
@@ -78,6 +79,8 @@ Operator commands (on a running budgetd):
   budgetd release ID                                   end the hold ID without charging
   budgetd drain LIMIT KEY AMOUNT                       lower the level by AMOUNT (refunds, corrections)
   budgetd history LIMIT KEY [--limit N] [--cursor C]   a bucket's history, newest first
+  budgetd events [--after C] [--limit N]               events (thresholds crossed and recovered), oldest first;
+                                                       the next cursor is printed to poll with
   budgetd holds LIMIT KEY                              a bucket's active holds
   budgetd help                                         this text and the server's flags
 
@@ -117,6 +120,16 @@ func (m metaFlag) Set(v string) error {
 	return nil
 }
 
+// listFlag collects a repeated flag's values.
+type listFlag []string
+
+func (l *listFlag) String() string { return "" }
+
+func (l *listFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
 // cli is the parsed command line of an operator command.
 type cli struct {
 	server, token, ca string
@@ -130,6 +143,8 @@ type cli struct {
 	history           bool
 	recordDenials     bool
 	mode, grace       string
+	thresholds        listFlag
+	after             string
 	ttl               time.Duration
 	overrun           bool
 	meta              metaFlag
@@ -169,6 +184,8 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.BoolVar(&c.recordDenials, "record-denials", false, "")
 	fs.StringVar(&c.mode, "mode", "", "")
 	fs.StringVar(&c.grace, "grace", "", "")
+	fs.Var(&c.thresholds, "threshold", "")
+	fs.StringVar(&c.after, "after", "", "")
 	fs.DurationVar(&c.ttl, "ttl", 0, "")
 	fs.BoolVar(&c.overrun, "overrun", false, "")
 	fs.Var(c.meta, "meta", "")
@@ -406,6 +423,15 @@ func (c *cli) dispatch(ctx context.Context, cl *client.Client, cmd string) error
 			return err
 		}
 		return c.printDrained(d)
+	case "events":
+		if err := c.want("events", 0, 0); err != nil {
+			return err
+		}
+		es, next, err := cl.Events(ctx, c.after, c.limit)
+		if err != nil {
+			return err
+		}
+		return c.printEvents(es, next)
 	case "history":
 		if err := c.want("history", 2, 2); err != nil {
 			return err
@@ -491,7 +517,7 @@ func (c *cli) limitsPut(ctx context.Context, cl *client.Client) error {
 		return err
 	}
 	history, denials := c.history, c.recordDenials
-	spec := client.LimitSpec{Capacity: capacity, History: &history, RecordDenials: &denials, Mode: api.Mode(c.mode)}
+	spec := client.LimitSpec{Capacity: capacity, History: &history, RecordDenials: &denials, Mode: api.Mode(c.mode), Thresholds: c.thresholds}
 	if c.grace != "" {
 		if c.mode != string(api.ModeSoft) {
 			return usageError{"--grace goes with --mode soft"}

@@ -35,3 +35,27 @@ func TestCLIModes(t *testing.T) {
 	expect(2, "not a percentage", "limits", "put", "x", "--capacity", "1", "--period", "day", "--mode", "soft", "--grace", "ten")
 	expect(2, "(field mode)", "limits", "put", "x", "--capacity", "1", "--period", "day", "--mode", "strict")
 }
+
+// TestCLIEvents: a limit put with --threshold lists its events with
+// budgetd events, and --after continues after them.
+func TestCLIEvents(t *testing.T) {
+	server := startBudgetd(t)
+	expect := func(wantCode int, wantOut string, args ...string) string {
+		t.Helper()
+		out, code := cliRun(t, server, args...)
+		if code != wantCode || !strings.Contains(out, wantOut) {
+			t.Fatalf("budgetd %s: exit %d, want %d; output:\n%s\nwant it to contain %q", strings.Join(args, " "), code, wantCode, out, wantOut)
+		}
+		return out
+	}
+	expect(0, `"80%"`, "limits", "put", "spend", "--capacity", "100", "--period", "month", "--threshold", "50%", "--threshold", "80%", "--json")
+	expect(0, "accepted", "fillup", "spend", "team", "85")
+	out := expect(0, "threshold.crossed", "events")
+	if strings.Count(out, "threshold.crossed") != 2 || !strings.Contains(out, "next: --after 2") {
+		t.Fatalf("events:\n%s", out)
+	}
+	if out := expect(0, `"items": []`, "events", "--after", "2", "--json"); !strings.Contains(out, `"next_cursor": "2"`) {
+		t.Fatalf("events --after 2 --json:\n%s", out)
+	}
+	expect(2, "(field thresholds[0])", "limits", "put", "x", "--capacity", "1", "--period", "day", "--threshold", "0%")
+}

@@ -53,7 +53,10 @@ func (c *cli) table(header string, rows [][]string) {
 
 // limitDoc is l as budgetd's limit document.
 func limitDoc(l client.Limit) api.Limit {
-	d := api.Limit{Name: l.Name, Capacity: l.Capacity, History: l.History, RecordDenials: l.RecordDenials, Mode: l.Mode, CreatedAt: api.NewTime(l.CreatedAt), UpdatedAt: api.NewTime(l.UpdatedAt)}
+	d := api.Limit{Name: l.Name, Capacity: l.Capacity, History: l.History, RecordDenials: l.RecordDenials, Mode: l.Mode, Thresholds: l.Thresholds, CreatedAt: api.NewTime(l.CreatedAt), UpdatedAt: api.NewTime(l.UpdatedAt)}
+	if d.Thresholds == nil {
+		d.Thresholds = []string{}
+	}
 	if l.Mode == api.ModeSoft {
 		d.Grace = api.NewPercent(l.Grace)
 	}
@@ -272,6 +275,23 @@ func (c *cli) printDrained(d client.Drained) error {
 		})
 	}
 	c.table("REMOVED\tLEVEL\tHELD\tREMAINING\tCAPACITY", [][]string{{d.Removed.String(), b.Level.String(), b.Held.String(), b.Remaining.String(), b.Capacity.String()}})
+	return nil
+}
+
+func (c *cli) printEvents(es []client.Event, next string) error {
+	if c.json {
+		out := make([]api.WebhookEvent, len(es))
+		for i, e := range es {
+			out[i] = api.WebhookEvent{ID: e.ID, Type: e.Type, Time: api.NewTime(e.Time), Limit: e.Limit, Key: e.Key, Threshold: e.Threshold, Used: e.Used, Capacity: e.Capacity, PeriodStart: docTime(e.PeriodStart)}
+		}
+		return c.printJSON(api.EventPage{Items: out, NextCursor: next})
+	}
+	rows := make([][]string, len(es))
+	for i, e := range es {
+		rows[i] = []string{fmtTime(e.Time), e.Type, e.Limit, e.Key, e.Threshold, e.Used.String(), e.Capacity.String(), e.ID}
+	}
+	c.table("TIME\tTYPE\tLIMIT\tKEY\tTHRESHOLD\tUSED\tCAPACITY\tID", rows)
+	fmt.Fprintf(c.stdout, "next: --after %s\n", next)
 	return nil
 }
 

@@ -219,6 +219,9 @@ func TestContract(t *testing.T) {
 	raw("GET", "/metrics", "")
 	raw("GET", "/v1/limits/spend/buckets/a%2Fb/levels?points=5", "")
 	raw("GET", "/v1/limits/spend/buckets/a%2Fb/levels?points=1", "")
+	if _, _, err := c.Events(ctx, "", 10); err != nil {
+		t.Fatal(err)
+	}
 	must(c.DeleteLimit(ctx, "rows"))
 
 	// Every operation of the document that the server routes was exercised.

@@ -90,10 +90,11 @@ type limitBody struct {
 	// RecordDenials defaults to false.
 	RecordDenials *bool `json:"record_denials"`
 	// Mode defaults to enforce; Grace ("10%") is for soft mode only.
-	Mode      *string         `json:"mode"`
-	Grace     *string         `json:"grace"`
-	CreatedAt json.RawMessage `json:"created_at"`
-	UpdatedAt json.RawMessage `json:"updated_at"`
+	Mode       *string         `json:"mode"`
+	Grace      *string         `json:"grace"`
+	Thresholds *[]string       `json:"thresholds"`
+	CreatedAt  json.RawMessage `json:"created_at"`
+	UpdatedAt  json.RawMessage `json:"updated_at"`
 }
 
 func (s *server) putLimit(c echo.Context) error {
@@ -182,6 +183,15 @@ func (s *server) putLimit(c echo.Context) error {
 			return invalidRequest("grace", err.(*api.Problem).Detail)
 		}
 		spec.Grace = g
+	}
+	if body.Thresholds != nil {
+		for i, t := range *body.Thresholds {
+			th, err := ledger.ParseThreshold("thresholds["+strconv.Itoa(i)+"]", t)
+			if err != nil {
+				return err
+			}
+			spec.Thresholds = append(spec.Thresholds, th)
+		}
 	}
 	ctx := c.Request().Context()
 	before, err := s.svc.GetLimit(ctx, name)

@@ -43,6 +43,7 @@ var sentinels = []struct {
 	{ledger.ErrLevelOverflow, http.StatusUnprocessableEntity, "level_overflow"},
 	{ledger.ErrIdempotencyFull, http.StatusServiceUnavailable, "idempotency_store_full"},
 	{ledger.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable"},
+	{ledger.ErrNotServed, http.StatusNotImplemented, "not_served"},
 	{context.DeadlineExceeded, http.StatusServiceUnavailable, "store_unavailable"},
 	{context.Canceled, http.StatusServiceUnavailable, "store_unavailable"},
 }

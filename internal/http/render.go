@@ -322,10 +322,12 @@ type limitView struct {
 	// RecordDenials: a denial writes a denied history entry.
 	RecordDenials bool `json:"record_denials"`
 	// Mode is enforce, shadow or soft; Grace ("10%") is null unless soft.
-	Mode      string  `json:"mode"`
-	Grace     *string `json:"grace"`
-	CreatedAt string  `json:"created_at"`
-	UpdatedAt string  `json:"updated_at"`
+	Mode  string  `json:"mode"`
+	Grace *string `json:"grace"`
+	// Thresholds are the limit's thresholds as written: "80%", "4500".
+	Thresholds []string `json:"thresholds"`
+	CreatedAt  string   `json:"created_at"`
+	UpdatedAt  string   `json:"updated_at"`
 }
 
 // windowView is a rolling window with the precision in force.
@@ -353,12 +355,16 @@ func viewLimit(l ledger.Limit) limitView {
 		History:       l.History,
 		RecordDenials: l.RecordDenials,
 		Mode:          cmp.Or(l.Mode, ledger.ModeEnforce),
+		Thresholds:    make([]string, len(l.Thresholds)),
 		CreatedAt:     formatTime(l.CreatedAt),
 		UpdatedAt:     formatTime(l.UpdatedAt),
 	}
 	if l.Mode == ledger.ModeSoft {
 		g := l.Grace.String() + "%"
 		v.Grace = &g
+	}
+	for i, t := range l.Thresholds {
+		v.Thresholds[i] = t.String()
 	}
 	if l.Period != nil {
 		p := periodView{Every: l.Period.Every, TZ: l.Period.TZ}

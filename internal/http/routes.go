@@ -28,6 +28,7 @@ func (s *server) routes(e *echo.Echo) {
 	v1.GET("/limits/:name/buckets/:key/history", s.history)
 	v1.GET("/limits/:name/buckets/:key/levels", s.levels)
 	v1.POST("/fillup", s.multiFillup)
+	v1.GET("/events", s.events)
 
 	v1.GET("/reservations/:id", s.getReservation)
 	v1.POST("/reservations/:id/commit", s.commit)

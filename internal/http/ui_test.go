@@ -273,8 +273,17 @@ func testDashboardPeriods(t *testing.T, b context.Context) {
 				t.Errorf("limit row %v", r)
 			}
 		}
+		// A store that keeps events draws the thresholds on the chart.
+		withThresholds := a.do("PUT", "/v1/limits/monthly", `{"capacity":"100","period":{"every":"month","tz":"Europe/Berlin"},"history":true,"mode":"soft","grace":"10%","thresholds":["50%","90"]}`).status == 200
 		tb.open("#/l/monthly/b/team")
 		tb.wait(`document.querySelectorAll('svg.chart circle.point').length === 4`)
+		if withThresholds {
+			var lines []string
+			tb.eval(`[...document.querySelectorAll('svg.chart line.threshold')].map(l => l.dataset.threshold + "=" + l.dataset.level)`, &lines)
+			if strings.Join(lines, " ") != "50%=50 90=90" {
+				t.Errorf("threshold lines %v, want 50%%=50 90=90", lines)
+			}
+		}
 		var got []string
 		tb.eval(`[...document.querySelectorAll('svg.chart circle.point')].map(c => c.dataset.level)`, &got)
 		if strings.Join(got, " ") != strings.Join(want, " ") {

@@ -40,6 +40,9 @@ var (
 	// not unavailability (a scan or type error: a bug) is not wrapped in it
 	// and is answered as a generic 500.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrNotServed: the store does not serve this setting of a limit yet
+	// (501 not_served); nothing changed.
+	ErrNotServed = errors.New("this store does not serve this yet")
 )
 
 // InvalidError is bad input: Code is the stable machine-readable code

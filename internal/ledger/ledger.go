@@ -34,10 +34,13 @@ type Limit struct {
 	// or ModeSoft (accepts it while level + held stays within capacity ×
 	// (1 + Grace/100), marked over_capacity). Grace is a percentage from 0 to
 	// 100 with at most 2 decimals, zero unless the mode is ModeSoft.
-	Mode      string
-	Grace     decimal.Decimal
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Mode  string
+	Grace decimal.Decimal
+	// Thresholds are the points of a bucket's use at which a write emits
+	// an event (at most MaxThresholds, distinct).
+	Thresholds []Threshold
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // The modes of a limit (Limit.Mode).

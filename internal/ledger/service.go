@@ -59,6 +59,8 @@ type LimitSpec struct {
 	// (a percentage, 0 to 100 with at most 2 decimals) only with ModeSoft.
 	Mode  string
 	Grace decimal.Decimal
+	// Thresholds emit events when a write reaches or leaves them.
+	Thresholds []Threshold
 }
 
 // PutLimit creates or updates the limit name.
@@ -74,6 +76,15 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 		return Limit{}, err
 	}
 	l.Mode, l.Grace = cmp.Or(spec.Mode, ModeEnforce), spec.Grace
+	if err := ValidateThresholds(spec.Thresholds); err != nil {
+		return Limit{}, err
+	}
+	l.Thresholds = spec.Thresholds
+	if len(l.Thresholds) > 0 {
+		if _, ok := EventsOf(s.store); !ok {
+			return Limit{}, fmt.Errorf("thresholds: %w", ErrNotServed)
+		}
+	}
 	if spec.Window != nil {
 		if spec.Period != nil {
 			return Limit{}, invalid("invalid_request", "window", "a limit has one of leak, period or window, not several")
@@ -115,6 +126,16 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 	}
 	l.LeakAmount, l.LeakPer = spec.LeakAmount, spec.LeakPer
 	return s.store.PutLimit(ctx, l)
+}
+
+// Events lists up to n events after cursor and the cursor to continue
+// from (EventStore.Events). A store that keeps no events has none.
+func (s *Service) Events(ctx context.Context, cursor string, n int) ([]OutboxEvent, string, error) {
+	es, ok := EventsOf(s.store)
+	if !ok {
+		return nil, cursor, nil
+	}
+	return es.Events(ctx, cursor, n)
 }
 
 // GetLimit returns the limit name.

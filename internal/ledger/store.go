@@ -136,6 +136,37 @@ type Store interface {
 	Close() error
 }
 
+// EventStore is a Store that keeps the events writes emit (thresholds
+// crossed and recovered) in the same atomic step as the write. A store that
+// is not one refuses limits with thresholds (ErrNotServed).
+type EventStore interface {
+	Store
+	// Events lists up to n of the events that writes emitted, after cursor
+	// ("" for the oldest kept), in the order the store made them visible:
+	// every event once across pages, those of one bucket in the order of
+	// their writes. It returns the cursor to continue from: after the last
+	// event listed, or cursor itself when there is none yet (a caller polls
+	// with it). A cursor older than what the store keeps continues from the
+	// oldest event kept. It writes nothing a caller can see and may be
+	// retried.
+	Events(ctx context.Context, cursor string, n int) ([]OutboxEvent, string, error)
+}
+
+// EventsOf returns the EventStore that st is or wraps (through Unwrap
+// methods), and false when there is none.
+func EventsOf(st Store) (EventStore, bool) {
+	for {
+		if es, ok := st.(EventStore); ok {
+			return es, true
+		}
+		u, ok := st.(interface{ Unwrap() Store })
+		if !ok {
+			return nil, false
+		}
+		st = u.Unwrap()
+	}
+}
+
 // MaxHolds is the most active holds one bucket may have.
 const MaxHolds = 1000
 

@@ -57,7 +57,8 @@ type Store struct {
 	shards [shardCount]shard
 	nextID atomic.Int64
 
-	idem idemTable
+	idem   idemTable
+	events eventLog
 }
 
 // Option configures a Store.
@@ -129,6 +130,7 @@ func New(opts ...Option) *Store {
 	s.idem.records = map[idemKey]*idemRecord{}
 	s.idem.callers = map[string]*callerUse{}
 	s.idem.maxRecords, s.idem.maxBytes = DefaultIdempotencyRecords, DefaultIdempotencyBytes
+	s.events.retention = DefaultEventRetention
 	for _, o := range opts {
 		o(s)
 	}
@@ -166,6 +168,27 @@ type bucketMore struct {
 	holds   []bucket.Hold
 	history []ledger.Entry
 	slots   []bucket.Slot
+	marks   ledger.Marks
+}
+
+// marks returns b's threshold marks.
+func (b *bucketRec) marks() ledger.Marks {
+	if b.more == nil {
+		return ledger.Marks{}
+	}
+	return b.more.marks
+}
+
+// setMarks stores b's threshold marks.
+func (b *bucketRec) setMarks(m ledger.Marks) {
+	if b.more == nil {
+		if m == (ledger.Marks{}) {
+			return
+		}
+		b.more = &bucketMore{}
+	}
+	b.more.marks = m
+	b.trim()
 }
 
 // holds returns b's holds, nil for none.
@@ -214,7 +237,7 @@ func (b *bucketRec) set(st bucket.State) {
 
 // trim drops b.more once it holds nothing.
 func (b *bucketRec) trim() {
-	if len(b.more.holds) == 0 && len(b.more.history) == 0 && len(b.more.slots) == 0 {
+	if len(b.more.holds) == 0 && len(b.more.history) == 0 && len(b.more.slots) == 0 && b.more.marks == (ledger.Marks{}) {
 		b.more = nil
 	}
 }
@@ -612,7 +635,9 @@ func (s *Store) fillupOne(it ledger.Charge) (ledger.FillupOutcome, error) {
 // the entry's id. The caller holds sh.mu.
 func (s *Store) charge(l ledger.Limit, sh *shard, it ledger.Charge, ns bucket.State, now time.Time) (*bucketRec, string) {
 	b := sh.bucketFor(l, it.Bucket)
-	s.apply(l, sh, b, ns, bucket.Expired(b.state(), now))
+	before := b.state()
+	s.apply(l, sh, b, ns, bucket.Expired(before, now))
+	s.notice(l, it.Bucket, b, before, now)
 	id := s.record(l, b, now, ledger.EventFillup, it.Cost, "", it.Meta)
 	s.wrote(sh, now)
 	return b, id
@@ -636,7 +661,9 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		// A drain that can remove nothing is a no-op, like a drain of 0.
 		if removed, ns := bucket.Drain(l.Rule(), b.state(), now, ledger.Amount(amount)); removed.Sign() > 0 {
 			out.Removed = removed.Decimal()
-			s.apply(l, sh, b, ns, bucket.Expired(b.state(), now))
+			before := b.state()
+			s.apply(l, sh, b, ns, bucket.Expired(before, now))
+			s.notice(l, ref, b, before, now)
 			out.EntryID = s.record(l, b, now, ledger.EventDrain, out.Removed, "", meta)
 			s.wrote(sh, now)
 		}
@@ -680,6 +707,7 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		}}
 		ns.Holds[len(ns.Holds)-1].ID = h.res.ID
 		s.apply(l, sh, b, ns, bucket.Expired(st, now))
+		s.notice(l, ref, b, st, now)
 		sh.holds[h.res.ID] = h
 		entry := s.record(l, b, now, ledger.EventReserved, amount, h.res.ID, meta)
 		s.wrote(sh, now)
@@ -764,6 +792,7 @@ func (s *Store) resolveHold(l ledger.Limit, sh *shard, b *bucketRec, h *holdRec,
 	st := b.state()
 	i := slices.IndexFunc(st.Holds, func(x bucket.Hold) bool { return x.ID == h.res.ID })
 	s.apply(l, sh, b, bucket.Resolve(l.Rule(), st, now, i, ledger.Amount(charge)), bucket.Expired(st, now))
+	s.notice(l, h.res.Bucket, b, st, now)
 }
 
 // resolve runs the common part of Commit and Release: find the hold, lock

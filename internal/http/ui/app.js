@@ -152,7 +152,14 @@ function timeTicks(t0, t1) {
   return ticks;
 }
 
-function drawChart(series, bucket, entries, digits) {
+// thresholdUnits is the level, in units, at which a threshold ("80%" of
+// the capacity cap, or an amount) is reached.
+function thresholdUnits(th, cap) {
+  if (th.endsWith("%")) return cap * toUnits(th.slice(0, -1)) / (100n * ONE);
+  return toUnits(th);
+}
+
+function drawChart(series, bucket, entries, digits, thresholds) {
   const W = 800, H = 260, L = 64, R = 12, T = 12, B = 34;
   const items = series.items;
   const t0 = msOf(series.from), t1 = msOf(series.to);
@@ -160,6 +167,8 @@ function drawChart(series, bucket, entries, digits) {
   const cap = toUnits(series.capacity);
   let top = cap;
   for (const p of items) { const u = toUnits(p.level) + toUnits(p.held); if (u > top) top = u; }
+  const marks = (thresholds || []).map((th) => ({ th, u: thresholdUnits(th, cap) }));
+  for (const m of marks) if (m.u > top) top = m.u;
   top = top + top / 20n || ONE;
   const x = (t) => L + (W - L - R) * (t - t0) / span;
   const y = (v) => T + (H - T - B) * (1 - unitsToNumber(v) / unitsToNumber(top));
@@ -183,6 +192,13 @@ function drawChart(series, bucket, entries, digits) {
     root.append(label);
   }
   root.append(svg("line", { class: "cap", x1: L, x2: W - R, y1: y(cap), y2: y(cap), "data-level": series.capacity }));
+  for (const m of marks) {
+    const line = svg("line", { class: "threshold", x1: L, x2: W - R, y1: y(m.u), y2: y(m.u), "data-threshold": m.th, "data-level": fromUnits(m.u) });
+    const tip = svg("title", {});
+    tip.textContent = `threshold ${m.th}: ${fromUnits(m.u)}`;
+    line.append(tip);
+    root.append(line);
+  }
   if (series.period_start) {
     const ps = msOf(series.period_start);
     if (ps > t0 && ps <= t1) {
@@ -387,8 +403,9 @@ async function bucketPage(name, key) {
       series.items.some((p) => toUnits(p.held) > 0n) ? el("span", { class: "h" }, "level + held") : null,
       el("span", { class: "c" }, "capacity " + limit.capacity),
       series.period_start ? el("span", { class: "r" }, "period start") : null,
-      series.items.some((p) => p.event === "denied") ? el("span", { class: "d" }, "denied") : null));
-    out.push(drawChart(series, bucket, entries, digits));
+      series.items.some((p) => p.event === "denied") ? el("span", { class: "d" }, "denied") : null,
+      (limit.thresholds || []).length ? el("span", { class: "t" }, "thresholds " + limit.thresholds.join(", ")) : null));
+    out.push(drawChart(series, bucket, entries, digits, limit.thresholds));
     if (bucket.resets_at) {
       out.push(el("p", { class: "note", id: "resets" }, `The level returns to zero at ${fmtTime(bucket.resets_at)}, the start of the next ${limit.period.every} in ${limit.period.tz}.`));
     }

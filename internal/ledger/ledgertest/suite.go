@@ -64,6 +64,8 @@ func Run(t *testing.T, factory Factory) {
 		{"RecordDenials", testRecordDenials},
 		{"MultiBucketMixedKinds", testMultiBucketMixedKinds},
 		{"Modes", testModes},
+		{"Thresholds", testThresholds},
+		{"ThresholdsConcurrent", testThresholdsConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,91 @@
+package client
+
+import (
+	"context"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/budgetd/budgetd/api"
+	"github.com/shopspring/decimal"
+)
+
+// Event is an event a write emitted (api.WebhookEvent): a threshold of a
+// bucket crossed or recovered, written in the same atomic step as the write.
+type Event struct {
+	// ID is the store's id of the event (the webhook-id header).
+	ID string
+	// Type is api.EventThresholdCrossed or api.EventThresholdRecovered.
+	Type string
+	// Time is the store's clock at the write.
+	Time       time.Time
+	Limit, Key string
+	// Threshold is the threshold as the limit lists it: "80%" or "4500".
+	Threshold string
+	// Used is the bucket's level + held after the write, Capacity its
+	// effective capacity then.
+	Used, Capacity decimal.Decimal
+	// PeriodStart is the start of the period of a periodic limit; nil for
+	// another kind.
+	PeriodStart *time.Time
+}
+
+// EventOf is the event of a document, as GET /v1/events lists it and a
+// webhook sends it.
+func EventOf(d api.WebhookEvent) Event {
+	return Event{ID: d.ID, Type: d.Type, Time: d.Time.Time, Limit: d.Limit, Key: d.Key, Threshold: d.Threshold, Used: d.Used, Capacity: d.Capacity, PeriodStart: optTime(d.PeriodStart)}
+}
+
+// Events lists up to n events (0: budgetd's default page) after the cursor
+// after ("" for the oldest kept) and returns the cursor to continue from:
+// after the last event listed, or after itself when there is nothing new
+// (poll again with it later). Every event is listed once across pages, in
+// the order of the writes for each bucket.
+func (c *Client) Events(ctx context.Context, after string, n int) ([]Event, string, error) {
+	q := url.Values{}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if n > 0 {
+		q.Set("limit", strconv.Itoa(n))
+	}
+	a, err := c.do(ctx, http.MethodGet, "/v1/events", q, nil, callOpts{})
+	if err != nil {
+		return nil, "", err
+	}
+	var p api.EventPage
+	if err := decode(a, &p); err != nil {
+		return nil, "", err
+	}
+	out := make([]Event, len(p.Items))
+	for i, d := range p.Items {
+		out[i] = EventOf(d)
+	}
+	return out, p.NextCursor, nil
+}
+
+// AllEvents iterates over the events after the cursor after, page by page,
+// until there is nothing new; the cursor to poll with next is that of the
+// last event yielded. It stops at the first error, which it yields.
+func (c *Client) AllEvents(ctx context.Context, after string) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		for {
+			page, next, err := c.Events(ctx, after, 0)
+			if err != nil {
+				yield(Event{}, err)
+				return
+			}
+			for _, e := range page {
+				if !yield(e, nil) {
+					return
+				}
+			}
+			if len(page) == 0 || next == after {
+				return
+			}
+			after = next
+		}
+	}
+}

@@ -1,0 +1,220 @@
+package ledgertest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/shopspring/decimal"
+)
+
+// thresholds parses a list of thresholds for a LimitSpec.
+func thresholds(t *testing.T, ss ...string) []ledger.Threshold {
+	t.Helper()
+	out := make([]ledger.Threshold, len(ss))
+	for i, s := range ss {
+		th, err := ledger.ParseThreshold("thresholds", s)
+		if err != nil {
+			t.Fatalf("threshold %q: %v", s, err)
+		}
+		out[i] = th
+	}
+	return out
+}
+
+// eventsAfter reads every event after cursor in pages of n and returns them
+// with the cursor to continue from.
+func (e *env) eventsAfter(cursor string, n int) ([]ledger.OutboxEvent, string) {
+	e.t.Helper()
+	var all []ledger.OutboxEvent
+	for {
+		page, next, err := e.svc.Events(e.ctx, cursor, n)
+		if err != nil {
+			e.t.Fatalf("Events(%q, %d): %v", cursor, n, err)
+		}
+		if len(page) > n {
+			e.t.Fatalf("Events(%q, %d) listed %d", cursor, n, len(page))
+		}
+		if len(page) == 0 {
+			if next != cursor {
+				e.t.Fatalf("Events(%q) with nothing new moved the cursor to %q", cursor, next)
+			}
+			return all, cursor
+		}
+		all = append(all, page...)
+		cursor = next
+	}
+}
+
+// eventText is the part of an event a test compares: "crossed 80% used=85 cap=100".
+func eventText(ev ledger.OutboxEvent) string {
+	return fmt.Sprintf("%s %s %s used=%s cap=%s", strings.TrimPrefix(ev.Type, "threshold."), ev.Bucket.Key, ev.Threshold, ev.Used, ev.Capacity)
+}
+
+// testThresholds: a write that reaches a threshold emits exactly one
+// crossed event, one that leaves it (by drain or release; a leak or a
+// period noticed at the next write) a recovered event; percentages follow
+// the capacity, amounts do not; a denied charge emits nothing; a periodic
+// limit re-arms at each period start without an event; 50 concurrent
+// Fillups that cross 80% emit one event; every event is listed once across
+// pages, in order. A store that keeps no events refuses thresholds
+// (not_served) and changes nothing.
+func testThresholds(t *testing.T, e *env) {
+	start := time.Date(2026, 7, 30, 10, 0, 0, 0, time.UTC)
+	e.clock.Set(start)
+	spec := ledger.LimitSpec{Capacity: dec("100"), Period: &ledger.Period{Every: "month"}, History: true, Thresholds: thresholds(t, "50%", "80%", "90")}
+	if _, ok := ledger.EventsOf(e.store); !ok {
+		if _, err := e.svc.PutLimit(e.ctx, "spend", spec); !errors.Is(err, ledger.ErrNotServed) {
+			t.Fatalf("PutLimit with thresholds on a store without events: %v, want ErrNotServed", err)
+		}
+		if _, err := e.svc.GetLimit(e.ctx, "spend"); !errors.Is(err, ledger.ErrLimitNotFound) {
+			t.Fatalf("a refused PUT created the limit: %v", err)
+		}
+		return
+	}
+	l, err := e.svc.PutLimit(e.ctx, "spend", spec)
+	if err != nil || len(l.Thresholds) != 3 || l.Thresholds[2].String() != "90" {
+		t.Fatalf("PutLimit: %+v %v", l, err)
+	}
+	if got, err := e.svc.GetLimit(e.ctx, "spend"); err != nil || len(got.Thresholds) != 3 || got.Thresholds[0].String() != "50%" {
+		t.Fatalf("GetLimit: %+v %v", got, err)
+	}
+	_, cursor := e.eventsAfter("", 10)
+	r := ref("spend", "team")
+	step := func(what string, do func(), want ...string) {
+		t.Helper()
+		do()
+		evs, next := e.eventsAfter(cursor, 2)
+		var got []string
+		for _, ev := range evs {
+			got = append(got, eventText(ev))
+			if ev.Bucket != r && ev.Bucket.Limit != "spend" {
+				t.Fatalf("%s: event of another bucket %+v", what, ev)
+			}
+			if ev.ID == "" || !ev.Time.Equal(e.clock.Now().Truncate(time.Microsecond)) {
+				t.Fatalf("%s: event id %q time %s, want the write's time %s", what, ev.ID, ev.Time, e.clock.Now())
+			}
+		}
+		if strings.Join(got, "; ") != strings.Join(want, "; ") {
+			t.Fatalf("%s: events\n %s\nwant\n %s", what, strings.Join(got, "; "), strings.Join(want, "; "))
+		}
+		cursor = next
+	}
+	step("fillup 40", func() { e.fillup(r, "40") })
+	step("fillup 15", func() { e.fillup(r, "15") }, "crossed team 50% used=55 cap=100")
+	step("fillup 34.99", func() { e.fillup(r, "34.99") }, "crossed team 80% used=89.99 cap=100")
+	step("denied 20", func() {
+		if d := e.fillup(r, "20"); d.Accepted {
+			t.Fatalf("fillup 20 at 89.99 of 100 was accepted")
+		}
+	})
+	step("fillup 0.01", func() { e.fillup(r, "0.01") }, "crossed team 90 used=90 cap=100")
+	step("fillup 0", func() { e.fillup(r, "0") })
+	step("drain 30", func() {
+		if _, err := e.svc.Drain(e.ctx, r, dec("30"), ledger.Idempotency{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}, "recovered team 80% used=60 cap=100", "recovered team 90 used=60 cap=100")
+	var hold string
+	step("reserve 25", func() { hold = e.reserve(r, "25", time.Hour).Reservation.ID }, "crossed team 80% used=85 cap=100")
+	step("release", func() {
+		if _, err := e.svc.Release(e.ctx, hold, ledger.Idempotency{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}, "recovered team 80% used=60 cap=100")
+	step("reserve 30", func() { hold = e.reserve(r, "30", time.Hour).Reservation.ID }, "crossed team 80% used=90 cap=100", "crossed team 90 used=90 cap=100")
+	step("commit 30", func() {
+		if _, err := e.svc.Commit(e.ctx, hold, decimal.NullDecimal{Decimal: dec("30"), Valid: true}, false, ledger.Idempotency{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// Capacity 200: the percentages move (50% is 100, 80% is 160), the
+	// amount does not; the next write notices.
+	spec.Capacity = dec("200")
+	if _, err := e.svc.PutLimit(e.ctx, "spend", spec); err != nil {
+		t.Fatal(err)
+	}
+	step("fillup 1 at capacity 200", func() { e.fillup(r, "1") }, "recovered team 50% used=91 cap=200", "recovered team 80% used=91 cap=200")
+	// A new list of thresholds: what the bucket already reaches is marked
+	// without an event, the rest is compared as usual.
+	spec.Thresholds = thresholds(t, "45%", "95", "99%")
+	if _, err := e.svc.PutLimit(e.ctx, "spend", spec); err != nil {
+		t.Fatal(err)
+	}
+	step("fillup 4 under new thresholds", func() { e.fillup(r, "4") }, "crossed team 95 used=95 cap=200")
+	// The next month re-arms every threshold without an event.
+	e.clock.Set(time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC))
+	step("fillup 90 in August", func() { e.fillup(r, "90") }, "crossed team 45% used=90 cap=200")
+	step("fillup 5 in August", func() { e.fillup(r, "5") }, "crossed team 95 used=95 cap=200")
+	if evs, _ := e.eventsAfter(cursor, 5); len(evs) != 0 {
+		t.Fatalf("events after the last: %+v", evs)
+	}
+
+	// Every event once across pages of any size, in the order of the writes.
+	all, _ := e.eventsAfter("", 100)
+	for _, n := range []int{1, 3} {
+		paged, _ := e.eventsAfter("", n)
+		if len(paged) != len(all) {
+			t.Fatalf("pages of %d listed %d events, one page %d", n, len(paged), len(all))
+		}
+		for i := range all {
+			if paged[i].ID != all[i].ID {
+				t.Fatalf("pages of %d: event %d is %s, one page has %s", n, i, paged[i].ID, all[i].ID)
+			}
+		}
+	}
+	if all[len(all)-1].PeriodStart.IsZero() || !all[0].PeriodStart.Equal(time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("period_start of the events: %s … %s", all[0].PeriodStart, all[len(all)-1].PeriodStart)
+	}
+
+	// A leaky limit: the leak below a threshold is noticed at the next
+	// write, and a multi-bucket call emits for each of its buckets.
+	e.clock.Set(start)
+	leaky := ledger.LimitSpec{Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Second, Thresholds: thresholds(t, "50%")}
+	if _, err := e.svc.PutLimit(e.ctx, "rate", leaky); err != nil {
+		t.Fatal(err)
+	}
+	r = ref("rate", "a")
+	step("multi", func() {
+		res, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: ref("rate", "a"), Cost: dec("6")}, {Bucket: ref("rate", "b"), Cost: dec("4")}, {Bucket: ref("spend", "m"), Cost: dec("100")}}, ledger.Idempotency{})
+		if err != nil || !res.Accepted {
+			t.Fatalf("multi-bucket: %+v %v", res, err)
+		}
+	}, "crossed a 50% used=6 cap=10", "crossed m 45% used=100 cap=200", "crossed m 95 used=100 cap=200")
+	e.clock.Advance(2 * time.Second)
+	step("leak then fillup 0.5", func() { e.fillup(r, "0.5") }, "recovered a 50% used=4.5 cap=10")
+}
+
+// testThresholdsConcurrent: 50 concurrent Fillups that take a bucket past
+// 80% emit exactly one crossed event, and the used it reports is the
+// bucket's after the write that crossed.
+func testThresholdsConcurrent(t *testing.T, e *env) {
+	if _, ok := ledger.EventsOf(e.store); !ok {
+		return // testThresholds checks the refusal
+	}
+	e.clock.Set(time.Date(2026, 7, 30, 10, 0, 0, 0, time.UTC))
+	spec := ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: time.Hour, Thresholds: thresholds(t, "80%")}
+	if _, err := e.svc.PutLimit(e.ctx, "race", spec); err != nil {
+		t.Fatal(err)
+	}
+	_, cursor := e.eventsAfter("", 100)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: ref("race", "k"), Cost: dec("2")}}, ledger.Idempotency{}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	evs, _ := e.eventsAfter(cursor, 100)
+	if len(evs) != 1 || evs[0].Type != ledger.EventThresholdCrossed || !evs[0].Used.Equal(dec("80")) {
+		t.Fatalf("50 concurrent Fillups of 2 past 80 of 100: events %+v, want one crossed at used 80", evs)
+	}
+}
