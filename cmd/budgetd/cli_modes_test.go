@@ -11,14 +11,7 @@ import (
 // accepted and said so in words and in --json.
 func TestCLIModes(t *testing.T) {
 	server := startBudgetd(t)
-	expect := func(wantCode int, wantOut string, args ...string) string {
-		t.Helper()
-		out, code := cliRun(t, server, args...)
-		if code != wantCode || !strings.Contains(out, wantOut) {
-			t.Fatalf("budgetd %s: exit %d, want %d; output:\n%s\nwant it to contain %q", strings.Join(args, " "), code, wantCode, out, wantOut)
-		}
-		return out
-	}
+	expect := cliExpect(t, server)
 	expect(0, "per month from day 1, UTC, soft +10%", "limits", "put", "spend", "--capacity", "100", "--period", "month", "--mode", "soft", "--grace", "10%")
 	expect(0, `"grace": "10%"`, "limits", "get", "spend", "--json")
 	expect(0, "per month from day 1, UTC, shadow", "limits", "put", "trial", "--capacity", "100", "--period", "month", "--mode", "shadow")
@@ -40,14 +33,7 @@ func TestCLIModes(t *testing.T) {
 // budgetd events, and --after continues after them.
 func TestCLIEvents(t *testing.T) {
 	server := startBudgetd(t)
-	expect := func(wantCode int, wantOut string, args ...string) string {
-		t.Helper()
-		out, code := cliRun(t, server, args...)
-		if code != wantCode || !strings.Contains(out, wantOut) {
-			t.Fatalf("budgetd %s: exit %d, want %d; output:\n%s\nwant it to contain %q", strings.Join(args, " "), code, wantCode, out, wantOut)
-		}
-		return out
-	}
+	expect := cliExpect(t, server)
 	expect(0, `"80%"`, "limits", "put", "spend", "--capacity", "100", "--period", "month", "--threshold", "50%", "--threshold", "80%", "--json")
 	expect(0, "accepted", "fillup", "spend", "team", "85")
 	out := expect(0, "threshold.crossed", "events")
@@ -58,4 +44,18 @@ func TestCLIEvents(t *testing.T) {
 		t.Fatalf("events --after 2 --json:\n%s", out)
 	}
 	expect(2, "(field thresholds[0])", "limits", "put", "x", "--capacity", "1", "--period", "day", "--threshold", "0%")
+}
+
+// cliExpect returns a runner of operator commands against server that
+// fails the test unless the exit status is wantCode and the output contains
+// wantOut, and returns the output.
+func cliExpect(t *testing.T, server string) func(wantCode int, wantOut string, args ...string) string {
+	return func(wantCode int, wantOut string, args ...string) string {
+		t.Helper()
+		out, code := cliRun(t, server, args...)
+		if code != wantCode || !strings.Contains(out, wantOut) {
+			t.Fatalf("budgetd %s: exit %d, want %d; output:\n%s\nwant it to contain %q", strings.Join(args, " "), code, wantCode, out, wantOut)
+		}
+		return out
+	}
 }
