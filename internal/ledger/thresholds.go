@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/shopspring/decimal"
 )
@@ -49,8 +50,8 @@ func (t Threshold) Level(capacity decimal.Decimal) decimal.Decimal {
 // most 2 decimals) or "4500.00" (an amount, above 0, as amounts are), or
 // returns an error naming field.
 func ParseThreshold(field, s string) (Threshold, error) {
-	if num, ok := strings.CutSuffix(s, "%"); ok {
-		p, err := parsePercent(num)
+	if strings.HasSuffix(s, "%") {
+		p, err := api.ParsePercent(field, s)
 		if err != nil || p.Sign() <= 0 || p.GreaterThan(MaxThresholdPercent) {
 			return Threshold{}, invalid("invalid_request", field, "%q is not a percentage above 0%% and at most 200%% with at most 2 decimals", clip(s))
 		}
@@ -64,24 +65,6 @@ func ParseThreshold(field, s string) (Threshold, error) {
 		return Threshold{}, invalid("invalid_request", field, "a threshold is above 0")
 	}
 	return Threshold{Amount: a}, nil
-}
-
-// parsePercent reads digits with an optional '.' and 1 or 2 more digits.
-func parsePercent(s string) (decimal.Decimal, error) {
-	intPart, frac, dot := strings.Cut(s, ".")
-	if intPart == "" || len(intPart) > 6 || dot && (frac == "" || len(frac) > 2) || !digitsOnly(intPart) || !digitsOnly(frac) {
-		return decimal.Decimal{}, invalid("invalid_request", "", "not a percentage")
-	}
-	return decimal.NewFromString(s)
-}
-
-func digitsOnly(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // ValidateThresholds refuses more than MaxThresholds, a threshold out of

@@ -278,12 +278,9 @@ func ValidateWindow(length, precision time.Duration) (Window, error) {
 	return Window{Length: length, Precision: precision}, nil
 }
 
-// MaxGrace is the largest grace of a soft limit, in percent.
-var MaxGrace = decimal.NewFromInt(100)
-
 // validateMode refuses a mode that is not one of the three (empty is
 // enforce), and a grace that is given without ModeSoft, negative, above
-// MaxGrace or with more than 2 decimals.
+// api.MaxGrace or with more than 2 decimals.
 func validateMode(mode string, grace decimal.Decimal) error {
 	switch mode {
 	case "", ModeEnforce, ModeShadow, ModeSoft:
@@ -296,7 +293,7 @@ func validateMode(mode string, grace decimal.Decimal) error {
 		}
 		return nil
 	}
-	if grace.Sign() < 0 || grace.GreaterThan(MaxGrace) || !grace.Equal(grace.Truncate(2)) {
+	if grace.Sign() < 0 || grace.GreaterThan(decimal.NewFromInt(api.MaxGrace)) || !grace.Equal(grace.Truncate(2)) {
 		return invalid("invalid_request", "grace", "must be a percentage from 0%% to 100%% with at most 2 decimals")
 	}
 	return nil
