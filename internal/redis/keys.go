@@ -25,6 +25,10 @@ import (
 //	P:m:i:<sha>          string idempotency record of a multi-bucket call (in Redis Cluster: its claim)
 //	P:m:i:{<s>}<sha>     string Redis Cluster: idempotency record of a multi-bucket call, in its buckets' slot
 //	P:m:i:<k>:<sha>      string idempotency record of a multi-bucket call kept by earlier versions (read only)
+//	P:ev:{<s>}           stream the outbox of slot <s>'s buckets: threshold events, appended by the write that emitted them
+//	P:evlog:{P}          stream the global event log (GET /v1/events): events sealed from the outboxes, id = event id
+//	P:evcur:{P}          hash   slot → id of the last outbox entry of that slot already sealed into the log
+//	P:evslots:{P}        set    slots whose outbox may hold unsealed events (a hint; discovery scans for P:ev:*)
 //
 // <k> is the caller's key made into a hash tag: "=" + key when the key has a
 // Redis hash tag of its own ("{t1}u1"), otherwise "{" + key + "}". So all
@@ -116,6 +120,11 @@ func (k keys) limitDef(name string) string { return k.prefix + ":lim:{" + k.pref
 func (k keys) limitIdx() string            { return k.prefix + ":lim:{" + k.prefix + "}:idx" }
 func (k keys) limitGen() string            { return k.prefix + ":lim:{" + k.prefix + "}:gen" }
 func (k keys) limitGens() string           { return k.prefix + ":lim:{" + k.prefix + "}:gens" }
+
+func (k keys) outbox(slot int) string { return k.prefix + ":ev:{" + slotTag(slot) + "}" }
+func (k keys) eventLog() string       { return k.prefix + ":evlog:{" + k.prefix + "}" }
+func (k keys) eventCursor() string    { return k.prefix + ":evcur:{" + k.prefix + "}" }
+func (k keys) eventSlots() string     { return k.prefix + ":evslots:{" + k.prefix + "}" }
 
 func (k keys) gen(g int64) string { return k.prefix + ":" + strconv.FormatInt(g, 10) }
 

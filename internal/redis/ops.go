@@ -139,6 +139,7 @@ type limitArgs struct {
 	version    string // "generation:version"
 	doc        string // encodeLimit
 	defKey     string // the definition key, checked against version on a standalone server
+	thresholds string // "" for none, else thresholdsArg: what follows the outbox stream in the functions' argument
 }
 
 func newLimitArgs(k keys, l ledger.Limit, gen int64, version string, at time.Time) limitArgs {
@@ -152,7 +153,29 @@ func newLimitArgs(k keys, l ledger.Limit, gen int64, version string, at time.Tim
 		a, p = leakRatio(l)
 	}
 	return limitArgs{ceiling: units(l.Ceiling()), leakAmount: a, leakPer: p, history: historyFlag(l),
-		version: strconv.FormatInt(gen, 10) + ":" + version, doc: encodeLimit(l), defKey: k.limitDef(l.Name)}
+		version: strconv.FormatInt(gen, 10) + ":" + version, doc: encodeLimit(l), defKey: k.limitDef(l.Name),
+		thresholds: thresholdsArg(l)}
+}
+
+// thresholdsArg is a limit's thresholds as the functions read them
+// (thresholds in budgetd.lua), "" for none: ledger.ThresholdSig, the
+// capacity in units, the limit's name, then per threshold the level at
+// which it is reached (units) and its label: "sig;cap;name;lvl=80%,...".
+// The capacity is the limit's (percentages follow it: ledger.Threshold.Level).
+func thresholdsArg(l ledger.Limit) string {
+	if len(l.Thresholds) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(strconv.FormatUint(uint64(ledger.ThresholdSig(l.Thresholds)), 10))
+	b.WriteString(";" + units(l.Capacity) + ";" + l.Name + ";")
+	for i, t := range l.Thresholds {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(units(t.Level(l.Capacity)) + "=" + t.String())
+	}
+	return b.String()
 }
 
 // historyFlag is what the functions read of a limit's history (bkt in
@@ -172,15 +195,20 @@ func windowArg(w ledger.Window) string {
 	return strconv.FormatInt(w.Length.Microseconds(), 10) + ":" + strconv.FormatInt(w.Precision.Microseconds(), 10)
 }
 
-// list is the limit's arguments in the order the functions read them. The
-// limit document goes only into idempotency records, so a call without a
-// key passes none.
-func (a *limitArgs) list(idem ledger.Idempotency) []any {
+// list is the limit's arguments in the order the functions read them, for
+// a bucket in slot. The limit document goes only into idempotency records,
+// so a call without a key passes none; a limit with thresholds names the
+// outbox stream of the slot, where the function appends the events.
+func (a *limitArgs) list(k keys, slot int, idem ledger.Idempotency) []any {
 	doc := ""
 	if idem.Key != "" {
 		doc = a.doc
 	}
-	return []any{a.ceiling, a.leakAmount, a.leakPer, a.history, a.version, doc}
+	th := ""
+	if a.thresholds != "" {
+		th = k.outbox(slot) + ";" + a.thresholds
+	}
+	return []any{a.ceiling, a.leakAmount, a.leakPer, a.history, a.version, doc, th}
 }
 
 // leakRatio returns the leak amount (units) and period (µs) divided by their
@@ -249,8 +277,12 @@ func (s *Store) call(ctx context.Context, op string, ro bool, pre []string, t ta
 		keys = append(keys, ik)
 		ih = idem.Hash
 	}
-	args := append([]any{s.nowArg(), ih, check}, t.lim.args.list(idem)...)
-	return s.fcall(ctx, op, ro, keys, append(args, extra...)...)
+	args := append([]any{s.nowArg(), ih, check}, t.lim.args.list(s.k, t.slot, idem)...)
+	r, err := s.fcall(ctx, op, ro, keys, append(args, extra...)...)
+	if err == nil && r.emitted {
+		s.hint(ctx, t.slot)
+	}
+	return r, err
 }
 
 // fcall runs a library function and parses its reply.
@@ -277,6 +309,7 @@ func (s *Store) fcall(ctx context.Context, op string, ro bool, keys []string, ar
 type reply struct {
 	replayed bool
 	stepped  bool // a bucket's stored time was ahead of now by more than ledger.ClockStep
+	emitted  bool // the call appended threshold events to an outbox stream
 	now      time.Time
 	x        string
 	hold     holdJSON // ID == "" when the reply has none
@@ -319,12 +352,13 @@ func parseReply(res []string) (reply, error) {
 		return reply{}, fmt.Errorf("unexpected reply %q", res)
 	}
 	nowArg, stepped := strings.CutSuffix(res[1], "!")
+	nowArg, emitted := strings.CutSuffix(nowArg, "*")
 	now, err := parseMicros(nowArg)
 	if err != nil {
 		return reply{}, err
 	}
 	h := res[3 : 3+holdFields]
-	r := reply{replayed: replayed, stepped: stepped, now: now, x: res[2],
+	r := reply{replayed: replayed, stepped: stepped, emitted: emitted, now: now, x: res[2],
 		hold: holdJSON{ID: h[0], Lim: h[1], E: h[2], A: h[3], S: h[4], C: h[5], T0: h[6], TE: h[7], TR: h[8]}}
 	for b := res[3+holdFields:]; len(b) > 0; b = b[4:] {
 		r.buckets = append(r.buckets, snapJSON{L: b[0], U: b[1], H: b[2], Lim: b[3]})
@@ -535,14 +569,21 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			}
 			keys, ih = append(keys, ik), idem.Hash
 		}
-		args := make([]any, 0, 4+8*len(ts))
+		args := make([]any, 0, 4+9*len(ts))
 		args = append(args, s.nowArg(), ih, check, len(ts))
 		for i, t := range ts {
-			args = append(append(args, t.lim.args.list(idem)...), units(items[i].Cost), items[i].Meta.JSON())
+			args = append(append(args, t.lim.args.list(s.k, t.slot, idem)...), units(items[i].Cost), items[i].Meta.JSON())
 		}
 		r, err := s.fcall(ctx, "fillup", false, keys, args...)
 		if err != nil {
 			return ledger.FillupOutcome{}, err
+		}
+		if r.emitted {
+			slots := make([]int, len(ts))
+			for i, t := range ts {
+				slots[i] = t.slot
+			}
+			s.hint(ctx, slots...)
 		}
 		x, ids := r.decision()
 		out := ledger.FillupOutcome{Accepted: x == "1", Replayed: r.replayed, Items: make([]ledger.ItemOutcome, len(r.buckets))}

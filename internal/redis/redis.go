@@ -30,7 +30,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-var _ ledger.Store = (*Store)(nil)
+var _ ledger.EventStore = (*Store)(nil)
 
 // prefixRE bounds key prefixes: no braces (hash tags), no glob characters
 // (DeleteLimit scans by pattern) and no colon (one prefix cannot nest in
@@ -82,9 +82,12 @@ type Store struct {
 	// and at Redis).
 	callTimeout time.Duration
 
-	mu     sync.Mutex
-	limits map[string]cachedLimit // by name
-	gens   map[int64]string       // generation → name
+	eventRetention time.Duration // WithEventRetention
+
+	mu         sync.Mutex
+	discovered time.Time              // when Events last scanned for outbox streams (events.go)
+	limits     map[string]cachedLimit // by name
+	gens       map[int64]string       // generation → name
 }
 
 type cachedLimit struct {
@@ -155,7 +158,8 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		limits:   map[string]cachedLimit{},
 		gens:     map[int64]string{},
 
-		callTimeout: callTimeout,
+		callTimeout:    callTimeout,
+		eventRetention: DefaultEventRetention,
 	}
 	for _, o := range opts {
 		o(s)

@@ -42,6 +42,28 @@ local function idem_get(ik, ih)
   return { 'replay', string.sub(v, colon + n + 1) }
 end
 
+-- thresholds reads a limit's thresholds argument (bkt): the outbox stream
+-- of the bucket's slot, and the rest, which is the limit's and is parsed
+-- once per library load and kept (a cache, as memo below, emptied when it
+-- reaches TH_MAX entries): the digest sig (ledger.ThresholdSig), the
+-- capacity (units), the limit's name, and per threshold, in the limit's
+-- order, the level it is reached at (units) and its label ("80%").
+local TH_MAX, th_memo, th_n = 256, {}, 0
+local function thresholds(arg)
+  local semi = string.find(arg, ';', 1, true)
+  local ek, rest = string.sub(arg, 1, semi - 1), string.sub(arg, semi + 1)
+  local t = th_memo[rest]
+  if t then return ek, t end
+  local sig, cap, name, list = string.match(rest, '^([^;]*);([^;]*);([^;]*);(.*)$')
+  t = { sig = sig, cap = cap, name = name, lv = {}, lab = {} }
+  for lv, lab in string.gmatch(list, '([^=,]+)=([^,]+)') do
+    t.lv[#t.lv + 1], t.lab[#t.lab + 1] = nv(lv), lab
+  end
+  if th_n >= TH_MAX then th_memo, th_n = {}, 0 end
+  th_memo[rest], th_n = t, th_n + 1
+  return ek, t
+end
+
 -- bkt is one bucket of a call: its keys and its limit as the Go side passed
 -- it (ceiling, leak amount and period divided by their gcd, history flag,
 -- and the limit document, opaque here, that an idempotency record keeps).
@@ -56,8 +78,12 @@ end
 -- table of consecutive period starts (µs, comma-separated) that budgetd
 -- computed around its clock: Lua never computes a calendar. A window limit
 -- passes 'W' and "length:precision" (µs): c.wl, c.wp.
-local function bkt(bk, hk, ceil, ra, rp, hist, lim)
+-- th is the limit's thresholds ('' for none, then the functions do no more
+-- than this one comparison): "<outbox stream>;<sig>;<capacity>;<limit
+-- name>;<level>=<label>,..." (thresholds, below): c.ek, c.th.
+local function bkt(bk, hk, ceil, ra, rp, hist, lim, th)
   local c = { bk = bk, hk = hk, ceil = nv(ceil), hist = hist ~= '0', deny = hist == '2', lim = lim }
+  if th ~= '' then c.ek, c.th = thresholds(th) end
   if ra == 'P' then c.starts = rp
   elseif ra == 'W' then
     local colon = string.find(rp, ':', 1, true)
@@ -192,6 +218,9 @@ local function load(c, f)
     elseif k == 'u' then st.u = tonumber(v)
     elseif k == 'n' then st.n = tonumber(v)
     elseif k == 'w' then st.w = v
+    elseif k == 'ts' then st.ts = v
+    elseif k == 'ta' then st.ta = tonumber(v)
+    elseif k == 'tp' then st.tp = v
     elseif string.byte(k, 1) == 104 then -- 'h'
       local colon = string.find(v, ':', 1, true)
       st.holds[#st.holds + 1] = { id = string.sub(k, 2), a = string.sub(v, 1, colon - 1),
@@ -308,6 +337,68 @@ local function unstep(c, st, now)
   end
 end
 
+-- used is level + held of st at now, as decisions count it (ledger.UsedAt).
+local function used(c, st, now) return vadd(level_at(c, st, now), held_sum(st.holds, now)) end
+
+-- before is what notice compares from: the use before a write, read only
+-- when the limit has thresholds.
+local function before(c, st, now) return c.th and used(c, st, now) end
+
+-- notice is ledger.Cross for a write that took bucket c from use pre
+-- (before) to its state st at now. It keeps the marks in the bucket's hash
+-- (ts: the sig of the thresholds they were computed for, ta: bit i-1 set
+-- when threshold i is reached, tp: the start of the period they belong to,
+-- '0' for the other kinds) and appends one entry per event to the outbox
+-- stream of the bucket's slot (c.ek), in the order of the thresholds: type
+-- t ('c' crossed, 'r' recovered), time at, limit l, encoded key k, label
+-- th, used u and capacity c (units), period start ps ('' unless periodic).
+-- A limit without thresholds drops the marks of an earlier list.
+local function notice(c, st, now, pre)
+  local th = c.th
+  if not th then
+    if st.ts then
+      redis.call('HDEL', c.bk, 'ts', 'ta', 'tp')
+      st.ts, st.ta, st.tp = nil, nil, nil
+    end
+    return
+  end
+  local after = used(c, st, now)
+  local period = c.ps and fmt(c.ps) or '0'
+  local above = st.ta or 0
+  if st.ts ~= th.sig or (st.tp or '0') ~= period then
+    -- Marks of another list are first taken from the use before, without
+    -- events; marks of an earlier period re-arm.
+    local same = (st.tp or '0') == period
+    above = 0
+    if same then
+      for i, lv in ipairs(th.lv) do
+        if vcmp(pre, lv) >= 0 then above = bit.bor(above, 2 ^ (i - 1)) end
+      end
+    end
+  end
+  local ps, u, key = '', nil, nil
+  if c.ps then ps = period end
+  for i, lv in ipairs(th.lv) do
+    local b = 2 ^ (i - 1)
+    local reached, was = vcmp(after, lv) >= 0, bit.band(above, b) ~= 0
+    if reached ~= was then
+      if reached then above = bit.bor(above, b) else above = bit.band(above, bit.bnot(b)) end
+      if not key then
+        u = vs(after)
+        local _, e = string.find(c.bk, ':b:', 1, true)
+        key = string.sub(c.bk, e + 1)
+      end
+      redis.call('XADD', c.ek, '*', 't', reached and 'c' or 'r', 'at', fmt(now), 'l', th.name, 'k', key,
+        'th', th.lab[i], 'u', u, 'c', th.cap, 'ps', ps)
+      c.emitted = true
+    end
+  end
+  if st.ts ~= th.sig or st.ta ~= above or st.tp ~= period then
+    st.ts, st.ta, st.tp = th.sig, above, period
+    redis.call('HSET', c.bk, 'ts', th.sig, 'ta', above, 'tp', period)
+  end
+end
+
 -- finish writes level and time and sets the TTLs: a bucket lives until it has
 -- leaked to zero and its last hold has expired (plus a margin), and at least
 -- as long as its history when the limit keeps one.
@@ -340,6 +431,13 @@ local function finish(c, st, now)
   end
   for _, h in ipairs(st.holds) do
     if h.e - now > us then us = h.e - now end
+  end
+  -- A bucket with a reached threshold lives until a write can notice its
+  -- recovery: to the end of its period (the marks re-arm then), or, for
+  -- the other kinds, without a TTL until a write clears the mark.
+  if st.ta and st.ta ~= 0 then
+    if not c.starts then us = 1e300
+    elseif st.tp == fmt(c.ps) and c.pe - now > us then us = c.pe - now end
   end
   local ms = math.ceil(us / 1000) + SLACK_MS
   if c.hist then
@@ -375,7 +473,9 @@ local HOLD = { 'id', 'lim', 'e', 'a', 's', 'c', 't0', 'te', 'tr' }
 --     then per bucket: level, updated, holds, limit }
 -- A window bucket's holds are followed by ';' and its slots (the field w)
 -- when it has any.
--- now ends in '!' when a bucket's stored time was more than CLOCK_STEP_US
+-- now is followed by '*' when the call appended threshold events to an
+-- outbox stream (notice), so Go hints the sealer at the slot, and then by
+-- '!' when a bucket's stored time was more than CLOCK_STEP_US
 -- ahead of now and taken as now (settle, unstep), so Go logs and counts it.
 -- x is what the operation decided (accepted '1'/'0', the amount drained, a
 -- refusal, history entries). When the call wrote a history entry that it
@@ -392,8 +492,13 @@ local function reply(now, x, rk, items, ik, ih)
   local out = { 'ok', fmt(now), x }
   local h = rk and redis.call('HMGET', rk, unpack(HOLD)) or {}
   for i = 1, #HOLD do out[3 + i] = h[i] or '' end
+  local emitted, stepped = '', ''
   for _, it in ipairs(items) do
-    if it.c.stepped then out[2] = fmt(now) .. '!' end
+    if it.c.emitted then emitted = '*' end
+    if it.c.stepped then stepped = '!' end
+  end
+  out[2] = fmt(now) .. emitted .. stepped
+  for _, it in ipairs(items) do
     local k = #out
     local hs = holds_str(it.st)
     if it.c.wp and it.st.ws ~= '' then hs = hs .. ';' .. fmt(it.c.wp) .. '@' .. it.st.ws end
@@ -498,8 +603,8 @@ end
 -- limit definition, then, when ih ~= '', the idempotency record, which a
 -- call of several items precedes with where an earlier version kept it.
 -- ARGV = now, ih, check ('1': the definitions are in KEYS), n, then per
--- item 8 arguments: ceiling, leak amount, leak period, history flag,
--- version, limit document, cost, meta ('' for none).
+-- item 9 arguments: ceiling, leak amount, leak period, history flag,
+-- version, limit document, thresholds, cost, meta ('' for none).
 local function fillup(keys, args)
   local now_arg, ih, check = args[1], args[2], args[3] == '1'
   local n = args[4] == '1' and 1 or tonumber(args[4]) -- one item spares a strtod
@@ -509,17 +614,17 @@ local function fillup(keys, args)
   local now, nows = clock(now_arg)
   local items, accepted = {}, true
   for i = 1, n do
-    local a = 4 + 8 * (i - 1)
-    local ceil, ra, rp, hist, version, lim, cost, meta = args[a + 1], args[a + 2], args[a + 3], args[a + 4], args[a + 5],
-      args[a + 6], args[a + 7], args[a + 8]
+    local a = 4 + 9 * (i - 1)
+    local ceil, ra, rp, hist, version, lim, th, cost, meta = args[a + 1], args[a + 2], args[a + 3], args[a + 4],
+      args[a + 5], args[a + 6], args[a + 7], args[a + 8], args[a + 9]
     if check and stale(keys[2 * n + i], version) then return { E_STALE } end
     local f
-    if n == 1 and not ik and ra ~= 'P' and ra ~= 'W' and hist == '0' then -- the usual call: fillup_lean
+    if n == 1 and not ik and ra ~= 'P' and ra ~= 'W' and hist == '0' and th == '' then -- the usual call: fillup_lean
       f = redis.call('HGETALL', keys[1])
       local out = fillup_lean(keys[1], f, now, nows, ceil, ra, rp, cost)
       if out then return out end
     end
-    local c = bkt(keys[2 * i - 1], keys[2 * i], ceil, ra, rp, hist, lim)
+    local c = bkt(keys[2 * i - 1], keys[2 * i], ceil, ra, rp, hist, lim, th)
     if c.starts and not in_period(c, now) then return { E_PERIOD_TABLE, fmt(now) } end
     local st = load(c, f)
     local cv = nv(cost)
@@ -530,10 +635,12 @@ local function fillup(keys, args)
   if accepted then
     for _, it in ipairs(items) do
       if not vzero(it.cost) then
+        local pre = before(it.c, it.st, now)
         settle(it.c, it.st, now)
         it.st.l = vadd(it.st.l, it.cost)
         charge_slot(it.c, it.st, it.cost)
         it.eid = record(it.c, it.st, now, 'fillup', vs(it.cost), '', it.meta)
+        notice(it.c, it.st, now, pre)
         finish(it.c, it.st, now)
       end
     end
@@ -550,18 +657,18 @@ end
 
 -- one_bucket reads the arguments every single-bucket function starts with:
 -- ARGV = now, ih, check, ceiling, leak amount, leak period, history flag,
--- version, limit document, then the function's own from 10 on. KEYS = the
+-- version, limit document, thresholds, then the function's own from 11 on. KEYS = the
 -- bucket at b, its history at b + 1, then (check) the definition, then (ih)
 -- the idempotency record. It returns the bucket, now and the record key, or
 -- the answer to give instead (a replay or an error code).
 local function one_bucket(keys, args, b)
   local now_arg, ih, check = args[1], args[2], args[3] == '1'
-  local ceil, ra, rp, hist, version, lim = args[4], args[5], args[6], args[7], args[8], args[9]
+  local ceil, ra, rp, hist, version, lim, th = args[4], args[5], args[6], args[7], args[8], args[9], args[10]
   local ik = ih ~= '' and keys[#keys] or nil
   local rec = idem_get(ik, ih)
   if rec then return nil, nil, nil, rec end
   if check and stale(keys[b + 2], version) then return nil, nil, nil, { E_STALE } end
-  local c, now = bkt(keys[b], keys[b + 1], ceil, ra, rp, hist, lim), clock(now_arg)
+  local c, now = bkt(keys[b], keys[b + 1], ceil, ra, rp, hist, lim, th), clock(now_arg)
   if c.starts and not in_period(c, now) then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
   return c, now, ik
 end
@@ -589,50 +696,54 @@ local function settle_bucket(keys, args)
   return reply(now, '', nil, {})
 end
 
--- drain: ARGV[10] = amount, ARGV[11] = meta. x = the amount removed (and
+-- drain: ARGV[11] = amount, ARGV[12] = meta. x = the amount removed (and
 -- the drain entry's id, see reply).
 local function drain(keys, args)
   local c, now, ik, early = one_bucket(keys, args, 1)
   if early then return early end
-  local amount = nv(args[10])
+  local amount = nv(args[11])
   local st = load(c)
   local removed, eid = pair(0, 0), nil
   -- A drain that can remove nothing (the level is zero now) is a no-op.
   if not vzero(amount) and not vzero(level_at(c, st, now)) then
+    local pre = before(c, st, now)
     settle(c, st, now)
     removed = vmin(amount, st.l)
     st.l = vsub(st.l, removed)
     if c.wp then drain_slots(st, removed) end
-    eid = record(c, st, now, 'drain', vs(removed), '', args[11])
+    eid = record(c, st, now, 'drain', vs(removed), '', args[12])
+    notice(c, st, now, pre)
     finish(c, st, now)
   end
   return reply(now, vs(removed), nil, { { c = c, st = st, eid = eid } }, ik, args[2])
 end
 
--- reserve: KEYS = the new hold's record, then as in one_bucket; ARGV[10..]
+-- reserve: KEYS = the new hold's record, then as in one_bucket; ARGV[11..]
 -- = amount, ttl (µs), hold id, limit name, encoded bucket key, meta. x =
 -- accepted ('1'/'0'), and the id of the reserved or denied entry (reply).
 local function reserve(keys, args)
   local rk = keys[1]
   local c, now, ik, early = one_bucket(keys, args, 2)
   if early then return early end
-  local amount, ttl, id, lname, ekey = nv(args[10]), tonumber(args[11]), args[12], args[13], args[14]
+  local amount, ttl, id, lname, ekey = nv(args[11]), tonumber(args[12]), args[13], args[14], args[15]
   local st = load(c)
   local active = 0
   for _, h in ipairs(st.holds) do if h.e > now then active = active + 1 end end
   if active >= MAX_HOLDS then return { E_TOO_MANY_HOLDS } end
   if not fits(c, st, now, amount) then
     unstep(c, st, now)
-    local eid = deny(c, st, now, vs(amount), args[15])
+    local eid = deny(c, st, now, vs(amount), args[16])
     return reply(now, '0', nil, { { c = c, st = st, eid = eid } }, ik, args[2])
   end
+  local pre = before(c, st, now)
   settle(c, st, now)
   local exp = now + ttl
   redis.call('HSET', rk, 'id', id, 'lim', lname, 'e', ekey, 'a', vs(amount), 's', 'a', 't0', fmt(now), 'te', fmt(exp))
   redis.call('PEXPIRE', rk, fmt(math.ceil(ttl / 1000) + HOLD_KEEP_MS + SLACK_MS))
   redis.call('HSET', c.bk, 'h' .. id, vs(amount) .. ':' .. fmt(exp))
   st.holds[#st.holds + 1] = { id = id, a = vs(amount), e = exp }
-  local eid = record(c, st, now, 'reserved', vs(amount), id, args[15])
+  local eid = record(c, st, now, 'reserved', vs(amount), id, args[16])
+  notice(c, st, now, pre)
   finish(c, st, now)
   return reply(now, '1', rk, { { c = c, st = st, eid = eid } }, ik, args[2])
 end
@@ -645,14 +756,14 @@ local function drop_hold(c, st, id)
 end
 
 -- resolve: KEYS = the hold record, its bucket, history (then definition and
--- idempotency record as in one_bucket); ARGV[10..] = mode ('c' commit, 'r'
+-- idempotency record as in one_bucket); ARGV[11..] = mode ('c' commit, 'r'
 -- release), amount ('' = the held amount), overrun ('1'), the encoded bucket
 -- key the Go side read from the record, meta. x = the refusal ('' when none).
 local function resolve(keys, args)
   local rk = keys[1]
   local c, now, ik, early = one_bucket(keys, args, 2)
   if early then return early end
-  local mode, amount, overrun, ekey = args[10], args[11], args[12] == '1', args[13]
+  local mode, amount, overrun, ekey = args[11], args[12], args[13] == '1', args[14]
   local h = {}
   local f = redis.call('HGETALL', rk)
   for i = 1, #f, 2 do h[f[i]] = f[i + 1] end
@@ -673,21 +784,25 @@ local function resolve(keys, args)
       refusal = 'exceeds_hold'
     else
       if vcmp(vadd(level_at(c, st, now), charge), nv(MAX_LEVEL)) > 0 then return { E_LEVEL_OVERFLOW } end
+      local pre = before(c, st, now)
       settle(c, st, now)
       st.l = vadd(st.l, charge)
       charge_slot(c, st, charge)
       drop_hold(c, st, h.id)
       redis.call('HSET', rk, 's', 'c', 'c', vs(charge), 'tr', fmt(now))
-      record(c, st, now, 'committed', vs(charge), h.id, args[14])
+      record(c, st, now, 'committed', vs(charge), h.id, args[15])
+      notice(c, st, now, pre)
       finish(c, st, now)
     end
   elseif h.s == 'c' then
     refusal = 'reservation_closed'
   elseif h.s == 'a' then
+    local pre = before(c, st, now)
     settle(c, st, now)
     drop_hold(c, st, h.id)
     redis.call('HSET', rk, 's', 'r', 'tr', fmt(now))
-    record(c, st, now, 'released', h.a, h.id, args[14])
+    record(c, st, now, 'released', h.a, h.id, args[15])
+    notice(c, st, now, pre)
     finish(c, st, now)
   end
   return reply(now, refusal, rk, { { c = c, st = st } }, ik, args[2])
@@ -699,13 +814,13 @@ local function reservation(keys, args)
   return reply(clock(args[1]), '', keys[1], {})
 end
 
--- history: ARGV[10..] = cursor time ('' for the first page), cursor id, n.
+-- history: ARGV[11..] = cursor time ('' for the first page), cursor id, n.
 -- Records due expiries, then lists up to n + 1 entries newest first by
 -- (time, id) as x, one "time|id|event|amount|hold[|meta]" per line.
 local function history(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1)
   if early then return early end
-  local ct, cid, n = args[10], args[11], tonumber(args[12])
+  local ct, cid, n = args[11], args[12], tonumber(args[13])
   local st = load(c)
   if expire_holds(c, st, now) then finish(c, st, now) end
   local out = {}
@@ -732,7 +847,8 @@ end
 -- ('1'/'0'), then a periodic limit's every, tz and start_day, then a window
 -- limit's length and precision (µs) ('' for the other kinds; amount and
 -- per are '' unless the limit leaks), then record_denials ('1'/'0'), then
--- the mode ('enforce', 'shadow', 'soft') and the grace (a percentage). The
+-- the mode ('enforce', 'shadow', 'soft') and the grace (a percentage), then
+-- the thresholds as the limit lists them, comma-separated ('' for none). The
 -- functions never read mode and grace from here: Go passes each call the
 -- mode's ceiling (bkt). A new limit takes the next generation; an existing
 -- one keeps its generation and creation time.
@@ -742,7 +858,7 @@ local function limit_put(keys, args)
   local now_arg, name, cap, amount, per, hist = args[1], args[2], args[3], args[4], args[5], args[6]
   local every, tz, sday = args[7] or '', args[8] or '', args[9] or ''
   local wl, wp, rd = args[10] or '', args[11] or '', args[12] or '0'
-  local mode, grace = args[13] or 'enforce', args[14] or '0'
+  local mode, grace, th = args[13] or 'enforce', args[14] or '0', args[15] or ''
   local _, now = clock(now_arg)
   local old = redis.call('HGETALL', dk)
   local g, ct = redis.call('HGET', dk, 'g'), redis.call('HGET', dk, 'ct')
@@ -753,7 +869,7 @@ local function limit_put(keys, args)
     redis.call('HSET', gens, g, name)
   end
   redis.call('HSET', dk, 'c', cap, 'a', amount, 'p', per, 'hi', hist, 'ct', ct, 'ut', now, 'g', g,
-    'pe', every, 'pz', tz, 'pd', sday, 'wl', wl, 'wp', wp, 'rd', rd, 'm', mode, 'gr', grace)
+    'pe', every, 'pz', tz, 'pd', sday, 'wl', wl, 'wp', wp, 'rd', rd, 'm', mode, 'gr', grace, 'th', th)
   redis.call('HINCRBY', dk, 'v', 1)
   return { redis.call('HGETALL', dk), old }
 end
@@ -771,6 +887,35 @@ local function limit_delete(keys, args)
   return g
 end
 
+-- seal moves the events of one slot's outbox stream into the global log:
+-- KEYS = the global log (a stream), the sealed ids (a hash, slot → id of
+-- the last entry of that slot's stream already in the log); ARGV = how
+-- long the log keeps events (ms), the slot, the sealed id the caller read
+-- ('' for none), the id of the last entry it seals, then per event the 8
+-- values of an outbox entry (notice). Unless another sealer moved the
+-- slot's sealed id since the caller read it (then it answers 0 and writes
+-- nothing: the caller reads the stream again), it appends the events and
+-- moves the sealed id in one step, so every event enters the log once. The
+-- log is trimmed to the retention by its own ids (Redis's clock at
+-- sealing). It answers the number of events appended.
+local EV = { 't', 'at', 'l', 'k', 'th', 'u', 'c', 'ps' }
+local function seal(keys, args)
+  local log, cur = keys[1], keys[2]
+  local keep, slot, seen, last = tonumber(args[1]), args[2], args[3], args[4]
+  if (redis.call('HGET', cur, slot) or '') ~= seen then return 0 end
+  local n, kv = 0, {}
+  for a = 5, #args, 8 do
+    for j = 1, 8 do kv[2 * j - 1], kv[2 * j] = EV[j], args[a + j - 1] end
+    redis.call('XADD', log, '*', unpack(kv))
+    n = n + 1
+  end
+  redis.call('HSET', cur, slot, last)
+  local t = redis.call('TIME')
+  local minid = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - keep
+  if minid > 0 then redis.call('XTRIM', log, 'MINID', '~', fmt(minid)) end
+  return n
+end
+
 local RO = { 'no-writes' }
 redis.register_function('budgetd_fillup' .. V, fillup)
 redis.register_function { function_name = 'budgetd_inspect' .. V, callback = inspect, flags = RO }
@@ -782,3 +927,4 @@ redis.register_function { function_name = 'budgetd_reservation' .. V, callback =
 redis.register_function('budgetd_history' .. V, history)
 redis.register_function('budgetd_limit_put' .. V, limit_put)
 redis.register_function('budgetd_limit_delete' .. V, limit_delete)
+redis.register_function('budgetd_seal' .. V, seal)

@@ -1,0 +1,283 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	goredis "github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+)
+
+// Threshold events (docs/redis.md, "Threshold events"). A write that emits
+// events appends them, in the same function call, to the outbox stream of
+// its bucket's slot (P:ev:{<s>}); one bucket's events are in that stream in
+// the order of its writes. Events reads the global log P:evlog:{P}, after
+// first sealing into it what the outboxes hold beyond the sealed ids kept in
+// P:evcur:{P}: one function call per batch of a slot appends the events to
+// the log and moves the slot's sealed id, compare-and-set, so each event
+// enters the log exactly once, also with several sealers (budgetd
+// instances) or a crash between the steps.
+
+// DefaultEventRetention is how long the global log keeps an event.
+const DefaultEventRetention = 7 * 24 * time.Hour
+
+// WithEventRetention sets how long events are kept (DefaultEventRetention),
+// counted from when they are sealed into the global log.
+func WithEventRetention(d time.Duration) Option { return func(s *Store) { s.eventRetention = d } }
+
+const (
+	// discoveryEvery is how often Events scans every master for outbox
+	// streams, besides the slots hinted in P:evslots:{P}: at the first call
+	// of the process and then at most this often, so a lost hint delays an
+	// event by at most this long.
+	discoveryEvery = 30 * time.Second
+	// sealBatch is the most outbox entries one seal call moves.
+	sealBatch = 256
+	// sealRounds bounds the seal calls of one slot in one Events call.
+	sealRounds = 16
+	// sealConcurrency bounds the slots sealed at once.
+	sealConcurrency = 8
+)
+
+// eventFields are the fields of an outbox or log entry, in the order the
+// seal function takes them (EV in budgetd.lua).
+var eventFields = [...]string{"t", "at", "l", "k", "th", "u", "c", "ps"}
+
+// hint records, best effort, that the outboxes of slots have events to
+// seal. A lost hint (an error here, a crash before it) only delays the
+// events until the next discovery.
+func (s *Store) hint(ctx context.Context, slots ...int) {
+	members := make([]any, len(slots))
+	for i, sl := range slots {
+		members[i] = sl
+	}
+	if err := s.client.SAdd(ctx, s.k.eventSlots(), members...).Err(); err != nil {
+		s.log.Warn("redis: could not hint the event sealer; the events are found by the next discovery", "err", err)
+	}
+}
+
+// Events lists up to n events after cursor (an id of the global log), after
+// sealing what the outboxes hold.
+func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.OutboxEvent, string, error) {
+	if cursor != "" && !validEventID(cursor) {
+		return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "after", Reason: "is not a cursor this store gave"}
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, s.callTimeout, errCallTimeout)
+	defer cancel()
+	if err := s.seal(ctx); err != nil {
+		return nil, "", err
+	}
+	if n <= 0 {
+		return nil, cursor, nil
+	}
+	start := "-"
+	if cursor != "" {
+		start = "(" + cursor
+	}
+	msgs, err := s.client.XRangeN(ctx, s.k.eventLog(), start, "+", int64(n)).Result()
+	if err != nil {
+		return nil, "", s.fail(ctx, "events", err)
+	}
+	if len(msgs) == 0 {
+		return nil, cursor, nil
+	}
+	out := make([]ledger.OutboxEvent, len(msgs))
+	for i, m := range msgs {
+		if out[i], err = parseEvent(m); err != nil {
+			return nil, "", err
+		}
+	}
+	return out, msgs[len(msgs)-1].ID, nil
+}
+
+// validEventID reports whether id is a stream id ms-seq that XRANGE takes
+// as an exclusive start.
+func validEventID(id string) bool {
+	ms, seq, ok := strings.Cut(id, "-")
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	q, err2 := strconv.ParseUint(seq, 10, 64)
+	return ok && err1 == nil && err2 == nil && q < math.MaxUint64 && !strings.HasPrefix(ms, "+") && !strings.HasPrefix(seq, "+")
+}
+
+// parseEvent reads an entry of the global log.
+func parseEvent(m goredis.XMessage) (ledger.OutboxEvent, error) {
+	f := func(k string) string { v, _ := m.Values[k].(string); return v }
+	bad := func() (ledger.OutboxEvent, error) {
+		return ledger.OutboxEvent{}, fmt.Errorf("redis: bad event %s: %v", m.ID, m.Values)
+	}
+	ev := ledger.OutboxEvent{ID: m.ID, Threshold: f("th")}
+	switch f("t") {
+	case "c":
+		ev.Type = ledger.EventThresholdCrossed
+	case "r":
+		ev.Type = ledger.EventThresholdRecovered
+	default:
+		return bad()
+	}
+	var err error
+	if ev.Time, err = parseMicros(f("at")); err != nil {
+		return bad()
+	}
+	key, ok := decodeKey(f("k"))
+	if !ok {
+		return bad()
+	}
+	ev.Bucket = ledger.BucketRef{Limit: f("l"), Key: key}
+	if ev.Used, err = fromUnits(f("u")); err != nil {
+		return bad()
+	}
+	if ev.Capacity, err = fromUnits(f("c")); err != nil {
+		return bad()
+	}
+	if ps := f("ps"); ps != "" {
+		if ev.PeriodStart, err = parseMicros(ps); err != nil {
+			return bad()
+		}
+	}
+	return ev, nil
+}
+
+// discoveryDue reports whether Events should scan for outbox streams now,
+// and marks it done when it should.
+func (s *Store) discoveryDue() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.discovered.IsZero() && time.Since(s.discovered) < discoveryEvery {
+		return false
+	}
+	s.discovered = time.Now()
+	return true
+}
+
+// seal moves into the global log every outbox entry that is not in it yet,
+// for the hinted slots and (discoveryDue) every slot that has an outbox.
+func (s *Store) seal(ctx context.Context) error {
+	members, err := s.client.SMembers(ctx, s.k.eventSlots()).Result()
+	if err != nil {
+		return s.fail(ctx, "events", err)
+	}
+	hinted := map[int]bool{}
+	for _, m := range members {
+		if sl, err := strconv.Atoi(m); err == nil && sl >= 0 && sl < 16384 {
+			hinted[sl] = true
+		}
+	}
+	slots := map[int]bool{}
+	for sl := range hinted {
+		slots[sl] = true
+	}
+	if s.discoveryDue() {
+		var mu sync.Mutex // masters are scanned in parallel
+		err := s.scanKeys(ctx, s.k.prefix+":ev:*", func(_ context.Context, _ goredis.Cmdable, ks []string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, k := range ks {
+				slots[slotOf(k)] = true
+			}
+			return nil
+		})
+		if err != nil {
+			s.mu.Lock()
+			s.discovered = time.Time{} // again at the next call
+			s.mu.Unlock()
+			return s.fail(ctx, "events discovery", err)
+		}
+	}
+	if len(slots) == 0 {
+		return nil
+	}
+	list := make([]int, 0, len(slots))
+	for sl := range slots {
+		list = append(list, sl)
+	}
+	sort.Ints(list)
+	cur, err := s.client.HGetAll(ctx, s.k.eventCursor()).Result()
+	if err != nil {
+		return s.fail(ctx, "events", err)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(sealConcurrency)
+	for _, sl := range list {
+		g.Go(func() error { return s.sealSlot(gctx, sl, cur[strconv.Itoa(sl)], hinted[sl]) })
+	}
+	return g.Wait()
+}
+
+// sealSlot seals the outbox of slot after seen, the sealed id read. A
+// hinted slot whose outbox holds nothing more loses its hint, and is read
+// once more after that: an event appended meanwhile is then either read
+// here or hinted again (its writer hints after appending).
+func (s *Store) sealSlot(ctx context.Context, slot int, seen string, hinted bool) error {
+	ob := s.k.outbox(slot)
+	for range sealRounds {
+		start := "-"
+		if seen != "" {
+			start = "(" + seen
+		}
+		msgs, err := s.client.XRangeN(ctx, ob, start, "+", sealBatch).Result()
+		if err != nil {
+			return s.fail(ctx, "events", err)
+		}
+		if len(msgs) == 0 {
+			if !hinted {
+				return nil
+			}
+			if err := s.client.SRem(ctx, s.k.eventSlots(), slot).Err(); err != nil {
+				return s.fail(ctx, "events", err)
+			}
+			hinted = false
+			continue
+		}
+		last := msgs[len(msgs)-1].ID
+		args := make([]any, 0, 4+len(eventFields)*len(msgs))
+		args = append(args, s.eventRetention.Milliseconds(), slot, seen, last)
+		for _, m := range msgs {
+			for _, f := range eventFields {
+				v, _ := m.Values[f].(string)
+				args = append(args, v)
+			}
+		}
+		n, err := s.batch.do(ctx, &fcall{fn: fn("seal"), keys: []string{s.k.eventLog(), s.k.eventCursor()}, args: args}).Int64()
+		if err != nil {
+			return s.fail(ctx, "events", err)
+		}
+		if n == 0 {
+			// Another sealer moved the slot on: continue from where it is.
+			v, err := s.client.HGet(ctx, s.k.eventCursor(), strconv.Itoa(slot)).Result()
+			if err != nil && err != goredis.Nil {
+				return s.fail(ctx, "events", err)
+			}
+			seen = v
+			continue
+		}
+		seen = last
+		// The sealed entries are in the log: drop them from the outbox
+		// (best effort; what stays is never sealed again).
+		if err := s.client.XTrimMinID(ctx, ob, nextStreamID(last)).Err(); err != nil {
+			s.log.Warn("redis: could not trim an event outbox", "err", err)
+		}
+	}
+	if !hinted {
+		// Rounds ran out with the hint dropped: hint again for the rest.
+		s.hint(ctx, slot)
+	}
+	return nil
+}
+
+// nextStreamID is the smallest stream id after id (ms-seq).
+func nextStreamID(id string) string {
+	ms, seq, _ := strings.Cut(id, "-")
+	q, _ := strconv.ParseUint(seq, 10, 64)
+	if q == math.MaxUint64 {
+		m, _ := strconv.ParseUint(ms, 10, 64)
+		return strconv.FormatUint(m+1, 10) + "-0"
+	}
+	return ms + "-" + strconv.FormatUint(q+1, 10)
+}
