@@ -80,11 +80,6 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 		return Limit{}, err
 	}
 	l.Thresholds = spec.Thresholds
-	if len(l.Thresholds) > 0 {
-		if _, ok := EventsOf(s.store); !ok {
-			return Limit{}, fmt.Errorf("thresholds: %w", ErrNotServed)
-		}
-	}
 	if spec.Window != nil {
 		if spec.Period != nil {
 			return Limit{}, invalid("invalid_request", "window", "a limit has one of leak, period or window, not several")
@@ -129,13 +124,9 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 }
 
 // Events lists up to n events after cursor and the cursor to continue
-// from (EventStore.Events). A store that keeps no events has none.
+// from (Store.Events).
 func (s *Service) Events(ctx context.Context, cursor string, n int) ([]OutboxEvent, string, error) {
-	es, ok := EventsOf(s.store)
-	if !ok {
-		return nil, cursor, nil
-	}
-	return es.Events(ctx, cursor, n)
+	return s.store.Events(ctx, cursor, n)
 }
 
 // GetLimit returns the limit name.

@@ -130,41 +130,22 @@ type Store interface {
 	// ErrLimitNotFound when the limit does not exist.
 	ListHolds(ctx context.Context, ref BucketRef) ([]Reservation, error)
 
+	// Events lists up to n of the events that writes emitted (thresholds
+	// crossed and recovered), kept in the same atomic step as the write,
+	// after cursor ("" for the oldest kept), in the order the store made
+	// them visible: every event once across pages, those of one bucket in
+	// the order of their writes. It returns the cursor to continue from:
+	// after the last event listed, or cursor itself when there is none yet
+	// (a caller polls with it). A cursor older than what the store keeps
+	// continues from the oldest event kept; a malformed one is an
+	// InvalidError naming "after". It writes nothing a caller can see and
+	// may be retried.
+	Events(ctx context.Context, cursor string, n int) ([]OutboxEvent, string, error)
+
 	// Ping reports whether the store answers; it backs /readyz.
 	Ping(ctx context.Context) error
 	// Close releases the store's resources.
 	Close() error
-}
-
-// EventStore is a Store that keeps the events writes emit (thresholds
-// crossed and recovered) in the same atomic step as the write. A store that
-// is not one refuses limits with thresholds (ErrNotServed).
-type EventStore interface {
-	Store
-	// Events lists up to n of the events that writes emitted, after cursor
-	// ("" for the oldest kept), in the order the store made them visible:
-	// every event once across pages, those of one bucket in the order of
-	// their writes. It returns the cursor to continue from: after the last
-	// event listed, or cursor itself when there is none yet (a caller polls
-	// with it). A cursor older than what the store keeps continues from the
-	// oldest event kept. It writes nothing a caller can see and may be
-	// retried.
-	Events(ctx context.Context, cursor string, n int) ([]OutboxEvent, string, error)
-}
-
-// EventsOf returns the EventStore that st is or wraps (through Unwrap
-// methods), and false when there is none.
-func EventsOf(st Store) (EventStore, bool) {
-	for {
-		if es, ok := st.(EventStore); ok {
-			return es, true
-		}
-		u, ok := st.(interface{ Unwrap() Store })
-		if !ok {
-			return nil, false
-		}
-		st = u.Unwrap()
-	}
 }
 
 // MaxHolds is the most active holds one bucket may have.

@@ -30,7 +30,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-var _ ledger.EventStore = (*Store)(nil)
+var _ ledger.Store = (*Store)(nil)
 
 // prefixRE bounds key prefixes: no braces (hash tags), no glob characters
 // (DeleteLimit scans by pattern) and no colon (one prefix cannot nest in

@@ -74,6 +74,10 @@ func (r *recorder) ListHolds(ctx context.Context, ref ledger.BucketRef) ([]ledge
 	r.rec("ListHolds", ctx, ref)
 	return nil, nil
 }
+func (r *recorder) Events(ctx context.Context, cursor string, n int) ([]ledger.OutboxEvent, string, error) {
+	r.rec("Events", ctx, cursor, n)
+	return nil, cursor, nil
+}
 func (r *recorder) Ping(ctx context.Context) error { r.rec("Ping", ctx); return nil }
 func (r *recorder) Close() error                   { r.rec("Close"); return nil }
 

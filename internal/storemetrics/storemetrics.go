@@ -157,6 +157,13 @@ func (s *Store) Reservation(ctx context.Context, id string) (ledger.Reservation,
 }
 
 // History times the wrapped store's History.
+func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.OutboxEvent, string, error) {
+	start := time.Now()
+	events, next, err := s.Store.Events(ctx, cursor, n)
+	s.observe("events", start, err)
+	return events, next, err
+}
+
 func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
 	start := time.Now()
 	entries, next, err := s.Store.History(ctx, ref, cursor, n)

@@ -1,7 +1,6 @@
 package ledgertest
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -61,21 +60,11 @@ func eventText(ev ledger.OutboxEvent) string {
 // the capacity, amounts do not; a denied charge emits nothing; a periodic
 // limit re-arms at each period start without an event; 50 concurrent
 // Fillups that cross 80% emit one event; every event is listed once across
-// pages, in order. A store that keeps no events refuses thresholds
-// (not_served) and changes nothing.
+// pages, in order.
 func testThresholds(t *testing.T, e *env) {
 	start := time.Date(2026, 7, 30, 10, 0, 0, 0, time.UTC)
 	e.clock.Set(start)
 	spec := ledger.LimitSpec{Capacity: dec("100"), Period: &ledger.Period{Every: "month"}, History: true, Thresholds: thresholds(t, "50%", "80%", "90")}
-	if _, ok := ledger.EventsOf(e.store); !ok {
-		if _, err := e.svc.PutLimit(e.ctx, "spend", spec); !errors.Is(err, ledger.ErrNotServed) {
-			t.Fatalf("PutLimit with thresholds on a store without events: %v, want ErrNotServed", err)
-		}
-		if _, err := e.svc.GetLimit(e.ctx, "spend"); !errors.Is(err, ledger.ErrLimitNotFound) {
-			t.Fatalf("a refused PUT created the limit: %v", err)
-		}
-		return
-	}
 	l, err := e.svc.PutLimit(e.ctx, "spend", spec)
 	if err != nil || len(l.Thresholds) != 3 || l.Thresholds[2].String() != "90" {
 		t.Fatalf("PutLimit: %+v %v", l, err)
@@ -197,9 +186,6 @@ func testThresholds(t *testing.T, e *env) {
 // 80% emit exactly one crossed event, and the used it reports is the
 // bucket's after the write that crossed.
 func testThresholdsConcurrent(t *testing.T, e *env) {
-	if _, ok := ledger.EventsOf(e.store); !ok {
-		return // testThresholds checks the refusal
-	}
 	e.clock.Set(time.Date(2026, 7, 30, 10, 0, 0, 0, time.UTC))
 	spec := ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: time.Hour, Thresholds: thresholds(t, "80%")}
 	if _, err := e.svc.PutLimit(e.ctx, "race", spec); err != nil {
