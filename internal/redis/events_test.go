@@ -307,3 +307,42 @@ func TestEventsKeepReachedBucket(t *testing.T) {
 		}
 	})
 }
+
+// TestEventsRetention: the global log keeps an event for the retention
+// from its sealing; a cursor older than what is kept continues from the
+// oldest event kept.
+func TestEventsRetention(t *testing.T) {
+	eachServer(t, func(t *testing.T, url string) {
+		clock := ledgertest.NewClock()
+		s := openTest(t, url, WithClock(clock.Now), WithEventRetention(time.Second))
+		ctx := context.Background()
+		if _, err := s.PutLimit(ctx, ledger.Limit{Name: "keep", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Hour, Thresholds: parseThresholds(t, "5")}); err != nil {
+			t.Fatal(err)
+		}
+		fill(t, s, ledger.BucketRef{Limit: "keep", Key: "first"}, "6")
+		first, _ := readAll(t, s, "", 10)
+		if len(first) != 1 {
+			t.Fatalf("events: %+v", first)
+		}
+		// Each round seals one more event, which trims the log to the last
+		// second; the first event goes once it is older than that.
+		deadline := time.Now().Add(20 * time.Second)
+		poll := time.NewTicker(50 * time.Millisecond)
+		defer poll.Stop()
+		for i := 0; ; i++ {
+			fill(t, s, ledger.BucketRef{Limit: "keep", Key: fmt.Sprintf("k%d", i)}, "6")
+			all, _ := readAll(t, s, "", 1000)
+			if len(all) > 0 && all[0].ID != first[0].ID {
+				after, _ := readAll(t, s, first[0].ID, 1000)
+				if len(after) != len(all) || after[0].ID != all[0].ID {
+					t.Fatalf("from a cursor no longer kept: %d events from %v, want the %d kept", len(after), after, len(all))
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the first event is still kept after %d rounds", i)
+			}
+			<-poll.C
+		}
+	})
+}

@@ -198,15 +198,16 @@ func windowArg(w ledger.Window) string {
 // list is the limit's arguments in the order the functions read them, for
 // a bucket in slot. The limit document goes only into idempotency records,
 // so a call without a key passes none; a limit with thresholds names the
-// outbox stream of the slot, where the function appends the events.
-func (a *limitArgs) list(k keys, slot int, idem ledger.Idempotency) []any {
+// outbox stream of the slot, where the function appends the events, and
+// how long (ms) the stream keeps an entry.
+func (a *limitArgs) list(k keys, slot int, keep string, idem ledger.Idempotency) []any {
 	doc := ""
 	if idem.Key != "" {
 		doc = a.doc
 	}
 	th := ""
 	if a.thresholds != "" {
-		th = k.outbox(slot) + ";" + a.thresholds
+		th = k.outbox(slot) + ";" + keep + ";" + a.thresholds
 	}
 	return []any{a.ceiling, a.leakAmount, a.leakPer, a.history, a.version, doc, th}
 }
@@ -277,7 +278,7 @@ func (s *Store) call(ctx context.Context, op string, ro bool, pre []string, t ta
 		keys = append(keys, ik)
 		ih = idem.Hash
 	}
-	args := append([]any{s.nowArg(), ih, check}, t.lim.args.list(s.k, t.slot, idem)...)
+	args := append([]any{s.nowArg(), ih, check}, t.lim.args.list(s.k, t.slot, s.keepArg, idem)...)
 	r, err := s.fcall(ctx, op, ro, keys, append(args, extra...)...)
 	if err == nil && r.emitted {
 		s.hint(ctx, t.slot)
@@ -572,7 +573,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		args := make([]any, 0, 4+9*len(ts))
 		args = append(args, s.nowArg(), ih, check, len(ts))
 		for i, t := range ts {
-			args = append(append(args, t.lim.args.list(s.k, t.slot, idem)...), units(items[i].Cost), items[i].Meta.JSON())
+			args = append(append(args, t.lim.args.list(s.k, t.slot, s.keepArg, idem)...), units(items[i].Cost), items[i].Meta.JSON())
 		}
 		r, err := s.fcall(ctx, "fillup", false, keys, args...)
 		if err != nil {

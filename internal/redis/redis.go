@@ -83,6 +83,7 @@ type Store struct {
 	callTimeout time.Duration
 
 	eventRetention time.Duration // WithEventRetention
+	keepArg        string        // eventRetention in ms, as the functions take it
 
 	mu         sync.Mutex
 	discovered time.Time              // when Events last scanned for outbox streams (events.go)
@@ -164,6 +165,10 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	if s.eventRetention <= 0 {
+		return nil, fmt.Errorf("redis: event retention %s: want a positive duration", s.eventRetention)
+	}
+	s.keepArg = strconv.FormatInt(s.eventRetention.Milliseconds(), 10)
 	if !prefixRE.MatchString(s.k.prefix) {
 		return nil, fmt.Errorf("redis: key prefix %q: want 1-64 characters of [A-Za-z0-9_.-]", s.k.prefix)
 	}

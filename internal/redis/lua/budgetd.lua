@@ -43,17 +43,17 @@ local function idem_get(ik, ih)
 end
 
 -- thresholds reads a limit's thresholds argument (bkt): the outbox stream
--- of the bucket's slot, and the rest, which is the limit's and is parsed
+-- of the bucket's slot and how long it keeps an entry (ms: the store's
+-- event retention), then the rest, which is the limit's and is parsed
 -- once per library load and kept (a cache, as memo below, emptied when it
 -- reaches TH_MAX entries): the digest sig (ledger.ThresholdSig), the
 -- capacity (units), the limit's name, and per threshold, in the limit's
 -- order, the level it is reached at (units) and its label ("80%").
 local TH_MAX, th_memo, th_n = 256, {}, 0
 local function thresholds(arg)
-  local semi = string.find(arg, ';', 1, true)
-  local ek, rest = string.sub(arg, 1, semi - 1), string.sub(arg, semi + 1)
+  local ek, keep, rest = string.match(arg, '^([^;]*);([^;]*);(.*)$')
   local t = th_memo[rest]
-  if t then return ek, t end
+  if t then return ek, keep, t end
   local sig, cap, name, list = string.match(rest, '^([^;]*);([^;]*);([^;]*);(.*)$')
   t = { sig = sig, cap = cap, name = name, lv = {}, lab = {} }
   for lv, lab in string.gmatch(list, '([^=,]+)=([^,]+)') do
@@ -61,7 +61,7 @@ local function thresholds(arg)
   end
   if th_n >= TH_MAX then th_memo, th_n = {}, 0 end
   th_memo[rest], th_n = t, th_n + 1
-  return ek, t
+  return ek, keep, t
 end
 
 -- bkt is one bucket of a call: its keys and its limit as the Go side passed
@@ -79,11 +79,12 @@ end
 -- computed around its clock: Lua never computes a calendar. A window limit
 -- passes 'W' and "length:precision" (µs): c.wl, c.wp.
 -- th is the limit's thresholds ('' for none, then the functions do no more
--- than this one comparison): "<outbox stream>;<sig>;<capacity>;<limit
--- name>;<level>=<label>,..." (thresholds, below): c.ek, c.th.
+-- than this one comparison): "<outbox stream>;<retention ms>;<sig>;
+-- <capacity>;<limit name>;<level>=<label>,..." (thresholds, above): c.ek,
+-- c.keep, c.th.
 local function bkt(bk, hk, ceil, ra, rp, hist, lim, th)
   local c = { bk = bk, hk = hk, ceil = nv(ceil), hist = hist ~= '0', deny = hist == '2', lim = lim }
-  if th ~= '' then c.ek, c.th = thresholds(th) end
+  if th ~= '' then c.ek, c.keep, c.th = thresholds(th) end
   if ra == 'P' then c.starts = rp
   elseif ra == 'W' then
     local colon = string.find(rp, ':', 1, true)
@@ -352,7 +353,10 @@ local function before(c, st, now) return c.th and used(c, st, now) end
 -- stream of the bucket's slot (c.ek), in the order of the thresholds: type
 -- t ('c' crossed, 'r' recovered), time at, limit l, encoded key k, label
 -- th, used u and capacity c (units), period start ps ('' unless periodic).
--- A limit without thresholds drops the marks of an earlier list.
+-- The stream's ids are Redis's clock (ms); an entry no sealer moved into
+-- the global log within the retention is dropped (XADD MINID), so an
+-- outbox nobody reads stays bounded as the log is. A limit without
+-- thresholds drops the marks of an earlier list.
 local function notice(c, st, now, pre)
   local th = c.th
   if not th then
@@ -376,7 +380,7 @@ local function notice(c, st, now, pre)
       end
     end
   end
-  local ps, u, key = '', nil, nil
+  local ps, u, key, minid = '', nil, nil, nil
   if c.ps then ps = period end
   for i, lv in ipairs(th.lv) do
     local b = 2 ^ (i - 1)
@@ -387,8 +391,10 @@ local function notice(c, st, now, pre)
         u = vs(after)
         local _, e = string.find(c.bk, ':b:', 1, true)
         key = string.sub(c.bk, e + 1)
+        local t = redis.call('TIME')
+        minid = fmt(math.max(0, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(c.keep)))
       end
-      redis.call('XADD', c.ek, '*', 't', reached and 'c' or 'r', 'at', fmt(now), 'l', th.name, 'k', key,
+      redis.call('XADD', c.ek, 'MINID', '~', minid, '*', 't', reached and 'c' or 'r', 'at', fmt(now), 'l', th.name, 'k', key,
         'th', th.lab[i], 'u', u, 'c', th.cap, 'ps', ps)
       c.emitted = true
     end
@@ -912,7 +918,7 @@ local function seal(keys, args)
   redis.call('HSET', cur, slot, last)
   local t = redis.call('TIME')
   local minid = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - keep
-  if minid > 0 then redis.call('XTRIM', log, 'MINID', '~', fmt(minid)) end
+  if minid > 0 then redis.call('XTRIM', log, 'MINID', fmt(minid)) end
   return n
 end
 
