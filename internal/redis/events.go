@@ -34,10 +34,12 @@ func WithEventRetention(d time.Duration) Option { return func(s *Store) { s.even
 
 const (
 	// discoveryEvery is how often Events scans every master for outbox
-	// streams, besides the slots hinted in P:evslots:{P}: at the first call
-	// of the process and then at most this often, so a lost hint delays an
-	// event by at most this long.
+	// streams that hold unsealed entries, to hint their slots in
+	// P:evslots:{P}: at the first call of the process and then at most this
+	// often, so a lost hint delays an event by about this long.
 	discoveryEvery = 30 * time.Second
+	// discoveryTimeout bounds one discovery.
+	discoveryTimeout = time.Minute
 	// sealBatch is the most outbox entries one seal call moves.
 	sealBatch = 256
 	// sealRounds bounds the seal calls of one slot in one Events call.
@@ -71,17 +73,19 @@ func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.Outb
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.callTimeout, errCallTimeout)
 	defer cancel()
-	if err := s.seal(ctx); err != nil {
+	// Sealing gets half the call's time: what it did not reach stays for
+	// the next call (each seal step is complete on its own), and the log is
+	// read in any case.
+	sctx, scancel := context.WithTimeout(ctx, s.callTimeout/2)
+	err := s.seal(sctx)
+	scancel()
+	if err != nil && (ctx.Err() != nil || sctx.Err() == nil) {
 		return nil, "", err
 	}
 	if n <= 0 {
 		return nil, cursor, nil
 	}
-	start := "-"
-	if cursor != "" {
-		start = "(" + cursor
-	}
-	msgs, err := s.client.XRangeN(ctx, s.k.eventLog(), start, "+", int64(n)).Result()
+	msgs, err := s.client.XRangeN(ctx, s.k.eventLog(), after(cursor), "+", int64(n)).Result()
 	if err != nil {
 		return nil, "", s.fail(ctx, "events", err)
 	}
@@ -144,21 +148,101 @@ func parseEvent(m goredis.XMessage) (ledger.OutboxEvent, error) {
 	return ev, nil
 }
 
-// discoveryDue reports whether Events should scan for outbox streams now,
-// and marks it done when it should.
-func (s *Store) discoveryDue() bool {
+// discover starts, when it is due and none runs, a discovery: a SCAN of
+// every master for outbox streams, hinting the slots whose outbox holds
+// entries after its sealed id. It runs on its own (its time is not a
+// call's: a large keyspace takes long to scan) and returns a channel closed
+// when the discovery running, if any, ends.
+func (s *Store) discover() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.discovered.IsZero() && time.Since(s.discovered) < discoveryEvery {
-		return false
+	if s.discovering != nil {
+		return s.discovering
 	}
-	s.discovered = time.Now()
-	return true
+	if !s.discovered.IsZero() && time.Since(s.discovered) < discoveryEvery {
+		return nil
+	}
+	done := make(chan struct{})
+	s.discovering, s.discovered = done, time.Now()
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), discoveryTimeout)
+		defer cancel()
+		err := s.discoverNow(ctx)
+		s.mu.Lock()
+		s.discovering = nil
+		if err != nil {
+			s.discovered = time.Time{} // again at the next call
+		}
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Warn("redis: discovery of event outboxes failed; retried at the next events read", "err", err)
+		}
+	}()
+	return done
+}
+
+// discoverNow hints every slot whose outbox holds entries after the slot's
+// sealed id.
+func (s *Store) discoverNow(ctx context.Context) error {
+	var (
+		mu    sync.Mutex // masters are scanned in parallel
+		slots []int
+	)
+	err := s.scanKeys(ctx, s.k.prefix+":ev:*", func(_ context.Context, _ goredis.Cmdable, ks []string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range ks {
+			slots = append(slots, slotOf(k))
+		}
+		return nil
+	})
+	if err != nil || len(slots) == 0 {
+		return err
+	}
+	cur, err := s.client.HGetAll(ctx, s.k.eventCursor()).Result()
+	if err != nil {
+		return err
+	}
+	p := s.client.Pipeline()
+	reads := make([]*goredis.XMessageSliceCmd, len(slots))
+	for i, sl := range slots {
+		reads[i] = p.XRangeN(ctx, s.k.outbox(sl), after(cur[strconv.Itoa(sl)]), "+", 1)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		return err
+	}
+	var found []any
+	for i, r := range reads {
+		if len(r.Val()) > 0 {
+			found = append(found, slots[i])
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return s.client.SAdd(ctx, s.k.eventSlots(), found...).Err()
+}
+
+// after is the exclusive XRANGE start after a stream id ("" for none).
+func after(id string) string {
+	if id == "" {
+		return "-"
+	}
+	return "(" + id
 }
 
 // seal moves into the global log every outbox entry that is not in it yet,
-// for the hinted slots and (discoveryDue) every slot that has an outbox.
+// for the hinted slots, after waiting (within ctx) for a discovery that is
+// due or running.
 func (s *Store) seal(ctx context.Context) error {
+	if done := s.discover(); done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	members, err := s.client.SMembers(ctx, s.k.eventSlots()).Result()
 	if err != nil {
 		return s.fail(ctx, "events", err)
@@ -169,32 +253,11 @@ func (s *Store) seal(ctx context.Context) error {
 			hinted[sl] = true
 		}
 	}
-	slots := map[int]bool{}
-	for sl := range hinted {
-		slots[sl] = true
-	}
-	if s.discoveryDue() {
-		var mu sync.Mutex // masters are scanned in parallel
-		err := s.scanKeys(ctx, s.k.prefix+":ev:*", func(_ context.Context, _ goredis.Cmdable, ks []string) error {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, k := range ks {
-				slots[slotOf(k)] = true
-			}
-			return nil
-		})
-		if err != nil {
-			s.mu.Lock()
-			s.discovered = time.Time{} // again at the next call
-			s.mu.Unlock()
-			return s.fail(ctx, "events discovery", err)
-		}
-	}
-	if len(slots) == 0 {
+	if len(hinted) == 0 {
 		return nil
 	}
-	list := make([]int, 0, len(slots))
-	for sl := range slots {
+	list := make([]int, 0, len(hinted))
+	for sl := range hinted {
 		list = append(list, sl)
 	}
 	sort.Ints(list)
@@ -205,23 +268,19 @@ func (s *Store) seal(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(sealConcurrency)
 	for _, sl := range list {
-		g.Go(func() error { return s.sealSlot(gctx, sl, cur[strconv.Itoa(sl)], hinted[sl]) })
+		g.Go(func() error { return s.sealSlot(gctx, sl, cur[strconv.Itoa(sl)]) })
 	}
 	return g.Wait()
 }
 
-// sealSlot seals the outbox of slot after seen, the sealed id read. A
-// hinted slot whose outbox holds nothing more loses its hint, and is read
-// once more after that: an event appended meanwhile is then either read
-// here or hinted again (its writer hints after appending).
-func (s *Store) sealSlot(ctx context.Context, slot int, seen string, hinted bool) error {
-	ob := s.k.outbox(slot)
+// sealSlot seals the outbox of a hinted slot after seen, the sealed id
+// read. Once the outbox holds nothing more the slot loses its hint and is
+// read once more: an event appended meanwhile is then either read here or
+// hinted again (its writer hints after appending).
+func (s *Store) sealSlot(ctx context.Context, slot int, seen string) error {
+	ob, hinted := s.k.outbox(slot), true
 	for range sealRounds {
-		start := "-"
-		if seen != "" {
-			start = "(" + seen
-		}
-		msgs, err := s.client.XRangeN(ctx, ob, start, "+", sealBatch).Result()
+		msgs, err := s.client.XRangeN(ctx, ob, after(seen), "+", sealBatch).Result()
 		if err != nil {
 			return s.fail(ctx, "events", err)
 		}

@@ -85,10 +85,11 @@ type Store struct {
 	eventRetention time.Duration // WithEventRetention
 	keepArg        string        // eventRetention in ms, as the functions take it
 
-	mu         sync.Mutex
-	discovered time.Time              // when Events last scanned for outbox streams (events.go)
-	limits     map[string]cachedLimit // by name
-	gens       map[int64]string       // generation → name
+	mu          sync.Mutex
+	discovered  time.Time              // when Events last started a discovery of outbox streams (events.go)
+	discovering chan struct{}          // closed when the running discovery ends; nil when none runs
+	limits      map[string]cachedLimit // by name
+	gens        map[int64]string       // generation → name
 }
 
 type cachedLimit struct {
