@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -206,5 +207,83 @@ func testThresholdsConcurrent(t *testing.T, e *env) {
 	evs, _ := e.eventsAfter(cursor, 100)
 	if len(evs) != 1 || evs[0].Type != ledger.EventThresholdCrossed || !evs[0].Used.Equal(dec("80")) {
 		t.Fatalf("50 concurrent Fillups of 2 past 80 of 100: events %+v, want one crossed at used 80", evs)
+	}
+	testEventsUnderWriters(t, e)
+}
+
+// testEventsUnderWriters: 20 writers charge 20 buckets (keys of different
+// hash slots) past 4 thresholds while a reader pages through the events 3
+// at a time: every event is listed exactly once, each bucket's in the
+// order of its writes. A malformed cursor is refused naming after.
+func testEventsUnderWriters(t *testing.T, e *env) {
+	spec := ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: time.Hour, Thresholds: thresholds(t, "2", "4", "6", "8")}
+	if _, err := e.svc.PutLimit(e.ctx, "writers", spec); err != nil {
+		t.Fatal(err)
+	}
+	var inv *ledger.InvalidError
+	if _, _, err := e.svc.Events(e.ctx, "x1", 10); !errors.As(err, &inv) || inv.Field != "after" {
+		t.Fatalf("Events with a malformed cursor: %v, want invalid after", err)
+	}
+	_, start := e.eventsAfter("", 100)
+	const buckets, writes = 20, 200
+	done := make(chan struct{})
+	var seen []ledger.OutboxEvent
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		cursor := start
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			page, next, err := e.svc.Events(e.ctx, cursor, 3)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			seen = append(seen, page...)
+			cursor = next
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range writes / 20 {
+				r := ref("writers", fmt.Sprintf("b%02d", (w+i)%buckets))
+				if _, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: r, Cost: dec("1")}}, ledger.Idempotency{}); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	<-readerDone
+	last := start
+	if len(seen) > 0 {
+		last = seen[len(seen)-1].ID
+	}
+	rest, _ := e.eventsAfter(last, 3)
+	seen = append(seen, rest...)
+	ids := map[string]bool{}
+	per := map[string][]string{}
+	for _, ev := range seen {
+		if ids[ev.ID] {
+			t.Fatalf("event %s listed twice", ev.ID)
+		}
+		ids[ev.ID] = true
+		per[ev.Bucket.Key] = append(per[ev.Bucket.Key], ev.Threshold+"@"+ev.Used.String())
+	}
+	if len(seen) != buckets*4 {
+		t.Fatalf("%d events, want %d", len(seen), buckets*4)
+	}
+	for k, evs := range per {
+		if fmt.Sprint(evs) != "[2@2 4@4 6@6 8@8]" {
+			t.Errorf("bucket %s: events %v, want each threshold crossed once, in order", k, evs)
+		}
 	}
 }
