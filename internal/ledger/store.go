@@ -141,6 +141,11 @@ type Store interface {
 	// InvalidError naming "after". It writes nothing a caller can see and
 	// may be retried.
 	Events(ctx context.Context, cursor string, n int) ([]OutboxEvent, string, error)
+	// BucketEvents returns up to n (at most MaxBucketEvents) of the events
+	// kept for the bucket ref, newest first, each as Events lists it (same
+	// id), once the events visible now are listed by Events too. It writes
+	// nothing a caller can see and may be retried.
+	BucketEvents(ctx context.Context, ref BucketRef, n int) ([]OutboxEvent, error)
 
 	// Ping reports whether the store answers; it backs /readyz.
 	Ping(ctx context.Context) error

@@ -73,13 +73,7 @@ func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.Outb
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.callTimeout, errCallTimeout)
 	defer cancel()
-	// Sealing gets half the call's time: what it did not reach stays for
-	// the next call (each seal step is complete on its own), and the log is
-	// read in any case.
-	sctx, scancel := context.WithTimeout(ctx, s.callTimeout/2)
-	err := s.seal(sctx)
-	scancel()
-	if err != nil && (ctx.Err() != nil || sctx.Err() == nil) {
+	if err := s.sealSome(ctx); err != nil {
 		return nil, "", err
 	}
 	if n <= 0 {
@@ -99,6 +93,58 @@ func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.Outb
 		}
 	}
 	return out, msgs[len(msgs)-1].ID, nil
+}
+
+// sealSome seals within half of ctx's time (the call's): what it did not
+// reach stays for the next call (each seal step is complete on its own),
+// and the caller reads the log in any case.
+func (s *Store) sealSome(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, s.callTimeout/2)
+	defer cancel()
+	if err := s.seal(sctx); err != nil && (ctx.Err() != nil || sctx.Err() == nil) {
+		return err
+	}
+	return nil
+}
+
+// BucketEvents lists the newest events of a bucket, newest first, after
+// sealing: the ids from the bucket's index (kept by the seal function), then
+// the events from the log (an id the log no longer keeps is skipped).
+func (s *Store) BucketEvents(ctx context.Context, ref ledger.BucketRef, n int) ([]ledger.OutboxEvent, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, s.callTimeout, errCallTimeout)
+	defer cancel()
+	if err := s.sealSome(ctx); err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		return nil, nil
+	}
+	ids, err := s.client.LRange(ctx, s.k.bucketEvents(ref), 0, int64(n)-1).Result()
+	if err != nil {
+		return nil, s.fail(ctx, "bucket events", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	p := s.client.Pipeline()
+	reads := make([]*goredis.XMessageSliceCmd, len(ids))
+	for i, id := range ids {
+		reads[i] = p.XRange(ctx, s.k.eventLog(), id, id)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		return nil, s.fail(ctx, "bucket events", err)
+	}
+	var out []ledger.OutboxEvent
+	for _, r := range reads {
+		for _, m := range r.Val() {
+			ev, err := parseEvent(m)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ev)
+		}
+	}
+	return out, nil
 }
 
 // validEventID reports whether id is a stream id ms-seq that XRANGE takes
@@ -295,8 +341,8 @@ func (s *Store) sealSlot(ctx context.Context, slot int, seen string) error {
 			continue
 		}
 		last := msgs[len(msgs)-1].ID
-		args := make([]any, 0, 4+len(eventFields)*len(msgs))
-		args = append(args, s.eventRetention.Milliseconds(), slot, seen, last)
+		args := make([]any, 0, 6+len(eventFields)*len(msgs))
+		args = append(args, s.eventRetention.Milliseconds(), slot, seen, last, s.k.bucketEventsBase(), ledger.MaxBucketEvents)
 		for _, m := range msgs {
 			for _, f := range eventFields {
 				v, _ := m.Values[f].(string)

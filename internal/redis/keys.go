@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/budgetd/budgetd/internal/ledger"
 )
 
 // Key layout (see docs/redis.md). P is the prefix and g the generation of a
@@ -29,6 +31,7 @@ import (
 //	P:evlog:{P}          stream the global event log (GET /v1/events): events sealed from the outboxes, id = event id
 //	P:evcur:{P}          hash   slot → id of the last outbox entry of that slot already sealed into the log
 //	P:evslots:{P}        set    slots whose outbox may hold unsealed events (a hint; discovery scans for P:ev:*)
+//	P:evb:{P}:<l>:<k>    list   ids in P:evlog of the newest events of bucket <k> of limit <l>, newest first
 //
 // <k> is the caller's key made into a hash tag: "=" + key when the key has a
 // Redis hash tag of its own ("{t1}u1"), otherwise "{" + key + "}". So all
@@ -125,6 +128,13 @@ func (k keys) outbox(slot int) string { return k.prefix + ":ev:{" + slotTag(slot
 func (k keys) eventLog() string       { return k.prefix + ":evlog:{" + k.prefix + "}" }
 func (k keys) eventCursor() string    { return k.prefix + ":evcur:{" + k.prefix + "}" }
 func (k keys) eventSlots() string     { return k.prefix + ":evslots:{" + k.prefix + "}" }
+
+// bucketEventsBase is where the per-bucket indexes of the global log start
+// (bucketEvents without the bucket), as the seal function takes it.
+func (k keys) bucketEventsBase() string { return k.prefix + ":evb:{" + k.prefix + "}:" }
+func (k keys) bucketEvents(ref ledger.BucketRef) string {
+	return k.bucketEventsBase() + ref.Limit + ":" + encodeKey(ref.Key)
+}
 
 func (k keys) gen(g int64) string { return k.prefix + ":" + strconv.FormatInt(g, 10) }
 

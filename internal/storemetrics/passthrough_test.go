@@ -78,6 +78,10 @@ func (r *recorder) Events(ctx context.Context, cursor string, n int) ([]ledger.O
 	r.rec("Events", ctx, cursor, n)
 	return nil, cursor, nil
 }
+func (r *recorder) BucketEvents(ctx context.Context, ref ledger.BucketRef, n int) ([]ledger.OutboxEvent, error) {
+	r.rec("BucketEvents", ctx, ref, n)
+	return nil, nil
+}
 func (r *recorder) Ping(ctx context.Context) error { r.rec("Ping", ctx); return nil }
 func (r *recorder) Close() error                   { r.rec("Close"); return nil }
 

@@ -164,6 +164,13 @@ func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.Outb
 	return events, next, err
 }
 
+func (s *Store) BucketEvents(ctx context.Context, ref ledger.BucketRef, n int) ([]ledger.OutboxEvent, error) {
+	start := time.Now()
+	events, err := s.Store.BucketEvents(ctx, ref, n)
+	s.observe("bucket_events", start, err)
+	return events, err
+}
+
 func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
 	start := time.Now()
 	entries, next, err := s.Store.History(ctx, ref, cursor, n)

@@ -10,32 +10,16 @@ import (
 
 // testBucketEvents: a bucket's most recent events are its own, newest
 // first, as Events lists them (same ids), at most n; a bucket with none has
-// none; an unknown limit is ErrLimitNotFound and a bad n is invalid. A
-// store that keeps no events lists none; one that keeps them but cannot
-// list a bucket's answers ErrNotServed.
+// none; an unknown limit is ErrLimitNotFound and a bad n is invalid.
 func testBucketEvents(t *testing.T, e *env) {
 	e.clock.Set(time.Date(2026, 7, 30, 10, 0, 0, 0, time.UTC))
 	if _, err := e.svc.BucketEvents(e.ctx, ref("nope", "a"), 5); !errors.Is(err, ledger.ErrLimitNotFound) {
 		t.Fatalf("BucketEvents of an unknown limit: %v, want ErrLimitNotFound", err)
 	}
-	es, ok := ledger.EventsOf(e.store)
-	if !ok {
-		e.limit("spend", "100", "1", time.Hour, false)
-		if evs, err := e.svc.BucketEvents(e.ctx, ref("spend", "a"), 5); err != nil || len(evs) != 0 {
-			t.Fatalf("BucketEvents on a store without events: %v %v, want none", evs, err)
-		}
-		return
-	}
 	if _, err := e.svc.PutLimit(e.ctx, "spend", ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: 1000 * time.Hour, Thresholds: thresholds(t, "50%", "80%")}); err != nil {
 		t.Fatal(err)
 	}
 	a, b := ref("spend", "a"), ref("spend", "b")
-	if _, ok := es.(ledger.BucketEventStore); !ok {
-		if _, err := e.svc.BucketEvents(e.ctx, a, 5); !errors.Is(err, ledger.ErrNotServed) {
-			t.Fatalf("BucketEvents on a store that cannot list a bucket's events: %v, want ErrNotServed", err)
-		}
-		return
-	}
 	for _, n := range []int{0, -1, ledger.MaxBucketEvents + 1} {
 		var inv *ledger.InvalidError
 		if _, err := e.svc.BucketEvents(e.ctx, a, n); !errors.As(err, &inv) || inv.Field != "limit" {

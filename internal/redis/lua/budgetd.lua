@@ -897,8 +897,11 @@ end
 -- KEYS = the global log (a stream), the sealed ids (a hash, slot → id of
 -- the last entry of that slot's stream already in the log); ARGV = how
 -- long the log keeps events (ms), the slot, the sealed id the caller read
--- ('' for none), the id of the last entry it seals, then per event the 8
--- values of an outbox entry (notice). Unless another sealer moved the
+-- ('' for none), the id of the last entry it seals, the base of the
+-- per-bucket indexes and how many ids each keeps, then per event the 8
+-- values of an outbox entry (notice). Each bucket's index (base .. limit ..
+-- ':' .. encoded key, a list in the {P} slot too) keeps the log ids of its
+-- newest events, newest first, and lives as long as the log keeps them. Unless another sealer moved the
 -- slot's sealed id since the caller read it (then it answers 0 and writes
 -- nothing: the caller reads the stream again), it appends the events and
 -- moves the sealed id in one step, so every event enters the log once. The
@@ -907,12 +910,16 @@ end
 local EV = { 't', 'at', 'l', 'k', 'th', 'u', 'c', 'ps' }
 local function seal(keys, args)
   local log, cur = keys[1], keys[2]
-  local keep, slot, seen, last = tonumber(args[1]), args[2], args[3], args[4]
+  local keep, slot, seen, last, base, per = tonumber(args[1]), args[2], args[3], args[4], args[5], args[6]
   if (redis.call('HGET', cur, slot) or '') ~= seen then return 0 end
   local n, kv = 0, {}
-  for a = 5, #args, 8 do
+  for a = 7, #args, 8 do
     for j = 1, 8 do kv[2 * j - 1], kv[2 * j] = EV[j], args[a + j - 1] end
-    redis.call('XADD', log, '*', unpack(kv))
+    local id = redis.call('XADD', log, '*', unpack(kv))
+    local bi = base .. kv[6] .. ':' .. kv[8] -- the event's limit and key
+    redis.call('LPUSH', bi, id)
+    redis.call('LTRIM', bi, 0, per - 1)
+    redis.call('PEXPIRE', bi, keep)
     n = n + 1
   end
   redis.call('HSET', cur, slot, last)
