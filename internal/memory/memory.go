@@ -290,6 +290,7 @@ func (s *Store) PutLimit(_ context.Context, l ledger.Limit) (ledger.Limit, error
 			s.switchLimit(old, now)
 		}
 	}
+	l.Prepare()
 	s.limits[l.Name] = l
 	return l, nil
 }
