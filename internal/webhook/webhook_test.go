@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -214,6 +215,7 @@ func fast(opts ...webhook.Option) []webhook.Option {
 	return append([]webhook.Option{
 		webhook.WithBackoff(2*time.Millisecond, 40*time.Millisecond), webhook.WithPoll(10 * time.Millisecond),
 		webhook.WithRequestTimeout(300 * time.Millisecond), webhook.WithLease(webhook.DefaultLeaseName, 2*time.Second),
+		webhook.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 	}, opts...)
 }
 
