@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,4 +148,67 @@ func isRun(g, w []string) bool {
 		}
 	}
 	return false
+}
+
+// flakyLeases fails every lease call while fail is set, and reports each
+// failed call on failed.
+type flakyLeases struct {
+	webhook.Leases
+	fail   atomic.Bool
+	failed chan struct{}
+}
+
+func (f *flakyLeases) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, string, error) {
+	if f.fail.Load() {
+		select {
+		case f.failed <- struct{}{}:
+		default:
+		}
+		return false, "", fmt.Errorf("lease: %w", ledger.ErrUnavailable)
+	}
+	return f.Leases.AcquireLease(ctx, name, holder, ttl)
+}
+
+func (f *flakyLeases) AdvanceLease(ctx context.Context, name, holder, cursor string) (bool, error) {
+	if f.fail.Load() {
+		return false, fmt.Errorf("lease: %w", ledger.ErrUnavailable)
+	}
+	return f.Leases.AdvanceLease(ctx, name, holder, cursor)
+}
+
+// TestStopsWhenRenewalFails: when the lease cannot be renewed the deliverer
+// sends nothing more, until it holds the lease again.
+func TestStopsWhenRenewalFails(t *testing.T) {
+	st := memory.New()
+	em := newEmitter(t, st)
+	leases := &flakyLeases{Leases: st, failed: make(chan struct{}, 1000)}
+	r := newReceiver(t, nil)
+	run(t, webhook.New(r.srv.URL, key(t), st, leases, fast(webhook.WithLease(webhook.DefaultLeaseName, 300*time.Millisecond))...))
+	em.bucket(t, "a")
+	r.waitFor(t, "bucket a", 30*time.Second, func(es []client.Event) bool { return len(byBucket(es, em.limit)["a"]) >= 16 })
+
+	leases.fail.Store(true)
+	waitFailed := func(n int) {
+		t.Helper()
+		for range n {
+			select {
+			case <-leases.failed:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the deliverer stopped asking for the lease")
+			}
+		}
+	}
+	// The failed renewal ends the session; the next failed call is Run's
+	// attempt to take the lease again, made after the session has stopped.
+	waitFailed(2)
+	em.bucket(t, "b")
+	waitFailed(3) // three more rounds (TTL/3 apart) without the lease
+	if n := len(byBucket(r.events(), em.limit)["b"]); n != 0 {
+		t.Fatalf("%d events of b sent without the lease", n)
+	}
+	leases.fail.Store(false)
+	got := r.waitFor(t, "bucket b", 30*time.Second, func(es []client.Event) bool { return len(byBucket(es, em.limit)["b"]) >= 16 })
+	if want := em.want(t)["b"]; fmt.Sprint(byBucket(got, em.limit)["b"]) != fmt.Sprint(want) {
+		t.Fatalf("b received %v, want %v", byBucket(got, em.limit)["b"], want)
+	}
 }
