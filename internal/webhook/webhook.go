@@ -26,8 +26,8 @@
 // old holder had read and not finished: at least once.
 //
 // The lease. The holder renews it every TTL/3; when a renewal fails or says
-// the lease is gone it stops at once (its requests are cancelled) and goes
-// back to waiting. On a clean stop it stores its cursor and releases the
+// the lease is gone, or none succeeded for 3/4 of the TTL, it stops at once
+// (its requests are cancelled) and goes back to waiting. On a clean stop it stores its cursor and releases the
 // lease, so another instance takes over without waiting out the TTL.
 //
 // Nothing here is on the decision path: the deliverer only reads the outbox
@@ -199,6 +199,7 @@ func (d *Deliverer) Collectors() []prometheus.Collector { return d.m.collectors(
 // releases the lease. It returns nil.
 func (d *Deliverer) Run(ctx context.Context) error {
 	for {
+		asked := time.Now()
 		held, cursor, err := d.leases.AcquireLease(ctx, d.leaseName, d.holder, d.ttl)
 		switch {
 		case ctx.Err() != nil:
@@ -207,7 +208,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			d.log.Warn("webhook: could not take the lease", "err", err)
 		case held:
 			d.log.Info("webhook: delivering (this instance holds the lease)", "holder", d.holder, "cursor", cursor)
-			d.deliver(ctx, cursor)
+			d.deliver(ctx, cursor, asked.Add(d.ttl*3/4))
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -268,8 +269,9 @@ func signal(c chan struct{}) {
 	}
 }
 
-// deliver runs one session from cursor until the lease is lost or ctx ends.
-func (d *Deliverer) deliver(ctx context.Context, cursor string) {
+// deliver runs one session from cursor until the lease is lost or ctx ends;
+// valid is when this holder stops unless it renewed the lease.
+func (d *Deliverer) deliver(ctx context.Context, cursor string, valid time.Time) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s := &session{
@@ -282,7 +284,7 @@ func (d *Deliverer) deliver(ctx context.Context, cursor string) {
 		defer s.wg.Done()
 		s.readLoop()
 	}()
-	stored := s.keepLease(cancel, cursor)
+	stored := s.keepLease(cancel, cursor, valid)
 	s.wg.Wait()
 	if ctx.Err() == nil || d.noRelease {
 		return // the lease is lost (or the test plays dead): nothing more to store
@@ -306,17 +308,28 @@ func (d *Deliverer) deliver(ctx context.Context, cursor string) {
 // keepLease renews the lease every TTL/3 and stores the cursor when it
 // moves (stored is the one in the store), until ctx ends or the lease is
 // lost; then it cancels the session. It returns the cursor last stored.
-func (s *session) keepLease(cancel context.CancelFunc, stored string) string {
+//
+// The holder stops by itself at valid: 3/4 of the TTL after it last asked
+// for the lease successfully, before the store can let it go (the store
+// counts the TTL from when the request reached it), whatever its calls to
+// the store do meanwhile; every call is bounded by valid too.
+func (s *session) keepLease(cancel context.CancelFunc, stored string, valid time.Time) string {
 	d := s.d
 	defer cancel()
 	tick := time.NewTicker(d.ttl / 3)
 	defer tick.Stop()
+	expire := time.NewTimer(time.Until(valid))
+	defer expire.Stop()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return stored
+		case <-expire.C:
+			d.log.Warn("webhook: lease not renewed in time: stopping delivery")
+			return stored
 		case <-tick.C:
-			cctx, ccancel := context.WithTimeout(s.ctx, d.ttl/3)
+			asked := time.Now()
+			cctx, ccancel := context.WithDeadline(s.ctx, valid)
 			held, _, err := d.leases.AcquireLease(cctx, d.leaseName, d.holder, d.ttl)
 			ccancel()
 			if err != nil || !held {
@@ -325,6 +338,8 @@ func (s *session) keepLease(cancel context.CancelFunc, stored string) string {
 				}
 				return stored
 			}
+			valid = asked.Add(d.ttl * 3 / 4)
+			expire.Reset(time.Until(valid))
 		case <-s.dirty:
 		}
 		s.mu.Lock()
@@ -333,7 +348,7 @@ func (s *session) keepLease(cancel context.CancelFunc, stored string) string {
 		if cur == stored {
 			continue
 		}
-		cctx, ccancel := context.WithTimeout(s.ctx, d.ttl/3)
+		cctx, ccancel := context.WithDeadline(s.ctx, valid)
 		ok, err := d.leases.AdvanceLease(cctx, d.leaseName, d.holder, cur)
 		ccancel()
 		switch {
