@@ -656,3 +656,9 @@ type EventPage struct {
 	Items      []WebhookEvent `json:"items"`
 	NextCursor string         `json:"next_cursor"`
 }
+
+// BucketEventList is GET /v1/limits/{name}/buckets/{key}/events: the
+// bucket's most recent events, newest first.
+type BucketEventList struct {
+	Items []WebhookEvent `json:"items"`
+}

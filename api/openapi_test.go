@@ -248,6 +248,7 @@ func TestOpenAPIMatchesTheTypes(t *testing.T) {
 		"Health":                  reflect.TypeFor[api.Health](),
 		"WebhookEvent":            reflect.TypeFor[api.WebhookEvent](),
 		"EventPage":               reflect.TypeFor[api.EventPage](),
+		"BucketEventList":         reflect.TypeFor[api.BucketEventList](),
 	}
 	// Schemas of single values, not documents.
 	values := map[string]bool{"AmountInput": true, "Decimal": true, "Percent": true, "Duration": true, "Timestamp": true, "ProblemCode": true, "Meta": true}
