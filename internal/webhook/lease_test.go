@@ -97,7 +97,7 @@ func TestLeaseTakeover(t *testing.T) {
 				st, out, leases = m, m, openRedis(t)
 			}
 			em := newEmitter(t, st)
-			const ttl = time.Second
+			const ttl = 3 * time.Second
 			r1, r2 := newReceiver(t, nil), newReceiver(t, nil)
 			d1 := webhook.New(r1.srv.URL, key(t), out, leases, fast(webhook.WithLease(webhook.DefaultLeaseName, ttl), webhook.WithHolder("d1"), webhook.WithoutRelease())...)
 			d2 := webhook.New(r2.srv.URL, key(t), out, leases, fast(webhook.WithLease(webhook.DefaultLeaseName, ttl), webhook.WithHolder("d2"))...)

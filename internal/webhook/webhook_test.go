@@ -214,7 +214,7 @@ func run(t testing.TB, d *webhook.Deliverer) (stop func()) {
 func fast(opts ...webhook.Option) []webhook.Option {
 	return append([]webhook.Option{
 		webhook.WithBackoff(2*time.Millisecond, 40*time.Millisecond), webhook.WithPoll(10 * time.Millisecond),
-		webhook.WithRequestTimeout(300 * time.Millisecond), webhook.WithLease(webhook.DefaultLeaseName, 2*time.Second),
+		webhook.WithRequestTimeout(300 * time.Millisecond), webhook.WithLease(webhook.DefaultLeaseName, 10*time.Second),
 		webhook.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 	}, opts...)
 }

