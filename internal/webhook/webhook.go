@@ -21,14 +21,16 @@
 //
 // The cursor. The holder stores, through the lease, the cursor before the
 // oldest page that still has an event not delivered or given up; only the
-// holder can move it (the store compares the holder in the same step). A new
-// holder starts from it, so after a takeover it sends again at most what the
-// old holder had read and not finished: at least once.
+// holder can move it (the store compares the holder in the same step), and
+// it is stored as soon as it moves. A new holder starts from it, so after a
+// takeover it sends again at most the events the old holder had read since
+// that cursor (at most MaxHeld): at least once.
 //
 // The lease. The holder renews it every TTL/3; when a renewal fails or says
 // the lease is gone, or none succeeded for 3/4 of the TTL, it stops at once
-// (its requests are cancelled) and goes back to waiting. On a clean stop it stores its cursor and releases the
-// lease, so another instance takes over without waiting out the TTL.
+// (its requests are cancelled) and goes back to waiting. On a clean stop it
+// stores its cursor and releases the lease, so another instance takes over
+// without waiting out the TTL.
 //
 // Nothing here is on the decision path: the deliverer only reads the outbox
 // and the lease, in its own goroutines.
@@ -100,8 +102,8 @@ func WithHolder(h string) Option { return func(d *Deliverer) { d.holder = h } }
 // (DefaultConcurrency).
 func WithConcurrency(n int) Option { return func(d *Deliverer) { d.concurrency = n } }
 
-// WithMaxHeld sets how many events may be read and not yet done
-// (DefaultMaxHeld), and WithPageSize how many are read at a time.
+// WithMaxHeld sets how many events may be read and not yet delivered or
+// given up (DefaultMaxHeld): the bound on the deliverer's memory.
 func WithMaxHeld(n int) Option { return func(d *Deliverer) { d.maxHeld = n } }
 
 // WithPageSize sets how many events are read from the outbox at a time
