@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -435,4 +436,67 @@ func metricValue(t testing.TB, d *webhook.Deliverer, name, label string) float64
 	}
 	t.Fatalf("no %s{%s}", name, label)
 	return 0
+}
+
+// countingOutbox counts the events the deliverer has read.
+type countingOutbox struct {
+	webhook.Outbox
+	mu   sync.Mutex
+	read int
+}
+
+func (c *countingOutbox) Events(ctx context.Context, cursor string, n int) ([]ledger.OutboxEvent, string, error) {
+	es, next, err := c.Outbox.Events(ctx, cursor, n)
+	c.mu.Lock()
+	c.read += len(es)
+	c.mu.Unlock()
+	return es, next, err
+}
+
+func (c *countingOutbox) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.read
+}
+
+// TestHeldEventsBounded: with MaxHeld 4 and a receiver that fails every
+// request, the deliverer holds 4 events and reads no more, however long
+// they fail; once the receiver answers, everything is delivered in order.
+func TestHeldEventsBounded(t *testing.T) {
+	st := memory.New()
+	em := newEmitter(t, st)
+	var healthy atomic.Bool
+	attempts := make(chan string, 1000)
+	r := newReceiver(t, func(w http.ResponseWriter, _ *http.Request, e client.Event) bool {
+		if healthy.Load() {
+			return false
+		}
+		attempts <- e.ID
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return true
+	})
+	out := &countingOutbox{Outbox: st}
+	run(t, webhook.New(r.srv.URL, key(t), out, st, fast(webhook.WithMaxHeld(4), webhook.WithBackoff(50*time.Millisecond, 50*time.Millisecond))...))
+	em.bucket(t, "a")
+	em.bucket(t, "b")
+	want := em.want(t)
+	// Ten failed attempts (at least 25 ms apart for one event) give the
+	// reader, which polls every 10 ms, time to read more if it would.
+	for range 10 {
+		select {
+		case <-attempts:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no attempts")
+		}
+	}
+	if n := out.count(); n != 4 {
+		t.Fatalf("the deliverer read %d events with MaxHeld 4 while none could be delivered", n)
+	}
+	healthy.Store(true)
+	got := r.waitFor(t, "every event", 30*time.Second, func(es []client.Event) bool { return count(byBucket(es, em.limit)) >= 32 })
+	for k, ids := range want {
+		if fmt.Sprint(byBucket(got, em.limit)[k]) != fmt.Sprint(ids) {
+			t.Errorf("bucket %s received %v, want %v", k, byBucket(got, em.limit)[k], ids)
+		}
+	}
 }
