@@ -59,6 +59,7 @@ type Store struct {
 
 	idem   idemTable
 	events eventLog
+	leases leaseTable
 }
 
 // Option configures a Store.
