@@ -2,7 +2,6 @@ package client
 
 import (
 	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -36,21 +35,15 @@ type WebhookVerifier struct {
 }
 
 // NewWebhookVerifier returns a verifier for the secret budgetd signs with
-// (the content of its --webhook-secret-file): a secret "whsec_…" is the
-// base64 of the key after the prefix, as Standard Webhooks writes secrets;
-// any other secret is the key as it is. tolerance 0 is
+// (the content of its --webhook-secret-file), read as
+// api.WebhookSecretKey does: a secret "whsec_…" is the base64 of the key
+// after the prefix, as Standard Webhooks writes secrets; any other secret
+// is the key as it is. tolerance 0 is
 // DefaultWebhookTolerance.
 func NewWebhookVerifier(secret string, tolerance time.Duration) (*WebhookVerifier, error) {
-	key := []byte(secret)
-	if rest, ok := strings.CutPrefix(secret, "whsec_"); ok {
-		k, err := base64.StdEncoding.DecodeString(rest)
-		if err != nil {
-			return nil, fmt.Errorf("budgetd webhook: secret whsec_… is not base64: %w", err)
-		}
-		key = k
-	}
-	if len(key) == 0 {
-		return nil, errors.New("budgetd webhook: empty secret")
+	key, err := api.WebhookSecretKey(secret)
+	if err != nil {
+		return nil, err
 	}
 	if tolerance <= 0 {
 		tolerance = DefaultWebhookTolerance
@@ -73,7 +66,7 @@ func (v *WebhookVerifier) Verify(h http.Header, body []byte) (Event, error) {
 	if d := v.now().Sub(time.Unix(sec, 0)); d > v.tolerance || d < -v.tolerance {
 		return Event{}, fmt.Errorf("%w: webhook-timestamp is %s from this clock, more than %s", ErrWebhookSignature, d.Round(time.Second), v.tolerance)
 	}
-	want := webhookMAC(v.key, id, ts, body)
+	want := api.WebhookMAC(v.key, id, ts, body)
 	ok := false
 	for _, s := range strings.Fields(sigs) {
 		ver, b64, found := strings.Cut(s, ",")
@@ -106,16 +99,5 @@ func SignWebhook(secret, id string, ts time.Time, body []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return "v1," + base64.StdEncoding.EncodeToString(webhookMAC(v.key, id, strconv.FormatInt(ts.Unix(), 10), body)), nil
-}
-
-// webhookMAC is HMAC-SHA256 of "id.timestamp.body" under key.
-func webhookMAC(key []byte, id, ts string, body []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(id))
-	m.Write([]byte{'.'})
-	m.Write([]byte(ts))
-	m.Write([]byte{'.'})
-	m.Write(body)
-	return m.Sum(nil)
+	return api.WebhookSignature(v.key, id, strconv.FormatInt(ts.Unix(), 10), body), nil
 }

@@ -274,7 +274,13 @@ type kindRow struct {
 	periodic, window, leaky series
 	ratio, p99Ratio         float64 // periodic against leaky
 	wRatio, wP99Ratio       float64 // window against leaky
+	thresholds              series  // the leaky limit with three thresholds it never reaches
+	tRatio                  float64 // thresholds against leaky
 }
+
+// thresholdsTarget is the least a limit with three thresholds may do, as a
+// multiple of the same limit without (issue 25: within 10%).
+const thresholdsTarget = 0.9
 
 type scaleRow struct {
 	store          string
@@ -336,6 +342,8 @@ func main() {
 			kr.p99Ratio = kr.periodic.p99() / kr.leaky.p99()
 			kr.wRatio = kr.window.tput() / kr.leaky.tput()
 			kr.wP99Ratio = kr.window.p99() / kr.leaky.p99()
+			kr.thresholds = load(kd, "thresholds")
+			kr.tRatio = kr.thresholds.tput() / kr.leaky.tput()
 			kinds = append(kinds, kr)
 		}
 		sr := scaleRow{store: st, perBucket: math.NaN(), manyN: meta["buckets"]}
@@ -502,6 +510,13 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 			w("| %s | %s | %s | %s | **%s** | **%s** | %s / %s | %s / %s | %s / %s | %s, %s |\n", k.store, f0(k.periodic.tput()), f0(k.window.tput()), f0(k.leaky.tput()),
 				f2(k.ratio), f2(k.wRatio), f2(k.periodic.p50()), f2(k.periodic.p99()), f2(k.window.p50()), f2(k.window.p99()),
 				f2(k.leaky.p50()), f2(k.leaky.p99()), k.periodic.verdict(), k.window.verdict())
+		}
+		w("\n### Thresholds\n\nThe leaky limit again with three thresholds (`--thresholds 50%%,80%%,900000000000`) that the load never reaches: ")
+		w("what watching for crossings costs each decision (issue 25: within 10%% of the limit without).\n\n")
+		w("| store | with thresholds ops/s | without ops/s | **ratio** | target ≥ %.2f | p50 / p99 ms with | verify |\n| --- | ---: | ---: | ---: | --- | ---: | --- |\n", thresholdsTarget)
+		for _, k := range kinds {
+			w("| %s | %s | %s | **%s** | %s | %s / %s | %s |\n", k.store, f0(k.thresholds.tput()), f0(k.leaky.tput()), f2(k.tRatio),
+				met(k.tRatio >= thresholdsTarget, valid(k.tRatio)), f2(k.thresholds.p50()), f2(k.thresholds.p99()), k.thresholds.verdict())
 		}
 	}
 

@@ -129,3 +129,19 @@ func TestCPUPerOp(t *testing.T) {
 		t.Errorf("a line for the unsampled baseline in:\n%s", sec)
 	}
 }
+
+// The kinds section reports the limit with thresholds against the leaky
+// one, with issue 25's 10% target.
+func TestThresholdsInReport(t *testing.T) {
+	mk := func(tput float64) series {
+		var r run
+		r.Throughput, r.Ops, r.Latency.P50, r.Latency.P99 = tput, 1000, 1, 2
+		return series{r}
+	}
+	k := kindRow{store: "redis", periodic: mk(1000), window: mk(1000), leaky: mk(1000), thresholds: mk(850)}
+	k.tRatio = k.thresholds.tput() / k.leaky.tput()
+	md := markdown(map[string]string{}, nil, nil, []kindRow{k}, map[string]string{}, t.TempDir(), "", "")
+	if !strings.Contains(md, "| redis | 850 | 1000 | **0.85** | **missed** |") {
+		t.Errorf("no thresholds row in:\n%s", md)
+	}
+}

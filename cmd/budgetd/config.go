@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/internal/postgres"
 )
 
@@ -33,6 +36,8 @@ type config struct {
 	maxConns        int
 	maxConnsPerIP   int
 	idleTimeout     time.Duration
+	webhookURL      string
+	webhookSecret   string // the file
 	version         bool
 }
 
@@ -79,6 +84,8 @@ var options = []option{
 	{flag: "idle-timeout", env: "BUDGETD_IDLE_TIMEOUT", def: "30s", help: "how long an idle keep-alive connection is kept open"},
 	{flag: "shutdown-delay", env: "BUDGETD_SHUTDOWN_DELAY", def: "0s", help: "after SIGTERM, how long /readyz answers 503 before the listener closes"},
 	{flag: "shutdown-timeout", env: "BUDGETD_SHUTDOWN_TIMEOUT", def: "10s", help: "how long in-flight requests may finish after SIGTERM"},
+	{flag: "webhook-url", env: "BUDGETD_WEBHOOK_URL", help: "POST every threshold event to this http(s) URL, signed as Standard Webhooks (docs/alerts.md); needs --webhook-secret-file"},
+	{flag: "webhook-secret-file", env: "BUDGETD_WEBHOOK_SECRET_FILE", help: "file holding the webhook signing secret: whsec_ and base64 (Standard Webhooks), or the key itself"},
 	{flag: "log-level", env: "BUDGETD_LOG_LEVEL", def: "info", help: "debug, info, warn or error"},
 	{flag: "log-format", env: "BUDGETD_LOG_FORMAT", def: "text", help: "text or json"},
 	{flag: "log-keys", env: "BUDGETD_LOG_KEYS", def: "false", help: "put request paths, bucket keys included, in the access log and error lines (keys are often user ids or addresses)", boolean: true},
@@ -165,6 +172,8 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		tlsCert:       get("tls-cert"),
 		tlsKey:        get("tls-key"),
 		tlsClientCA:   get("tls-client-ca"),
+		webhookURL:    get("webhook-url"),
+		webhookSecret: get("webhook-secret-file"),
 	}
 	var err error
 	if cfg.insecureNoAuth, err = boolOption("insecure-no-auth", get("insecure-no-auth")); err != nil {
@@ -224,7 +233,46 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	if cfg.tlsClientCA != "" && cfg.tlsCert == "" {
 		return config{}, nil, usageError{"--tls-client-ca needs --tls-cert and --tls-key"}
 	}
+	if err := checkWebhook(cfg); err != nil {
+		return config{}, nil, err
+	}
 	return cfg, words, nil
+}
+
+// checkWebhook checks the webhook options: a URL and a secret file go
+// together, and the URL is http(s) with a host. The file is read at start-up
+// (readWebhookKey).
+func checkWebhook(cfg config) error {
+	switch {
+	case cfg.webhookURL == "" && cfg.webhookSecret == "":
+		return nil
+	case cfg.webhookSecret == "":
+		return usageError{"--webhook-url needs --webhook-secret-file: a file holding the secret budgetd signs the webhooks with (whsec_ and base64, as Standard Webhooks writes secrets)"}
+	case cfg.webhookURL == "":
+		return usageError{"--webhook-secret-file is given without --webhook-url: give the URL to send the events to, or neither"}
+	}
+	u, err := url.Parse(cfg.webhookURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageError{fmt.Sprintf("--webhook-url %q: want an http:// or https:// URL with a host, such as https://alerts.example.com/budgetd", redact(cfg.webhookURL))}
+	}
+	return nil
+}
+
+// readWebhookKey reads the signing key from --webhook-secret-file, as
+// api.WebhookSecretKey reads a secret.
+func readWebhookKey(file string) ([]byte, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("--webhook-secret-file: %v", err)}
+	}
+	if strings.TrimSpace(string(b)) == "" {
+		return nil, usageError{fmt.Sprintf("--webhook-secret-file %s is empty: put the secret in it (whsec_ and the base64 of 24 to 64 random bytes)", file)}
+	}
+	key, err := api.WebhookSecretKey(string(b))
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("--webhook-secret-file %s: %v", file, err)}
+	}
+	return key, nil
 }
 
 // checkExposure refuses to serve without authentication (API keys or

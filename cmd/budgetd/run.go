@@ -20,6 +20,7 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/memory"
 	"github.com/budgetd/budgetd/internal/storemetrics"
+	"github.com/budgetd/budgetd/internal/webhook"
 )
 
 // run is budgetd: it parses args and the environment, opens the store and
@@ -83,12 +84,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 
+	var webhookKey []byte
+	if cfg.webhookURL != "" {
+		if webhookKey, err = readWebhookKey(cfg.webhookSecret); err != nil {
+			return err
+		}
+	}
+
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer st.close()
 	store := storemetrics.Wrap(st.store)
+	var deliverer *webhook.Deliverer
+	if cfg.webhookURL != "" {
+		leases, ok := ledger.LeasesOf(st.store)
+		if !ok {
+			return usageError{fmt.Sprintf("--webhook-url: the %s keeps no lease for the webhook sender (see docs/alerts.md)", st.describe)}
+		}
+		deliverer = webhook.New(cfg.webhookURL, webhookKey, st.store, leases, webhook.WithLogger(log))
+		st.collectors = append(st.collectors, deliverer.Collectors()...)
+	}
 
 	draining := make(chan struct{})
 	opts := []budgethttp.Option{
@@ -147,6 +164,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if st.volatile {
 		log.Warn("the memory store keeps state in this process only: every bucket, hold and history is lost when budgetd stops")
+	}
+
+	if deliverer != nil {
+		// Delivery runs beside the server, off the decision path, until
+		// the server has drained; then it stores its cursor and releases
+		// the lease (before the store closes: defers run last first).
+		wctx, stopDelivery := context.WithCancel(context.WithoutCancel(ctx))
+		delivered := make(chan struct{})
+		go func() {
+			defer close(delivered)
+			_ = deliverer.Run(wctx)
+		}()
+		defer func() {
+			stopDelivery()
+			<-delivered
+		}()
+		log.Info("webhook: events are sent to "+redact(cfg.webhookURL), "holder", deliverer.Holder())
 	}
 
 	served := make(chan error, 1)

@@ -43,6 +43,7 @@ type config struct {
 	leakPer     time.Duration
 	period      string        // "" for a leaky limit, else the period's "every"
 	window      time.Duration // 0, or the length of a rolling-window limit
+	thresholds  []string      // the limit's thresholds ("80%", "4500"), none by default
 	tz          string
 	history     bool
 	cost        int64
@@ -102,6 +103,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.period, "period", "", "create a calendar-period limit that resets every day, week, month, quarter or year instead of a leaky one")
 	fs.StringVar(&cfg.tz, "tz", "UTC", "the period's time zone (with --period)")
 	fs.DurationVar(&cfg.window, "window", 0, "create a rolling-window limit of this length (at the default precision) instead of a leaky one")
+	thresholds := fs.String("thresholds", "", `comma-separated thresholds of the limit ("50%,80%,4500"; events on crossing)`)
 	fs.BoolVar(&cfg.history, "history", false, "create the limit with history on (verify then counts history entries)")
 	fs.Int64Var(&cfg.cost, "cost", 1, "cost of each fillup (a reservation holds 2×cost and commits cost)")
 	fs.BoolVar(&cfg.setup, "setup", true, "delete and re-create the limit before the run (so its buckets start empty)")
@@ -121,6 +123,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *thresholds != "" {
+		cfg.thresholds = strings.Split(*thresholds, ",")
 	}
 	u, err := url.Parse(cfg.url)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

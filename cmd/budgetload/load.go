@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -514,6 +515,13 @@ func (l *loader) setup(ctx context.Context) error {
 	case l.cfg.window != 0:
 		body = fmt.Sprintf(`{"capacity":%q,"window":{"length":%q},"history":%t}`,
 			l.cfg.capacity, l.cfg.window.String(), l.cfg.history)
+	}
+	if len(l.cfg.thresholds) > 0 {
+		ths, err := json.Marshal(l.cfg.thresholds)
+		if err != nil {
+			return err
+		}
+		body = strings.TrimSuffix(body, "}") + `,"thresholds":` + string(ths) + "}"
 	}
 	st, err = w.call(ctx, http.MethodPut, l.limitP, []byte(body))
 	if err != nil {

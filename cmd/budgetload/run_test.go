@@ -282,3 +282,47 @@ func TestPeriodicLimit(t *testing.T) {
 		t.Fatalf("--period fortnight: %v, want a usage error", err)
 	}
 }
+
+// TestThresholdsLimit: --thresholds creates the limit with them, and a run
+// whose charges reach the amount threshold emits its crossings.
+func TestThresholdsLimit(t *testing.T) {
+	srv := budgetd(t)
+	s, err := runJSON(t, "--url", srv.URL, "--duration", "300ms", "--warmup", "0s", "--keys", "3", "--concurrency", "2",
+		"--mix", "fillup=100", "--thresholds", "50%,80%,2", "--limit", "watched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Ops < 6 || s.Errors != 0 || s.Verify == nil || !s.Verify.OK {
+		t.Fatalf("%+v verify %+v", s, s.Verify)
+	}
+	var doc struct{ Thresholds []string }
+	getJSON(t, srv.URL+"/v1/limits/watched", &doc)
+	if strings.Join(doc.Thresholds, ",") != "50%,80%,2" {
+		t.Fatalf("thresholds %v", doc.Thresholds)
+	}
+	var events struct {
+		Items []struct{ Key, Threshold, Type string }
+	}
+	getJSON(t, srv.URL+"/v1/events?limit=100", &events)
+	crossed := map[string]int{}
+	for _, e := range events.Items {
+		if e.Type == "threshold.crossed" && e.Threshold == "2" {
+			crossed[e.Key]++
+		}
+	}
+	if len(crossed) != 3 || crossed["k0"] != 1 || crossed["k1"] != 1 || crossed["k2"] != 1 {
+		t.Fatalf("crossings of 2 by key %v, want each of the 3 keys once (events %+v)", crossed, events.Items)
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if err := json.NewDecoder(res.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -36,8 +36,14 @@ var quiet = budgethttp.WithLogger(slog.New(slog.DiscardHandler))
 // benchAPI is a handler over a fresh memory store with limit "bench".
 func benchAPI(b *testing.B, history bool) http.Handler {
 	b.Helper()
+	return benchAPIWith(b, `"history":`+strconv.FormatBool(history))
+}
+
+// benchAPIWith is benchAPI with more fields of the limit ("history":false, …).
+func benchAPIWith(b *testing.B, fields string) http.Handler {
+	b.Helper()
 	h := budgethttp.New(ledger.NewService(memory.New()), quiet)
-	body := `{"capacity":"1000000000000","leak":{"amount":"1","per":"87600h"},"history":` + strconv.FormatBool(history) + `}`
+	body := `{"capacity":"1000000000000","leak":{"amount":"1","per":"87600h"},` + fields + `}`
 	if rec := benchServe(h, "PUT", "/v1/limits/bench", body); rec.Code != http.StatusOK {
 		b.Fatalf("PUT limit: %d %s", rec.Code, rec.Body)
 	}
@@ -168,6 +174,19 @@ func BenchmarkFillup(b *testing.B) {
 // BenchmarkFillupHistory is Fillup on a limit that records history.
 func BenchmarkFillupHistory(b *testing.B) {
 	h := benchAPI(b, true)
+	calls := benchCalls("POST", "/fillup", `{"cost":"1"}`)
+	var w benchWriter
+	i := 0
+	for b.Loop() {
+		calls[i%benchKeys].serve(b, h, &w, http.StatusOK)
+		i++
+	}
+}
+
+// BenchmarkFillupThresholds is Fillup on a limit with three thresholds it
+// never reaches: what watching for crossings costs (issue 25: within 10%).
+func BenchmarkFillupThresholds(b *testing.B) {
+	h := benchAPIWith(b, `"history":false,"thresholds":["50%","80%","900000000000"]`)
 	calls := benchCalls("POST", "/fillup", `{"cost":"1"}`)
 	var w benchWriter
 	i := 0
@@ -345,15 +364,18 @@ func BenchmarkFillupAccessLog(b *testing.B) {
 // more on every call.
 func TestAllocs(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		calls []*benchCall
-		most  float64
+		name   string
+		calls  []*benchCall
+		most   float64
+		fields string // more fields of the limit
 	}{
-		{"Fillup", benchCalls("POST", "/fillup", `{"cost":"1"}`), 20},
-		{"MultiFillup3", multiCalls3(), 60},
+		{"Fillup", benchCalls("POST", "/fillup", `{"cost":"1"}`), 20, ""},
+		{"MultiFillup3", multiCalls3(), 60, ""},
+		// Watching three thresholds that are not reached costs no allocation.
+		{"FillupThresholds", benchCalls("POST", "/fillup", `{"cost":"1"}`), 20, `,"thresholds":["50%","80%","900000000000"]`},
 	} {
 		h := budgethttp.New(ledger.NewService(memory.New()), quiet)
-		if rec := serveReq(h, "PUT", "/v1/limits/bench", `{"capacity":"1000000000000","leak":{"amount":"1","per":"87600h"},"history":false}`); rec.Code != http.StatusOK {
+		if rec := serveReq(h, "PUT", "/v1/limits/bench", `{"capacity":"1000000000000","leak":{"amount":"1","per":"87600h"},"history":false`+tc.fields+`}`); rec.Code != http.StatusOK {
 			t.Fatalf("PUT limit: %d %s", rec.Code, rec.Body)
 		}
 		w := benchWriter{h: http.Header{}}

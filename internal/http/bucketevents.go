@@ -4,17 +4,13 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/labstack/echo/v4"
 )
 
 // defaultBucketEvents is how many events GET …/events lists without ?limit.
 const defaultBucketEvents = 20
-
-// bucketEventList is a bucket's most recent events, newest first.
-type bucketEventList struct {
-	Items []eventView `json:"items"`
-}
 
 // bucketEvents is GET /v1/limits/{name}/buckets/{key}/events?limit=N: the
 // bucket's most recent threshold events (at most ledger.MaxBucketEvents),
@@ -41,9 +37,9 @@ func (s *server) bucketEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	list := bucketEventList{Items: make([]eventView, len(es))}
+	list := api.BucketEventList{Items: make([]api.WebhookEvent, len(es))}
 	for i, e := range es {
-		list.Items[i] = viewEvent(e)
+		list.Items[i] = e.Wire()
 	}
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, list)
 	return nil

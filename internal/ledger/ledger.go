@@ -41,6 +41,8 @@ type Limit struct {
 	Thresholds []Threshold
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+
+	watch *Watch // the thresholds at Capacity, once Prepare made them
 }
 
 // The modes of a limit (Limit.Mode).

@@ -137,6 +137,15 @@ func Cross(l Limit, marks Marks, before, after decimal.Decimal, capacity decimal
 	if sig == 0 {
 		return Marks{}, nil
 	}
+	reaches := func(i int, use decimal.Decimal) bool { return use.GreaterThanOrEqual(l.Thresholds[i].Level(capacity)) }
+	return crossMarks(sig, len(l.Thresholds), marks, periodStart,
+		func(i int) bool { return reaches(i, before) }, func(i int) bool { return reaches(i, after) })
+}
+
+// crossMarks is the rule of Cross over n thresholds whose list has
+// signature sig, given whether the use before and after the write reaches
+// threshold i.
+func crossMarks(sig uint32, n int, marks Marks, periodStart time.Time, before, after func(i int) bool) (Marks, []Crossing) {
 	var period int64
 	if !periodStart.IsZero() {
 		period = periodStart.UnixMicro()
@@ -145,17 +154,16 @@ func Cross(l Limit, marks Marks, before, after decimal.Decimal, capacity decimal
 		samePeriod := marks.Period == period
 		marks = Marks{Sig: sig, Period: period}
 		if samePeriod {
-			for i, t := range l.Thresholds {
-				if before.GreaterThanOrEqual(t.Level(capacity)) {
+			for i := range n {
+				if before(i) {
 					marks.Above |= 1 << i
 				}
 			}
 		}
 	}
 	var out []Crossing
-	for i, t := range l.Thresholds {
-		reached := after.GreaterThanOrEqual(t.Level(capacity))
-		was := marks.Above&(1<<i) != 0
+	for i := range n {
+		reached, was := after(i), marks.Above&(1<<i) != 0
 		switch {
 		case reached && !was:
 			marks.Above |= 1 << i

@@ -81,11 +81,11 @@ func (s *Store) notice(l ledger.Limit, ref ledger.BucketRef, b *bucketRec, befor
 	rule := l.Rule()
 	pre := bucket.CanAccept(rule, before, now, bucket.Amount{})
 	post := bucket.CanAccept(rule, b.state(), now, bucket.Amount{})
-	used := post.Level.Add(post.Held).Decimal()
-	marks, cs := ledger.Cross(l, marks, pre.Level.Add(pre.Held).Decimal(), used, l.Capacity, post.PeriodStart)
+	used := post.Level.Add(post.Held)
+	marks, cs := l.WatchAt(l.Capacity).Cross(marks, pre.Level.Add(pre.Held), used, post.PeriodStart)
 	b.setMarks(marks)
 	if len(cs) > 0 {
-		s.events.add(ledger.NewEvents(l, ref, cs, now, used, l.Capacity, post.PeriodStart), now)
+		s.events.add(ledger.NewEvents(l, ref, cs, now, used.Decimal(), l.Capacity, post.PeriodStart), now)
 	}
 }
 

@@ -59,6 +59,7 @@ type Store struct {
 
 	idem   idemTable
 	events eventLog
+	leases leaseTable
 }
 
 // Option configures a Store.
@@ -290,6 +291,7 @@ func (s *Store) PutLimit(_ context.Context, l ledger.Limit) (ledger.Limit, error
 			s.switchLimit(old, now)
 		}
 	}
+	l.Prepare()
 	s.limits[l.Name] = l
 	return l, nil
 }
