@@ -62,9 +62,9 @@ func (s *server) reserve(c echo.Context) error {
 	}
 	setRateLimit(c, quotaOf(ref.Limit, res.Limit, res.Decision))
 	if !res.Decision.Accepted {
-		return writeDenied(c, viewDecision(res.Decision, res.EntryID), res.Decision)
+		return writeDenied(c, viewDecision(res.Decision, res.EntryID, res.Limit.Override), res.Decision)
 	}
-	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, reservedView{viewReservation(res.Reservation), viewDecision(res.Decision, res.EntryID)})
+	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, reservedView{viewReservation(res.Reservation), viewDecision(res.Decision, res.EntryID, res.Limit.Override)})
 	return nil
 }
 

@@ -206,7 +206,7 @@ func TestAppendDecisionIsTheAPIType(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := appendDecision(nil, d, entry); string(got) != string(want) {
+			if got := appendDecision(nil, d, entry, ""); string(got) != string(want) {
 				t.Errorf("%d (entry %q):\n got %s\nwant %s", i, entry, got, want)
 			}
 		}
