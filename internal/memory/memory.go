@@ -289,7 +289,7 @@ func (s *Store) PutLimit(_ context.Context, l ledger.Limit) (ledger.Limit, error
 	if old, ok := s.limits[l.Name]; ok {
 		l.CreatedAt = old.CreatedAt
 		if !old.SameRule(l) {
-			s.switchLimit(old, l, now)
+			s.switchLimit(old, now)
 		}
 	}
 	s.limits[l.Name] = l
@@ -304,19 +304,15 @@ func (s *Store) PutLimit(_ context.Context, l ledger.Limit) (ledger.Limit, error
 // one charge made now under a new window. A bucket whose stored level is zero (holding only
 // reservations, drained, never charged) has nothing to leak and is not
 // written: its updated_at stays (docs/architecture.md, "Changing a leak
-// rate"). Each bucket is settled under its own terms (an override's, when
-// one applies) and only when they change. The caller holds limitsMu for
-// writing.
-func (s *Store) switchLimit(l, next ledger.Limit, now time.Time) {
+// rate"). Each bucket is settled under the terms in force for it (an
+// override's, when one applies). The caller holds limitsMu for writing.
+func (s *Store) switchLimit(l ledger.Limit, now time.Time) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for ref, b := range sh.buckets {
 			if ref.Limit == l.Name && b.level.Sign() > 0 {
 				old := s.terms(l, ref.Key, now)
-				if old.Override != "" && old.SameRule(s.terms(next, ref.Key, now)) {
-					continue
-				}
 				ns, expired := bucket.Switch(old.Rule(), b.state(), now)
 				s.apply(old, sh, b, ns, expired)
 			}
