@@ -146,10 +146,13 @@ func (s *Store) PutOverride(ctx context.Context, limit string, o ledger.Override
 // GetOverride returns an unexpired override.
 func (s *Store) GetOverride(ctx context.Context, limit, pattern string) (ledger.Override, error) {
 	var doc *overrideDoc
-	err := s.queryJSON(ctx, "get override", &doc, `WITH l AS MATERIALIZED (SELECT (budgetd_limit($1)).id),
-		     t AS (SELECT coalesce($3::timestamptz, budgetd_clock()) AS now)
-		SELECT (SELECT budgetd_override_json(o) FROM overrides o, l, t
-		         WHERE o.limit_id = l.id AND o.pattern = $2 AND (o.expires_at IS NULL OR o.expires_at > t.now))`,
+	// The limit's id is in the answer, so that budgetd_limit runs (and
+	// raises for an unknown limit) whatever the plan.
+	err := s.queryJSON(ctx, "get override", &doc, `SELECT CASE WHEN l.id IS NULL THEN NULL ELSE coalesce(
+		       (SELECT budgetd_override_json(o) FROM overrides o
+		         WHERE o.limit_id = l.id AND o.pattern = $2
+		           AND (o.expires_at IS NULL OR o.expires_at > coalesce($3::timestamptz, budgetd_clock()))), 'null') END
+		  FROM (SELECT (budgetd_limit($1)).id) l`,
 		limit, pattern, s.nowArg())
 	if err != nil {
 		return ledger.Override{}, err
@@ -164,12 +167,13 @@ func (s *Store) GetOverride(ctx context.Context, limit, pattern string) (ledger.
 // byte order: one range scan of the primary key.
 func (s *Store) ListOverrides(ctx context.Context, limit, after string, n int) ([]ledger.Override, error) {
 	var docs []overrideDoc
-	err := s.queryJSON(ctx, "list overrides", &docs, `WITH l AS MATERIALIZED (SELECT (budgetd_limit($1)).id),
-		     t AS (SELECT coalesce($4::timestamptz, budgetd_clock()) AS now)
-		SELECT coalesce(jsonb_agg(budgetd_override_json(o) ORDER BY o.pattern), '[]')
-		  FROM (SELECT o.* FROM overrides o, l, t
-		         WHERE o.limit_id = l.id AND o.pattern > $2::text COLLATE "C" AND (o.expires_at IS NULL OR o.expires_at > t.now)
-		         ORDER BY o.pattern LIMIT $3) o`, limit, after, n, s.nowArg())
+	err := s.queryJSON(ctx, "list overrides", &docs, `SELECT CASE WHEN l.id IS NULL THEN NULL ELSE
+		       (SELECT coalesce(jsonb_agg(budgetd_override_json(o) ORDER BY o.pattern), '[]')
+		          FROM (SELECT o.* FROM overrides o
+		                 WHERE o.limit_id = l.id AND o.pattern > $2::text COLLATE "C"
+		                   AND (o.expires_at IS NULL OR o.expires_at > coalesce($4::timestamptz, budgetd_clock()))
+		                 ORDER BY o.pattern LIMIT $3) o) END
+		  FROM (SELECT (budgetd_limit($1)).id) l`, limit, after, n, s.nowArg())
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +187,7 @@ func (s *Store) ListOverrides(ctx context.Context, limit, after string, n int) (
 // DeleteOverride removes an unexpired override (budgetd_put_override).
 func (s *Store) DeleteOverride(ctx context.Context, limit, pattern string) error {
 	var doc *overrideDoc
-	if err := s.queryJSON(ctx, "delete override", &doc, `SELECT budgetd_put_override($1, $2, $3, true)`, limit, pattern, s.nowArg()); err != nil {
+	if err := s.queryJSON(ctx, "delete override", &doc, `SELECT coalesce(budgetd_put_override($1, $2, $3, true), 'null')`, limit, pattern, s.nowArg()); err != nil {
 		return err
 	}
 	if doc == nil {
