@@ -710,3 +710,9 @@ type OverridePut struct {
 	Window    *OverrideWindow  `json:"window,omitempty"`
 	ExpiresAt *Time            `json:"expires_at,omitempty"`
 }
+
+// BucketEventList is GET /v1/limits/{name}/buckets/{key}/events: the
+// bucket's most recent events, newest first.
+type BucketEventList struct {
+	Items []WebhookEvent `json:"items"`
+}

@@ -253,6 +253,7 @@ func TestOpenAPIMatchesTheTypes(t *testing.T) {
 		"OverrideWindow":          reflect.TypeFor[api.OverrideWindow](),
 		"OverridePut":             reflect.TypeFor[api.OverridePut](),
 		"OverridePage":            reflect.TypeFor[api.Page[api.Override]](),
+		"BucketEventList":         reflect.TypeFor[api.BucketEventList](),
 	}
 	// Schemas of single values, not documents.
 	values := map[string]bool{"AmountInput": true, "Decimal": true, "Percent": true, "Duration": true, "Timestamp": true, "ProblemCode": true, "Meta": true}

@@ -66,6 +66,33 @@ func (c *Client) Events(ctx context.Context, after string, n int) ([]Event, stri
 	return out, p.NextCursor, nil
 }
 
+// BucketEvents lists up to n (0: budgetd's default of 20; at most 100) of
+// the most recent events of the bucket key of limit, newest first, each as
+// Events lists it. It is a view for people; a consumer that must see every
+// event once reads Events.
+func (c *Client) BucketEvents(ctx context.Context, limit, key string, n int) ([]Event, error) {
+	if err := checkBucket("", limit, key); err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	if n > 0 {
+		q.Set("limit", strconv.Itoa(n))
+	}
+	a, err := c.do(ctx, http.MethodGet, bucketPath(limit, key)+"/events", q, nil, callOpts{})
+	if err != nil {
+		return nil, err
+	}
+	var l api.BucketEventList
+	if err := decode(a, &l); err != nil {
+		return nil, err
+	}
+	out := make([]Event, len(l.Items))
+	for i, d := range l.Items {
+		out[i] = EventOf(d)
+	}
+	return out, nil
+}
+
 // AllEvents iterates over the events after the cursor after, page by page,
 // until there is nothing new; the cursor to poll with next is that of the
 // last event yielded. It stops at the first error, which it yields.

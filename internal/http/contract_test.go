@@ -240,6 +240,9 @@ func TestContract(t *testing.T) {
 	if _, _, err := c.Events(ctx, "", 10); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.BucketEvents(ctx, "spend", "a/b", 5); err != nil {
+		t.Fatal(err)
+	}
 	must(c.DeleteLimit(ctx, "rows"))
 
 	// Every operation of the document that the server routes was exercised.

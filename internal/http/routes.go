@@ -32,6 +32,7 @@ func (s *server) routes(e *echo.Echo) {
 	v1.GET("/limits/:name/buckets/:key/reservations", s.listHolds)
 	v1.GET("/limits/:name/buckets/:key/history", s.history)
 	v1.GET("/limits/:name/buckets/:key/levels", s.levels)
+	v1.GET("/limits/:name/buckets/:key/events", s.bucketEvents)
 	v1.POST("/fillup", s.multiFillup)
 	v1.GET("/events", s.events)
 

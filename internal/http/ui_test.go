@@ -290,6 +290,31 @@ func testDashboardPeriods(t *testing.T, b context.Context) {
 			t.Errorf("chart levels %v, the API answered %v", got, want)
 		}
 		tb.screenshot("dashboard-bucket-periodic")
+		if withThresholds {
+			// The bucket's recent events, newest first, as the API lists them.
+			a.expect("POST", path+"/fillup", `{"cost":"85"}`, 200) // used 91: crosses 50% and 90
+			var apiEvents struct {
+				Items []struct{ ID, Type, Threshold, Used string }
+			}
+			if err := json.Unmarshal([]byte(a.expect("GET", path+"/events", "", 200).raw), &apiEvents); err != nil {
+				t.Fatal(err)
+			}
+			var wantRows []string
+			for _, e := range apiEvents.Items {
+				wantRows = append(wantRows, e.ID+" "+strings.TrimPrefix(e.Type, "threshold.")+" "+e.Threshold+" "+e.Used)
+			}
+			if len(wantRows) != 2 {
+				t.Fatalf("the API lists %v, want two crossings", wantRows)
+			}
+			tb.open("#/l/monthly")
+			tb.open("#/l/monthly/b/team")
+			tb.wait(`document.querySelectorAll('#events tbody tr').length === 2`)
+			var rows []string
+			tb.eval(`[...document.querySelectorAll('#events tbody tr')].map(r => [r.dataset.id, ...["type", "threshold", "used"].map(f => r.querySelector('[data-field="' + f + '"]').textContent)].join(" "))`, &rows)
+			if strings.Join(rows, "; ") != strings.Join(wantRows, "; ") || !strings.HasSuffix(rows[0], "crossed 90 91") {
+				t.Errorf("events table %q, the API lists %q (newest first: the 90 crossing)", rows, wantRows)
+			}
+		}
 	})
 }
 

@@ -88,3 +88,19 @@ func (s *Store) notice(l ledger.Limit, ref ledger.BucketRef, b *bucketRec, befor
 		s.events.add(ledger.NewEvents(l, ref, cs, now, used, l.Capacity, post.PeriodStart), now)
 	}
 }
+
+// BucketEvents lists the bucket's events kept, newest first, by a scan of
+// the outbox from its end (the memory store keeps no index by bucket; the
+// outbox holds only the crossings of the retention).
+func (s *Store) BucketEvents(_ context.Context, ref ledger.BucketRef, n int) ([]ledger.OutboxEvent, error) {
+	e := &s.events
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []ledger.OutboxEvent
+	for i := len(e.items) - 1; i >= 0 && len(out) < n; i-- {
+		if e.items[i].Bucket == ref {
+			out = append(out, e.items[i])
+		}
+	}
+	return out, nil
+}

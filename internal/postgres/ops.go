@@ -536,35 +536,60 @@ func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.Outb
 			if err != nil {
 				return err
 			}
-			defer rows.Close()
-			for rows.Next() {
-				var (
-					pos            int64
-					ev             ledger.OutboxEvent
-					used, capacity string
-					periodStart    *time.Time
-				)
-				if err := rows.Scan(&pos, &ev.Time, &ev.Bucket.Limit, &ev.Bucket.Key, &ev.Type, &ev.Threshold, &used, &capacity, &periodStart); err != nil {
-					return err
-				}
-				var p numParser
-				ev.Used, ev.Capacity = p.num(used), p.num(capacity)
-				if p.err != nil {
-					return fmt.Errorf("decoding event %d: %w", pos, p.err)
-				}
-				ev.ID = strconv.FormatInt(pos, 10)
-				ev.Time = ev.Time.UTC()
-				if periodStart != nil {
-					ev.PeriodStart = periodStart.UTC()
-				}
-				out = append(out, ev)
-				next = ev.ID
+			if out, err = scanEvents(rows, out); len(out) > 0 {
+				next = out[len(out)-1].ID
 			}
-			return rows.Err()
+			return err
 		})
 	})
 	if err != nil {
 		return nil, "", err
 	}
 	return out, next, nil
+}
+
+// BucketEvents lists the bucket's events kept, newest first, once the
+// events visible now are sealed (budgetd_bucket_events).
+func (s *Store) BucketEvents(ctx context.Context, ref ledger.BucketRef, n int) ([]ledger.OutboxEvent, error) {
+	var out []ledger.OutboxEvent
+	err := s.do(ctx, "bucket_events", func(ctx context.Context) error {
+		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, "SELECT * FROM budgetd_bucket_events($1, $2, $3)", ref.Limit, ref.Key, n)
+			if err != nil {
+				return err
+			}
+			out, err = scanEvents(rows, out[:0])
+			return err
+		})
+	})
+	return out, err
+}
+
+// scanEvents appends the events of rows (the columns of budgetd_events) to
+// out, and closes rows.
+func scanEvents(rows pgx.Rows, out []ledger.OutboxEvent) ([]ledger.OutboxEvent, error) {
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			pos            int64
+			ev             ledger.OutboxEvent
+			used, capacity string
+			periodStart    *time.Time
+		)
+		if err := rows.Scan(&pos, &ev.Time, &ev.Bucket.Limit, &ev.Bucket.Key, &ev.Type, &ev.Threshold, &used, &capacity, &periodStart); err != nil {
+			return out, err
+		}
+		var p numParser
+		ev.Used, ev.Capacity = p.num(used), p.num(capacity)
+		if p.err != nil {
+			return out, fmt.Errorf("decoding event %d: %w", pos, p.err)
+		}
+		ev.ID = strconv.FormatInt(pos, 10)
+		ev.Time = ev.Time.UTC()
+		if periodStart != nil {
+			ev.PeriodStart = periodStart.UTC()
+		}
+		out = append(out, ev)
+	}
+	return out, rows.Err()
 }

@@ -377,12 +377,14 @@ function metaCell(meta) {
 
 async function bucketPage(name, key) {
   crumbs({ text: "limits", href: "#/" }, { text: name, href: "#/l/" + enc(name) }, { text: key });
-  const [limit, bucket, hist, holds, series] = await Promise.all([
+  const [limit, bucket, hist, holds, series, events] = await Promise.all([
     api(limitPath(name)),
     api(bucketPath(name, key)),
     api(bucketPath(name, key) + "/history?limit=1000"),
     api(bucketPath(name, key) + "/reservations"),
     api(bucketPath(name, key) + "/levels?points=400"),
+    // A store that cannot list a bucket's events (501) leaves the section out.
+    api(bucketPath(name, key) + "/events?limit=20").catch(() => null),
   ]);
   const entries = [...hist.items].reverse(); // oldest first
   const hasMeta = hist.items.some((e) => e.meta && Object.keys(e.meta).length);
@@ -421,6 +423,19 @@ async function bucketPage(name, key) {
       el("tbody", {}, holds.items.map((h) => el("tr", { "data-id": h.id },
         el("td", { class: "key" }, h.id), el("td", { class: "num", "data-field": "amount" }, h.amount),
         el("td", {}, fmtTime(h.created_at)), el("td", {}, fmtTime(h.expires_at))))))));
+  if (events && (events.items.length || (limit.thresholds || []).length)) {
+    out.push(el("h2", {}, "Recent threshold events"));
+    out.push(events.items.length === 0 ? el("p", { class: "note", id: "no-events" }, "No threshold crossed yet.") :
+      el("div", { class: "scroll" }, el("table", { id: "events" },
+        el("thead", {}, el("tr", {}, el("th", {}, "time"), el("th", {}, "event"), el("th", {}, "threshold"),
+          el("th", { class: "num" }, "used"), el("th", { class: "num" }, "capacity"))),
+        el("tbody", {}, events.items.map((e) => el("tr", { "data-id": e.id },
+          el("td", {}, fmtTime(e.time)), el("td", { "data-field": "type" }, e.type.replace("threshold.", "")),
+          el("td", { "data-field": "threshold" }, e.threshold),
+          el("td", { class: "num", "data-field": "used", title: e.used }, fmtAmount(e.used, digits)),
+          el("td", { class: "num", "data-field": "capacity" }, e.capacity)))))));
+    if (events.items.length) out.push(el("p", { class: "note" }, "The newest 20 events of this bucket, as GET /v1/events lists them (same ids)."));
+  }
   out.push(el("h2", {}, "History"));
   if (hist.items.length === 0) {
     out.push(el("p", { class: "note" }, limit.history ? "No entries yet." : "History is off for this limit."));

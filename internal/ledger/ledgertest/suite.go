@@ -66,6 +66,7 @@ func Run(t *testing.T, factory Factory) {
 		{"Modes", testModes},
 		{"Thresholds", testThresholds},
 		{"ThresholdsConcurrent", testThresholdsConcurrent},
+		{"BucketEvents", testBucketEvents},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
