@@ -10,6 +10,8 @@
 //	probe redisstats URL         INFO commandstats, the commands that took the most time
 //	probe evalsha FILE           the last EVALSHA in a `redis-cli MONITOR` capture, as
 //	                             NUL-separated arguments (for redis-benchmark)
+//	probe pgbench OUT LOG...     a pgbench run (its stdout and its -l logs) as
+//	                             budgetload's JSON summary
 //
 // memsize charges N buckets once (history off) through the ledger service
 // over a memory store, collects garbage, and prints the heap growth per
@@ -38,7 +40,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe memsize|pgsize|pgreset|pgstats|redismem|redisreset|redisstats|evalsha …")
+		fmt.Fprintln(os.Stderr, "usage: probe memsize|pgsize|pgreset|pgstats|redismem|redisreset|redisstats|evalsha|pgbench …")
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -68,6 +70,12 @@ func main() {
 		err = redisstats(ctx, arg())
 	case "evalsha":
 		err = evalsha(arg())
+	case "pgbench":
+		if len(os.Args) < 4 {
+			fmt.Fprintln(os.Stderr, "probe pgbench needs pgbench's output and at least one of its logs")
+			os.Exit(2)
+		}
+		err = pgbench(os.Args[2], os.Args[3:])
 	default:
 		err = errors.New("unknown probe " + os.Args[1])
 	}

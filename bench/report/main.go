@@ -41,6 +41,44 @@ type run struct {
 		Checked int    `json:"checked"`
 		Keys    int    `json:"keys"`
 	} `json:"verify"`
+	cpu *cpuSample // from the .cpu file beside the run's JSON, when scripts/bench wrote one
+}
+
+// cpuSample is what the service, the store and the load tool used of the
+// CPUs over a run's measured window (scripts/bench's cpu_window).
+type cpuSample struct {
+	service, store, load float64 // seconds of CPU
+	seconds              float64 // the window
+}
+
+// readCPU reads a .cpu file ("service=TICKS" … "hz=N"); nil when absent or
+// incomplete.
+func readCPU(path string) *cpuSample {
+	v := map[string]float64{}
+	for _, line := range strings.Split(readText(path), "\n") {
+		k, x, ok := strings.Cut(line, "=")
+		if f, err := strconv.ParseFloat(x, 64); ok && err == nil {
+			v[k] = f
+		}
+	}
+	if v["hz"] <= 0 || v["seconds"] <= 0 || v["service"] < 0 || v["store"] < 0 || v["load"] < 0 {
+		return nil // incomplete, or a process was gone at the second sample
+	}
+	return &cpuSample{service: v["service"] / v["hz"], store: v["store"] / v["hz"], load: v["load"] / v["hz"], seconds: v["seconds"]}
+}
+
+// cpuPerOp is the median over the runs of each part's CPU per operation, in
+// µs (NaN where no run was sampled).
+func (s series) cpuPerOp() (service, store, load float64) {
+	var sv, st, ld []float64
+	for _, r := range s {
+		if r.cpu == nil || r.Throughput <= 0 {
+			continue
+		}
+		ops := r.Throughput * r.cpu.seconds
+		sv, st, ld = append(sv, r.cpu.service/ops*1e6), append(st, r.cpu.store/ops*1e6), append(ld, r.cpu.load/ops*1e6)
+	}
+	return median(sv), median(st), median(ld)
 }
 
 // series is several runs of one case.
@@ -108,6 +146,7 @@ func load(dir, prefix string) series {
 		}
 		var r run
 		if json.Unmarshal(b, &r) == nil && r.Ops > 0 {
+			r.cpu = readCPU(strings.TrimSuffix(f, ".json") + ".cpu")
 			s = append(s, r)
 		}
 	}
@@ -220,7 +259,14 @@ type row struct {
 	store, mode     string
 	bd, bl          series
 	ratio, p99Ratio float64
+	pgb             series // PostgreSQL only: pgbench running the baseline's upsert
 }
+
+// pgbenchTarget is the least budgetd's throughput may be, as a multiple of
+// pgbench running the baseline's single upsert from as many clients against
+// the same server in the same run (issue 28: spread only; the hot key's
+// target is against the baseline service).
+const pgbenchTarget = 1.2
 
 // kindRow compares a calendar-period limit with a leaky one on one store.
 type kindRow struct {
@@ -281,6 +327,7 @@ func main() {
 			r := row{store: st, mode: mode, bd: load(filepath.Join(dir, mode), "budgetd"), bl: load(filepath.Join(dir, mode), "baseline")}
 			r.ratio = r.bd.tput() / r.bl.tput()
 			r.p99Ratio = r.bd.p99() / r.bl.p99()
+			r.pgb = load(filepath.Join(dir, mode), "pgbench")
 			rows = append(rows, r)
 		}
 		kd := filepath.Join(dir, "kinds")
@@ -410,6 +457,12 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 		pt := p99Target(r.store)
 		w("| %s %s: p99 ≤ %g× the baseline's | %s× (%s ms vs %s ms) | %s |\n", r.store, r.mode, pt, f2(r.p99Ratio), f2(r.bd.p99()), f2(r.bl.p99()), met(r.p99Ratio <= pt, valid(r.p99Ratio)))
 	}
+	for _, r := range rows {
+		if r.mode == "spread" && len(r.pgb) > 0 {
+			x := r.bd.tput() / r.pgb.tput()
+			w("| %s %s: throughput ≥ %.1f× pgbench running the baseline's upsert | %s× | %s |\n", r.store, r.mode, pgbenchTarget, f2(x), met(x >= pgbenchTarget, valid(x)))
+		}
+	}
 	for _, s := range scales {
 		w("| %s: throughput at %s keys ≥ 0.9× at 1k keys | %s× | %s |\n", s.store, s.manyN, f2(s.ratio), met(s.ratio >= 0.9, valid(s.ratio)))
 	}
@@ -425,6 +478,13 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 		if _, ok := skipped[st]; ok {
 			w("| %s: every target | skipped | not measured |\n", st)
 		}
+	}
+
+	if pg := pgbenchSection(rows, meta); pg != "" {
+		w("\n%s", pg)
+	}
+	if c := cpuSection(rows); c != "" {
+		w("\n%s", c)
 	}
 
 	if peersSection != "" {
@@ -686,4 +746,62 @@ func scriptRows(dir string) []scriptRow {
 		rows = append(rows, scriptRow{who: name, rps: num("rps"), p50: num("p50_latency_ms"), p99: num("p99_latency_ms")})
 	}
 	return rows
+}
+
+// pgbenchSection compares budgetd on PostgreSQL with pgbench running the
+// baseline's single upsert ("" when no pgbench run was kept).
+func pgbenchSection(rows []row, meta map[string]string) string {
+	var b strings.Builder
+	for _, r := range rows {
+		if len(r.pgb) == 0 {
+			continue
+		}
+		if b.Len() == 0 {
+			fmt.Fprintf(&b, "## PostgreSQL against pgbench\n\n")
+			fmt.Fprintf(&b, "In the same rounds as the table above, `pgbench -n -M prepared -c %s -j %s` ran the baseline's upsert ", meta["concurrency"], meta["nproc"])
+			fmt.Fprintf(&b, "(one `INSERT … ON CONFLICT DO UPDATE … RETURNING` per transaction, keys drawn like budgetload's) against the same server: ")
+			fmt.Fprintf(&b, "the database's own load tool, with no HTTP and no Go in the way. budgetd gets ahead of it by group commit, ")
+			fmt.Fprintf(&b, "several decisions in one transaction. pgbench's percentiles come from its per-transaction logs (`-l`).\n\n")
+			fmt.Fprintf(&b, "| load | budgetd ops/s | pgbench tps | **budgetd / pgbench** | budgetd p50 / p99 ms | pgbench p50 / p99 ms | pgbench failed |\n")
+			fmt.Fprintf(&b, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | **%s** | %s / %s | %s / %s | %d |\n", r.mode, f0(r.bd.tput()), f0(r.pgb.tput()), f2(r.bd.tput()/r.pgb.tput()),
+			f2(r.bd.p50()), f2(r.bd.p99()), f2(r.pgb.p50()), f2(r.pgb.p99()), r.pgb.errors())
+	}
+	return b.String()
+}
+
+// cpuSection says where each run's CPU went, per operation: the service,
+// the store's processes and the load tool ("" when no run was sampled).
+func cpuSection(rows []row) string {
+	var b strings.Builder
+	line := func(r row, who string, s series) {
+		sv, st, ld := s.cpuPerOp()
+		if !valid(st) {
+			return
+		}
+		if b.Len() == 0 {
+			fmt.Fprintf(&b, "## Where the CPU goes\n\n")
+			fmt.Fprintf(&b, "CPU time per operation over each run's measured window (user + system, from `/proc`: the service's process, ")
+			fmt.Fprintf(&b, "the store's — PostgreSQL's postmaster with its backends, redis-server — and the load tool's), medians of the runs. ")
+			fmt.Fprintf(&b, "Everything shares the machine's CPUs, so a service's throughput is bounded by the CPUs over the total: ")
+			fmt.Fprintf(&b, "a part of the total that the service does not spend (a heavier load tool, say) still lowers its throughput.\n\n")
+			fmt.Fprintf(&b, "| store | load | who | ops/s | service µs/op | store µs/op | load tool µs/op | **total µs/op** |\n")
+			fmt.Fprintf(&b, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
+		}
+		svc := f0(sv)
+		if who == "pgbench" {
+			svc = "—"
+			sv = 0
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | **%s** |\n", r.store, r.mode, who, f0(s.tput()), svc, f0(st), f0(ld), f0(sv+st+ld))
+	}
+	for _, r := range rows {
+		line(r, "budgetd", r.bd)
+		line(r, baselineName[r.store], r.bl)
+		if len(r.pgb) > 0 {
+			line(r, "pgbench", r.pgb)
+		}
+	}
+	return b.String()
 }

@@ -65,3 +65,67 @@ func TestAllocTargetsInReport(t *testing.T) {
 		}
 	}
 }
+
+// A PostgreSQL row with pgbench runs gets its own section and a target on
+// the spread load; a row without gets neither.
+func TestPgbenchInReport(t *testing.T) {
+	mk := func(tput, p99 float64) series {
+		var r run
+		r.Throughput, r.Ops, r.Latency.P50, r.Latency.P99 = tput, 1000, 1, p99
+		return series{r}
+	}
+	rows := []row{
+		{store: "postgres", mode: "spread", bd: mk(6000, 20), bl: mk(2000, 30), pgb: mk(4000, 25)},
+		{store: "postgres", mode: "hot", bd: mk(3000, 10), bl: mk(500, 40), pgb: mk(600, 50)},
+	}
+	md := markdown(map[string]string{"concurrency": "64", "nproc": "2"}, rows, nil, nil, map[string]string{}, t.TempDir(), "", "")
+	for _, line := range []string{
+		"## PostgreSQL against pgbench",
+		"`pgbench -n -M prepared -c 64 -j 2`",
+		"| spread | 6000 | 4000 | **1.50** | 1.00 / 20.00 | 1.00 / 25.00 | 0 |",
+		"| hot | 3000 | 600 | **5.00** |",
+		"| postgres spread: throughput ≥ 1.2× pgbench running the baseline's upsert | 1.50× | met |",
+	} {
+		if !strings.Contains(md, line) {
+			t.Errorf("no %q in:\n%s", line, md)
+		}
+	}
+	if strings.Contains(md, "postgres hot: throughput ≥ 1.2× pgbench") {
+		t.Error("a pgbench target on the hot key, which issue 28 does not set")
+	}
+	rows[0].pgb, rows[1].pgb = nil, nil
+	if md := markdown(map[string]string{}, rows, nil, nil, map[string]string{}, t.TempDir(), "", ""); strings.Contains(md, "pgbench") {
+		t.Errorf("pgbench named without pgbench runs:\n%s", md)
+	}
+}
+
+// A run's .cpu file becomes CPU per operation: ticks over the clock rate,
+// over the operations of the measured window.
+func TestCPUPerOp(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 1,000 ops/s for 10 s; 50 ticks of 100 Hz = 0.5 s of service CPU = 50 µs per op.
+	write("budgetd-1.json", `{"ops_per_second":1000,"ops":10000,"latency":{"p50_ms":1,"p99_ms":2}}`)
+	write("budgetd-1.cpu", "service=50\nstore=100\nload=20\nseconds=10\nhz=100\n")
+	write("baseline-1.json", `{"ops_per_second":500,"ops":5000,"latency":{"p50_ms":1,"p99_ms":2}}`)
+	write("baseline-1.cpu", "service=50\nstore=100\nload=-20\nseconds=10\nhz=100\n") // the loader was gone
+	bd, bl := load(dir, "budgetd"), load(dir, "baseline")
+	sv, st, ld := bd.cpuPerOp()
+	if sv != 50 || st != 100 || ld != 20 {
+		t.Fatalf("cpuPerOp = %v, %v, %v; want 50, 100, 20", sv, st, ld)
+	}
+	if _, st, _ := bl.cpuPerOp(); valid(st) {
+		t.Errorf("a run whose sample lost a process has CPU per op %v", st)
+	}
+	sec := cpuSection([]row{{store: "postgres", mode: "spread", bd: bd, bl: bl}})
+	if !strings.Contains(sec, "| postgres | spread | budgetd | 1000 | 50 | 100 | 20 | **170** |") {
+		t.Errorf("no budgetd line in:\n%s", sec)
+	}
+	if strings.Contains(sec, "| postgres | spread | "+baselineName["postgres"]) {
+		t.Errorf("a line for the unsampled baseline in:\n%s", sec)
+	}
+}
