@@ -239,6 +239,9 @@ type Decision struct {
 	// OverCapacity says a soft limit accepted a cost that ends above
 	// capacity, within its grace (for CanAccept: would accept it so).
 	OverCapacity bool `json:"over_capacity"`
+	// Override is the pattern of the override whose terms applied to the
+	// bucket; nil for the limit's own terms.
+	Override *string `json:"override"`
 }
 
 // RetryAfterDuration returns RetryAfter as a duration, rounded up to the
@@ -273,6 +276,9 @@ type BucketState struct {
 	PeriodStart *Time `json:"period_start"`
 	// ResetsAt is when the current period ends; nil for another kind.
 	ResetsAt *Time `json:"resets_at"`
+	// Override is the pattern of the override whose terms apply to the
+	// bucket now; nil for the limit's own terms.
+	Override *string `json:"override"`
 }
 
 // BucketListItem is one bucket of GET /v1/limits/{name}/buckets.
@@ -655,6 +661,54 @@ type WebhookEvent struct {
 type EventPage struct {
 	Items      []WebhookEvent `json:"items"`
 	NextCursor string         `json:"next_cursor"`
+}
+
+// Override is a limit's terms for one key or a key prefix (GET and PUT
+// /v1/limits/{name}/overrides/{pattern}, an item of GET …/overrides). The
+// fields that are nil come from the limit.
+type Override struct {
+	// Pattern is a key, or a prefix of keys followed by "*".
+	Pattern string `json:"pattern"`
+	// Capacity replaces the limit's capacity.
+	Capacity *decimal.Decimal `json:"capacity"`
+	// Leak replaces a leaky limit's leak rate.
+	Leak *Leak `json:"leak"`
+	// Period replaces a periodic limit's tz and start_day.
+	Period *OverridePeriod `json:"period"`
+	// Window replaces a window limit's length (with its default precision).
+	Window *OverrideWindow `json:"window"`
+	// ExpiresAt is when the override stops applying; nil for never.
+	ExpiresAt *Time `json:"expires_at"`
+	// CreatedAt is when the override was first put.
+	CreatedAt Time `json:"created_at"`
+	// UpdatedAt is when the override was last put.
+	UpdatedAt Time `json:"updated_at"`
+}
+
+// OverridePeriod is the part of a period an override may set.
+type OverridePeriod struct {
+	// TZ is an IANA time zone name; "" keeps the limit's.
+	TZ string `json:"tz,omitempty"`
+	// StartDay is the day a period starts on (see Period); nil keeps the
+	// limit's.
+	StartDay *int `json:"start_day,omitempty"`
+}
+
+// OverrideWindow is the part of a window an override may set.
+type OverrideWindow struct {
+	// Length is the window's length, from 1s to 8760h, with a default
+	// precision.
+	Length Duration `json:"length"`
+}
+
+// OverridePut is the body of PUT /v1/limits/{name}/overrides/{pattern}:
+// at least one of the terms, of the limit's own kind.
+type OverridePut struct {
+	Capacity  *decimal.Decimal `json:"capacity,omitempty"`
+	Leak      *Leak            `json:"leak,omitempty"`
+	Period    *OverridePeriod  `json:"period,omitempty"`
+	Window    *OverrideWindow  `json:"window,omitempty"`
+	ExpiresAt *Time            `json:"expires_at,omitempty"`
 }
 
 // BucketEventList is GET /v1/limits/{name}/buckets/{key}/events: the

@@ -64,6 +64,9 @@ const (
 	// CodeNotServed: the store does not serve this setting of a limit yet
 	// (501); nothing changed.
 	CodeNotServed Code = "not_served"
+	// CodeOverrideNotFound: the limit has no override of that pattern, or
+	// it has expired (404).
+	CodeOverrideNotFound Code = "override_not_found"
 )
 
 // Codes lists every problem code, in the order of docs/api.md.
@@ -72,7 +75,7 @@ var Codes = []Code{
 	CodeLimitNotFound, CodeReservationNotFound, CodeNotFound, CodeMethodNotAllowed, CodeIdempotencyInFlight,
 	CodeTooManyHolds, CodeReservationClosed, CodeReservationExpired, CodePayloadTooLarge, CodeExceedsHold,
 	CodeLevelOverflow, CodeIdempotencyKeyReused, CodeUnauthorized, CodeForbidden, CodeStoreUnavailable,
-	CodeIdempotencyStoreFull, CodeShuttingDown, CodeInternal, CodeNotServed,
+	CodeIdempotencyStoreFull, CodeShuttingDown, CodeInternal, CodeNotServed, CodeOverrideNotFound,
 }
 
 // Problem is an RFC 9457 problem document (application/problem+json): every

@@ -76,6 +76,9 @@ type Decision struct {
 	// CanAccept, that it would.
 	ShadowDenied bool
 	OverCapacity bool
+	// Override is the pattern of the override whose terms applied to the
+	// bucket (docs/terms.md); "" for the limit's own terms.
+	Override string
 	// RateLimitPolicy and RateLimit are the answer's IETF RateLimit header
 	// fields as budgetd sent them, for passing on to an end user.
 	RateLimitPolicy string
@@ -86,7 +89,7 @@ func decisionOfDoc(d api.Decision) Decision {
 	return Decision{
 		Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity,
 		RetryAfter: d.RetryAfterDuration(), NeverFits: d.NeverFits, PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt),
-		EntryID: optString(d.EntryID), ShadowDenied: d.ShadowDenied, OverCapacity: d.OverCapacity,
+		EntryID: optString(d.EntryID), ShadowDenied: d.ShadowDenied, OverCapacity: d.OverCapacity, Override: optString(d.Override),
 	}
 }
 
@@ -263,10 +266,14 @@ type Bucket struct {
 	// limit; nil for a leaky one.
 	PeriodStart *time.Time
 	ResetsAt    *time.Time
+	// Override is the pattern of the override whose terms apply to the
+	// bucket now; "" for the limit's own terms.
+	Override string
 }
 
 func bucketOfDoc(key string, d api.BucketState) Bucket {
-	return Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: optTime(d.UpdatedAt), PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt)}
+	return Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: optTime(d.UpdatedAt),
+		PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt), Override: optString(d.Override)}
 }
 
 // Item is one (limit, key, cost) of a multi-bucket Fillup, with what to

@@ -33,7 +33,7 @@ const (
 
 // cliCommands are the first arguments that make budgetd an operator CLI.
 var cliCommands = map[string]bool{
-	"limits": true, "check": true, "fillup": true, "history": true, "holds": true,
+	"limits": true, "overrides": true, "check": true, "fillup": true, "history": true, "holds": true,
 	"reserve": true, "commit": true, "release": true, "drain": true, "events": true, "help": true,
 }
 
@@ -71,6 +71,16 @@ Operator commands (on a running budgetd):
                                                        (marked), soft accepts up to capacity + grace (marked);
                                                        --threshold 80% (repeatable, or an amount) emits events
   budgetd limits delete NAME                           delete a limit with its buckets and history
+  budgetd overrides list LIMIT                         a limit's overrides (terms for a key or a key prefix)
+  budgetd overrides get LIMIT PATTERN                  show one override
+  budgetd overrides put LIMIT PATTERN [--capacity C] [--leak A/PER] [--tz ZONE] [--start-day N]
+                        [--window LENGTH] [--expires-at TIME]
+                                                       set the terms of the key PATTERN, or of every key that
+                                                       starts with PREFIX for a PATTERN PREFIX* (quote it); the
+                                                       most specific wins; terms of the limit's own kind; until
+                                                       TIME (RFC 3339), e.g. a raise until Friday:
+                                                       --capacity 8000 --expires-at 2026-12-04T00:00:00Z
+  budgetd overrides delete LIMIT PATTERN               delete an override (the limit's terms apply again)
   budgetd check LIMIT KEY [COST]                       a bucket's state, or CanAccept of COST (changes nothing)
   budgetd fillup LIMIT KEY COST                        charge COST
   budgetd reserve LIMIT KEY AMOUNT [--ttl D] [-q]      hold AMOUNT; -q prints only the hold id:
@@ -145,6 +155,7 @@ type cli struct {
 	mode, grace       string
 	thresholds        listFlag
 	after             string
+	expiresAt         string
 	ttl               time.Duration
 	overrun           bool
 	meta              metaFlag
@@ -186,6 +197,7 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.StringVar(&c.grace, "grace", "", "")
 	fs.Var(&c.thresholds, "threshold", "")
 	fs.StringVar(&c.after, "after", "", "")
+	fs.StringVar(&c.expiresAt, "expires-at", "", "")
 	fs.DurationVar(&c.ttl, "ttl", 0, "")
 	fs.BoolVar(&c.overrun, "overrun", false, "")
 	fs.Var(c.meta, "meta", "")
@@ -338,6 +350,8 @@ func (c *cli) dispatch(ctx context.Context, cl *client.Client, cmd string) error
 			return nil
 		}
 		return usageError{fmt.Sprintf("budgetd limits: unknown subcommand %q", sub)}
+	case "overrides":
+		return c.overrides(ctx, cl)
 	case "check":
 		if err := c.want("check", 2, 3); err != nil {
 			return err

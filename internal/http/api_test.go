@@ -713,7 +713,7 @@ func TestOpenAPI(t *testing.T) {
 		if strings.HasPrefix(p, "/ui") {
 			continue // the dashboard's static files, not part of the API
 		}
-		for _, name := range []string{"name", "key", "id"} {
+		for _, name := range []string{"name", "key", "id", "pattern"} {
 			p = strings.ReplaceAll(p, ":"+name, "{"+name+"}")
 		}
 		if _, ok := doc.Paths[p][strings.ToLower(route.Method)]; !ok {

@@ -185,6 +185,21 @@ func TestContract(t *testing.T) {
 		_, err = c.Holds(ctx, "spend", "a/b")
 		must(err)
 	}
+	until, raised := clock.Now().Add(time.Hour), d("150")
+	_, err = c.PutOverride(ctx, "spend", client.Override{Pattern: "a/*", Capacity: &raised, ExpiresAt: &until})
+	must(err)
+	_, err = c.PutOverride(ctx, "spend", client.Override{Pattern: "a/b", Leak: &client.Leak{Amount: d("2"), Per: time.Hour}})
+	must(err)
+	_, err = c.GetOverride(ctx, "spend", "a/*")
+	must(err)
+	_, _, err = c.ListOverrides(ctx, "spend", "", 1)
+	must(err)
+	_, err = c.Fillup(ctx, "spend", "a/c", d("1"))
+	must(err)
+	must(c.DeleteOverride(ctx, "spend", "a/b"))
+	if _, err = c.GetOverride(ctx, "spend", "a/b"); !client.IsCode(err, "override_not_found") {
+		t.Fatal(err)
+	}
 
 	// Error answers, by hand.
 	raw := func(method, path, body string, headers ...string) {
@@ -211,6 +226,9 @@ func TestContract(t *testing.T) {
 	raw("POST", "/v1/limits/spend/buckets/k/fillup", `{"cost":"1"}`, "Idempotency-Key", "x")
 	raw("POST", "/v1/limits/spend/buckets/k/fillup", `{"cost":"2"}`, "Idempotency-Key", "x")
 	raw("PUT", "/v1/limits/Bad", `{"capacity":"1","leak":{"amount":"1","per":"1s"}}`)
+	raw("PUT", "/v1/limits/spend/overrides/a*b", `{"capacity":"5"}`)
+	raw("PUT", "/v1/limits/spend/overrides/k", `{"window":{"length":"1m"}}`)
+	raw("PUT", "/v1/limits/nope/overrides/k", `{"capacity":"5"}`)
 	raw("GET", "/v1/limits", "", "Authorization", "")                                                   // 401
 	raw("POST", "/v1/limits/spend/buckets/k/fillup", `{"cost":"1"}`, "Authorization", "Bearer "+reader) // 403
 	raw("GET", "/healthz", "", "Authorization", "")

@@ -72,11 +72,13 @@ type decisionView struct {
 	// a shadow or a soft limit.
 	ShadowDenied bool `json:"shadow_denied"`
 	OverCapacity bool `json:"over_capacity"`
+	// Override is the pattern of the override that applied, null for none.
+	Override *string `json:"override"`
 }
 
 // viewDecision is d as clients read it, with the id of the history entry
-// the call wrote ("" for none).
-func viewDecision(d bucket.Decision, entryID string) decisionView {
+// the call wrote ("" for none) and the override that applied ("" for none).
+func viewDecision(d bucket.Decision, entryID, override string) decisionView {
 	v := decisionView{
 		Accepted:  d.Accepted,
 		Level:     d.Level.String(),
@@ -91,6 +93,7 @@ func viewDecision(d bucket.Decision, entryID string) decisionView {
 
 		ShadowDenied: d.ShadowDenied,
 		OverCapacity: d.OverCapacity,
+		Override:     optString(override),
 	}
 	if !d.Accepted && !d.NeverFits {
 		s := d.RetryAfter.String()
@@ -111,18 +114,18 @@ func optString(s string) *string {
 }
 
 // writeDecision answers with one decision as JSON: what writeJSON writes of
-// viewDecision(d, entryID), byte for byte, encoded without reflection into a
+// viewDecision(d, entryID, override), byte for byte, encoded without reflection into a
 // pooled buffer (the answer of every single-bucket Fillup and CanAccept).
-func writeDecision(c echo.Context, status int, d bucket.Decision, entryID string) {
+func writeDecision(c echo.Context, status int, d bucket.Decision, entryID, override string) {
 	bp := bufPool.Get().(*[]byte)
-	b := append(appendDecision((*bp)[:0], d, entryID), '\n')
+	b := append(appendDecision((*bp)[:0], d, entryID, override), '\n')
 	_ = c.Blob(status, echo.MIMEApplicationJSON, b)
 	*bp = b
 	bufPool.Put(bp)
 }
 
-// appendDecision appends the JSON of viewDecision(d, entryID).
-func appendDecision(b []byte, d bucket.Decision, entryID string) []byte {
+// appendDecision appends the JSON of viewDecision(d, entryID, override).
+func appendDecision(b []byte, d bucket.Decision, entryID, override string) []byte {
 	b = append(b, `{"accepted":`...)
 	b = strconv.AppendBool(b, d.Accepted)
 	b = append(b, `,"level":"`...)
@@ -156,6 +159,12 @@ func appendDecision(b []byte, d bucket.Decision, entryID string) []byte {
 	b = strconv.AppendBool(b, d.ShadowDenied)
 	b = append(b, `,"over_capacity":`...)
 	b = strconv.AppendBool(b, d.OverCapacity)
+	b = append(b, `,"override":`...)
+	if override == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendMarshalString(b, override)
+	}
 	return append(b, '}')
 }
 
@@ -187,7 +196,7 @@ func appendMulti(b []byte, items []ledger.Item, res ledger.FillupResult) []byte 
 		// The decision's members follow in the same object: its JSON
 		// without the opening brace.
 		at := len(b)
-		b = appendDecision(b, d, res.EntryIDs[i])
+		b = appendDecision(b, d, res.EntryIDs[i], res.Limits[i].Override)
 		b = append(b[:at], b[at+1:]...)
 	}
 	return append(b, "]}"...)
@@ -261,6 +270,7 @@ type bucketView struct {
 
 	PeriodStart *string `json:"period_start"`
 	ResetsAt    *string `json:"resets_at"`
+	Override    *string `json:"override"`
 }
 
 func viewBucket(b ledger.BucketState) bucketView {
@@ -273,6 +283,7 @@ func viewBucket(b ledger.BucketState) bucketView {
 
 		PeriodStart: optTime(b.PeriodStart),
 		ResetsAt:    optTime(b.ResetsAt),
+		Override:    optString(b.Override),
 	}
 }
 

@@ -62,9 +62,9 @@ func (s *server) reserve(c echo.Context) error {
 	}
 	setRateLimit(c, quotaOf(ref.Limit, res.Limit, res.Decision))
 	if !res.Decision.Accepted {
-		return writeDenied(c, viewDecision(res.Decision, res.EntryID), res.Decision)
+		return writeDenied(c, viewDecision(res.Decision, res.EntryID, res.Limit.Override), res.Decision)
 	}
-	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, reservedView{viewReservation(res.Reservation), viewDecision(res.Decision, res.EntryID)})
+	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, reservedView{viewReservation(res.Reservation), viewDecision(res.Decision, res.EntryID, res.Limit.Override)})
 	return nil
 }
 
@@ -102,6 +102,7 @@ type resolvedView struct {
 
 	PeriodStart *string    `json:"period_start"`
 	ResetsAt    *string    `json:"resets_at"`
+	Override    *string    `json:"override"`
 	Bucket      bucketView `json:"bucket"`
 }
 
@@ -184,7 +185,7 @@ func (s *server) writeResolved(c echo.Context, op string, res ledger.ResolveResu
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, resolvedView{
 		reservationView: viewReservation(res.Reservation),
 		Level:           b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, UpdatedAt: b.UpdatedAt,
-		PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt,
+		PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt, Override: b.Override,
 		Bucket: b,
 	})
 	return nil

@@ -17,6 +17,11 @@ func (s *server) routes(e *echo.Echo) {
 	v1.GET("/limits/:name", s.getLimit)
 	v1.DELETE("/limits/:name", s.deleteLimit)
 
+	v1.GET("/limits/:name/overrides", s.listOverrides)
+	v1.PUT("/limits/:name/overrides/:pattern", s.putOverride)
+	v1.GET("/limits/:name/overrides/:pattern", s.getOverride)
+	v1.DELETE("/limits/:name/overrides/:pattern", s.deleteOverride)
+
 	v1.GET("/limits/:name/buckets", s.listBuckets)
 	v1.GET("/limits/:name/buckets/:key", s.getBucket)
 	v1.GET("/limits/:name/buckets/", s.getBucket) // an empty key: 400 invalid_key, not 404

@@ -168,7 +168,7 @@ func TestViewsAreTheAPITypes(t *testing.T) {
 
 // apiDecision is d as the api type, built from the exact decimals (not from
 // the lean encoder's text).
-func apiDecision(d bucket.Decision, entryID string) api.Decision {
+func apiDecision(d bucket.Decision, entryID, override string) api.Decision {
 	v := api.Decision{
 		Accepted: d.Accepted, Level: d.Level.Decimal(), Held: d.Held.Decimal(), Remaining: d.Remaining.Decimal(),
 		Capacity: d.Capacity.Decimal(), NeverFits: d.NeverFits, PeriodStart: api.OptTime(d.PeriodStart), ResetsAt: api.OptTime(d.ResetsAt),
@@ -176,6 +176,9 @@ func apiDecision(d bucket.Decision, entryID string) api.Decision {
 	}
 	if entryID != "" {
 		v.EntryID = &entryID
+	}
+	if override != "" {
+		v.Override = &override
 	}
 	if !d.Accepted && !d.NeverFits {
 		s := d.RetryAfter.Seconds()
@@ -202,12 +205,14 @@ func TestAppendDecisionIsTheAPIType(t *testing.T) {
 		{Accepted: true, Level: a("105.5"), Capacity: a("100"), OverCapacity: true},
 	} {
 		for _, entry := range []string{"", "1843", "01HZX3"} {
-			want, err := json.Marshal(apiDecision(d, entry))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := appendDecision(nil, d, entry); string(got) != string(want) {
-				t.Errorf("%d (entry %q):\n got %s\nwant %s", i, entry, got, want)
+			for _, override := range []string{"", "tenant-acme", "team \"a\"/<b>&*", "ü€😀*"} {
+				want, err := json.Marshal(apiDecision(d, entry, override))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := appendDecision(nil, d, entry, override); string(got) != string(want) {
+					t.Errorf("%d (entry %q, override %q):\n got %s\nwant %s", i, entry, override, got, want)
+				}
 			}
 		}
 	}
@@ -236,13 +241,19 @@ func TestAppendMultiIsTheAPIType(t *testing.T) {
 	} {
 		for k := range keys {
 			var items []ledger.Item
+			var limits []ledger.Limit
 			want := api.MultiFillupResult{Accepted: tc.accepted, Items: []api.MultiFillupItemDecision{}}
 			for i, d := range tc.ds {
 				ref := ledger.BucketRef{Limit: "tier-" + strconv.Itoa(i), Key: keys[(k+i)%len(keys)]}
 				items = append(items, ledger.Item{Bucket: ref})
-				want.Items = append(want.Items, api.MultiFillupItemDecision{Limit: ref.Limit, Key: ref.Key, Decision: apiDecision(d, tc.entries[i])})
+				override := ""
+				if i%2 == 1 {
+					override = keys[(k+i)%len(keys)] + "*" // a prefix pattern that needs escaping like its key
+				}
+				limits = append(limits, ledger.Limit{Name: ref.Limit, Override: override})
+				want.Items = append(want.Items, api.MultiFillupItemDecision{Limit: ref.Limit, Key: ref.Key, Decision: apiDecision(d, tc.entries[i], override)})
 			}
-			res := ledger.FillupResult{Accepted: tc.accepted, Items: tc.ds, EntryIDs: tc.entries}
+			res := ledger.FillupResult{Accepted: tc.accepted, Items: tc.ds, EntryIDs: tc.entries, Limits: limits}
 			wantJSON, err := json.Marshal(want)
 			if err != nil {
 				t.Fatal(err)

@@ -41,6 +41,10 @@ type Limit struct {
 	Thresholds []Threshold
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// Override is the pattern of the override a store applied to this
+	// limit for one bucket (Overrides.Effective), "" for the limit's own
+	// terms: set only in a Snapshot's Limit.
+	Override string
 
 	watch *Watch // the thresholds at Capacity, once Prepare made them
 }

@@ -167,13 +167,15 @@ type BucketState struct {
 	// limit; zero for a leaky one.
 	PeriodStart time.Time
 	ResetsAt    time.Time
+	// Override is the pattern of the override that applied, "" for none.
+	Override string
 }
 
 // StateOf derives a bucket's state from a snapshot.
 func StateOf(sn Snapshot) BucketState {
 	d := bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, bucket.Amount{})
 	return BucketState{Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: sn.State.Updated,
-		PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt}
+		PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt, Override: sn.Limit.Override}
 }
 
 // Bucket returns a bucket's state. It writes nothing.

@@ -52,6 +52,8 @@ type Store struct {
 
 	limitsMu sync.RWMutex
 	limits   map[string]ledger.Limit
+	// overrides holds each limit's overrides, guarded by limitsMu.
+	overrides map[string]*ledger.Overrides
 
 	seed   maphash.Seed
 	shards [shardCount]shard
@@ -122,7 +124,7 @@ func WithLogger(log *slog.Logger) Option { return func(s *Store) { s.clk.log = l
 
 // New returns an empty memory store.
 func New(opts ...Option) *Store {
-	s := &Store{limits: map[string]ledger.Limit{}, seed: maphash.MakeSeed()}
+	s := &Store{limits: map[string]ledger.Limit{}, overrides: map[string]*ledger.Overrides{}, seed: maphash.MakeSeed()}
 	s.clk.read, s.clk.log = systemClock(time.Now()), slog.Default()
 	for i := range s.shards {
 		s.shards[i].buckets = map[ledger.BucketRef]*bucketRec{}
@@ -304,15 +306,17 @@ func (s *Store) PutLimit(_ context.Context, l ledger.Limit) (ledger.Limit, error
 // one charge made now under a new window. A bucket whose stored level is zero (holding only
 // reservations, drained, never charged) has nothing to leak and is not
 // written: its updated_at stays (docs/architecture.md, "Changing a leak
-// rate"). The caller holds limitsMu for writing.
+// rate"). Each bucket is settled under the terms in force for it (an
+// override's, when one applies). The caller holds limitsMu for writing.
 func (s *Store) switchLimit(l ledger.Limit, now time.Time) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for ref, b := range sh.buckets {
 			if ref.Limit == l.Name && b.level.Sign() > 0 {
-				ns, expired := bucket.Switch(l.Rule(), b.state(), now)
-				s.apply(l, sh, b, ns, expired)
+				old := s.terms(l, ref.Key, now)
+				ns, expired := bucket.Switch(old.Rule(), b.state(), now)
+				s.apply(old, sh, b, ns, expired)
 			}
 		}
 		sh.mu.Unlock()
@@ -355,6 +359,7 @@ func (s *Store) DeleteLimit(_ context.Context, name string) error {
 		return fmt.Errorf("limit %q: %w", name, ledger.ErrLimitNotFound)
 	}
 	delete(s.limits, name)
+	delete(s.overrides, name)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -411,7 +416,7 @@ func (s *Store) Inspect(_ context.Context, ref ledger.BucketRef) (ledger.Snapsho
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := s.clock()
-	return snapshot(l, sh.buckets[ref], now), nil
+	return snapshot(s.terms(l, ref.Key, now), sh.buckets[ref], now), nil
 }
 
 // bucketFor returns the bucket record of ref, a bucket of limit l, creating
@@ -521,6 +526,7 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 			delete(sh.buckets, ref)
 			continue
 		}
+		l = s.terms(l, ref.Key, now)
 		s.expireHolds(l, sh, b, now)
 		h, cut := b.history(), 0
 		for cut < len(h) && now.Sub(h[cut].Time) > HistoryRetention {
@@ -594,6 +600,9 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		}
 		defer s.lockShards(refs)()
 		now := s.clock()
+		for i, it := range items {
+			limits[i] = s.terms(limits[i], it.Bucket.Key, now)
+		}
 		out := ledger.FillupOutcome{Accepted: true, Items: make([]ledger.ItemOutcome, len(items))}
 		next := make([]bucket.State, len(items))
 		fits := make([]bool, len(items))
@@ -629,12 +638,13 @@ func (s *Store) fillupOne(it ledger.Charge) (ledger.FillupOutcome, error) {
 	if err != nil {
 		return ledger.FillupOutcome{}, err
 	}
-	rule := l.Rule()
 	cost := ledger.Amount(it.Cost)
 	sh := &s.shards[s.shardOf(it.Bucket)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := s.clock()
+	l = s.terms(l, it.Bucket.Key, now)
+	rule := l.Rule()
 	b := sh.buckets[it.Bucket]
 	d, ns := bucket.Fillup(rule, b.state(), now, cost)
 	var entry string
@@ -673,6 +683,7 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		now := s.clock()
+		l = s.terms(l, ref.Key, now)
 		out := ledger.DrainOutcome{}
 		b := sh.buckets[ref]
 		// A drain that can remove nothing is a no-op, like a drain of 0.
@@ -703,6 +714,7 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		now := s.clock()
+		l = s.terms(l, ref.Key, now)
 		b := sh.buckets[ref]
 		st := b.state()
 		if len(bucket.ActiveHolds(st, now)) >= ledger.MaxHolds {
@@ -835,6 +847,7 @@ func (s *Store) resolve(ctx context.Context, id string, idem ledger.Idempotency,
 		if err != nil {
 			return ledger.ResolveOutcome{}, ledger.ErrReservationNotFound
 		}
+		l = s.terms(l, h.res.Bucket.Key, now)
 		b := sh.bucketFor(l, h.res.Bucket)
 		var refusal string
 		if h.res.State == ledger.Expired || (h.res.State == ledger.Active && !now.Before(h.res.ExpiresAt)) {

@@ -143,6 +143,7 @@ type batchRow struct {
 	Mode       *string  `db:"r_mode"`
 	Grace      *string  `db:"r_grace"`
 	Thresholds []string `db:"r_thresholds"`
+	Override   *string  `db:"r_override"` // the pattern of the override that applied
 	EntryID    *string  `db:"r_entry_id"` // the fillup or denied entry the call wrote
 	CreatedUS  *int64   `db:"r_created_us"`
 	LimUpdated *int64   `db:"r_limit_updated_us"`
@@ -327,6 +328,9 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 	lim := ledger.Limit{Name: limit, Capacity: capacity, History: *r.History, RecordDenials: *r.RecDenials, CreatedAt: fromUS(*r.CreatedUS), UpdatedAt: fromUS(*r.LimUpdated)}
 	lim.Mode, lim.Grace = storedMode(*r.Mode, grace)
 	lim.Thresholds = storedThresholds(r.Thresholds)
+	if r.Override != nil {
+		lim.Override = *r.Override
+	}
 	switch {
 	case leaky:
 		leak, err := decimal.NewFromString(*r.LeakAmount)

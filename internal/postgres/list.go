@@ -21,7 +21,8 @@ WITH l AS (SELECT * FROM limits WHERE name = $1),
      t AS (SELECT coalesce($4::timestamptz, date_trunc('microseconds', clock_timestamp())) AS now)
 SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_every, l.period_tz, l.period_start_day,
        l.window_length_us, l.window_precision_us, l.history, l.record_denials, l.mode, l.grace::text, l.thresholds, l.created_at, l.updated_at, t.now,
-       b.key, b.level::text, b.updated_at, hs.amounts, hs.expires, b.slot_idx, b.slot_sum::text[]
+       b.key, b.level::text, b.updated_at, hs.amounts, hs.expires, b.slot_idx, b.slot_sum::text[],
+       o.pattern, o.capacity::text, o.leak_amount::text, o.leak_per_us, o.period_tz, o.period_start_day, o.window_length_us
   FROM l CROSS JOIN t
   LEFT JOIN LATERAL (
         SELECT b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum
@@ -34,6 +35,9 @@ SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_ev
                array_agg(h.expires_at ORDER BY h.expires_at, h.id) AS expires
           FROM holds h
          WHERE h.limit_id = l.id AND h.key = b.key AND h.state = 'active') hs ON true
+  LEFT JOIN LATERAL (
+        SELECT (budgetd_override_of(l.id, l.override_lens, b.key, t.now)).*
+         WHERE b.key IS NOT NULL AND cardinality(l.override_lens) > 0) o ON true
  ORDER BY b.key`
 
 // ListBuckets lists up to n of the limit's buckets with keys after after, in
@@ -66,9 +70,11 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 				updated       *time.Time
 				amounts       []string
 				expires       []time.Time
+				ovr           overrideCols
 			)
 			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &every, &tz, &startDay, &wlen, &wprec, &l.History, &l.RecordDenials, &l.Mode, &grace, &ths, &l.CreatedAt, &l.UpdatedAt, &now,
-				&key, &level, &updated, &amounts, &expires, &slotIdx, &slotSums); err != nil {
+				&key, &level, &updated, &amounts, &expires, &slotIdx, &slotSums,
+				&ovr.pattern, &ovr.capacity, &ovr.leakAmount, &ovr.leakPerUS, &ovr.tz, &ovr.startDay, &ovr.windowUS); err != nil {
 				return err
 			}
 			found = true
@@ -93,6 +99,11 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 				return fmt.Errorf("postgres: limit %q has none of a leak, a period and a window", l.Name)
 			}
 			l.CreatedAt, l.UpdatedAt = l.CreatedAt.UTC(), l.UpdatedAt.UTC()
+			if ovr.pattern != nil {
+				// Applied in Go, as the rule is: the listing computes the
+				// calendar itself and needs no table of period starts.
+				l = ovr.override(&p).Apply(l)
+			}
 			st := bucket.State{Level: ledger.Amount(p.num(*level))}
 			if updated != nil {
 				st.Updated = updated.UTC()

@@ -37,6 +37,9 @@ type limitDoc struct {
 	Thresholds []string `json:"thresholds"`
 	CreatedUS  int64    `json:"created_us"`
 	UpdatedUS  int64    `json:"updated_us"`
+	// Override is present only for a limit with an override applied: its
+	// pattern (budgetd_terms).
+	Override string `json:"override"`
 }
 
 func (d limitDoc) limit() ledger.Limit {
@@ -55,6 +58,7 @@ func (d limitDoc) limit() ledger.Limit {
 		Thresholds:    storedThresholds(d.Thresholds),
 		CreatedAt:     fromUS(d.CreatedUS),
 		UpdatedAt:     fromUS(d.UpdatedUS),
+		Override:      d.Override,
 	}
 }
 

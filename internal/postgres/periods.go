@@ -76,5 +76,8 @@ func (s *Store) refreshPeriodTable(ctx context.Context, id int64, now time.Time)
 	_, err = s.pool.Exec(ctx, `UPDATE limits SET period_starts = $2
 		WHERE id = $1 AND period_every = $3 AND period_tz = $4 AND period_start_day IS NOT DISTINCT FROM $5`,
 		id, periodTable(p, now), p.Every, p.TZ, startDay)
-	return err
+	if err != nil {
+		return err
+	}
+	return s.refreshOverrideTables(ctx, id, p.Every, p.TZ, startDay, now)
 }

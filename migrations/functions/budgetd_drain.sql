@@ -24,6 +24,7 @@ BEGIN
     IF v_amount > 0 THEN
         PERFORM budgetd_lock_bucket(v_l.id, p_key);
         v_now := coalesce(p_now, budgetd_clock());
+        v_l := budgetd_terms(v_l, p_key, v_now);
         SELECT budgetd_level_at(b.level, b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
                                 v_l.window_length_us, v_l.window_precision_us, b.slot_idx, b.slot_sum)
           INTO v_level FROM buckets b WHERE b.limit_id = v_l.id AND b.key = p_key;
@@ -41,6 +42,7 @@ BEGIN
         END IF;
     ELSE
         v_now := coalesce(p_now, budgetd_clock());
+        v_l := budgetd_terms(v_l, p_key, v_now);
     END IF;
     v_out := jsonb_build_object('removed', v_removed::text, 'limit', budgetd_limit_json(v_l),
                                 'state', budgetd_state_json(v_l.id, p_key), 'now_us', budgetd_us(v_now),

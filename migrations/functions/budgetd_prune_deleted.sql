@@ -21,6 +21,9 @@ BEGIN
     DELETE FROM history WHERE id = ANY (ARRAY(SELECT id FROM history WHERE limit_id = v_id LIMIT p_batch));
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_total := v_total + v_n;
+    DELETE FROM overrides WHERE ctid = ANY (ARRAY(SELECT ctid FROM overrides WHERE limit_id = v_id LIMIT p_batch));
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_total := v_total + v_n;
     -- Less than a batch everywhere: nothing of the limit is left.
     IF v_total < p_batch THEN
         DELETE FROM deleted_limits WHERE id = v_id;

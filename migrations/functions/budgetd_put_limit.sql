@@ -54,6 +54,23 @@ BEGIN
                                  OR v_old.period_every IS DISTINCT FROM v_l.period_every OR v_old.period_tz IS DISTINCT FROM v_l.period_tz
                                  OR v_old.period_start_day IS DISTINCT FROM v_l.period_start_day
                                  OR v_old.window_length_us IS DISTINCT FROM v_l.window_length_us
+                                 OR v_old.window_precision_us IS DISTINCT FROM v_l.window_precision_us)
+                             AND cardinality(v_old.override_lens) > 0 THEN
+        -- Each bucket under the terms in force for it (budgetd_terms).
+        UPDATE buckets AS b
+           SET level = trim_scale(budgetd_level_at(b.level, b.updated_at, (x.e).leak_amount, (x.e).leak_per_us, v_now,
+                                                   budgetd_period_start(x.e, v_now),
+                                                   (x.e).window_length_us, (x.e).window_precision_us, b.slot_idx, b.slot_sum)),
+               slot_idx = NULL, slot_sum = NULL,
+               updated_at = CASE WHEN b.updated_at IS NULL OR b.updated_at < v_now OR b.updated_at > v_now + budgetd_clock_step()
+                                THEN v_now ELSE b.updated_at END
+          FROM (SELECT bb.key, budgetd_terms(v_old, bb.key, v_now) AS e
+                  FROM buckets bb WHERE bb.limit_id = v_old.id AND bb.level > 0) x
+         WHERE b.limit_id = v_old.id AND b.key = x.key;
+    ELSIF v_old.id IS NOT NULL AND (v_old.leak_amount IS DISTINCT FROM v_l.leak_amount OR v_old.leak_per_us IS DISTINCT FROM v_l.leak_per_us
+                                 OR v_old.period_every IS DISTINCT FROM v_l.period_every OR v_old.period_tz IS DISTINCT FROM v_l.period_tz
+                                 OR v_old.period_start_day IS DISTINCT FROM v_l.period_start_day
+                                 OR v_old.window_length_us IS DISTINCT FROM v_l.window_length_us
                                  OR v_old.window_precision_us IS DISTINCT FROM v_l.window_precision_us) THEN
         UPDATE buckets AS b
            SET level = trim_scale(budgetd_level_at(b.level, b.updated_at, v_old.leak_amount, v_old.leak_per_us, v_now, v_start,

@@ -29,6 +29,7 @@ BEGIN
     v_l := budgetd_limit(p_limit);
     v_created := budgetd_lock_bucket(v_l.id, p_key);
     v_now := coalesce(p_now, budgetd_clock());
+    v_l := budgetd_terms(v_l, p_key, v_now);
     SELECT coalesce(sum(amount), 0), count(*) INTO v_held, v_count
       FROM holds WHERE limit_id = v_l.id AND key = p_key AND state = 'active' AND expires_at > v_now;
     IF v_count >= budgetd_max_holds() THEN

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/budgetd/budgetd/api"
+	"github.com/budgetd/budgetd/client"
+)
+
+// overrides runs budgetd overrides list|get|put|delete (docs/terms.md).
+func (c *cli) overrides(ctx context.Context, cl *client.Client) error {
+	if len(c.args) == 0 {
+		return usageError{"budgetd overrides: list, get, put or delete (see budgetd help)"}
+	}
+	sub := c.args[0]
+	c.args = c.args[1:]
+	switch sub {
+	case "list":
+		if err := c.want("overrides list", 1, 1); err != nil {
+			return err
+		}
+		var all []client.Override
+		cursor := c.cursor
+		for {
+			os, next, err := cl.ListOverrides(ctx, c.args[0], cursor, 1000)
+			if err != nil {
+				return err
+			}
+			all = append(all, os...)
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+		return c.printOverrides(all)
+	case "get":
+		if err := c.want("overrides get", 2, 2); err != nil {
+			return err
+		}
+		o, err := cl.GetOverride(ctx, c.args[0], c.args[1])
+		if err != nil {
+			return err
+		}
+		return c.printOverrides([]client.Override{o})
+	case "put":
+		if err := c.want("overrides put", 2, 2); err != nil {
+			return err
+		}
+		o, err := c.overrideSpec(c.args[1])
+		if err != nil {
+			return err
+		}
+		o, err = cl.PutOverride(ctx, c.args[0], o)
+		if err != nil {
+			return err
+		}
+		return c.printOverrides([]client.Override{o})
+	case "delete":
+		if err := c.want("overrides delete", 2, 2); err != nil {
+			return err
+		}
+		if err := cl.DeleteOverride(ctx, c.args[0], c.args[1]); err != nil {
+			return err
+		}
+		if c.json {
+			return c.printJSON(map[string]any{"deleted": c.args[1]})
+		}
+		fmt.Fprintf(c.stdout, "deleted override %s of %s\n", c.args[1], c.args[0])
+		return nil
+	}
+	return usageError{fmt.Sprintf("budgetd overrides: unknown subcommand %q", sub)}
+}
+
+// overrideSpec reads the terms of budgetd overrides put from the flags.
+func (c *cli) overrideSpec(pattern string) (client.Override, error) {
+	o := client.Override{Pattern: pattern, TZ: c.tz, StartDay: c.startDay, WindowLength: c.window}
+	if c.capacity != "" {
+		capacity, err := parseAmount("--capacity", c.capacity)
+		if err != nil {
+			return o, err
+		}
+		o.Capacity = &capacity
+	}
+	if c.leak != "" {
+		amt, per, ok := strings.Cut(c.leak, "/")
+		if !ok {
+			return o, usageError{fmt.Sprintf("--leak %q is not AMOUNT/PER (e.g. 10/1s)", c.leak)}
+		}
+		amount, err := parseAmount("--leak amount", amt)
+		if err != nil {
+			return o, err
+		}
+		d, err := time.ParseDuration(per)
+		if err != nil {
+			return o, usageError{fmt.Sprintf("--leak: %q is not a duration like 1s or 720h", per)}
+		}
+		o.Leak = &client.Leak{Amount: amount, Per: d}
+	}
+	if c.expiresAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, c.expiresAt)
+		if err != nil {
+			return o, usageError{fmt.Sprintf("--expires-at %q is not an RFC 3339 time like 2026-12-04T00:00:00Z", c.expiresAt)}
+		}
+		o.ExpiresAt = &t
+	}
+	if o.Capacity == nil && o.Leak == nil && o.TZ == "" && o.StartDay == 0 && o.WindowLength == 0 {
+		return o, usageError{"budgetd overrides put LIMIT PATTERN needs at least one of --capacity, --leak, --tz, --start-day or --window"}
+	}
+	return o, nil
+}
+
+// overrideDoc is an override as budgetd's JSON has it.
+func overrideDoc(o client.Override) api.Override {
+	d := api.Override{Pattern: o.Pattern, Capacity: o.Capacity, ExpiresAt: docTime(o.ExpiresAt), CreatedAt: api.NewTime(o.CreatedAt), UpdatedAt: api.NewTime(o.UpdatedAt)}
+	if o.Leak != nil {
+		d.Leak = &api.Leak{Amount: o.Leak.Amount, Per: api.Duration(o.Leak.Per)}
+	}
+	if o.TZ != "" || o.StartDay != 0 {
+		d.Period = &api.OverridePeriod{TZ: o.TZ}
+		if sd := o.StartDay; sd != 0 {
+			d.Period.StartDay = &sd
+		}
+	}
+	if o.WindowLength != 0 {
+		d.Window = &api.OverrideWindow{Length: api.Duration(o.WindowLength)}
+	}
+	return d
+}
+
+// printOverrides prints overrides as a table, or their documents with
+// --json (one document for one override, a list otherwise).
+func (c *cli) printOverrides(os []client.Override) error {
+	if c.json {
+		docs := make([]api.Override, len(os))
+		for i, o := range os {
+			docs[i] = overrideDoc(o)
+		}
+		if len(docs) == 1 {
+			return c.printJSON(docs[0])
+		}
+		return c.printJSON(docs)
+	}
+	rows := make([][]string, len(os))
+	for i, o := range os {
+		capacity, leak, period, window, until := "-", "-", "-", "-", "never"
+		if o.Capacity != nil {
+			capacity = o.Capacity.String()
+		}
+		if o.Leak != nil {
+			leak = o.Leak.Amount.String() + "/" + api.Duration(o.Leak.Per).String()
+		}
+		if o.TZ != "" || o.StartDay != 0 {
+			period = strings.TrimSpace(o.TZ + " day " + itoa(o.StartDay))
+			if o.StartDay == 0 {
+				period = o.TZ
+			}
+		}
+		if o.WindowLength != 0 {
+			window = api.Duration(o.WindowLength).String()
+		}
+		if o.ExpiresAt != nil {
+			until = fmtTime(*o.ExpiresAt)
+		}
+		rows[i] = []string{o.Pattern, capacity, leak, period, window, until}
+	}
+	c.table("PATTERN\tCAPACITY\tLEAK\tPERIOD\tWINDOW\tUNTIL", rows)
+	return nil
+}

@@ -1,0 +1,131 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/ledger"
+)
+
+// terms returns l as it applies to the bucket key at now: with the override
+// that resolves for it (ledger.Overrides.Effective). The caller holds
+// limitsMu for reading.
+func (s *Store) terms(l ledger.Limit, key string, now time.Time) ledger.Limit {
+	set := s.overrides[l.Name]
+	if set.Len() == 0 {
+		return l
+	}
+	return set.Effective(l, key, now)
+}
+
+// PutOverride creates or replaces an override, settling the buckets whose
+// rule changes with it.
+func (s *Store) PutOverride(_ context.Context, limit string, o ledger.Override) (ledger.Override, error) {
+	s.limitsMu.Lock()
+	defer s.limitsMu.Unlock()
+	l, err := s.limit(limit)
+	if err != nil {
+		return ledger.Override{}, err
+	}
+	now := s.clock()
+	if err := ledger.ValidateOverride(l, o, now); err != nil {
+		return ledger.Override{}, err
+	}
+	set := s.overrides[limit]
+	if set == nil {
+		set = &ledger.Overrides{}
+		s.overrides[limit] = set
+	}
+	o.CreatedAt, o.UpdatedAt = now, now
+	if old, ok := set.Get(o.Pattern); ok && old.ActiveAt(now) {
+		o.CreatedAt = old.CreatedAt
+	}
+	s.changeTerms(l, set, o.Pattern, now, func() { set.Put(o) })
+	return o, nil
+}
+
+// GetOverride returns an unexpired override.
+func (s *Store) GetOverride(_ context.Context, limit, pattern string) (ledger.Override, error) {
+	s.limitsMu.RLock()
+	defer s.limitsMu.RUnlock()
+	if _, err := s.limit(limit); err != nil {
+		return ledger.Override{}, err
+	}
+	o, ok := s.overrides[limit].Get(pattern)
+	if !ok || !o.ActiveAt(s.clock()) {
+		return ledger.Override{}, fmt.Errorf("override %q of %q: %w", pattern, limit, ledger.ErrOverrideNotFound)
+	}
+	return o, nil
+}
+
+// ListOverrides lists a limit's unexpired overrides by pattern.
+func (s *Store) ListOverrides(_ context.Context, limit, after string, n int) ([]ledger.Override, error) {
+	s.limitsMu.RLock()
+	defer s.limitsMu.RUnlock()
+	if _, err := s.limit(limit); err != nil {
+		return nil, err
+	}
+	return s.overrides[limit].List(after, n, s.clock()), nil
+}
+
+// DeleteOverride removes an unexpired override, settling the buckets whose
+// rule changes.
+func (s *Store) DeleteOverride(_ context.Context, limit, pattern string) error {
+	s.limitsMu.Lock()
+	defer s.limitsMu.Unlock()
+	l, err := s.limit(limit)
+	if err != nil {
+		return err
+	}
+	now := s.clock()
+	set := s.overrides[limit]
+	o, ok := set.Get(pattern)
+	if !ok || !o.ActiveAt(now) {
+		return fmt.Errorf("override %q of %q: %w", pattern, limit, ledger.ErrOverrideNotFound)
+	}
+	s.changeTerms(l, set, pattern, now, func() { set.Delete(pattern) })
+	return nil
+}
+
+// changeTerms runs change (a write to set) and settles at now, under the
+// rule in force before it, every bucket of l that pattern covers whose rule
+// changes with it and whose stored level is positive, as PutLimit does
+// (switchLimit). A change of capacity alone writes no bucket. The caller
+// holds limitsMu for writing.
+func (s *Store) changeTerms(l ledger.Limit, set *ledger.Overrides, pattern string, now time.Time, change func()) {
+	prefix, isPrefix := ledger.Override{Pattern: pattern}.Prefix()
+	type pending struct {
+		sh  *shard
+		ref ledger.BucketRef
+		b   *bucketRec
+		old ledger.Limit
+	}
+	var todo []pending
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for ref, b := range sh.buckets {
+			if ref.Limit != l.Name || b.level.Sign() <= 0 {
+				continue
+			}
+			if isPrefix && !strings.HasPrefix(ref.Key, prefix) || !isPrefix && ref.Key != prefix {
+				continue
+			}
+			todo = append(todo, pending{sh, ref, b, set.Effective(l, ref.Key, now)})
+		}
+		sh.mu.Unlock()
+	}
+	change()
+	for _, p := range todo {
+		if p.old.SameRule(set.Effective(l, p.ref.Key, now)) {
+			continue
+		}
+		p.sh.mu.Lock()
+		ns, expired := bucket.Switch(p.old.Rule(), p.b.state(), now)
+		s.apply(p.old, p.sh, p.b, ns, expired)
+		p.sh.mu.Unlock()
+	}
+}

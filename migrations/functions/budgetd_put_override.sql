@@ -1,0 +1,106 @@
+-- PUT (p_delete false) or DELETE (p_delete true) of the override p_pattern
+-- of the limit p_name, in one transaction with the limit's row locked, as a
+-- PUT of the limit is. A NULL term comes from the limit; p_starts is the
+-- table of period starts (computed by budgetd) for the period p_period_key
+-- names, of an override that sets tz or start_day. Every bucket the pattern
+-- covers with a positive stored level whose rule (leak rate, period, window)
+-- changes with it is settled at now under the rule in force before, as
+-- budgetd_put_limit settles one (bucket.Switch); a change of capacity alone
+-- writes no bucket. limits.override_lens is kept up to date. Returns the
+-- override's document (budgetd_override_json), NULL when a DELETE found no
+-- unexpired override.
+CREATE OR REPLACE FUNCTION budgetd_put_override(p_name text, p_pattern text, p_now timestamptz, p_delete boolean,
+                                                p_capacity text DEFAULT NULL, p_leak_amount text DEFAULT NULL, p_leak_per_us bigint DEFAULT NULL,
+                                                p_tz text DEFAULT NULL, p_start_day int DEFAULT NULL, p_starts bigint[] DEFAULT NULL,
+                                                p_period_key text DEFAULT NULL,
+                                                p_window_length_us bigint DEFAULT NULL, p_window_precision_us bigint DEFAULT NULL,
+                                                p_expires_at timestamptz DEFAULT NULL)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_now    timestamptz := coalesce(p_now, budgetd_clock());
+    v_l      limits;
+    v_o      overrides;
+    v_plen   int := CASE WHEN right(p_pattern, 1) = '*' THEN char_length(p_pattern) - 1 END;
+    v_prefix text := CASE WHEN right(p_pattern, 1) = '*' THEN left(p_pattern, -1) END;
+    v_keys   text[];
+    v_olds   limits[];
+    v_new    limits;
+    v_lens   int[];
+BEGIN
+    SELECT * INTO v_l FROM limits WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'limit "%" not found', p_name USING ERRCODE = budgetd_code_limit_not_found();
+    END IF;
+    IF p_delete THEN
+        SELECT * INTO v_o FROM overrides
+         WHERE limit_id = v_l.id AND pattern = p_pattern AND (expires_at IS NULL OR expires_at > v_now);
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    -- The buckets the pattern covers, with the terms in force for each.
+    SELECT coalesce(array_agg(b.key ORDER BY b.key), '{}'), coalesce(array_agg(budgetd_terms(v_l, b.key, v_now) ORDER BY b.key), '{}')
+      INTO v_keys, v_olds
+      FROM buckets b
+     WHERE b.limit_id = v_l.id AND b.level > 0
+       AND CASE WHEN v_prefix IS NULL THEN b.key = p_pattern ELSE starts_with(b.key, v_prefix) END;
+    IF p_delete THEN
+        DELETE FROM overrides WHERE limit_id = v_l.id AND pattern = p_pattern;
+    ELSE
+        INSERT INTO overrides AS o (limit_id, pattern, plen, capacity, leak_amount, leak_per_us, period_tz, period_start_day,
+                                    period_starts, period_key, window_length_us, window_precision_us, expires_at, created_at, updated_at)
+        VALUES (v_l.id, p_pattern, v_plen, p_capacity::numeric, p_leak_amount::numeric, p_leak_per_us, p_tz, p_start_day,
+                p_starts, p_period_key, p_window_length_us, p_window_precision_us, p_expires_at, v_now, v_now)
+        ON CONFLICT (limit_id, pattern) DO UPDATE
+           SET capacity = EXCLUDED.capacity, leak_amount = EXCLUDED.leak_amount, leak_per_us = EXCLUDED.leak_per_us,
+               period_tz = EXCLUDED.period_tz, period_start_day = EXCLUDED.period_start_day,
+               period_starts = EXCLUDED.period_starts, period_key = EXCLUDED.period_key,
+               window_length_us = EXCLUDED.window_length_us, window_precision_us = EXCLUDED.window_precision_us,
+               expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at,
+               -- An override put again after it expired is a new one.
+               created_at = CASE WHEN o.expires_at IS NOT NULL AND o.expires_at <= EXCLUDED.updated_at
+                                 THEN EXCLUDED.created_at ELSE o.created_at END
+        RETURNING * INTO v_o;
+    END IF;
+    -- The lengths of the patterns left, longest first (-1: exact ones).
+    IF p_delete AND EXISTS (SELECT 1 FROM overrides WHERE limit_id = v_l.id AND plen IS NOT DISTINCT FROM v_plen) THEN
+        v_lens := v_l.override_lens;
+    ELSIF p_delete THEN
+        v_lens := array_remove(v_l.override_lens, coalesce(v_plen, -1));
+    ELSE
+        v_lens := ARRAY(SELECT DISTINCT u.n FROM unnest(v_l.override_lens || coalesce(v_plen, -1)) AS u(n) ORDER BY u.n DESC);
+    END IF;
+    IF v_lens IS DISTINCT FROM v_l.override_lens THEN
+        UPDATE limits SET override_lens = v_lens WHERE id = v_l.id;
+        v_l.override_lens := v_lens;
+    END IF;
+    -- Settle each bucket whose rule changes, under the rule it had.
+    FOR i IN 1 .. cardinality(v_keys) LOOP
+        v_new := budgetd_terms(v_l, v_keys[i], v_now);
+        IF (v_new.leak_amount, v_new.leak_per_us, v_new.period_tz, v_new.period_start_day, v_new.window_length_us, v_new.window_precision_us)
+           IS DISTINCT FROM
+           (v_olds[i].leak_amount, v_olds[i].leak_per_us, v_olds[i].period_tz, v_olds[i].period_start_day,
+            v_olds[i].window_length_us, v_olds[i].window_precision_us) THEN
+            UPDATE buckets AS b
+               SET level = trim_scale(budgetd_level_at(b.level, b.updated_at, v_olds[i].leak_amount, v_olds[i].leak_per_us, v_now,
+                                                       budgetd_period_start(v_olds[i], v_now),
+                                                       v_olds[i].window_length_us, v_olds[i].window_precision_us, b.slot_idx, b.slot_sum)),
+                   slot_idx = NULL, slot_sum = NULL,
+                   updated_at = CASE WHEN b.updated_at IS NULL OR b.updated_at < v_now OR b.updated_at > v_now + budgetd_clock_step()
+                                    THEN v_now ELSE b.updated_at END
+             WHERE b.limit_id = v_l.id AND b.key = v_keys[i];
+        END IF;
+    END LOOP;
+    RETURN budgetd_override_json(v_o);
+END $$;
+
+-- An override as the store answers it: its terms (null: the limit's) and
+-- times in µs.
+CREATE OR REPLACE FUNCTION budgetd_override_json(o overrides) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN o.limit_id IS NULL THEN NULL ELSE
+        jsonb_build_object('pattern', o.pattern, 'capacity', o.capacity::text, 'leak_amount', o.leak_amount::text,
+            'leak_per_us', o.leak_per_us, 'tz', o.period_tz, 'start_day', o.period_start_day,
+            'window_length_us', o.window_length_us, 'expires_us', budgetd_us(o.expires_at),
+            'created_us', budgetd_us(o.created_at), 'updated_us', budgetd_us(o.updated_at)) END
+$$;
