@@ -13,6 +13,11 @@
 //     under load, every call resolved by retrying it with its
 //     Idempotency-Key, then every bucket's level and history checked
 //     exactly against the accepted calls (nothing lost, nothing doubled);
+//   - webhooks (stores that keep events): budgetd sends every event to a
+//     receiver here that fails at random, while charges cross thresholds on
+//     many buckets and budgetd and then the store are killed with SIGKILL;
+//     every accepted crossing has exactly one event, none comes from a
+//     denied charge, and every event arrives signed, in order per bucket;
 //   - hostile input: malformed and out-of-range requests must answer below
 //     500 and change nothing;
 //   - floods: invented methods, fresh Idempotency-Keys, idle connections
@@ -70,6 +75,7 @@ type params struct {
 	methods, idems, idle int
 	silentAddrs, silent  int // silent connections: addresses, and connections from each
 	idemBound            int64
+	hookDur, hookWait    time.Duration // the webhook scenario's charging, and its wait for delivery after it
 	deadline             map[string]time.Duration
 }
 
@@ -94,8 +100,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	p := params{clients: 200, capacity: 20000, faultDur: 40 * time.Second, replay: 5 * time.Second, faults: 6, hang: 10 * time.Second,
 		methods: 100000, idems: 300000, idle: 12000, silentAddrs: 5, silent: 1000, idemBound: 768 << 20}
+	p.hookDur, p.hookWait = 30*time.Second, 2*time.Minute
 	if *short {
-		p = params{clients: 200, capacity: 2000, faultDur: 12 * time.Second, replay: 2 * time.Second, faults: 2, hang: 4 * time.Second,
+		p = params{hookDur: 12 * time.Second, hookWait: 90 * time.Second, clients: 200, capacity: 2000, faultDur: 12 * time.Second, replay: 2 * time.Second, faults: 2, hang: 4 * time.Second,
 			methods: 5000, idems: 5000, idle: 2000, silentAddrs: 5, silent: 1000, idemBound: 768 << 20}
 	}
 	p.deadline = map[string]time.Duration{"postgres": *pgDeadline, "redis": *redisDeadline}
@@ -190,6 +197,18 @@ func runStore(ctx context.Context, name, bin, tmp string, p params, out io.Write
 		return nil, err
 	}
 	b := &budgetd{bin: bin, storeURL: url, port: port}
+	var rcv *hookReceiver
+	if st != nil && webhookStores[name] {
+		// budgetd sends every event to a receiver in this process that
+		// fails at random (the scenario "webhooks: …").
+		if rcv, err = newHookReceiver(); err != nil {
+			return nil, err
+		}
+		defer rcv.close()
+		if b.extraArgs, err = rcv.args(tmp); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -230,6 +249,14 @@ func runStore(ctx context.Context, name, bin, tmp string, p params, out io.Write
 		}
 		if err := step(faultRun(ctx, a, "kill -9 "+name+" under load", clients, p.faultDur, p.faults, faultKillStore(st))); err != nil {
 			return rs, err
+		}
+		if rcv != nil {
+			// A kill -9 of budgetd leaves its webhook lease to expire (30 s)
+			// before the restarted one delivers: the wait covers it.
+			if err := step(webhookFaults(ctx, a, rcv, 32, p.hookDur, p.hookWait,
+				[]func(context.Context) error{faultKillBudgetd(b), faultKillStore(st)})); err != nil {
+				return rs, err
+			}
 		}
 		// The hang outlasts the documented deadline, so that calls must end in 503.
 		bound := p.deadline[name]

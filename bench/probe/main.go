@@ -12,6 +12,9 @@
 //	                             NUL-separated arguments (for redis-benchmark)
 //	probe pgbench OUT LOG...     a pgbench run (its stdout and its -l logs) as
 //	                             budgetload's JSON summary
+//	probe webhooklat -url URL -listen ADDR -secret-file F [-n 300]
+//	                             threshold crossing → webhook arrival times
+//	                             (budgetd runs with --webhook-url http://ADDR/)
 //
 // memsize charges N buckets once (history off) through the ledger service
 // over a memory store, collects garbage, and prints the heap growth per
@@ -40,7 +43,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe memsize|pgsize|pgreset|pgstats|redismem|redisreset|redisstats|evalsha|pgbench …")
+		fmt.Fprintln(os.Stderr, "usage: probe memsize|pgsize|pgreset|pgstats|redismem|redisreset|redisstats|evalsha|pgbench|webhooklat …")
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -76,6 +79,8 @@ func main() {
 			os.Exit(2)
 		}
 		err = pgbench(os.Args[2], os.Args[3:])
+	case "webhooklat":
+		err = webhooklat(ctx, os.Args[2:])
 	default:
 		err = errors.New("unknown probe " + os.Args[1])
 	}

@@ -520,6 +520,8 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 		}
 	}
 
+	w("%s", webhookSection(dir))
+
 	if sr := scriptRows(dir); len(sr) > 0 {
 		w("\n## Redis scripts alone (redis-benchmark)\n\n")
 		w("The EVALSHA each service sent for a hot-key Fillup, captured with `MONITOR` and replayed by `redis-benchmark` from %s clients: ", meta["concurrency"])
@@ -817,6 +819,44 @@ func cpuSection(rows []row) string {
 		if len(r.pgb) > 0 {
 			line(r, "pgbench", r.pgb)
 		}
+	}
+	return b.String()
+}
+
+// webhookSection is the threshold → webhook latency of each store (probe
+// webhooklat; "" when no store measured it).
+func webhookSection(dir string) string {
+	var b strings.Builder
+	for _, st := range stores {
+		raw := readText(filepath.Join(dir, st, "webhooklat.json"))
+		why := readText(filepath.Join(dir, st, "webhooklat-skipped.txt"))
+		if raw == "" && why == "" {
+			continue
+		}
+		if b.Len() == 0 {
+			fmt.Fprintf(&b, "\n## Threshold → webhook latency\n\n")
+			fmt.Fprintf(&b, "A budgetd of its own with `--webhook-url` pointing at `probe webhooklat`, which charges fresh keys across an amount ")
+			fmt.Fprintf(&b, "threshold one at a time (each after the previous webhook arrived, so none are read from the outbox together) and times ")
+			fmt.Fprintf(&b, "each from sending the charge to the arrival of its signed webhook. The write nudges the deliverer, which reads the outbox ")
+			fmt.Fprintf(&b, "at once instead of at its 500 ms poll ([alerts.md](alerts.md#push-webhooks)).\n\n")
+			fmt.Fprintf(&b, "| store | crossings | arrived | p50 ms | p99 ms | max ms | bad signatures |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		}
+		if raw == "" {
+			fmt.Fprintf(&b, "| %s | not measured: %s | | | | | |\n", st, strings.ReplaceAll(why, "|", "\\|"))
+			continue
+		}
+		var j struct {
+			N             int     `json:"n"`
+			Arrived       int     `json:"arrived"`
+			BadSignatures int     `json:"bad_signatures"`
+			P50           float64 `json:"p50_ms"`
+			P99           float64 `json:"p99_ms"`
+			Max           float64 `json:"max_ms"`
+		}
+		if json.Unmarshal([]byte(raw), &j) != nil {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %d |\n", st, j.N, j.Arrived, f2(j.P50), f2(j.P99), f2(j.Max), j.BadSignatures)
 	}
 	return b.String()
 }

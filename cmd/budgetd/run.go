@@ -121,7 +121,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cfg.authFile != "" {
 		opts = append(opts, budgethttp.WithAuth(keys.Load))
 	}
-	svc := ledger.NewService(store, ledger.WithMaxTTL(cfg.maxTTL))
+	svcOpts := []ledger.Option{ledger.WithMaxTTL(cfg.maxTTL)}
+	if deliverer != nil {
+		// A write of this instance that may have emitted events wakes the
+		// deliverer (a non-blocking send, off the decision's path).
+		svcOpts = append(svcOpts, ledger.WithWriteHook(deliverer.Nudge))
+	}
+	svc := ledger.NewService(store, svcOpts...)
 	handler := budgethttp.New(svc, opts...)
 
 	ln, err := net.Listen("tcp", cfg.addr)

@@ -17,6 +17,7 @@ type Service struct {
 	store      Store
 	defaultTTL time.Duration
 	maxTTL     time.Duration
+	onWrite    func() // WithWriteHook
 }
 
 // Option configures a Service.
@@ -280,6 +281,7 @@ func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (F
 	decisions := make([]bucket.Decision, len(charges))
 	for j, io := range out.Items {
 		decisions[j] = fillupDecision(io.Snapshot, charges[j].Cost, out.Accepted)
+		s.wrote(io.Snapshot.Limit, out.Accepted && !out.Replayed)
 	}
 	res := FillupResult{Accepted: out.Accepted, Items: make([]bucket.Decision, len(items)), Limits: make([]Limit, len(items)),
 		EntryIDs: make([]string, len(items)), Replayed: out.Replayed}
@@ -305,6 +307,7 @@ func (s *Service) fillupOne(ctx context.Context, it Item, idem Idempotency) (Fil
 		return FillupResult{}, fmt.Errorf("store answered %d items for 1 bucket", len(out.Items))
 	}
 	sn := out.Items[0].Snapshot
+	s.wrote(sn.Limit, out.Accepted && !out.Replayed)
 	return FillupResult{Accepted: out.Accepted, Items: []bucket.Decision{fillupDecision(sn, it.Cost, out.Accepted)}, Limits: []Limit{sn.Limit},
 		EntryIDs: []string{out.Items[0].EntryID}, Replayed: out.Replayed}, nil
 }
@@ -358,6 +361,7 @@ func (s *Service) Drain(ctx context.Context, ref BucketRef, amount decimal.Decim
 	if err != nil {
 		return DrainResult{}, err
 	}
+	s.wrote(out.Snapshot.Limit, out.Removed.IsPositive() && !out.Replayed)
 	return DrainResult{Removed: out.Removed, Bucket: StateOf(out.Snapshot), EntryID: out.EntryID, Replayed: out.Replayed}, nil
 }
 
@@ -395,6 +399,7 @@ func (s *Service) Reserve(ctx context.Context, ref BucketRef, amount decimal.Dec
 	if err != nil {
 		return ReserveResult{}, err
 	}
+	s.wrote(out.Snapshot.Limit, out.Accepted && !out.Replayed)
 	return ReserveResult{
 		Decision:    fillupDecision(out.Snapshot, amount, out.Accepted),
 		Limit:       out.Snapshot.Limit,
@@ -427,7 +432,7 @@ func (s *Service) Commit(ctx context.Context, id string, amount decimal.NullDeci
 		return ResolveResult{}, err
 	}
 	out, err := s.store.Commit(ctx, id, amount, overrun, idem, meta)
-	return resolved(out, err)
+	return s.resolved(out, err)
 }
 
 // Release ends a hold without charging. A refusal is returned as a *Refusal
@@ -440,13 +445,14 @@ func (s *Service) Release(ctx context.Context, id string, idem Idempotency, meta
 		return ResolveResult{}, err
 	}
 	out, err := s.store.Release(ctx, id, idem, meta)
-	return resolved(out, err)
+	return s.resolved(out, err)
 }
 
-func resolved(out ResolveOutcome, err error) (ResolveResult, error) {
+func (s *Service) resolved(out ResolveOutcome, err error) (ResolveResult, error) {
 	if err != nil {
 		return ResolveResult{}, err
 	}
+	s.wrote(out.Snapshot.Limit, out.Refusal == "" && !out.Replayed)
 	r := out.Reservation
 	r.State = r.StateAt(out.Snapshot.Now)
 	res := ResolveResult{Reservation: r, Bucket: StateOf(out.Snapshot), Replayed: out.Replayed}

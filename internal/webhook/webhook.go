@@ -32,8 +32,13 @@
 // stores its cursor and releases the lease, so another instance takes over
 // without waiting out the TTL.
 //
+// The nudge. The holder reads an empty outbox again every Poll, and at once
+// when Nudge is called: budgetd passes Nudge to ledger.WithWriteHook, so a
+// write of this instance on a limit with thresholds is sent without waiting
+// for the poll (writes of other instances are found by the poll).
+//
 // Nothing here is on the decision path: the deliverer only reads the outbox
-// and the lease, in its own goroutines.
+// and the lease, in its own goroutines (Nudge is a non-blocking send).
 package webhook
 
 import (
@@ -153,6 +158,7 @@ type Deliverer struct {
 	retryFor    time.Duration
 	log         *slog.Logger
 	noRelease   bool // tests: stop as if the process died
+	nudge       chan struct{}
 
 	m *metrics
 }
@@ -165,7 +171,7 @@ func New(url string, key []byte, out Outbox, leases Leases, opts ...Option) *Del
 		leaseName: DefaultLeaseName, ttl: DefaultLeaseTTL, concurrency: DefaultConcurrency,
 		maxHeld: DefaultMaxHeld, pageSize: DefaultPageSize, poll: DefaultPoll,
 		reqTimeout: DefaultRequestTimeout, backoff: DefaultBackoff, maxBackoff: DefaultMaxBackoff,
-		retryFor: DefaultRetryFor, log: slog.Default(), m: newMetrics(),
+		retryFor: DefaultRetryFor, log: slog.Default(), m: newMetrics(), nudge: make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(d)
@@ -189,6 +195,14 @@ func New(url string, key []byte, out Outbox, leases Leases, opts ...Option) *Del
 	}
 	return d
 }
+
+// Nudge tells the deliverer that this instance wrote on a limit with
+// thresholds, so the outbox may hold new events: if it holds the lease and
+// waits on an empty outbox, it reads it at once instead of at its next poll
+// (the poll still finds the events other instances write). Nudge never
+// blocks: nudges that come while one is pending are one nudge. Pass it to
+// ledger.WithWriteHook.
+func (d *Deliverer) Nudge() { signal(d.nudge) }
 
 // Holder is the name this deliverer holds the lease under.
 func (d *Deliverer) Holder() string { return d.holder }
@@ -231,6 +245,17 @@ func sleep(ctx context.Context, dur time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// idle waits on an empty outbox: for the poll interval, a nudge or ctx.
+func (d *Deliverer) idle(ctx context.Context) {
+	t := time.NewTimer(d.poll)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-d.nudge:
+	case <-ctx.Done():
 	}
 }
 
@@ -398,7 +423,7 @@ func (s *session) readLoop() {
 			}
 			s.read = next
 			s.mu.Unlock()
-			sleep(s.ctx, d.poll)
+			d.idle(s.ctx)
 			continue
 		}
 		p := &page{start: from, pending: len(es)}
