@@ -242,6 +242,9 @@ type Decision struct {
 	// Override is the pattern of the override whose terms applied to the
 	// bucket; nil for the limit's own terms.
 	Override *string `json:"override"`
+	// Grants is the sum of the bucket's active grants, included in
+	// Capacity ("0" for none).
+	Grants decimal.Decimal `json:"grants"`
 }
 
 // RetryAfterDuration returns RetryAfter as a duration, rounded up to the
@@ -279,6 +282,9 @@ type BucketState struct {
 	// Override is the pattern of the override whose terms apply to the
 	// bucket now; nil for the limit's own terms.
 	Override *string `json:"override"`
+	// Grants is the sum of the bucket's active grants, included in
+	// Capacity ("0" for none).
+	Grants decimal.Decimal `json:"grants"`
 }
 
 // BucketListItem is one bucket of GET /v1/limits/{name}/buckets.
@@ -393,6 +399,9 @@ type HistoryEntry struct {
 	Amount decimal.Decimal `json:"amount"`
 	// ReservationID is the hold of a hold event; "" (absent) otherwise.
 	ReservationID string `json:"reservation_id,omitempty"`
+	// GrantID is the grant of a granted or revoked entry; "" (absent)
+	// otherwise.
+	GrantID string `json:"grant_id,omitempty"`
 	// Meta is what the caller said of the event; absent when nothing.
 	Meta Meta `json:"meta,omitempty"`
 }
