@@ -29,6 +29,20 @@ func (s *Store) activeGrants(ref ledger.BucketRef, now time.Time) []ledger.Grant
 	return live
 }
 
+// grantPruneEvery is how many grants are made between two passes of
+// pruneGrants: a pass costs one look at every bucket with grants, so each
+// grant pays for about len(grants)/grantPruneEvery of them, and the grants
+// of buckets never granted or revoked again do not stay forever.
+const grantPruneEvery = 256
+
+// pruneGrants drops every expired grant. The caller holds limitsMu for
+// writing.
+func (s *Store) pruneGrants(now time.Time) {
+	for ref := range s.grants {
+		s.activeGrants(ref, now)
+	}
+}
+
 // AddGrant adds a grant to a bucket's capacity.
 func (s *Store) AddGrant(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, expiresAt time.Time, idem ledger.Idempotency, meta ledger.Meta) (ledger.GrantOutcome, error) {
 	return replay(s, ctx, idem, func(o *ledger.GrantOutcome) { o.Replayed = true }, func() (ledger.GrantOutcome, error) {
@@ -47,6 +61,9 @@ func (s *Store) AddGrant(ctx context.Context, ref ledger.BucketRef, amount decim
 		}
 		g := ledger.Grant{ID: "g" + strconv.FormatInt(s.nextID.Add(1), 10), Amount: amount, CreatedAt: now, ExpiresAt: exp}
 		s.grants[ref] = append(live, g)
+		if s.grantWrites++; s.grantWrites%grantPruneEvery == 0 {
+			s.pruneGrants(now)
+		}
 		return s.grantWritten(l, ref, g, ledger.EventGranted, now, meta), nil
 	})
 }

@@ -56,6 +56,9 @@ type Store struct {
 	overrides map[string]*ledger.Overrides
 	// grants holds each bucket's grants, oldest first, guarded by limitsMu.
 	grants map[ledger.BucketRef][]ledger.Grant
+	// grantWrites counts grants made, to drop expired grants now and then
+	// (pruneGrants), guarded by limitsMu.
+	grantWrites int
 
 	seed   maphash.Seed
 	shards [shardCount]shard
