@@ -242,6 +242,9 @@ type Decision struct {
 	// Override is the pattern of the override whose terms applied to the
 	// bucket; nil for the limit's own terms.
 	Override *string `json:"override"`
+	// Grants is the sum of the bucket's active grants, included in
+	// Capacity ("0" for none).
+	Grants decimal.Decimal `json:"grants"`
 }
 
 // RetryAfterDuration returns RetryAfter as a duration, rounded up to the
@@ -279,6 +282,9 @@ type BucketState struct {
 	// Override is the pattern of the override whose terms apply to the
 	// bucket now; nil for the limit's own terms.
 	Override *string `json:"override"`
+	// Grants is the sum of the bucket's active grants, included in
+	// Capacity ("0" for none).
+	Grants decimal.Decimal `json:"grants"`
 }
 
 // BucketListItem is one bucket of GET /v1/limits/{name}/buckets.
@@ -374,6 +380,12 @@ const (
 	// EventDenied is a denied Fillup, Reserve or multi-bucket item of a limit
 	// that records denials (the amount asked).
 	EventDenied Event = "denied"
+	// EventGranted is a grant added to the bucket: its amount and
+	// grant_id.
+	EventGranted Event = "granted"
+	// EventRevoked is a grant revoked before it expired: its amount and
+	// grant_id.
+	EventRevoked Event = "revoked"
 )
 
 // Meta is what a caller says of an event (an order id, a user, a job),
@@ -393,6 +405,9 @@ type HistoryEntry struct {
 	Amount decimal.Decimal `json:"amount"`
 	// ReservationID is the hold of a hold event; "" (absent) otherwise.
 	ReservationID string `json:"reservation_id,omitempty"`
+	// GrantID is the grant of a granted or revoked entry; "" (absent)
+	// otherwise.
+	GrantID string `json:"grant_id,omitempty"`
 	// Meta is what the caller said of the event; absent when nothing.
 	Meta Meta `json:"meta,omitempty"`
 }
@@ -715,4 +730,40 @@ type OverridePut struct {
 // bucket's most recent events, newest first.
 type BucketEventList struct {
 	Items []WebhookEvent `json:"items"`
+}
+
+// Grant is a top-up of one bucket's capacity (an item of GET
+// …/buckets/{key}/grants): Amount is added to the bucket's capacity from
+// CreatedAt until ExpiresAt.
+type Grant struct {
+	// ID names the grant (DELETE …/grants/{id}).
+	ID string `json:"id"`
+	// Amount is what the grant adds to the capacity.
+	Amount decimal.Decimal `json:"amount"`
+	// CreatedAt is when the grant was made.
+	CreatedAt Time `json:"created_at"`
+	// ExpiresAt is when the grant stops counting.
+	ExpiresAt Time `json:"expires_at"`
+}
+
+// GrantRequest is the body of POST /v1/limits/{name}/buckets/{key}/grants.
+type GrantRequest struct {
+	// Amount is added to the bucket's capacity.
+	Amount decimal.Decimal `json:"amount"`
+	// ExpiresAt is when the grant stops counting; nil for the end of the
+	// current period of a periodic limit (required for other kinds).
+	ExpiresAt *Time `json:"expires_at,omitempty"`
+	// Meta is recorded with the granted history entry.
+	Meta Meta `json:"meta,omitempty"`
+}
+
+// Granted is the answer to POST …/grants and DELETE …/grants/{id}: the
+// grant, the history entry written and the bucket under its new terms.
+type Granted struct {
+	Grant Grant `json:"grant"`
+	// EntryID is the granted or revoked history entry; nil when the limit
+	// keeps no history.
+	EntryID *string `json:"entry_id"`
+	// Bucket is the bucket's state after the change.
+	Bucket BucketState `json:"bucket"`
 }

@@ -254,6 +254,10 @@ func TestOpenAPIMatchesTheTypes(t *testing.T) {
 		"OverridePut":             reflect.TypeFor[api.OverridePut](),
 		"OverridePage":            reflect.TypeFor[api.Page[api.Override]](),
 		"BucketEventList":         reflect.TypeFor[api.BucketEventList](),
+		"Grant":                   reflect.TypeFor[api.Grant](),
+		"GrantRequest":            reflect.TypeFor[api.GrantRequest](),
+		"Granted":                 reflect.TypeFor[api.Granted](),
+		"GrantPage":               reflect.TypeFor[api.Page[api.Grant]](),
 	}
 	// Schemas of single values, not documents.
 	values := map[string]bool{"AmountInput": true, "Decimal": true, "Percent": true, "Duration": true, "Timestamp": true, "ProblemCode": true, "Meta": true}
@@ -300,7 +304,7 @@ func TestOpenAPIEnumsMatchTheConstants(t *testing.T) {
 	for name, tc := range map[string]struct{ got, want []string }{
 		"ProblemCode":        {enum(o.schemas["ProblemCode"]), strs(codes...)},
 		"Period.every":       {enum(props("Period")["every"]), strs(string(api.Day), string(api.Week), string(api.Month), string(api.Quarter), string(api.Year))},
-		"HistoryEntry.event": {enum(props("HistoryEntry")["event"]), strs(string(api.EventFillup), string(api.EventDrain), string(api.EventReserved), string(api.EventCommitted), string(api.EventReleased), string(api.EventExpired), string(api.EventDenied))},
+		"HistoryEntry.event": {enum(props("HistoryEntry")["event"]), strs(string(api.EventFillup), string(api.EventDrain), string(api.EventReserved), string(api.EventCommitted), string(api.EventReleased), string(api.EventExpired), string(api.EventDenied), string(api.EventGranted), string(api.EventRevoked))},
 		"Reservation.state":  {enum(props("Reservation")["state"]), strs(string(api.Active), string(api.Committed), string(api.Released), string(api.Expired))},
 	} {
 		if !slices.Equal(tc.got, tc.want) {

@@ -67,6 +67,8 @@ const (
 	// CodeOverrideNotFound: the limit has no override of that pattern, or
 	// it has expired (404).
 	CodeOverrideNotFound Code = "override_not_found"
+	// CodeGrantNotFound: the bucket has no active grant of that id (404).
+	CodeGrantNotFound Code = "grant_not_found"
 )
 
 // Codes lists every problem code, in the order of docs/api.md.
@@ -76,6 +78,7 @@ var Codes = []Code{
 	CodeTooManyHolds, CodeReservationClosed, CodeReservationExpired, CodePayloadTooLarge, CodeExceedsHold,
 	CodeLevelOverflow, CodeIdempotencyKeyReused, CodeUnauthorized, CodeForbidden, CodeStoreUnavailable,
 	CodeIdempotencyStoreFull, CodeShuttingDown, CodeInternal, CodeNotServed, CodeOverrideNotFound,
+	CodeGrantNotFound,
 }
 
 // Problem is an RFC 9457 problem document (application/problem+json): every

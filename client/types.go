@@ -79,6 +79,9 @@ type Decision struct {
 	// Override is the pattern of the override whose terms applied to the
 	// bucket (docs/terms.md); "" for the limit's own terms.
 	Override string
+	// Grants is the sum of the bucket's active grants, included in
+	// Capacity (docs/terms.md#grants).
+	Grants decimal.Decimal
 	// RateLimitPolicy and RateLimit are the answer's IETF RateLimit header
 	// fields as budgetd sent them, for passing on to an end user.
 	RateLimitPolicy string
@@ -90,6 +93,7 @@ func decisionOfDoc(d api.Decision) Decision {
 		Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity,
 		RetryAfter: d.RetryAfterDuration(), NeverFits: d.NeverFits, PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt),
 		EntryID: optString(d.EntryID), ShadowDenied: d.ShadowDenied, OverCapacity: d.OverCapacity, Override: optString(d.Override),
+		Grants: d.Grants,
 	}
 }
 
@@ -269,11 +273,14 @@ type Bucket struct {
 	// Override is the pattern of the override whose terms apply to the
 	// bucket now; "" for the limit's own terms.
 	Override string
+	// Grants is the sum of the bucket's active grants, included in
+	// Capacity.
+	Grants decimal.Decimal
 }
 
 func bucketOfDoc(key string, d api.BucketState) Bucket {
 	return Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: optTime(d.UpdatedAt),
-		PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt), Override: optString(d.Override)}
+		PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt), Override: optString(d.Override), Grants: d.Grants}
 }
 
 // Item is one (limit, key, cost) of a multi-bucket Fillup, with what to

@@ -33,7 +33,7 @@ const (
 
 // cliCommands are the first arguments that make budgetd an operator CLI.
 var cliCommands = map[string]bool{
-	"limits": true, "overrides": true, "check": true, "fillup": true, "history": true, "holds": true,
+	"limits": true, "overrides": true, "grants": true, "check": true, "fillup": true, "history": true, "holds": true,
 	"reserve": true, "commit": true, "release": true, "drain": true, "events": true, "help": true,
 }
 
@@ -81,6 +81,11 @@ Operator commands (on a running budgetd):
                                                        TIME (RFC 3339), e.g. a raise until Friday:
                                                        --capacity 8000 --expires-at 2026-12-04T00:00:00Z
   budgetd overrides delete LIMIT PATTERN               delete an override (the limit's terms apply again)
+  budgetd grants add LIMIT KEY AMOUNT [--expires-at TIME]
+                                                       add AMOUNT to the bucket's capacity until TIME (default
+                                                       for a periodic limit: the end of the current period)
+  budgetd grants list LIMIT KEY                        the bucket's active grants
+  budgetd grants revoke LIMIT KEY ID                   revoke a grant (its amount counts no more)
   budgetd check LIMIT KEY [COST]                       a bucket's state, or CanAccept of COST (changes nothing)
   budgetd fillup LIMIT KEY COST                        charge COST
   budgetd reserve LIMIT KEY AMOUNT [--ttl D] [-q]      hold AMOUNT; -q prints only the hold id:
@@ -352,6 +357,8 @@ func (c *cli) dispatch(ctx context.Context, cl *client.Client, cmd string) error
 		return usageError{fmt.Sprintf("budgetd limits: unknown subcommand %q", sub)}
 	case "overrides":
 		return c.overrides(ctx, cl)
+	case "grants":
+		return c.grants(ctx, cl)
 	case "check":
 		if err := c.want("check", 2, 3); err != nil {
 			return err

@@ -143,7 +143,7 @@ func (c *cli) printLimits(ctx context.Context, cl *client.Client, ls []client.Li
 
 func bucketDoc(b client.Bucket) api.BucketState {
 	return api.BucketState{Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, UpdatedAt: docTime(b.UpdatedAt), PeriodStart: docTime(b.PeriodStart), ResetsAt: docTime(b.ResetsAt),
-		Override: optEntry(b.Override)}
+		Override: optEntry(b.Override), Grants: b.Grants}
 }
 
 // docTime is a time that may be absent, as the api writes it.
@@ -175,6 +175,7 @@ func decisionDoc(d client.Decision) api.Decision {
 	out.EntryID = optEntry(d.EntryID)
 	out.ShadowDenied, out.OverCapacity = d.ShadowDenied, d.OverCapacity
 	out.Override = optEntry(d.Override)
+	out.Grants = d.Grants
 	return out
 }
 

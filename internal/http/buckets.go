@@ -67,7 +67,7 @@ func (s *server) check(c echo.Context, ref ledger.BucketRef, text string) error 
 	d := res.Decision
 	s.m.decided(ref.Limit, "check", d, cost, false)
 	setRateLimit(c, quotaOf(ref.Limit, res.Limit, d))
-	writeDecision(c, http.StatusOK, d, "", res.Limit.Override)
+	writeDecision(c, http.StatusOK, d, "", res.Limit)
 	return nil
 }
 
@@ -111,10 +111,10 @@ func (s *server) fillup(c echo.Context) error {
 	setRateLimit(c, quotaOf(ref.Limit, res.Limits[0], d))
 	if !res.Accepted {
 		setRetryAfter(c, d)
-		writeDecision(c, http.StatusTooManyRequests, d, res.EntryIDs[0], res.Limits[0].Override)
+		writeDecision(c, http.StatusTooManyRequests, d, res.EntryIDs[0], res.Limits[0])
 		return nil
 	}
-	writeDecision(c, http.StatusOK, d, res.EntryIDs[0], res.Limits[0].Override)
+	writeDecision(c, http.StatusOK, d, res.EntryIDs[0], res.Limits[0])
 	return nil
 }
 
@@ -294,7 +294,7 @@ func (s *server) drain(c echo.Context) error {
 		slog.Bool("replayed", res.Replayed))
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, drainView{
 		decisionView: decisionView{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity,
-			PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt, EntryID: optString(res.EntryID), Override: b.Override},
+			PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt, EntryID: optString(res.EntryID), Override: b.Override, Grants: b.Grants},
 		UpdatedAt: b.UpdatedAt,
 		Removed:   res.Removed.String(),
 	})

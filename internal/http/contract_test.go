@@ -200,6 +200,19 @@ func TestContract(t *testing.T) {
 	if _, err = c.GetOverride(ctx, "spend", "a/b"); !client.IsCode(err, "override_not_found") {
 		t.Fatal(err)
 	}
+	g, err := c.Grant(ctx, "spend", "a/b", d("500"), until, client.IdempotencyKey("g1"), client.Meta(map[string]string{"ticket": "T-1"}))
+	must(err)
+	_, err = c.Grant(ctx, "spend", "a/b", d("500"), until, client.IdempotencyKey("g1"), client.Meta(map[string]string{"ticket": "T-1"}))
+	must(err)
+	_, err = c.ListGrants(ctx, "spend", "a/b")
+	must(err)
+	_, err = c.Fillup(ctx, "spend", "a/b", d("1"))
+	must(err)
+	_, err = c.RevokeGrant(ctx, "spend", "a/b", g.Grant.ID)
+	must(err)
+	if _, err = c.RevokeGrant(ctx, "spend", "a/b", g.Grant.ID); !client.IsCode(err, "grant_not_found") {
+		t.Fatal(err)
+	}
 
 	// Error answers, by hand.
 	raw := func(method, path, body string, headers ...string) {
@@ -229,6 +242,9 @@ func TestContract(t *testing.T) {
 	raw("PUT", "/v1/limits/spend/overrides/a*b", `{"capacity":"5"}`)
 	raw("PUT", "/v1/limits/spend/overrides/k", `{"window":{"length":"1m"}}`)
 	raw("PUT", "/v1/limits/nope/overrides/k", `{"capacity":"5"}`)
+	raw("POST", "/v1/limits/spend/buckets/k/grants", `{"amount":"0","expires_at":"2099-01-01T00:00:00Z"}`)
+	raw("POST", "/v1/limits/spend/buckets/k/grants", `{"amount":"5","expires_at":"yesterday"}`)
+	raw("POST", "/v1/limits/nope/buckets/k/grants", `{"amount":"5","expires_at":"2099-01-01T00:00:00Z"}`)
 	raw("GET", "/v1/limits", "", "Authorization", "")                                                   // 401
 	raw("POST", "/v1/limits/spend/buckets/k/fillup", `{"cost":"1"}`, "Authorization", "Bearer "+reader) // 403
 	raw("GET", "/healthz", "", "Authorization", "")

@@ -37,6 +37,7 @@ var sentinels = []struct {
 	{ledger.ErrLimitNotFound, http.StatusNotFound, "limit_not_found"},
 	{ledger.ErrReservationNotFound, http.StatusNotFound, "reservation_not_found"},
 	{ledger.ErrOverrideNotFound, http.StatusNotFound, "override_not_found"},
+	{ledger.ErrGrantNotFound, http.StatusNotFound, "grant_not_found"},
 	{ledger.ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused"},
 	{ledger.ErrIdempotencyInFlight, http.StatusConflict, "idempotency_in_flight"},
 	{ledger.ErrTooManyHolds, http.StatusConflict, "too_many_holds"},

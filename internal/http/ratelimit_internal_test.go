@@ -2,6 +2,7 @@ package http
 
 import (
 	"encoding/json"
+	"github.com/budgetd/budgetd/internal/ledger"
 	"testing"
 	"time"
 
@@ -61,11 +62,11 @@ func TestAppendDecision(t *testing.T) {
 		{Level: a("5000"), Capacity: a("5000"), RetryAfter: bucket.MicrosOf(1), PeriodStart: at, ResetsAt: at.AddDate(0, 1, 0)},
 	} {
 		for _, entry := range []string{"", "1843"} {
-			want, err := json.Marshal(viewDecision(d, entry, ""))
+			want, err := json.Marshal(viewDecision(d, entry, ledger.Limit{}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := appendDecision(nil, d, entry, ""); string(got) != string(want) {
+			if got := appendDecision(nil, d, entry, ledger.Limit{}); string(got) != string(want) {
 				t.Errorf("%d (entry %q):\n got %s\nwant %s", i, entry, got, want)
 			}
 		}

@@ -74,11 +74,15 @@ type decisionView struct {
 	OverCapacity bool `json:"over_capacity"`
 	// Override is the pattern of the override that applied, null for none.
 	Override *string `json:"override"`
+	// Grants is the sum of the bucket's active grants, included in
+	// capacity ("0" for none).
+	Grants string `json:"grants"`
 }
 
 // viewDecision is d as clients read it, with the id of the history entry
-// the call wrote ("" for none) and the override that applied ("" for none).
-func viewDecision(d bucket.Decision, entryID, override string) decisionView {
+// the call wrote ("" for none) and the terms it was made under (the
+// override that applied and the active grants).
+func viewDecision(d bucket.Decision, entryID string, terms ledger.Limit) decisionView {
 	v := decisionView{
 		Accepted:  d.Accepted,
 		Level:     d.Level.String(),
@@ -93,7 +97,8 @@ func viewDecision(d bucket.Decision, entryID, override string) decisionView {
 
 		ShadowDenied: d.ShadowDenied,
 		OverCapacity: d.OverCapacity,
-		Override:     optString(override),
+		Override:     optString(terms.Override),
+		Grants:       terms.Grants.String(),
 	}
 	if !d.Accepted && !d.NeverFits {
 		s := d.RetryAfter.String()
@@ -114,18 +119,18 @@ func optString(s string) *string {
 }
 
 // writeDecision answers with one decision as JSON: what writeJSON writes of
-// viewDecision(d, entryID, override), byte for byte, encoded without reflection into a
+// viewDecision(d, entryID, terms), byte for byte, encoded without reflection into a
 // pooled buffer (the answer of every single-bucket Fillup and CanAccept).
-func writeDecision(c echo.Context, status int, d bucket.Decision, entryID, override string) {
+func writeDecision(c echo.Context, status int, d bucket.Decision, entryID string, terms ledger.Limit) {
 	bp := bufPool.Get().(*[]byte)
-	b := append(appendDecision((*bp)[:0], d, entryID, override), '\n')
+	b := append(appendDecision((*bp)[:0], d, entryID, terms), '\n')
 	_ = c.Blob(status, echo.MIMEApplicationJSON, b)
 	*bp = b
 	bufPool.Put(bp)
 }
 
-// appendDecision appends the JSON of viewDecision(d, entryID, override).
-func appendDecision(b []byte, d bucket.Decision, entryID, override string) []byte {
+// appendDecision appends the JSON of viewDecision(d, entryID, terms).
+func appendDecision(b []byte, d bucket.Decision, entryID string, terms ledger.Limit) []byte {
 	b = append(b, `{"accepted":`...)
 	b = strconv.AppendBool(b, d.Accepted)
 	b = append(b, `,"level":"`...)
@@ -160,12 +165,18 @@ func appendDecision(b []byte, d bucket.Decision, entryID, override string) []byt
 	b = append(b, `,"over_capacity":`...)
 	b = strconv.AppendBool(b, d.OverCapacity)
 	b = append(b, `,"override":`...)
-	if override == "" {
+	if terms.Override == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendMarshalString(b, override)
+		b = appendMarshalString(b, terms.Override)
 	}
-	return append(b, '}')
+	b = append(b, `,"grants":"`...)
+	if terms.Grants.Sign() == 0 {
+		b = append(b, '0')
+	} else {
+		b = append(b, terms.Grants.String()...)
+	}
+	return append(b, `"}`...)
 }
 
 // writeMulti answers a multi-bucket Fillup of items with res: package api's
@@ -196,7 +207,7 @@ func appendMulti(b []byte, items []ledger.Item, res ledger.FillupResult) []byte 
 		// The decision's members follow in the same object: its JSON
 		// without the opening brace.
 		at := len(b)
-		b = appendDecision(b, d, res.EntryIDs[i], res.Limits[i].Override)
+		b = appendDecision(b, d, res.EntryIDs[i], res.Limits[i])
 		b = append(b[:at], b[at+1:]...)
 	}
 	return append(b, "]}"...)
@@ -271,6 +282,7 @@ type bucketView struct {
 	PeriodStart *string `json:"period_start"`
 	ResetsAt    *string `json:"resets_at"`
 	Override    *string `json:"override"`
+	Grants      string  `json:"grants"`
 }
 
 func viewBucket(b ledger.BucketState) bucketView {
@@ -284,6 +296,7 @@ func viewBucket(b ledger.BucketState) bucketView {
 		PeriodStart: optTime(b.PeriodStart),
 		ResetsAt:    optTime(b.ResetsAt),
 		Override:    optString(b.Override),
+		Grants:      b.Grants.String(),
 	}
 }
 
@@ -398,12 +411,13 @@ type entryView struct {
 	Event         string `json:"event"`
 	Amount        string `json:"amount"`
 	ReservationID string `json:"reservation_id,omitempty"`
+	GrantID       string `json:"grant_id,omitempty"`
 	// Meta is what the caller said of the event; absent when nothing.
 	Meta map[string]string `json:"meta,omitempty"`
 }
 
 func viewEntry(e ledger.Entry) entryView {
-	return entryView{ID: e.ID, Time: formatTime(e.Time), Event: string(e.Event), Amount: e.Amount.String(), ReservationID: e.ReservationID, Meta: e.Meta}
+	return entryView{ID: e.ID, Time: formatTime(e.Time), Event: string(e.Event), Amount: e.Amount.String(), ReservationID: e.ReservationID, GrantID: e.GrantID, Meta: e.Meta}
 }
 
 // page is one page of a list.

@@ -62,9 +62,9 @@ func (s *server) reserve(c echo.Context) error {
 	}
 	setRateLimit(c, quotaOf(ref.Limit, res.Limit, res.Decision))
 	if !res.Decision.Accepted {
-		return writeDenied(c, viewDecision(res.Decision, res.EntryID, res.Limit.Override), res.Decision)
+		return writeDenied(c, viewDecision(res.Decision, res.EntryID, res.Limit), res.Decision)
 	}
-	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, reservedView{viewReservation(res.Reservation), viewDecision(res.Decision, res.EntryID, res.Limit.Override)})
+	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, reservedView{viewReservation(res.Reservation), viewDecision(res.Decision, res.EntryID, res.Limit)})
 	return nil
 }
 
@@ -103,6 +103,7 @@ type resolvedView struct {
 	PeriodStart *string    `json:"period_start"`
 	ResetsAt    *string    `json:"resets_at"`
 	Override    *string    `json:"override"`
+	Grants      string     `json:"grants"`
 	Bucket      bucketView `json:"bucket"`
 }
 
@@ -185,7 +186,7 @@ func (s *server) writeResolved(c echo.Context, op string, res ledger.ResolveResu
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, resolvedView{
 		reservationView: viewReservation(res.Reservation),
 		Level:           b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, UpdatedAt: b.UpdatedAt,
-		PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt, Override: b.Override,
+		PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt, Override: b.Override, Grants: b.Grants,
 		Bucket: b,
 	})
 	return nil

@@ -33,6 +33,9 @@ func (s *server) routes(e *echo.Echo) {
 	v1.GET("/limits/:name/buckets/:key/history", s.history)
 	v1.GET("/limits/:name/buckets/:key/levels", s.levels)
 	v1.GET("/limits/:name/buckets/:key/events", s.bucketEvents)
+	v1.POST("/limits/:name/buckets/:key/grants", s.addGrant)
+	v1.GET("/limits/:name/buckets/:key/grants", s.listGrants)
+	v1.DELETE("/limits/:name/buckets/:key/grants/:id", s.revokeGrant)
 	v1.POST("/fillup", s.multiFillup)
 	v1.GET("/events", s.events)
 

@@ -168,16 +168,16 @@ func TestViewsAreTheAPITypes(t *testing.T) {
 
 // apiDecision is d as the api type, built from the exact decimals (not from
 // the lean encoder's text).
-func apiDecision(d bucket.Decision, entryID, override string) api.Decision {
+func apiDecision(d bucket.Decision, entryID string, terms ledger.Limit) api.Decision {
 	v := api.Decision{
 		Accepted: d.Accepted, Level: d.Level.Decimal(), Held: d.Held.Decimal(), Remaining: d.Remaining.Decimal(),
 		Capacity: d.Capacity.Decimal(), NeverFits: d.NeverFits, PeriodStart: api.OptTime(d.PeriodStart), ResetsAt: api.OptTime(d.ResetsAt),
-		ShadowDenied: d.ShadowDenied, OverCapacity: d.OverCapacity,
+		ShadowDenied: d.ShadowDenied, OverCapacity: d.OverCapacity, Grants: terms.Grants,
 	}
 	if entryID != "" {
 		v.EntryID = &entryID
 	}
-	if override != "" {
+	if override := terms.Override; override != "" {
 		v.Override = &override
 	}
 	if !d.Accepted && !d.NeverFits {
@@ -205,13 +205,14 @@ func TestAppendDecisionIsTheAPIType(t *testing.T) {
 		{Accepted: true, Level: a("105.5"), Capacity: a("100"), OverCapacity: true},
 	} {
 		for _, entry := range []string{"", "1843", "01HZX3"} {
-			for _, override := range []string{"", "tenant-acme", "team \"a\"/<b>&*", "ü€😀*"} {
-				want, err := json.Marshal(apiDecision(d, entry, override))
+			for j, override := range []string{"", "tenant-acme", "team \"a\"/<b>&*", "ü€😀*"} {
+				terms := ledger.Limit{Override: override, Grants: decimal.RequireFromString([]string{"0", "500", "0.000001", "1000000000000"}[j])}
+				want, err := json.Marshal(apiDecision(d, entry, terms))
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := appendDecision(nil, d, entry, override); string(got) != string(want) {
-					t.Errorf("%d (entry %q, override %q):\n got %s\nwant %s", i, entry, override, got, want)
+				if got := appendDecision(nil, d, entry, terms); string(got) != string(want) {
+					t.Errorf("%d (entry %q, terms %+v):\n got %s\nwant %s", i, entry, terms, got, want)
 				}
 			}
 		}
@@ -250,8 +251,9 @@ func TestAppendMultiIsTheAPIType(t *testing.T) {
 				if i%2 == 1 {
 					override = keys[(k+i)%len(keys)] + "*" // a prefix pattern that needs escaping like its key
 				}
-				limits = append(limits, ledger.Limit{Name: ref.Limit, Override: override})
-				want.Items = append(want.Items, api.MultiFillupItemDecision{Limit: ref.Limit, Key: ref.Key, Decision: apiDecision(d, tc.entries[i], override)})
+				terms := ledger.Limit{Name: ref.Limit, Override: override, Grants: decimal.NewFromInt(int64(i * 250))}
+				limits = append(limits, terms)
+				want.Items = append(want.Items, api.MultiFillupItemDecision{Limit: ref.Limit, Key: ref.Key, Decision: apiDecision(d, tc.entries[i], terms)})
 			}
 			res := ledger.FillupResult{Accepted: tc.accepted, Items: tc.ds, EntryIDs: tc.entries, Limits: limits}
 			wantJSON, err := json.Marshal(want)

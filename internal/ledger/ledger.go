@@ -45,6 +45,9 @@ type Limit struct {
 	// limit for one bucket (Overrides.Effective), "" for the limit's own
 	// terms: set only in a Snapshot's Limit.
 	Override string
+	// Grants is the sum of the bucket's active grants, already added to
+	// Capacity (Limit.WithGrants): set only in a Snapshot's Limit.
+	Grants decimal.Decimal
 
 	watch *Watch // the thresholds at Capacity, once Prepare made them
 }
@@ -267,6 +270,8 @@ type Entry struct {
 	Event         Event
 	Amount        decimal.Decimal
 	ReservationID string
+	// GrantID is the grant of a granted or revoked entry, "" otherwise.
+	GrantID string
 	// Meta is what the caller said of the event (nil when nothing).
 	Meta Meta
 }

@@ -217,6 +217,9 @@ func Replay(l bucket.Limit, start bucket.Amount, entries []Entry, from, to time.
 		if e.Time.After(to) {
 			break
 		}
+		if e.Event == EventGranted || e.Event == EventRevoked {
+			continue // a change of capacity, not of the level
+		}
 		next = r.until(e.Time, samples, next)
 		if !e.Time.Before(from) {
 			r.emit(e.Time, "")

@@ -170,13 +170,15 @@ type BucketState struct {
 	ResetsAt    time.Time
 	// Override is the pattern of the override that applied, "" for none.
 	Override string
+	// Grants is the sum of the active grants in Capacity.
+	Grants decimal.Decimal
 }
 
 // StateOf derives a bucket's state from a snapshot.
 func StateOf(sn Snapshot) BucketState {
 	d := bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, bucket.Amount{})
 	return BucketState{Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: sn.State.Updated,
-		PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt, Override: sn.Limit.Override}
+		PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt, Override: sn.Limit.Override, Grants: sn.Limit.Grants}
 }
 
 // Bucket returns a bucket's state. It writes nothing.

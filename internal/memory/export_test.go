@@ -30,3 +30,10 @@ func (s *Store) Buckets() int {
 	}
 	return n
 }
+
+// GrantedBuckets is how many buckets hold grants, expired ones included.
+func (s *Store) GrantedBuckets() int {
+	s.limitsMu.RLock()
+	defer s.limitsMu.RUnlock()
+	return len(s.grants)
+}

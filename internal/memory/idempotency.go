@@ -211,6 +211,8 @@ func outcomeCost(out any) int64 {
 		items, holds = 1, len(o.Snapshot.State.Holds)
 	case ledger.ResolveOutcome:
 		items, holds = 1, len(o.Snapshot.State.Holds)
+	case ledger.GrantOutcome:
+		items, holds = 1, len(o.Snapshot.State.Holds)
 	}
 	return int64(max(items-1, 0)*idemItemCost + holds*idemHoldCost)
 }
@@ -229,6 +231,8 @@ func limitsOf(out any) []string {
 	case ledger.ReserveOutcome:
 		return []string{o.Snapshot.Limit.Name}
 	case ledger.ResolveOutcome:
+		return []string{o.Snapshot.Limit.Name}
+	case ledger.GrantOutcome:
 		return []string{o.Snapshot.Limit.Name}
 	}
 	return nil

@@ -54,6 +54,11 @@ type Store struct {
 	limits   map[string]ledger.Limit
 	// overrides holds each limit's overrides, guarded by limitsMu.
 	overrides map[string]*ledger.Overrides
+	// grants holds each bucket's grants, oldest first, guarded by limitsMu.
+	grants map[ledger.BucketRef][]ledger.Grant
+	// grantWrites counts grants made, to drop expired grants now and then
+	// (pruneGrants), guarded by limitsMu.
+	grantWrites int
 
 	seed   maphash.Seed
 	shards [shardCount]shard
@@ -124,7 +129,7 @@ func WithLogger(log *slog.Logger) Option { return func(s *Store) { s.clk.log = l
 
 // New returns an empty memory store.
 func New(opts ...Option) *Store {
-	s := &Store{limits: map[string]ledger.Limit{}, overrides: map[string]*ledger.Overrides{}, seed: maphash.MakeSeed()}
+	s := &Store{limits: map[string]ledger.Limit{}, overrides: map[string]*ledger.Overrides{}, grants: map[ledger.BucketRef][]ledger.Grant{}, seed: maphash.MakeSeed()}
 	s.clk.read, s.clk.log = systemClock(time.Now()), slog.Default()
 	for i := range s.shards {
 		s.shards[i].buckets = map[ledger.BucketRef]*bucketRec{}
@@ -360,6 +365,11 @@ func (s *Store) DeleteLimit(_ context.Context, name string) error {
 	}
 	delete(s.limits, name)
 	delete(s.overrides, name)
+	for ref := range s.grants {
+		if ref.Limit == name {
+			delete(s.grants, ref)
+		}
+	}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

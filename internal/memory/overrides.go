@@ -11,14 +11,19 @@ import (
 )
 
 // terms returns l as it applies to the bucket key at now: with the override
-// that resolves for it (ledger.Overrides.Effective). The caller holds
+// that resolves for it (ledger.Overrides.Effective) and the bucket's active
+// grants added to its capacity (ledger.Limit.WithGrants). The caller holds
 // limitsMu for reading.
 func (s *Store) terms(l ledger.Limit, key string, now time.Time) ledger.Limit {
-	set := s.overrides[l.Name]
-	if set.Len() == 0 {
-		return l
+	if set := s.overrides[l.Name]; set.Len() > 0 {
+		l = set.Effective(l, key, now)
 	}
-	return set.Effective(l, key, now)
+	if len(s.grants) > 0 {
+		if gs := s.grants[ledger.BucketRef{Limit: l.Name, Key: key}]; len(gs) > 0 {
+			l = l.WithGrants(ledger.ActiveGrants(gs, now))
+		}
+	}
+	return l
 }
 
 // PutOverride creates or replaces an override, settling the buckets whose

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/budgetd/budgetd/api"
+	"github.com/budgetd/budgetd/client"
+)
+
+// grants runs budgetd grants add|list|revoke (docs/terms.md#grants).
+func (c *cli) grants(ctx context.Context, cl *client.Client) error {
+	if len(c.args) == 0 {
+		return usageError{"budgetd grants: add, list or revoke (see budgetd help)"}
+	}
+	sub := c.args[0]
+	c.args = c.args[1:]
+	switch sub {
+	case "list":
+		if err := c.want("grants list", 2, 2); err != nil {
+			return err
+		}
+		gs, err := cl.ListGrants(ctx, c.args[0], c.args[1])
+		if err != nil {
+			return err
+		}
+		return c.printGrants(gs)
+	case "add":
+		if err := c.want("grants add", 3, 3); err != nil {
+			return err
+		}
+		amount, err := parseAmount("AMOUNT", c.args[2])
+		if err != nil {
+			return err
+		}
+		var until time.Time
+		if c.expiresAt != "" {
+			if until, err = time.Parse(time.RFC3339Nano, c.expiresAt); err != nil {
+				return usageError{fmt.Sprintf("--expires-at %q is not an RFC 3339 time like 2026-12-01T00:00:00Z", c.expiresAt)}
+			}
+		}
+		g, err := cl.Grant(ctx, c.args[0], c.args[1], amount, until, c.callOptions()...)
+		if err != nil {
+			return err
+		}
+		return c.printGranted(g)
+	case "revoke":
+		if err := c.want("grants revoke", 3, 3); err != nil {
+			return err
+		}
+		g, err := cl.RevokeGrant(ctx, c.args[0], c.args[1], c.args[2], c.callOptions()...)
+		if err != nil {
+			return err
+		}
+		return c.printGranted(g)
+	}
+	return usageError{fmt.Sprintf("budgetd grants: unknown subcommand %q", sub)}
+}
+
+func grantDoc(g client.Grant) api.Grant {
+	return api.Grant{ID: g.ID, Amount: g.Amount, CreatedAt: api.NewTime(g.CreatedAt), ExpiresAt: api.NewTime(g.ExpiresAt)}
+}
+
+// printGrants prints grants as a table, or their documents with --json.
+func (c *cli) printGrants(gs []client.Grant) error {
+	if c.json {
+		docs := make([]api.Grant, len(gs))
+		for i, g := range gs {
+			docs[i] = grantDoc(g)
+		}
+		return c.printJSON(docs)
+	}
+	rows := make([][]string, len(gs))
+	for i, g := range gs {
+		rows[i] = []string{g.ID, g.Amount.String(), fmtTime(g.CreatedAt), fmtTime(g.ExpiresAt)}
+	}
+	c.table("ID\tAMOUNT\tCREATED\tUNTIL", rows)
+	return nil
+}
+
+// printGranted prints a grant or a revocation with the bucket's capacity
+// after it.
+func (c *cli) printGranted(g client.Granted) error {
+	if c.json {
+		return c.printJSON(map[string]any{"grant": grantDoc(g.Grant), "entry_id": g.EntryID, "capacity": g.Bucket.Capacity, "grants": g.Bucket.Grants})
+	}
+	c.table("ID\tAMOUNT\tUNTIL\tCAPACITY\tGRANTS", [][]string{{g.Grant.ID, g.Grant.Amount.String(), fmtTime(g.Grant.ExpiresAt), g.Bucket.Capacity.String(), g.Bucket.Grants.String()}})
+	return nil
+}

@@ -1,0 +1,143 @@
+package http
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/labstack/echo/v4"
+)
+
+// grantView is a grant (api.Grant).
+type grantView struct {
+	ID        string `json:"id"`
+	Amount    string `json:"amount"`
+	CreatedAt string `json:"created_at"`
+	ExpiresAt string `json:"expires_at"`
+}
+
+func viewGrant(g ledger.Grant) grantView {
+	return grantView{ID: g.ID, Amount: g.Amount.String(), CreatedAt: formatTime(g.CreatedAt), ExpiresAt: formatTime(g.ExpiresAt)}
+}
+
+// grantedView is the answer to POST …/grants and DELETE …/grants/{id}: the
+// grant, the history entry written and the bucket under its new terms.
+type grantedView struct {
+	Grant   grantView  `json:"grant"`
+	EntryID *string    `json:"entry_id"`
+	Bucket  bucketView `json:"bucket"`
+}
+
+// grantBody is the body of POST …/grants.
+type grantBody struct {
+	Amount    jsonAmount      `json:"amount"`
+	ExpiresAt json.RawMessage `json:"expires_at"`
+	Meta      jsonMeta        `json:"meta"`
+}
+
+// addGrant is POST /v1/limits/{name}/buckets/{key}/grants.
+func (s *server) addGrant(c echo.Context) error {
+	ref, err := bucketRef(c)
+	if err != nil {
+		return err
+	}
+	var body grantBody
+	if err := readJSON(c, &body); err != nil {
+		return err
+	}
+	amount, err := body.Amount.required("amount")
+	if err != nil {
+		return err
+	}
+	var expiresAt time.Time
+	if len(body.ExpiresAt) > 0 && string(body.ExpiresAt) != "null" {
+		var text string
+		err := json.Unmarshal(body.ExpiresAt, &text)
+		if err == nil {
+			expiresAt, err = time.Parse(time.RFC3339Nano, text)
+		}
+		if err != nil {
+			return invalidRequest("expires_at", "expires_at must be an RFC 3339 time such as \"2026-12-04T00:00:00Z\"")
+		}
+		expiresAt = expiresAt.UTC()
+	}
+	meta, err := body.Meta.parse("meta")
+	if err != nil {
+		return err
+	}
+	canon := "amount=" + amount.String()
+	if !expiresAt.IsZero() {
+		canon += ";expires_at=" + formatTime(expiresAt)
+	}
+	idem, err := idempotency(c, bucketScope("grant", ref), canon+metaCanon(meta))
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.AddGrant(c.Request().Context(), ref, amount, expiresAt, idem, meta)
+	if err != nil {
+		return err
+	}
+	s.markReplay(c, "grant", res.Replayed)
+	s.audit(c, "grant", slog.String("limit", ref.Limit), slog.String("bucket_key", ref.Key),
+		slog.String("grant", res.Grant.ID), slog.String("amount", res.Grant.Amount.String()),
+		slog.String("expires_at", formatTime(res.Grant.ExpiresAt)), slog.Bool("replayed", res.Replayed))
+	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, grantedView{viewGrant(res.Grant), optString(res.EntryID), viewBucket(res.Bucket)})
+	return nil
+}
+
+// listGrants is GET /v1/limits/{name}/buckets/{key}/grants: the bucket's
+// active grants, oldest first (few per bucket: one page).
+func (s *server) listGrants(c echo.Context) error {
+	ref, err := bucketRef(c)
+	if err != nil {
+		return err
+	}
+	gs, err := s.svc.ListGrants(c.Request().Context(), ref)
+	if err != nil {
+		return err
+	}
+	views := make([]grantView, len(gs))
+	for i, g := range gs {
+		views[i] = viewGrant(g)
+	}
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, newPage(views, ""))
+	return nil
+}
+
+// revokeGrant is DELETE /v1/limits/{name}/buckets/{key}/grants/{id}.
+func (s *server) revokeGrant(c echo.Context) error {
+	ref, err := bucketRef(c)
+	if err != nil {
+		return err
+	}
+	id, err := pathParam(c, "id")
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Meta jsonMeta `json:"meta"`
+	}
+	if err := readJSON(c, &body); err != nil {
+		return err
+	}
+	meta, err := body.Meta.parse("meta")
+	if err != nil {
+		return err
+	}
+	idem, err := idempotency(c, bucketScope("revoke", ref)+"|"+id, strings.TrimPrefix(metaCanon(meta), ";"))
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.RevokeGrant(c.Request().Context(), ref, id, idem, meta)
+	if err != nil {
+		return err
+	}
+	s.markReplay(c, "revoke", res.Replayed)
+	s.audit(c, "revoke_grant", slog.String("limit", ref.Limit), slog.String("bucket_key", ref.Key),
+		slog.String("grant", res.Grant.ID), slog.String("amount", res.Grant.Amount.String()), slog.Bool("replayed", res.Replayed))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, grantedView{viewGrant(res.Grant), optString(res.EntryID), viewBucket(res.Bucket)})
+	return nil
+}
