@@ -20,9 +20,8 @@ import (
 )
 
 // webhookStores are the stores whose budgetd runs with --webhook-url and
-// the webhook fault scenario: the durable stores that keep events
-// (ledger.EventsOf). Redis joins when its outbox lands.
-var webhookStores = map[string]bool{"postgres": true}
+// the webhook fault scenario: the durable stores.
+var webhookStores = map[string]bool{"postgres": true, "redis": true}
 
 // hookSecret signs the webhooks of the chaos runs.
 const hookSecret = "whsec_Y2hhb3Mtd2ViaG9vay1rZXktb2YtMzItYnl0ZXMhIQ=="
