@@ -410,6 +410,10 @@ type HistoryEntry struct {
 	GrantID string `json:"grant_id,omitempty"`
 	// Meta is what the caller said of the event; absent when nothing.
 	Meta Meta `json:"meta,omitempty"`
+	// ShadowDenied marks a fillup or reserved entry that a shadow-mode limit
+	// with record_denials accepted although enforce would have denied it;
+	// absent (false) otherwise.
+	ShadowDenied bool `json:"shadow_denied,omitempty"`
 }
 
 // LevelPoint is one point of a LevelSeries: the bucket's level and held

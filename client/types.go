@@ -357,8 +357,11 @@ type Entry struct {
 	Amount        decimal.Decimal
 	ReservationID string
 	Meta          map[string]string
+	// ShadowDenied: a shadow-mode limit with record_denials accepted this
+	// fillup or reserved entry although enforce would have denied it.
+	ShadowDenied bool
 }
 
 func entryOfDoc(d api.HistoryEntry) Entry {
-	return Entry{ID: d.ID, Time: d.Time.Time, Event: d.Event, Amount: d.Amount, ReservationID: d.ReservationID, Meta: d.Meta}
+	return Entry{ID: d.ID, Time: d.Time.Time, Event: d.Event, Amount: d.Amount, ReservationID: d.ReservationID, Meta: d.Meta, ShadowDenied: d.ShadowDenied}
 }

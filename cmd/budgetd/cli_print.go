@@ -302,7 +302,7 @@ func (c *cli) printHistory(es []client.Entry, next string) error {
 	if c.json {
 		out := make([]api.HistoryEntry, len(es))
 		for i, e := range es {
-			out[i] = api.HistoryEntry{ID: e.ID, Time: api.NewTime(e.Time), Event: e.Event, Amount: e.Amount, ReservationID: e.ReservationID, Meta: e.Meta}
+			out[i] = api.HistoryEntry{ID: e.ID, Time: api.NewTime(e.Time), Event: e.Event, Amount: e.Amount, ReservationID: e.ReservationID, Meta: e.Meta, ShadowDenied: e.ShadowDenied}
 		}
 		p := api.Page[api.HistoryEntry]{Items: out}
 		if next != "" {

@@ -414,10 +414,12 @@ type entryView struct {
 	GrantID       string `json:"grant_id,omitempty"`
 	// Meta is what the caller said of the event; absent when nothing.
 	Meta map[string]string `json:"meta,omitempty"`
+	// ShadowDenied: see api.HistoryEntry.
+	ShadowDenied bool `json:"shadow_denied,omitempty"`
 }
 
 func viewEntry(e ledger.Entry) entryView {
-	return entryView{ID: e.ID, Time: formatTime(e.Time), Event: string(e.Event), Amount: e.Amount.String(), ReservationID: e.ReservationID, GrantID: e.GrantID, Meta: e.Meta}
+	return entryView{ID: e.ID, Time: formatTime(e.Time), Event: string(e.Event), Amount: e.Amount.String(), ReservationID: e.ReservationID, GrantID: e.GrantID, Meta: e.Meta, ShadowDenied: e.ShadowDenied}
 }
 
 // page is one page of a list.

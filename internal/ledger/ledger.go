@@ -274,6 +274,10 @@ type Entry struct {
 	GrantID string
 	// Meta is what the caller said of the event (nil when nothing).
 	Meta Meta
+	// ShadowDenied marks a fillup or reserved entry that a shadow-mode limit
+	// with RecordDenials accepted although enforce would have denied it
+	// (docs/modes.md); false on every other entry.
+	ShadowDenied bool
 }
 
 // Idempotency identifies a state-changing request for replay. A zero value

@@ -494,6 +494,18 @@ func (s *Store) record(l ledger.Limit, b *bucketRec, at time.Time, ev ledger.Eve
 	return id
 }
 
+// markShadow flags the entry id just recorded in b as shadow-denied when d,
+// the decision that wrote it, is one and l records denials (docs/modes.md).
+// The caller holds the bucket's shard lock.
+func markShadow(l ledger.Limit, b *bucketRec, id string, d bucket.Decision) {
+	if !d.ShadowDenied || !l.RecordDenials || id == "" {
+		return
+	}
+	if h := b.history(); len(h) > 0 && h[len(h)-1].ID == id {
+		h[len(h)-1].ShadowDenied = true
+	}
+}
+
 // recordDenial writes the denied entry of a denial of amount in ref when l
 // records denials (creating the bucket record, whose state stays empty), and
 // returns its id, "" when none was written. The caller holds sh.mu.
@@ -616,11 +628,12 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		out := ledger.FillupOutcome{Accepted: true, Items: make([]ledger.ItemOutcome, len(items))}
 		next := make([]bucket.State, len(items))
 		fits := make([]bool, len(items))
+		ds := make([]bucket.Decision, len(items))
 		for i, it := range items {
 			b := s.shards[s.shardOf(it.Bucket)].buckets[it.Bucket]
 			var d bucket.Decision
 			d, next[i] = bucket.Fillup(limits[i].Rule(), b.state(), now, ledger.Amount(it.Cost))
-			fits[i] = d.Accepted
+			fits[i], ds[i] = d.Accepted, d
 			out.Accepted = out.Accepted && d.Accepted
 		}
 		for i, it := range items {
@@ -629,6 +642,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			switch {
 			case out.Accepted && it.Cost.Sign() > 0:
 				b, out.Items[i].EntryID = s.charge(limits[i], sh, it, next[i], now)
+				markShadow(limits[i], b, out.Items[i].EntryID, ds[i])
 			case !fits[i]:
 				out.Items[i].EntryID = s.recordDenial(limits[i], sh, it.Bucket, now, it.Cost, it.Meta)
 			}
@@ -661,6 +675,7 @@ func (s *Store) fillupOne(it ledger.Charge) (ledger.FillupOutcome, error) {
 	switch {
 	case d.Accepted && cost.Sign() > 0:
 		b, entry = s.charge(l, sh, it, ns, now)
+		markShadow(l, b, entry, d)
 	case !d.Accepted:
 		entry = s.recordDenial(l, sh, it.Bucket, now, it.Cost, it.Meta)
 	}
@@ -749,6 +764,7 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		s.notice(l, ref, b, st, now)
 		sh.holds[h.res.ID] = h
 		entry := s.record(l, b, now, ledger.EventReserved, amount, h.res.ID, meta)
+		markShadow(l, b, entry, d)
 		s.wrote(sh, now)
 		return ledger.ReserveOutcome{Accepted: true, Reservation: h.res, Snapshot: snapshot(l, b, now), EntryID: entry}, nil
 	})

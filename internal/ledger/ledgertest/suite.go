@@ -64,6 +64,7 @@ func Run(t *testing.T, factory Factory) {
 		{"RecordDenials", testRecordDenials},
 		{"MultiBucketMixedKinds", testMultiBucketMixedKinds},
 		{"Modes", testModes},
+		{"ShadowRecorded", testShadowRecorded},
 		{"Thresholds", testThresholds},
 		{"ThresholdsConcurrent", testThresholdsConcurrent},
 		{"BucketEvents", testBucketEvents},
