@@ -179,11 +179,15 @@ func thresholdsArg(l ledger.Limit) string {
 }
 
 // historyFlag is what the functions read of a limit's history (bkt in
-// budgetd.lua): "0" none, "1" kept, "2" kept with denials recorded.
+// budgetd.lua): "0" none, "1" kept, "2" kept with denials recorded, and for
+// a shadow limit that records denials "3:" and its capacity in units, so
+// that its shadow-denied charges are flagged in the history.
 func historyFlag(l ledger.Limit) string {
 	switch {
 	case !l.History:
 		return "0"
+	case l.RecordDenials && l.Mode == ledger.ModeShadow:
+		return "3:" + units(l.Capacity)
 	case l.RecordDenials:
 		return "2"
 	}
@@ -862,7 +866,8 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 }
 
 // parseEntry reads one history line: time|id|event|amount|hold id, then
-// |meta (JSON) when the entry has meta.
+// |meta (JSON) when the entry has meta. An event ending in "!" is a
+// shadow-denied fillup or reserved entry (record in budgetd.lua).
 func parseEntry(line string) (ledger.Entry, error) {
 	f := strings.SplitN(line, "|", 6)
 	if len(f) < 5 {
@@ -880,7 +885,8 @@ func parseEntry(line string) (ledger.Entry, error) {
 	if err != nil {
 		return ledger.Entry{}, err
 	}
-	e := ledger.Entry{ID: strconv.FormatInt(id, 10), Time: at, Event: ledger.Event(f[2]), Amount: amt, ReservationID: f[4]}
+	ev, shadow := strings.CutSuffix(f[2], "!")
+	e := ledger.Entry{ID: strconv.FormatInt(id, 10), Time: at, Event: ledger.Event(ev), Amount: amt, ReservationID: f[4], ShadowDenied: shadow}
 	if len(f) == 6 {
 		if e.Meta, err = ledger.ParseMeta(f[5]); err != nil {
 			return ledger.Entry{}, fmt.Errorf("redis history: bad meta in %q: %w", line, err)

@@ -73,7 +73,9 @@ end
 -- the only bound the functions admit against; the capacity itself, what a
 -- decision reports, and the marks a mode sets are Go's.
 -- The history flag is '0' (no history), '1' (history) or '2' (history, and
--- denials are recorded too: c.deny).
+-- denials are recorded too: c.deny), or, for a shadow limit that records
+-- denials, '3:' and its capacity (units): c.deny, and c.shcap, against
+-- which fits marks a charge enforce would deny (st.sh) for record.
 -- A periodic limit passes 'P' as its leak amount and, as its leak period, a
 -- table of consecutive period starts (µs, comma-separated) that budgetd
 -- computed around its clock: Lua never computes a calendar. A window limit
@@ -84,6 +86,7 @@ end
 -- c.keep, c.th.
 local function bkt(bk, hk, ceil, ra, rp, hist, lim, th)
   local c = { bk = bk, hk = hk, ceil = nv(ceil), hist = hist ~= '0', deny = hist == '2', lim = lim }
+  if #hist > 1 then c.deny, c.shcap = true, nv(string.sub(hist, 3)) end
   if th ~= '' then c.ek, c.keep, c.th = thresholds(th) end
   if ra == 'P' then c.starts = rp
   elseif ra == 'W' then
@@ -252,11 +255,15 @@ local function fits(c, st, now, cost)
   local used = level_at(c, st, now)
   st.lv = used
   if #st.holds > 0 then used = vadd(used, held_sum(st.holds, now)) end
-  return vcmp(vadd(used, cost), c.ceil) <= 0
+  used = vadd(used, cost)
+  if c.shcap then st.sh = vcmp(used, c.shcap) > 0 end
+  return vcmp(used, c.ceil) <= 0
 end
 
 -- record adds a history entry "id|event|amount|hold[|meta]" at time t;
--- meta is the caller's JSON object ('' or nil for none). It returns the
+-- meta is the caller's JSON object ('' or nil for none). A fillup or
+-- reserved entry that fits marked shadow-denied (st.sh) is written with
+-- event 'fillup!' or 'reserved!' (parseEntry). It returns the
 -- entry's id (the bucket's counter n), nil when the limit keeps no history.
 local function record(c, st, t, ev, amount, rid, meta)
   if not c.hist then return nil end
@@ -645,7 +652,7 @@ local function fillup(keys, args)
         settle(it.c, it.st, now)
         it.st.l = vadd(it.st.l, it.cost)
         charge_slot(it.c, it.st, it.cost)
-        it.eid = record(it.c, it.st, now, 'fillup', vs(it.cost), '', it.meta)
+        it.eid = record(it.c, it.st, now, it.st.sh and 'fillup!' or 'fillup', vs(it.cost), '', it.meta)
         notice(it.c, it.st, now, pre)
         finish(it.c, it.st, now)
       end
@@ -748,7 +755,7 @@ local function reserve(keys, args)
   redis.call('PEXPIRE', rk, fmt(math.ceil(ttl / 1000) + HOLD_KEEP_MS + SLACK_MS))
   redis.call('HSET', c.bk, 'h' .. id, vs(amount) .. ':' .. fmt(exp))
   st.holds[#st.holds + 1] = { id = id, a = vs(amount), e = exp }
-  local eid = record(c, st, now, 'reserved', vs(amount), id, args[16])
+  local eid = record(c, st, now, st.sh and 'reserved!' or 'reserved', vs(amount), id, args[16])
   notice(c, st, now, pre)
   finish(c, st, now)
   return reply(now, '1', rk, { { c = c, st = st, eid = eid } }, ik, args[2])
