@@ -468,6 +468,7 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 		Amount        decimal.Decimal `json:"amount"`
 		ReservationID *string         `json:"reservation_id"`
 		Meta          ledger.Meta     `json:"meta"`
+		ShadowDenied  bool            `json:"shadow_denied"`
 	}
 	err := s.queryJSON(ctx, "history", &docs, "SELECT budgetd_history($1, $2, $3, $4, $5, $6)",
 		ref.Limit, ref.Key, afterUS, afterID, n, s.nowArg())
@@ -483,7 +484,7 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 			last := out[len(out)-1]
 			return out, fmt.Sprintf("%d.%s", last.Time.UnixMicro(), last.ID), nil
 		}
-		e := ledger.Entry{ID: d.ID, Time: fromUS(d.AtUS), Event: ledger.Event(d.Event), Amount: d.Amount, Meta: d.Meta}
+		e := ledger.Entry{ID: d.ID, Time: fromUS(d.AtUS), Event: ledger.Event(d.Event), Amount: d.Amount, Meta: d.Meta, ShadowDenied: d.ShadowDenied}
 		if d.ReservationID != nil {
 			e.ReservationID = *d.ReservationID
 		}

@@ -17,6 +17,7 @@ DECLARE
     v_costs    numeric[];
     v_created  boolean[];
     v_fits     boolean[];
+    v_shadow   boolean[];  -- per item: a shadow-denied charge (record_denials on a shadow limit)
     v_items    jsonb[];
     v_accepted boolean := true;
     v_l        limits;
@@ -52,6 +53,8 @@ BEGIN
         v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
                                     v_l.window_length_us, v_l.window_precision_us, v_b.slot_idx, v_b.slot_sum);
         v_fits[i] := budgetd_fits(v_level, v_held, v_costs[i], budgetd_ceiling(v_l));
+        -- A shadow limit that records denials flags an item enforce would deny.
+        v_shadow[i] := v_l.record_denials AND v_l.mode = 'shadow' AND NOT budgetd_fits(v_level, v_held, v_costs[i], v_l.capacity);
         v_accepted := v_accepted AND v_fits[i];
     END LOOP;
     FOR i IN 1 .. v_n LOOP
@@ -66,7 +69,7 @@ BEGIN
             IF cardinality(v_l.thresholds) > 0 THEN
                 PERFORM budgetd_notice(v_l, p_keys[i], v_before, v_now);
             END IF;
-            v_entry := budgetd_record(v_l, p_keys[i], v_now, 'fillup', v_costs[i], NULL, p_metas[i]);
+            v_entry := budgetd_record(v_l, p_keys[i], v_now, 'fillup', v_costs[i], NULL, p_metas[i], v_shadow[i]);
         ELSE
             IF NOT v_fits[i] THEN
                 v_entry := budgetd_record_denial(v_l, p_keys[i], v_now, v_costs[i], p_metas[i]);

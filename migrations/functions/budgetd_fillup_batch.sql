@@ -120,6 +120,7 @@ DECLARE
     -- History entries (accepted costs, recorded denials) and idempotency
     -- records to write.
     w_events   text[];
+    w_shadow   boolean[];  -- per entry: a shadow-denied fillup (true) or NULL
     w_costs    numeric[];
     w_metas    text[];
     w_item     int[];
@@ -233,7 +234,7 @@ BEGIN
         v_wsum := NULL;
         a_fits := '{}'; a_level := '{}'; a_upd := '{}'; a_live := '{}'; a_doc := '{}'; a_err := '{}'; a_msg := '{}'; a_wlast := '{}';
         a_entry := '{}'; a_rep := '{}';
-        w_events := '{}'; w_costs := '{}'; w_metas := '{}'; w_item := '{}'; w_docs := '{}';
+        w_events := '{}'; w_shadow := '{}'; w_costs := '{}'; w_metas := '{}'; w_item := '{}'; w_docs := '{}';
 
         -- Decide, in order.
         FOR k IN 1 .. v_n LOOP
@@ -296,6 +297,8 @@ BEGIN
                                              THEN v_now ELSE v_bupd END);
                 IF v_hist THEN
                     w_events := w_events || 'fillup'::text;
+                    -- A shadow limit that records denials flags what enforce would deny.
+                    w_shadow := w_shadow || (CASE WHEN v_rec AND v_mode = 'shadow' AND v_level + v_held > v_cap THEN true END);
                     w_costs := w_costs || v_cost;
                     w_metas := w_metas || p_metas[k];
                     a_entry[k] := cardinality(w_costs);
@@ -303,6 +306,7 @@ BEGIN
             ELSIF NOT v_fits AND v_hist AND v_rec THEN
                 -- A recorded denial: an entry, and nothing else written.
                 w_events := w_events || 'denied'::text;
+                w_shadow := w_shadow || NULL::boolean;
                 w_costs := w_costs || v_cost;
                 w_metas := w_metas || p_metas[k];
                 a_entry[k] := cardinality(w_costs);
@@ -385,9 +389,9 @@ BEGIN
     -- as budgetd_record does. Each item's document gets its entry's id.
     IF coalesce(array_length(w_costs, 1), 0) > 0 THEN
         WITH ins AS (
-            INSERT INTO history (limit_id, key, at, event, amount, reservation_id, meta)
-            SELECT v_lid, p_key, v_now, u.e, u.c, NULL, nullif(u.m, '')::jsonb
-              FROM unnest(w_events, w_costs, w_metas) WITH ORDINALITY AS u(e, c, m, o) ORDER BY u.o
+            INSERT INTO history (limit_id, key, at, event, amount, reservation_id, meta, shadow_denied)
+            SELECT v_lid, p_key, v_now, u.e, u.c, NULL, nullif(u.m, '')::jsonb, u.s
+              FROM unnest(w_events, w_costs, w_metas, w_shadow) WITH ORDINALITY AS u(e, c, m, s, o) ORDER BY u.o
             RETURNING id)
         SELECT bool_or(id % 256 = 0), array_agg(id ORDER BY id) INTO v_trim, v_ids FROM ins;
         FOR j IN 1 .. coalesce(array_length(w_item, 1), 0) LOOP

@@ -19,6 +19,7 @@ BEGIN
         SELECT jsonb_agg(jsonb_build_object('id', h.id::text, 'at_us', budgetd_us(h.at), 'event', h.event,
                                             'amount', h.amount::text, 'reservation_id', h.reservation_id)
                          || CASE WHEN h.meta IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('meta', h.meta) END
+                         || CASE WHEN h.shadow_denied THEN '{"shadow_denied": true}'::jsonb ELSE '{}'::jsonb END
                          ORDER BY h.at DESC, h.id DESC)
           FROM (SELECT * FROM history
                  WHERE limit_id = v_l.id AND key = p_key

@@ -21,6 +21,7 @@ DECLARE
     v_res      jsonb := NULL;
     v_entry    bigint;
     v_before   numeric;
+    v_shadow   boolean;
 BEGIN
     v_out := budgetd_idem_get(p_scope, p_idem, p_hash, coalesce(p_now, budgetd_clock()));
     IF v_out IS NOT NULL THEN
@@ -40,6 +41,8 @@ BEGIN
                                 v_l.window_length_us, v_l.window_precision_us, v_b.slot_idx, v_b.slot_sum);
     v_accepted := budgetd_fits(v_level, v_held, v_amount, budgetd_ceiling(v_l));
     IF v_accepted THEN
+        -- A shadow limit that records denials flags a hold enforce would deny.
+        v_shadow := v_l.record_denials AND v_l.mode = 'shadow' AND NOT budgetd_fits(v_level, v_held, v_amount, v_l.capacity);
         v_before := v_level + v_held;
         v_level := budgetd_settle(v_l, p_key, v_now);
         PERFORM budgetd_write(v_l, p_key, v_level, v_now);
@@ -49,7 +52,7 @@ BEGIN
         IF cardinality(v_l.thresholds) > 0 THEN
             PERFORM budgetd_notice(v_l, p_key, v_before, v_now);
         END IF;
-        v_entry := budgetd_record(v_l, p_key, v_now, 'reserved', v_amount, p_id, p_meta);
+        v_entry := budgetd_record(v_l, p_key, v_now, 'reserved', v_amount, p_id, p_meta, v_shadow);
         v_res := budgetd_hold_json(v_h, v_l.name);
     ELSE
         v_entry := budgetd_record_denial(v_l, p_key, v_now, v_amount, p_meta);
