@@ -255,3 +255,31 @@ func TestRecordDenials(t *testing.T) {
 		}
 	})
 }
+
+// TestShadowDeniedHistory: on a shadow limit with record_denials, GET
+// history shows "shadow_denied":true on the fillup entry enforce would have
+// denied, and no shadow_denied field on the one within capacity.
+func TestShadowDeniedHistory(t *testing.T) {
+	eachStore(t, func(t *testing.T, a *api) {
+		a.clock.Set(time.Date(2026, 3, 15, 12, 0, 0, 0, time.UTC))
+		a.expect("PUT", "/v1/limits/trial", `{"capacity":"5","window":{"length":"1m"},"mode":"shadow","record_denials":true}`, 200)
+		bucket := "/v1/limits/trial/buckets/alice"
+		a.expect("POST", bucket+"/fillup", `{"cost":"4"}`, 200)
+		if f := a.expect("POST", bucket+"/fillup", `{"cost":"2"}`, 200); f.body["shadow_denied"] != true {
+			t.Fatalf("shadow fillup: %s", f.raw)
+		}
+		h := a.expect("GET", bucket+"/history", "", 200)
+		items, _ := h.body["items"].([]any)
+		if len(items) != 2 {
+			t.Fatalf("history: %s", h.raw)
+		}
+		newest, _ := items[0].(map[string]any)
+		oldest, _ := items[1].(map[string]any)
+		if newest["event"] != "fillup" || newest["amount"] != "2" || newest["shadow_denied"] != true {
+			t.Fatalf("the shadow-denied entry: %v", newest)
+		}
+		if _, ok := oldest["shadow_denied"]; ok || oldest["amount"] != "4" {
+			t.Fatalf("the entry within capacity: %v", oldest)
+		}
+	})
+}
