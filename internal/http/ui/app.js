@@ -451,7 +451,7 @@ async function bucketPage(name, key) {
   } else {
     out.push(el("div", { class: "legend" }, el("span", { class: "l" }, "level"),
       series.items.some((p) => toUnits(p.held) > 0n) ? el("span", { class: "h" }, "level + held") : null,
-      el("span", { class: "c" }, "capacity " + limit.capacity),
+      el("span", { class: "c" }, "capacity " + series.capacity),
       series.period_start ? el("span", { class: "r" }, "period start") : null,
       series.items.some((p) => p.event === "denied") ? el("span", { class: "d" }, "denied") : null,
       (limit.thresholds || []).length ? el("span", { class: "t" }, "thresholds " + limit.thresholds.join(", ")) : null));
