@@ -23,6 +23,10 @@ import (
 // the webhook fault scenario: the durable stores.
 var webhookStores = map[string]bool{"postgres": true, "redis": true}
 
+// hookRate is the most calls a second one client of the webhook scenario
+// makes.
+const hookRate = 15
+
 // hookSecret signs the webhooks of the chaos runs.
 const hookSecret = "whsec_Y2hhb3Mtd2ViaG9vay1rZXktb2YtMzItYnl0ZXMhIQ=="
 
@@ -183,13 +187,19 @@ func webhookFaults(ctx context.Context, a *api, rcv *hookReceiver, clients int, 
 	for c := range clients {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(c), 25))
+			// Each client charges at most hookRate calls a second, so the
+			// events to deliver (and the wait for them) do not grow with
+			// the store's speed: a fast store would otherwise make ten
+			// times the crossings of a slow one in the same run.
+			pace := time.NewTicker(time.Second / hookRate)
+			defer pace.Stop()
 			for n := 0; ; n++ {
 				key := fmt.Sprintf("c%02d-%d", c, n)
 				for {
 					select {
 					case <-stop:
 						return
-					default:
+					case <-pace.C:
 					}
 					// 20.001 … 150.001: a running sum is never a whole
 					// number (below 1000 charges), so never exactly at a

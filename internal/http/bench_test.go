@@ -160,8 +160,9 @@ func expect(b *testing.B, rec *httptest.ResponseRecorder, code int) {
 	}
 }
 
-func BenchmarkFillup(b *testing.B) {
-	h := benchAPI(b, false)
+// benchFillups times Fillups of cost 1 on the limit bench, over benchKeys
+// keys in turn.
+func benchFillups(b *testing.B, h http.Handler) {
 	calls := benchCalls("POST", "/fillup", `{"cost":"1"}`)
 	var w benchWriter
 	i := 0
@@ -171,29 +172,22 @@ func BenchmarkFillup(b *testing.B) {
 	}
 }
 
+func BenchmarkFillup(b *testing.B) {
+	h := benchAPI(b, false)
+	benchFillups(b, h)
+}
+
 // BenchmarkFillupHistory is Fillup on a limit that records history.
 func BenchmarkFillupHistory(b *testing.B) {
 	h := benchAPI(b, true)
-	calls := benchCalls("POST", "/fillup", `{"cost":"1"}`)
-	var w benchWriter
-	i := 0
-	for b.Loop() {
-		calls[i%benchKeys].serve(b, h, &w, http.StatusOK)
-		i++
-	}
+	benchFillups(b, h)
 }
 
 // BenchmarkFillupThresholds is Fillup on a limit with three thresholds it
 // never reaches: what watching for crossings costs (issue 25: within 10%).
 func BenchmarkFillupThresholds(b *testing.B) {
 	h := benchAPIWith(b, `"history":false,"thresholds":["50%","80%","900000000000"]`)
-	calls := benchCalls("POST", "/fillup", `{"cost":"1"}`)
-	var w benchWriter
-	i := 0
-	for b.Loop() {
-		calls[i%benchKeys].serve(b, h, &w, http.StatusOK)
-		i++
-	}
+	benchFillups(b, h)
 }
 
 func BenchmarkCanAccept(b *testing.B) {
@@ -304,13 +298,7 @@ func BenchmarkFillupPeriodic(b *testing.B) {
 	if rec := benchServe(h, "PUT", "/v1/limits/bench", body); rec.Code != http.StatusOK {
 		b.Fatalf("PUT limit: %d %s", rec.Code, rec.Body)
 	}
-	calls := benchCalls("POST", "/fillup", `{"cost":"1"}`)
-	var w benchWriter
-	i := 0
-	for b.Loop() {
-		calls[i%benchKeys].serve(b, h, &w, http.StatusOK)
-		i++
-	}
+	benchFillups(b, h)
 }
 
 // BenchmarkFillupAccessLog is Fillup with the access log off, and on in
@@ -342,13 +330,7 @@ func BenchmarkFillupAccessLog(b *testing.B) {
 			if rec := benchServe(h, "PUT", "/v1/limits/bench", `{"capacity":"1000000000000","leak":{"amount":"1","per":"87600h"},"history":false}`); rec.Code != http.StatusOK {
 				b.Fatalf("PUT limit: %d %s", rec.Code, rec.Body)
 			}
-			calls := benchCalls("POST", "/fillup", `{"cost":"1"}`)
-			var w benchWriter
-			i := 0
-			for b.Loop() {
-				calls[i%benchKeys].serve(b, h, &w, http.StatusOK)
-				i++
-			}
+			benchFillups(b, h)
 		})
 	}
 }

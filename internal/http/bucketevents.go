@@ -2,7 +2,6 @@ package http
 
 import (
 	"net/http"
-	"strconv"
 
 	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -25,13 +24,9 @@ func (s *server) bucketEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	n := defaultBucketEvents
-	if vs, ok := q["limit"]; ok {
-		v, err := strconv.Atoi(vs[0])
-		if err != nil || v < 1 || v > ledger.MaxBucketEvents || len(vs[0]) > 3 || vs[0][0] < '0' || vs[0][0] > '9' {
-			return invalidRequest("limit", "limit must be a whole number from 1 to "+strconv.Itoa(ledger.MaxBucketEvents))
-		}
-		n = v
+	n, err := limitParam(q, defaultBucketEvents, ledger.MaxBucketEvents)
+	if err != nil {
+		return err
 	}
 	es, err := s.svc.BucketEvents(c.Request().Context(), ref, n)
 	if err != nil {

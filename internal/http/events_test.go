@@ -62,6 +62,19 @@ func TestEventsMonthlyCap(t *testing.T) {
 		if bad := a.do("GET", "/v1/events?after=nope", ""); bad.status != 400 || bad.str("field") != "after" {
 			t.Fatalf("a malformed cursor: %d %s", bad.status, bad.raw)
 		}
+		// The bucket's own view: newest first, at most ?limit.
+		if p := a.expect("GET", bucket+"/events?limit=2", "", 200); strings.Count(p.raw, `"id"`) != 2 ||
+			strings.Index(p.raw, `"threshold.recovered"`) > strings.Index(p.raw, `"threshold.crossed"`) {
+			t.Fatalf("the bucket's events: %s", p.raw)
+		}
+		for _, q := range []string{"limit=0", "limit=101", "limit=abc", "limit=+5"} {
+			if bad := a.do("GET", bucket+"/events?"+q, ""); bad.status != 400 || bad.str("field") != "limit" {
+				t.Fatalf("?%s: %d %s", q, bad.status, bad.raw)
+			}
+		}
+		if bad := a.do("GET", "/v1/limits/nope/buckets/team-a/events", ""); bad.status != 404 {
+			t.Fatalf("an unknown limit's bucket events: %d %s", bad.status, bad.raw)
+		}
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"github.com/budgetd/budgetd/api"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -319,13 +320,20 @@ func pageParams(c echo.Context) (int, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	n := defaultPage
-	if vs, ok := q["limit"]; ok {
-		v, err := strconv.Atoi(vs[0])
-		if err != nil || v < 1 || v > maxPage || len(vs[0]) > 4 || vs[0][0] < '0' || vs[0][0] > '9' {
-			return 0, "", invalidRequest("limit", "limit must be a whole number from 1 to 1000")
-		}
-		n = v
+	n, err := limitParam(q, defaultPage, maxPage)
+	return n, q.Get("cursor"), err
+}
+
+// limitParam reads ?limit, a whole number from 1 to most written in plain
+// digits (def when absent).
+func limitParam(q url.Values, def, most int) (int, error) {
+	vs, ok := q["limit"]
+	if !ok {
+		return def, nil
 	}
-	return n, q.Get("cursor"), nil
+	v, err := strconv.Atoi(vs[0])
+	if err != nil || v < 1 || v > most || len(vs[0]) > len(strconv.Itoa(most)) || vs[0][0] < '0' || vs[0][0] > '9' {
+		return 0, invalidRequest("limit", "limit must be a whole number from 1 to "+strconv.Itoa(most))
+	}
+	return v, nil
 }

@@ -244,6 +244,107 @@ func TestDashboard(t *testing.T) {
 	t.Run("meta", func(t *testing.T) { testDashboardMeta(t, b) })
 	t.Run("pages of buckets", func(t *testing.T) { testDashboardPager(t, b) })
 	t.Run("periods", func(t *testing.T) { testDashboardPeriods(t, b) })
+	t.Run("terms", func(t *testing.T) { testDashboardTerms(t, b) })
+}
+
+// testDashboardTerms: a bucket's page shows the override that applies to
+// it (pattern, what it sets, when it ends) and its active grants with their
+// total, as the API answers them; on a store that serves neither the
+// section is absent and the page still renders.
+func testDashboardTerms(t *testing.T, b context.Context) {
+	eachStore(t, func(t *testing.T, a *api) {
+		a.clock.Set(time.Date(2026, 3, 15, 12, 0, 0, 0, time.UTC))
+		a.expect("PUT", "/v1/limits/team-spend", `{"capacity":"5000.00","period":{"every":"month","tz":"UTC"},"history":true}`, 200)
+		// A key with a slash and markup: the pattern is URL-encoded in the
+		// page's call and shown as text.
+		key := "acme/<b>eu</b>"
+		path := "/v1/limits/team-spend/buckets/" + url.PathEscape(key)
+		a.expect("POST", path+"/fillup", `{"cost":"100"}`, 200)
+		overrides := a.do("PUT", "/v1/limits/team-spend/overrides/"+url.PathEscape(key), `{"capacity":"8000.00","expires_at":"2026-03-20T00:00:00Z"}`).status == 200
+		grants := a.do("POST", path+"/grants", `{"amount":"500.00"}`).status == 201
+		state := a.expect("GET", path, "", 200)
+
+		tb := openAPITab(t, b, a)
+		tb.open("#/l/team-spend/b/" + url.PathEscape(key))
+		tb.wait(`document.querySelector('#history')`)
+		var page struct {
+			Terms, Override, Grants bool
+			Capacity, Legend, Flag  any
+			Bold                    int
+		}
+		probe := func() {
+			tb.eval(`({Terms: [...document.querySelectorAll('h2')].some(h => h.textContent === 'Terms'),
+				Override: !!document.querySelector('#override'), Grants: !!document.querySelector('#grants-total'),
+				Capacity: document.querySelector('#bucket-stats [data-field=capacity]').textContent,
+				Legend: document.querySelector('.legend .c').textContent,
+				Bold: document.querySelectorAll('#main b').length, Flag: window.__xss ?? null})`, &page)
+		}
+		probe()
+		// The chart's capacity line is the effective capacity, and so is its legend.
+		if page.Capacity != state.str("capacity") || page.Legend != "capacity "+state.str("capacity") || page.Bold != 0 || page.Flag != nil {
+			t.Errorf("bucket page %+v, API capacity %s", page, state.str("capacity"))
+		}
+		if !overrides && !grants {
+			if page.Terms || page.Override || page.Grants {
+				t.Errorf("a store without overrides or grants shows terms: %+v", page)
+			}
+			return
+		}
+		if page.Terms != true || page.Override != overrides || page.Grants != grants {
+			t.Fatalf("terms section %+v, want overrides %v, grants %v", page, overrides, grants)
+		}
+		var eff map[string]string
+		tb.eval(`Object.fromEntries([...document.querySelectorAll('#effective [data-field]')].map(s => [s.dataset.field, s.textContent]))`, &eff)
+		if eff["capacity"] != state.str("capacity") || eff["grants"] != state.str("grants") {
+			t.Errorf("effective capacity %v, API %s", eff, state.raw)
+		}
+		if overrides {
+			o := a.expect("GET", "/v1/limits/team-spend/overrides/"+url.PathEscape(key), "", 200)
+			if state.str("override") != key || o.str("pattern") != key {
+				t.Fatalf("API: bucket %s, override %s", state.raw, o.raw)
+			}
+			var shown map[string]struct{ Text, Title string }
+			tb.eval(`Object.fromEntries([...document.querySelectorAll('#override dd')].map(d => [d.dataset.field, {Text: d.textContent, Title: d.title}]))`, &shown)
+			if shown["pattern"].Text != o.str("pattern") || shown["capacity"].Text != o.str("capacity") || eff["base"] != o.str("capacity") ||
+				shown["expires_at"].Title != o.str("expires_at") || !strings.HasPrefix(shown["expires_at"].Text, "2026-03-20 00:00:00") {
+				t.Errorf("override shown %+v (base %q), API %s", shown, eff["base"], o.raw)
+			}
+		}
+		if grants {
+			var list struct {
+				Items []struct {
+					ID        string `json:"id"`
+					Amount    string `json:"amount"`
+					ExpiresAt string `json:"expires_at"`
+				} `json:"items"`
+			}
+			if err := json.Unmarshal([]byte(a.expect("GET", path+"/grants", "", 200).raw), &list); err != nil {
+				t.Fatal(err)
+			}
+			var rows []struct{ ID, Amount, Expires string }
+			tb.eval(`[...document.querySelectorAll('#grants tbody tr')].map(r => ({ID: r.dataset.id,
+				Amount: r.querySelector('[data-field=amount]').textContent, Expires: r.querySelector('[data-field=expires_at]').title}))`, &rows)
+			var total string
+			tb.eval(`document.querySelector('#grants-total').textContent`, &total)
+			if len(list.Items) != 1 || len(rows) != 1 || rows[0].ID != list.Items[0].ID || rows[0].Amount != list.Items[0].Amount ||
+				rows[0].Expires != list.Items[0].ExpiresAt || total != state.str("grants") || !decimal.RequireFromString(total).Equal(decimal.RequireFromString("500")) {
+				t.Errorf("grants shown %+v, total %q; API %+v, bucket grants %s", rows, total, list.Items, state.str("grants"))
+			}
+		}
+		tb.screenshot("dashboard-bucket-terms")
+		if !overrides {
+			return
+		}
+		// The raise ends on time: the page, polling, shows the limit's own
+		// terms again (or no terms where grants are not kept).
+		a.clock.Set(time.Date(2026, 3, 20, 0, 0, 0, 0, time.UTC))
+		after := a.expect("GET", path, "", 200)
+		tb.wait(`!document.querySelector('#override') && document.querySelector('#bucket-stats [data-field=capacity]').textContent === ` + jsString(after.str("capacity")))
+		if grants {
+			limit := a.expect("GET", "/v1/limits/team-spend", "", 200)
+			tb.wait(`document.querySelector('#own-terms') && document.querySelector('#effective [data-field=base]').textContent === ` + jsString(limit.str("capacity")))
+		}
+	})
 }
 
 // testDashboardPeriods: a limit that resets every calendar month shows its

@@ -375,9 +375,49 @@ function metaCell(meta) {
   return el("td", { class: "meta" }, Object.keys(meta).sort().map((k) => el("code", { class: "meta" }, k + "=" + String(meta[k]))));
 }
 
+// termsPart shows the bucket's terms: the override that applies (what it
+// sets and when it ends) and the active grants with their total, beside the
+// effective capacity. A part whose store answered 501 (null here) is left
+// out, and the whole section when there is nothing to show.
+function termsPart(limit, bucket, override, grants, digits) {
+  if (!override && !grants) return [];
+  const out = [el("h2", {}, "Terms")];
+  const timed = (label, iso, field) => { const s = stat(label, iso ? fmtTime(iso) : "no end", field); s.lastChild.title = iso || ""; return s; };
+  if (override) {
+    const o = override;
+    out.push(el("dl", { class: "stats", id: "override" },
+      stat("override", o.pattern, "pattern"),
+      o.capacity != null ? stat("capacity", o.capacity, "capacity") : null,
+      o.leak ? stat("leaks", `${o.leak.amount} per ${o.leak.per}`, "leak") : null,
+      o.period && o.period.tz ? stat("zone", o.period.tz, "tz") : null,
+      o.period && o.period.start_day != null ? stat("start day", o.period.start_day, "start_day") : null,
+      o.window ? stat("window", o.window.length, "window") : null,
+      timed("ends", o.expires_at, "expires_at")));
+  } else {
+    out.push(el("p", { class: "note", id: "own-terms" }, "No override applies: the limit's own terms."));
+  }
+  const base = override && override.capacity != null ? override.capacity : limit.capacity;
+  out.push(el("p", { class: "note", id: "effective" }, "Effective capacity ",
+    el("span", { "data-field": "capacity" }, bucket.capacity), " = ", override && override.capacity != null ? "the override's " : "the limit's ",
+    el("span", { "data-field": "base" }, base), " + grants ", el("span", { "data-field": "grants" }, bucket.grants),
+    "."));
+  if (grants) {
+    out.push(el("h3", {}, `Active grants (${grants.items.length}), total `, el("span", { id: "grants-total" }, bucket.grants)));
+    out.push(grants.items.length === 0 ? el("p", { class: "note", id: "no-grants" }, "No active grants.") :
+      el("div", { class: "scroll" }, el("table", { id: "grants" },
+        el("thead", {}, el("tr", {}, el("th", {}, "id"), el("th", { class: "num" }, "amount"), el("th", {}, "granted"), el("th", {}, "expires"))),
+        el("tbody", {}, grants.items.map((g) => el("tr", { "data-id": g.id },
+          el("td", { class: "key" }, g.id),
+          el("td", { class: "num", "data-field": "amount", title: g.amount }, fmtAmount(g.amount, digits)),
+          el("td", {}, fmtTime(g.created_at)),
+          el("td", { "data-field": "expires_at", title: g.expires_at }, fmtTime(g.expires_at))))))));
+  }
+  return out;
+}
+
 async function bucketPage(name, key) {
   crumbs({ text: "limits", href: "#/" }, { text: name, href: "#/l/" + enc(name) }, { text: key });
-  const [limit, bucket, hist, holds, series, events] = await Promise.all([
+  const [limit, bucket, hist, holds, series, events, grants] = await Promise.all([
     api(limitPath(name)),
     api(bucketPath(name, key)),
     api(bucketPath(name, key) + "/history?limit=1000"),
@@ -385,7 +425,14 @@ async function bucketPage(name, key) {
     api(bucketPath(name, key) + "/levels?points=400"),
     // A store that cannot list a bucket's events (501) leaves the section out.
     api(bucketPath(name, key) + "/events?limit=20").catch(() => null),
+    // Likewise a store that keeps no grants (501).
+    api(bucketPath(name, key) + "/grants").catch(() => null),
   ]);
+  // The override that applies, read for what it sets; null when none
+  // applies, when it ended between the two reads (404) or on a store that
+  // keeps none (501).
+  const override = bucket.override
+    ? await api(limitPath(name) + "/overrides/" + enc(bucket.override)).catch(() => null) : null;
   const entries = [...hist.items].reverse(); // oldest first
   const hasMeta = hist.items.some((e) => e.meta && Object.keys(e.meta).length);
   const digits = amountDigits(limit.capacity);
@@ -396,6 +443,7 @@ async function bucketPage(name, key) {
       amt("level", bucket.level), amt("held", bucket.held), amt("remaining", bucket.remaining),
       stat("capacity", bucket.capacity), stat("updated", fmtTime(bucket.updated_at), "updated_at"),
       bucket.resets_at ? stat("resets", fmtTime(bucket.resets_at), "resets_at") : null),
+    ...termsPart(limit, bucket, override, grants, digits),
     el("h2", {}, "Level over time"),
   ];
   if (!limit.history) {
@@ -403,7 +451,7 @@ async function bucketPage(name, key) {
   } else {
     out.push(el("div", { class: "legend" }, el("span", { class: "l" }, "level"),
       series.items.some((p) => toUnits(p.held) > 0n) ? el("span", { class: "h" }, "level + held") : null,
-      el("span", { class: "c" }, "capacity " + limit.capacity),
+      el("span", { class: "c" }, "capacity " + series.capacity),
       series.period_start ? el("span", { class: "r" }, "period start") : null,
       series.items.some((p) => p.event === "denied") ? el("span", { class: "d" }, "denied") : null,
       (limit.thresholds || []).length ? el("span", { class: "t" }, "thresholds " + limit.thresholds.join(", ")) : null));
