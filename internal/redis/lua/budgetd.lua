@@ -48,7 +48,8 @@ end
 -- once per library load and kept (a cache, as memo below, emptied when it
 -- reaches TH_MAX entries): the digest sig (ledger.ThresholdSig), the
 -- capacity (units), the limit's name, and per threshold, in the limit's
--- order, the level it is reached at (units) and its label ("80%").
+-- order, the level it is reached at (units) and its label ("80%"), and
+-- min, the lowest of those levels (fillup_lean: a use below it reaches none).
 local TH_MAX, th_memo, th_n = 256, {}, 0
 local function thresholds(arg)
   local ek, keep, rest = string.match(arg, '^([^;]*);([^;]*);(.*)$')
@@ -58,6 +59,7 @@ local function thresholds(arg)
   t = { sig = sig, cap = cap, name = name, lv = {}, lab = {} }
   for lv, lab in string.gmatch(list, '([^=,]+)=([^,]+)') do
     t.lv[#t.lv + 1], t.lab[#t.lab + 1] = nv(lv), lab
+    if not t.min or vcmp(t.lv[#t.lv], t.min) < 0 then t.min = t.lv[#t.lv] end
   end
   if th_n >= TH_MAX then th_memo, th_n = {}, 0 end
   th_memo[rest], th_n = t, th_n + 1
@@ -550,11 +552,30 @@ end
 -- arith.lua's fast path; anything beyond them goes to the general path.
 -- It returns nil for the general path to go on (also when the bucket has
 -- other fields: holds, a history counter).
-local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost)
-  local ls, us = '0', '0'
+-- A limit with thresholds (th, as thresholds parsed it) takes it too while
+-- nothing is reached, which is what notice would find and leave: the
+-- bucket has no marks (ts, ta, tp) or marks of this list with none reached
+-- (ts = th.sig, ta = 0, tp = '0': a leaky bucket has no period), and the
+-- level after the charge (its use: it has no holds) is below th.min, the
+-- lowest threshold level, so notice would compare and emit nothing. A
+-- bucket without marks gets the ones notice writes then (ta = 0), in the
+-- same HSET. Anything else (a crossing, a reached mark, marks of another
+-- list) is the general path's.
+local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost, th)
+  local ls, us, ts, ta, tp = '0', '0', nil, nil, nil
   for i = 1, #f, 2 do
     local k = f[i]
-    if k == 'l' then ls = f[i + 1] elseif k == 'u' then us = f[i + 1] else return nil end
+    if k == 'l' then ls = f[i + 1] elseif k == 'u' then us = f[i + 1]
+    elseif th and k == 'ts' then ts = f[i + 1]
+    elseif th and k == 'ta' then ta = f[i + 1]
+    elseif th and k == 'tp' then tp = f[i + 1]
+    else return nil end
+  end
+  local marks = false -- the marks notice would write: the bucket has none
+  if th then
+    if not ts and not ta and not tp then marks = true
+    elseif ts ~= th.sig or ta ~= '0' or tp ~= '0' then return nil end
+    if th.min.h == nil then return nil end
   end
   local cv, cp = nv_memo(cost), nv_memo(ceil)
   if cv.h == nil or cp.h == nil then return nil end
@@ -589,11 +610,14 @@ local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost)
     h, l = h + cv.h, l + cv.l
     if l >= E12 then l = l - E12; h = h + 1 end
     if h < cp.h or (h == cp.h and l <= cp.l) then
+      -- notice: a threshold reached is the general path's
+      if th and (h > th.min.h or (h == th.min.h and l >= th.min.l)) then return nil end
       -- settle, add, finish
       if u > now + CLOCK_STEP_US then stepped = true end
       if now > u or stepped then u, us = now, nows end
       if h == 0 then ls = fmt(l) else ls = string.format('%d%012d', h, l) end
-      redis.call('HSET', bk, 'l', ls, 'u', us)
+      if marks then redis.call('HSET', bk, 'l', ls, 'u', us, 'ts', th.sig, 'ta', '0', 'tp', '0')
+      else redis.call('HSET', bk, 'l', ls, 'u', us) end
       local t = (h * E12 + l) * lp.rp / lp.raf
       t = t * (1 + 1e-9) + 1
       if u > now then t = t + (u - now) end
@@ -632,9 +656,10 @@ local function fillup(keys, args)
       args[a + 5], args[a + 6], args[a + 7], args[a + 8], args[a + 9]
     if check and stale(keys[2 * n + i], version) then return { E_STALE } end
     local f
-    if n == 1 and not ik and ra ~= 'P' and ra ~= 'W' and hist == '0' and th == '' then -- the usual call: fillup_lean
+    if n == 1 and not ik and ra ~= 'P' and ra ~= 'W' and hist == '0' then -- the usual call: fillup_lean
       f = redis.call('HGETALL', keys[1])
-      local out = fillup_lean(keys[1], f, now, nows, ceil, ra, rp, cost)
+      local t = th ~= '' and select(3, thresholds(th)) or nil
+      local out = fillup_lean(keys[1], f, now, nows, ceil, ra, rp, cost, t)
       if out then return out end
     end
     local c = bkt(keys[2 * i - 1], keys[2 * i], ceil, ra, rp, hist, lim, th)
