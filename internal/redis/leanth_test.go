@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/shopspring/decimal"
 )
 
 // TestLeanFillupThresholds: a single-bucket Fillup on a leaky limit with
@@ -48,16 +50,11 @@ func TestLeanFillupThresholds(t *testing.T) {
 		// lean is the store's single-bucket Fillup call, sent to the copy.
 		lean := func(key, cost string) error {
 			t.Helper()
-			tg, err := s.target(ctx, ref(key))
+			keys, args, err := fillupCall(ctx, s, ref(key), dec(cost))
 			if err != nil {
 				t.Fatal(err)
 			}
-			keys, check := []string{tg.bk, tg.hk}, "0"
-			if !s.cluster {
-				keys, check = append(keys, tg.lim.args.defKey), "1"
-			}
-			args := append([]any{s.nowArg(), "", check, 1}, tg.lim.args.list(s.k, tg.slot, s.keepArg, ledger.Idempotency{})...)
-			return s.client.FCall(ctx, "budgetd_fillup_t"+nonce, keys, append(args, units(dec(cost)), "")...).Err()
+			return s.client.FCall(ctx, "budgetd_fillup_t"+nonce, keys, args...).Err()
 		}
 		mustGeneral := func(key, cost string) {
 			t.Helper()
@@ -114,4 +111,88 @@ func TestLeanFillupThresholds(t *testing.T) {
 			t.Fatalf("bucket %v, want level 51 and the 50%% mark", f)
 		}
 	})
+}
+
+// fillupCall is the KEYS and ARGV of the function call of a single-bucket
+// Fillup without Idempotency-Key, as Store.Fillup sends it.
+func fillupCall(ctx context.Context, s *Store, ref ledger.BucketRef, cost decimal.Decimal) ([]string, []any, error) {
+	tg, err := s.target(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	keys, check := []string{tg.bk, tg.hk}, "0"
+	if !s.cluster {
+		keys, check = append(keys, tg.lim.args.defKey), "1"
+	}
+	args := append([]any{s.nowArg(), "", check, 1}, tg.lim.args.list(s.k, tg.slot, s.keepArg, ledger.Idempotency{})...)
+	return keys, append(args, units(cost), ""), nil
+}
+
+// BenchmarkFillupScript measures the function call of a single-bucket
+// Fillup by itself: calls sent in pipelines of 64 (so a call costs about
+// what Redis spends on it), on one hot bucket and spread over 100,000, on
+// BenchmarkFillup's limit without thresholds ("none") and with three the
+// load never reaches ("th": BenchmarkFillupThresholds's).
+func BenchmarkFillupScript(b *testing.B) {
+	url := os.Getenv("BUDGETD_TEST_REDIS")
+	if url == "" {
+		b.Skip("BUDGETD_TEST_REDIS is not set")
+	}
+	ctx := context.Background()
+	var th []ledger.Threshold
+	for _, x := range []string{"50%", "80%", "900000000000"} {
+		t, err := ledger.ParseThreshold("thresholds", x)
+		if err != nil {
+			b.Fatal(err)
+		}
+		th = append(th, t)
+	}
+	for _, c := range []struct {
+		name string
+		keys int
+	}{{"hot", 1}, {"spread", 100000}} {
+		for _, v := range []struct {
+			name string
+			th   []ledger.Threshold
+		}{{"none", nil}, {"th", th}} {
+			b.Run(c.name+"/"+v.name, func(b *testing.B) {
+				prefix := testPrefix()
+				s, err := Open(ctx, url, WithPrefix(prefix))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() {
+					_ = s.scanKeys(ctx, prefix+":*", func(ctx context.Context, c goredis.Cmdable, ks []string) error {
+						return c.Unlink(ctx, ks...).Err()
+					})
+					s.Close()
+				}()
+				if _, err := s.PutLimit(ctx, ledger.Limit{Name: "l", Capacity: decimal.New(1, 12), LeakAmount: decimal.NewFromInt(1000),
+					LeakPer: time.Second, Thresholds: v.th}); err != nil {
+					b.Fatal(err)
+				}
+				cost := decimal.RequireFromString("12.37")
+				b.ResetTimer()
+				for i := 0; i < b.N; i += 64 {
+					pipe := s.client.Pipeline()
+					for j := i; j < min(i+64, b.N); j++ {
+						keys, args, err := fillupCall(ctx, s, ledger.BucketRef{Limit: "l", Key: fmt.Sprint(j % c.keys)}, cost)
+						if err != nil {
+							b.Fatal(err)
+						}
+						pipe.FCall(ctx, fn("fillup"), keys, args...)
+					}
+					cmds, err := pipe.Exec(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, cmd := range cmds {
+						if r, _ := cmd.(*goredis.Cmd).StringSlice(); len(r) < 3 || r[2] != "1" {
+							b.Fatalf("Fillup answered %v, want accepted", r)
+						}
+					}
+				}
+			})
+		}
+	}
 }

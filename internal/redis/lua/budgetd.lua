@@ -50,11 +50,20 @@ end
 -- capacity (units), the limit's name, and per threshold, in the limit's
 -- order, the level it is reached at (units) and its label ("80%"), and
 -- min, the lowest of those levels (fillup_lean: a use below it reaches none).
+-- th_args keeps the same for the whole argument (at most TH_MAX), so the
+-- call of a hot bucket, which repeats it, does not match it again.
 local TH_MAX, th_memo, th_n = 256, {}, 0
+local th_args, th_args_n = {}, 0 -- arg -> { ek, keep, t }: the whole argument, as a hot bucket repeats it
 local function thresholds(arg)
+  local w = th_args[arg]
+  if w then return w[1], w[2], w[3] end
   local ek, keep, rest = string.match(arg, '^([^;]*);([^;]*);(.*)$')
   local t = th_memo[rest]
-  if t then return ek, keep, t end
+  if t then
+    if th_args_n >= TH_MAX then th_args, th_args_n = {}, 0 end
+    th_args[arg], th_args_n = { ek, keep, t }, th_args_n + 1
+    return ek, keep, t
+  end
   local sig, cap, name, list = string.match(rest, '^([^;]*);([^;]*);([^;]*);(.*)$')
   t = { sig = sig, cap = cap, name = name, lv = {}, lab = {} }
   for lv, lab in string.gmatch(list, '([^=,]+)=([^,]+)') do
