@@ -1,0 +1,191 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	"github.com/budgetd/budgetd/internal/postgres"
+	"github.com/jackc/pgx/v5"
+)
+
+// TestGrantsConcurrentFillups: a grant made while 50 Fillups of the same
+// bucket run (coalesced into batches on a small pool) is counted by every
+// decision after it and by none before, so that the bucket admits exactly
+// its capacity plus the grant, never more, at both isolation levels.
+func TestGrantsConcurrentFillups(t *testing.T) {
+	for _, iso := range []string{"read-committed", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			s := open(t, postgres.WithIsolation(iso), postgres.WithClock(clock.Now), postgres.WithMaxConns(4))
+			svc := ledger.NewService(s)
+			ctx := context.Background()
+			if _, err := svc.PutLimit(ctx, "team", ledger.LimitSpec{Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Hour, History: true}); err != nil {
+				t.Fatal(err)
+			}
+			r := ledger.BucketRef{Limit: "team", Key: "b"}
+			var accepted atomic.Int64
+			// The bucket exists before: the race is between decisions and
+			// the grant, not over creating the row.
+			if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("1")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
+				t.Fatalf("first Fillup: %+v %v", res, err)
+			}
+			accepted.Add(1)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := 0; i < 50; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("1")}}, ledger.Idempotency{})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					c := res.Items[0].Capacity.String()
+					if (c != "10" || !res.Limits[0].Grants.IsZero()) && (c != "30" || res.Limits[0].Grants.String() != "20") {
+						t.Errorf("a decision with capacity %s and grants %s, want 10 and 0 or 30 and 20", c, res.Limits[0].Grants)
+					}
+					if res.Accepted {
+						accepted.Add(1)
+					}
+				}()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if _, err := svc.AddGrant(ctx, r, dec("20"), clock.Now().Add(time.Hour), ledger.Idempotency{}, nil); err != nil {
+					t.Error(err)
+				}
+			}()
+			close(start)
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			// Whatever the interleaving, the bucket takes what is left of 30.
+			for {
+				res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("1")}}, ledger.Idempotency{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !res.Accepted {
+					break
+				}
+				accepted.Add(1)
+			}
+			st, err := svc.Bucket(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if accepted.Load() != 30 || st.Level.String() != "30" || st.Capacity.String() != "30" || st.Grants.String() != "20" {
+				t.Fatalf("%d accepted, bucket %+v: want 30 accepted, level 30 of capacity 10 + grants 20", accepted.Load(), st)
+			}
+		})
+	}
+}
+
+// TestGrantsPrune: the pruner keeps an empty bucket while it has an active
+// grant and deletes expired grants, after which the limit pays nothing for
+// grants in its decisions (limits.grant_rows is back to 0); deleting a limit
+// deletes its grants.
+func TestGrantsPrune(t *testing.T) {
+	ctx := context.Background()
+	url := dsn(t)
+	schema := newSchema(t)
+	clock := ledgertest.NewClock()
+	s, err := postgres.Open(ctx, url, postgres.WithSchema(schema), postgres.WithPruneInterval(0), postgres.WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	count := func(sql string) int {
+		t.Helper()
+		var n int
+		if _, err := conn.Exec(ctx, "SET search_path = "+pgx.Identifier{schema}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(ctx, sql).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	svc := ledger.NewService(s)
+	if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	granted, plain := ledger.BucketRef{Limit: "l", Key: "granted"}, ledger.BucketRef{Limit: "l", Key: "plain"}
+	for _, r := range []ledger.BucketRef{granted, plain} {
+		if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("2")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
+			t.Fatalf("Fillup: %+v %v", res, err)
+		}
+	}
+	if _, err := svc.AddGrant(ctx, granted, dec("5"), clock.Now().Add(time.Hour), ledger.Idempotency{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A grant on a bucket never charged writes no bucket row.
+	if _, err := svc.AddGrant(ctx, ledger.BucketRef{Limit: "l", Key: "fresh"}, dec("1"), clock.Now().Add(time.Minute), ledger.Idempotency{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := count("SELECT count(*) FROM buckets WHERE key = 'fresh'"); n != 0 {
+		t.Errorf("a grant left %d bucket rows", n)
+	}
+	clock.Advance(10 * time.Second) // both buckets have leaked empty
+	st, err := s.Prune(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.EmptyBuckets != 1 || count("SELECT count(*) FROM buckets WHERE key = 'granted'") != 1 {
+		t.Errorf("first pass %+v: want the empty bucket without a grant deleted and the granted one kept", st)
+	}
+
+	clock.Advance(time.Hour)
+	st, err = s.Prune(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ExpiredGrants != 2 || st.EmptyBuckets != 1 || count("SELECT count(*) FROM grants") != 0 || count("SELECT count(*) FROM buckets") != 0 {
+		t.Errorf("after the grants expired: %+v, want both grants and the bucket deleted", st)
+	}
+	if n := count("SELECT grant_rows FROM limits WHERE name = 'l'"); n != 0 {
+		t.Errorf("grant_rows %d once every grant is pruned, want 0", n)
+	}
+	if d, err := svc.CanAccept(ctx, granted, dec("10")); err != nil || !d.Accepted || d.Capacity.String() != "10" {
+		t.Errorf("after the grants: %+v %v", d, err)
+	}
+
+	// Deleting a limit deletes its grants.
+	if _, err := svc.AddGrant(ctx, granted, dec("5"), clock.Now().Add(time.Hour), ledger.Idempotency{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.DeleteLimit(ctx, "l"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.ListGrants(ctx, granted); !errors.Is(err, ledger.ErrLimitNotFound) {
+		t.Errorf("grants of a deleted limit: %v", err)
+	}
+	if _, err := s.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count("SELECT count(*) FROM grants"); n != 0 {
+		t.Errorf("%d grants left of a deleted limit", n)
+	}
+	if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if gs, err := svc.ListGrants(ctx, granted); err != nil || len(gs) != 0 {
+		t.Errorf("a re-created limit has grants: %+v %v", gs, err)
+	}
+}
