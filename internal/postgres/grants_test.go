@@ -90,8 +90,8 @@ func TestGrantsConcurrentFillups(t *testing.T) {
 	}
 }
 
-// TestGrantsPrune: the pruner keeps an empty bucket while it has an active
-// grant and deletes expired grants, after which the limit pays nothing for
+// TestGrantsPrune: the listing of buckets shows their grants; the pruner
+// keeps an empty bucket while it has an active grant and deletes expired grants, after which the limit pays nothing for
 // grants in its decisions (limits.grant_rows is back to 0); deleting a limit
 // deletes its grants.
 func TestGrantsPrune(t *testing.T) {
@@ -132,6 +132,21 @@ func TestGrantsPrune(t *testing.T) {
 	}
 	if _, err := svc.AddGrant(ctx, granted, dec("5"), clock.Now().Add(time.Hour), ledger.Idempotency{}, nil); err != nil {
 		t.Fatal(err)
+	}
+	// A single-bucket Fillup (budgetd_fillup_batch) answers them, and its
+	// replay repeats them.
+	idem := ledger.Idempotency{Scope: "fillup:l/granted", Key: "k1", Hash: "h"}
+	for _, replay := range []bool{false, true} {
+		res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: granted, Cost: dec("1")}}, idem)
+		if err != nil || !res.Accepted || res.Replayed != replay || res.Items[0].Capacity.String() != "15" || res.Limits[0].Grants.String() != "5" {
+			t.Fatalf("Fillup (replay %v): %+v %v", replay, res, err)
+		}
+	}
+	// The listing shows each bucket's grants in its capacity.
+	list, _, err := svc.ListBuckets(ctx, "l", "", 10)
+	if err != nil || len(list) != 2 || list[0].Key != "granted" || list[0].Capacity.String() != "15" || list[0].Grants.String() != "5" ||
+		list[1].Key != "plain" || list[1].Capacity.String() != "10" || !list[1].Grants.IsZero() {
+		t.Fatalf("listing: %+v %v", list, err)
 	}
 	// A grant on a bucket never charged writes no bucket row.
 	if _, err := svc.AddGrant(ctx, ledger.BucketRef{Limit: "l", Key: "fresh"}, dec("1"), clock.Now().Add(time.Minute), ledger.Idempotency{}, nil); err != nil {
