@@ -11,7 +11,6 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
-	"github.com/jackc/pgx/v5"
 )
 
 // TestGrantsConcurrentFillups: a grant made in the middle of a stream of
@@ -96,30 +95,8 @@ func TestGrantsConcurrentFillups(t *testing.T) {
 // deletes its grants.
 func TestGrantsPrune(t *testing.T) {
 	ctx := context.Background()
-	url := dsn(t)
-	schema := newSchema(t)
 	clock := ledgertest.NewClock()
-	s, err := postgres.Open(ctx, url, postgres.WithSchema(schema), postgres.WithPruneInterval(0), postgres.WithClock(clock.Now))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	count := func(sql string) int {
-		t.Helper()
-		var n int
-		if _, err := conn.Exec(ctx, "SET search_path = "+pgx.Identifier{schema}.Sanitize()); err != nil {
-			t.Fatal(err)
-		}
-		if err := conn.QueryRow(ctx, sql).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	s, count := openCounting(t, clock)
 	svc := ledger.NewService(s)
 	if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Second}); err != nil {
 		t.Fatal(err)

@@ -579,26 +579,11 @@ func TestMigrate(t *testing.T) {
 // and everything of a deleted limit.
 func TestPrune(t *testing.T) {
 	ctx := context.Background()
-	url := dsn(t)
-	schema := newSchema(t)
 	clock := ledgertest.NewClock()
-	s, err := postgres.Open(ctx, url, postgres.WithSchema(schema), postgres.WithPruneInterval(0), postgres.WithClock(clock.Now))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	s, count := openCounting(t, clock)
 	rows := func(table string) int {
 		t.Helper()
-		var n int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, table}.Sanitize()).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return count("SELECT count(*) FROM " + pgx.Identifier{table}.Sanitize())
 	}
 	svc := ledger.NewService(s)
 	put := func(name string, history bool) {
