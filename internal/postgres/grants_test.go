@@ -11,6 +11,7 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
+	"github.com/shopspring/decimal"
 )
 
 // TestGrantsConcurrentFillups: a grant made in the middle of a stream of
@@ -177,5 +178,40 @@ func TestGrantsPrune(t *testing.T) {
 	}
 	if gs, err := svc.ListGrants(ctx, granted); err != nil || len(gs) != 0 {
 		t.Errorf("a re-created limit has grants: %+v %v", gs, err)
+	}
+}
+
+// TestGrantsDefaultExpiryOfOverride: without expires_at a grant ends with
+// the bucket's current period as its override sets it (zone and start
+// day), and an override's capacity is what the grant adds to.
+func TestGrantsDefaultExpiryOfOverride(t *testing.T) {
+	clock := ledgertest.NewClock()
+	clock.Set(time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC))
+	s := open(t, postgres.WithClock(clock.Now))
+	svc := ledger.NewService(s)
+	ctx := context.Background()
+	if _, err := svc.PutLimit(ctx, "m", ledger.LimitSpec{Capacity: dec("100"), Period: &ledger.Period{Every: "month"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.PutOverride(ctx, "m", ledger.Override{Pattern: "jp-*", TZ: "Asia/Tokyo", StartDay: 25}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.PutOverride(ctx, "m", ledger.Override{Pattern: "big", Capacity: decimal.NewNullDecimal(dec("1000"))}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key, expires, capacity, override string
+	}{
+		{"plain", "2026-12-01T00:00:00Z", "150", ""},
+		{"jp-1", "2026-11-24T15:00:00Z", "150", "jp-*"}, // 25 November in Tokyo
+		{"big", "2026-12-01T00:00:00Z", "1050", "big"},
+	} {
+		res, err := svc.AddGrant(ctx, ledger.BucketRef{Limit: "m", Key: c.key}, dec("50"), time.Time{}, ledger.Idempotency{}, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.key, err)
+		}
+		if got := res.Grant.ExpiresAt.Format(time.RFC3339); got != c.expires || res.Bucket.Capacity.String() != c.capacity || res.Bucket.Override != c.override {
+			t.Errorf("%s: expires %s, bucket %+v; want %s, capacity %s, override %q", c.key, got, res.Bucket, c.expires, c.capacity, c.override)
+		}
 	}
 }
