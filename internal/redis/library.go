@@ -62,7 +62,7 @@ var codeErrors = map[string]error{
 	codeNotFound:      ledger.ErrReservationNotFound,
 	codeTooManyHolds:  ledger.ErrTooManyHolds,
 	codeLevelOverflow: ledger.ErrLevelOverflow,
-	codePeriodTable:   errPeriodTable, // answered with the store's clock: a *periodTableError
+	codePeriodTable:   errPeriodTable,  // answered with the store's clock: a *periodTableError
 	codeGrantInvalid:  errGrantInvalid, // answered with the store's clock and grants: a *grantRefusal
 	codeGrantNotFound: ledger.ErrGrantNotFound,
 }
