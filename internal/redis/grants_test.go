@@ -306,3 +306,41 @@ func TestGrantsGoWithTheLimit(t *testing.T) {
 		t.Fatalf("state of the re-created limit: %+v %v", st, err)
 	}
 }
+
+// TestGrantsReplayRepeats: an Idempotency-Key replay of a decision repeats
+// the grants it was made with, also after the grant was revoked (the
+// record is the function's reply, which carries them beside the level).
+func TestGrantsReplayRepeats(t *testing.T) {
+	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
+		t.Run(env, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
+			ctx := context.Background()
+			svc := ledger.NewService(s)
+			if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: num("100"), LeakAmount: num("1"), LeakPer: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			ref := ledger.BucketRef{Limit: "l", Key: "k"}
+			g, err := svc.AddGrant(ctx, ref, num("50"), clock.Now().Add(time.Hour), ledger.Idempotency{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			idem := ledger.Idempotency{Scope: "fillup|l|k", Key: "k1", Hash: "h"}
+			items := []ledger.Item{{Bucket: ref, Cost: num("120")}}
+			first, err := svc.Fillup(ctx, items, idem)
+			if err != nil || !first.Accepted || first.Items[0].Capacity.String() != "150" {
+				t.Fatalf("Fillup within the grant: %+v %v", first, err)
+			}
+			if _, err := svc.RevokeGrant(ctx, ref, g.Grant.ID, ledger.Idempotency{}, nil); err != nil {
+				t.Fatal(err)
+			}
+			again, err := svc.Fillup(ctx, items, idem)
+			if err != nil || !again.Replayed || !again.Accepted || again.Limits[0].Grants.String() != "50" || again.Items[0].Capacity.String() != "150" {
+				t.Fatalf("replay after the revocation: %+v %v, want the first answer with grants 50", again, err)
+			}
+			if st, err := svc.Bucket(ctx, ref); err != nil || st.Capacity.String() != "100" || st.Level.String() != "120" {
+				t.Fatalf("bucket after the replay: %+v %v", st, err)
+			}
+		})
+	}
+}
