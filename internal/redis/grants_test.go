@@ -11,6 +11,7 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/shopspring/decimal"
 )
 
 // TestGrantsConcurrentFillups: 50 concurrent Fillups of 1.5 on a bucket of
@@ -340,6 +341,49 @@ func TestGrantsReplayRepeats(t *testing.T) {
 			}
 			if st, err := svc.Bucket(ctx, ref); err != nil || st.Capacity.String() != "100" || st.Level.String() != "120" {
 				t.Fatalf("bucket after the replay: %+v %v", st, err)
+			}
+		})
+	}
+}
+
+// TestGrantsHoldsAndDrain: Reserve admits against the granted capacity and
+// Commit, Release and Drain answer the bucket under it, on both set-ups.
+func TestGrantsHoldsAndDrain(t *testing.T) {
+	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
+		t.Run(env, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
+			ctx := context.Background()
+			svc := ledger.NewService(s)
+			if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: num("100"), LeakAmount: num("1"), LeakPer: time.Hour, History: true}); err != nil {
+				t.Fatal(err)
+			}
+			ref := ledger.BucketRef{Limit: "l", Key: "{t}k"}
+			if _, err := svc.AddGrant(ctx, ref, num("50"), clock.Now().Add(time.Hour), ledger.Idempotency{}, nil); err != nil {
+				t.Fatal(err)
+			}
+			res, err := svc.Reserve(ctx, ref, num("140"), time.Minute, ledger.Idempotency{}, nil)
+			if err != nil || !res.Decision.Accepted || res.Decision.Capacity.String() != "150" || res.Limit.Grants.String() != "50" {
+				t.Fatalf("Reserve of 140 within 100 + 50 granted: %+v %v", res, err)
+			}
+			if res, err := svc.Reserve(ctx, ref, num("10.000001"), time.Minute, ledger.Idempotency{}, nil); err != nil || res.Decision.Accepted {
+				t.Fatalf("Reserve past the granted capacity: %+v %v", res, err)
+			}
+			c, err := svc.Commit(ctx, res.Reservation.ID, decimal.NullDecimal{}, false, ledger.Idempotency{}, nil)
+			if err != nil || c.Bucket.Capacity.String() != "150" || c.Bucket.Remaining.String() != "10" || c.Bucket.Grants.String() != "50" {
+				t.Fatalf("Commit: %+v %v", c, err)
+			}
+			d, err := svc.Drain(ctx, ref, num("40"), ledger.Idempotency{}, nil)
+			if err != nil || d.Bucket.Capacity.String() != "150" || d.Bucket.Remaining.String() != "50" {
+				t.Fatalf("Drain: %+v %v", d, err)
+			}
+			h, err := svc.Reserve(ctx, ref, num("5"), time.Minute, ledger.Idempotency{}, nil)
+			if err != nil || !h.Decision.Accepted {
+				t.Fatalf("Reserve: %+v %v", h, err)
+			}
+			r, err := svc.Release(ctx, h.Reservation.ID, ledger.Idempotency{}, nil)
+			if err != nil || r.Bucket.Capacity.String() != "150" || r.Bucket.Grants.String() != "50" {
+				t.Fatalf("Release: %+v %v", r, err)
 			}
 		})
 	}
