@@ -32,10 +32,19 @@ type view struct {
 	// hold is the hold a Commit or Release asked for (withHold), read after
 	// its bucket, nil when there is none.
 	hold *ledger.Reservation
+	idem *idemRow // the idempotency record to write, nil for none
 }
 
 // readOpt asks a decision's read for more.
-type readOpt struct{ hold string }
+type readOpt struct {
+	hold string
+	idem ledger.Idempotency
+}
+
+// withIdem looks idem's record up first (a current read): an attempt that
+// finds it ends with errReplayed, or ErrIdempotencyKeyReused, and changes
+// nothing.
+func withIdem(idem ledger.Idempotency) readOpt { return readOpt{idem: idem} }
 
 // withHold reads the hold id with the buckets (v.hold), by a current read
 // after them: a hold row changes only with its bucket's version, so a hold
@@ -144,6 +153,13 @@ func (s *Store) attempt(ctx context.Context, refs []ledger.BucketRef, locked boo
 			return classify(err)
 		}
 		open = true
+	}
+	for _, o := range opts {
+		if o.idem.Key != "" {
+			if err := lookupIdem(ctx, conn, o.idem); err != nil {
+				return err
+			}
+		}
 	}
 	v, err := s.read(ctx, conn, refs, locked)
 	if err != nil {
@@ -358,7 +374,7 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 			idx = append(idx, i)
 		}
 	}
-	if len(idx) == 0 && len(v.holds) == 0 {
+	if len(idx) == 0 && len(v.holds) == 0 && v.idem == nil {
 		return "", nil, nil
 	}
 	slices.SortFunc(idx, func(a, b int) int {
@@ -439,6 +455,10 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 		q.WriteString("UPDATE budgetd_holds SET state = ?, committed_amount = ?, resolved_us = ? WHERE id = ? AND state = ?;\n")
 		q.WriteString("SELECT budgetd_assert(ROW_COUNT() = 1);\n")
 		args = append(args, string(h.res.State), committed, resolved, h.res.ID, string(h.from))
+	}
+	if v.idem != nil {
+		q.WriteString("INSERT INTO budgetd_idempotency (id, hash, limits, outcome, created_us) VALUES (?, ?, ?, ?, ?);\n")
+		args = append(args, v.idem.id, v.idem.hash, v.idem.limits, v.idem.outcome, v.now.UnixMicro())
 	}
 	if commit {
 		q.WriteString("COMMIT")

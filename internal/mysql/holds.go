@@ -28,9 +28,6 @@ func newHoldID() string {
 // Reserve adds a hold when it fits (bucket.Reserve), as the memory store
 // does.
 func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency, meta ledger.Meta) (ledger.ReserveOutcome, error) {
-	if err := notServedIdem(idem); err != nil {
-		return ledger.ReserveOutcome{}, err
-	}
 	id := newHoldID() // one id for every attempt: it is written once
 	var out ledger.ReserveOutcome
 	err := s.decide(ctx, []ledger.BucketRef{ref}, func(v *view) error {
@@ -45,7 +42,7 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 				out.EntryID = v.record(0, ledger.EventDenied, amount, meta, false)
 			}
 			out.Snapshot = v.snapshot(0)
-			return nil
+			return v.recordIdem(idem, &out)
 		}
 		res := ledger.Reservation{ID: id, Bucket: ref, Amount: amount, State: ledger.Active, CreatedAt: v.now, ExpiresAt: v.now.Add(ttl)}
 		ns.Holds[len(ns.Holds)-1].ID = id
@@ -54,9 +51,9 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		v.holds = append(v.holds, holdOp{lim: v.limits[0].id, res: res})
 		out.EntryID = v.recordAt(0, v.now, ledger.EventReserved, amount, id, meta, d.ShadowDenied && l.RecordDenials)
 		out.Accepted, out.Reservation, out.Snapshot = true, res, v.snapshot(0)
-		return nil
-	})
-	if err != nil {
+		return v.recordIdem(idem, &out)
+	}, withIdem(idem))
+	if err := replayed(err, &out); err != nil {
 		return ledger.ReserveOutcome{}, err
 	}
 	return out, nil
@@ -182,9 +179,6 @@ func (v *view) resolveHold(h *ledger.Reservation, charge decimal.Decimal) {
 // bucket, read the hold with it, refuse an expired hold (recording its
 // expiry), then let apply decide.
 func (s *Store) resolve(ctx context.Context, id string, idem ledger.Idempotency, apply func(v *view, h *ledger.Reservation) (string, error)) (ledger.ResolveOutcome, error) {
-	if err := notServedIdem(idem); err != nil {
-		return ledger.ResolveOutcome{}, err
-	}
 	// A hold never moves to another bucket: its bucket is read once.
 	h0, _, err := s.Reservation(ctx, id)
 	if err != nil {
@@ -214,12 +208,12 @@ func (s *Store) resolve(ctx context.Context, id string, idem ledger.Idempotency,
 			}
 		}
 		out = ledger.ResolveOutcome{Reservation: res, Snapshot: v.snapshot(0), Refusal: refusal}
-		return nil
-	}, withHold(id))
+		return v.recordIdem(idem, &out)
+	}, withHold(id), withIdem(idem))
 	if errors.Is(err, ledger.ErrLimitNotFound) {
 		return ledger.ResolveOutcome{}, ledger.ErrReservationNotFound
 	}
-	if err != nil {
+	if err := replayed(err, &out); err != nil {
 		return ledger.ResolveOutcome{}, err
 	}
 	return out, nil

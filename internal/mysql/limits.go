@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -229,6 +230,9 @@ func (s *Store) DeleteLimit(ctx context.Context, name string) error {
 	return s.withTx(ctx, func(tx *sql.Tx) error {
 		r, err := s.readLimitTx(ctx, tx, name, true)
 		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM budgetd_idempotency WHERE limits LIKE ?", "%,"+strconv.FormatUint(r.id, 10)+",%"); err != nil {
 			return err
 		}
 		for _, q := range []string{

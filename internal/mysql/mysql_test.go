@@ -77,14 +77,11 @@ func open(t testing.TB, url string, opts ...mysql.Option) *mysql.Store {
 }
 
 // notBuilt lists the conformance tests that need what this store does not
-// do yet (docs/mysql.md, "What is next"): idempotency records, thresholds
-// and their events. They skip, naming the page; every
+// do yet (docs/mysql.md, "What is next"): thresholds and their events. They skip, naming the page; every
 // other test of the suite, and every one added to it, runs. A name is the
 // subtest's path below TestConformance…/, with "*" for any one element.
 var notBuilt = []string{
-	"Idempotency", "IdempotencyParallel", "DeleteLimitStartsEmpty", "PeriodsMultiBucket", "RecordDenials", // Idempotency-Key
-	"MetaEvents", "Thresholds", "ThresholdsConcurrent", "BucketEvents", // thresholds and events
-	"Matrix/*/Idempotency",
+	"Thresholds", "ThresholdsConcurrent", "BucketEvents", // thresholds and events
 }
 
 // skipNotBuilt skips t when its name is in notBuilt.

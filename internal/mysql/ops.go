@@ -25,21 +25,9 @@ func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snaps
 	return snap, err
 }
 
-// notServedIdem refuses an Idempotency-Key until the store keeps
-// idempotency records (docs/mysql.md, "What is built").
-func notServedIdem(idem ledger.Idempotency) error {
-	if idem.Key != "" {
-		return fmt.Errorf("mysql store: Idempotency-Key: %w", ledger.ErrNotServed)
-	}
-	return nil
-}
-
 // Fillup charges every item or none, with the rule of package bucket, as
 // the memory store does.
 func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
-	if err := notServedIdem(idem); err != nil {
-		return ledger.FillupOutcome{}, err
-	}
 	refs := make([]ledger.BucketRef, len(items))
 	for i, it := range items {
 		refs[i] = it.Bucket
@@ -65,9 +53,9 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			}
 			out.Items[i].Snapshot = v.snapshot(i)
 		}
-		return nil
-	})
-	if err != nil {
+		return v.recordIdem(idem, &out)
+	}, withIdem(idem))
+	if err := replayed(err, &out); err != nil {
 		return ledger.FillupOutcome{}, err
 	}
 	return out, nil
@@ -75,9 +63,6 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 
 // Drain lowers a bucket's level, clamped at zero.
 func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency, meta ledger.Meta) (ledger.DrainOutcome, error) {
-	if err := notServedIdem(idem); err != nil {
-		return ledger.DrainOutcome{}, err
-	}
 	var out ledger.DrainOutcome
 	err := s.decide(ctx, []ledger.BucketRef{ref}, func(v *view) error {
 		out = ledger.DrainOutcome{}
@@ -89,9 +74,9 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 			out.EntryID = v.record(0, ledger.EventDrain, out.Removed, meta, false)
 		}
 		out.Snapshot = v.snapshot(0)
-		return nil
-	})
-	if err != nil {
+		return v.recordIdem(idem, &out)
+	}, withIdem(idem))
+	if err := replayed(err, &out); err != nil {
 		return ledger.DrainOutcome{}, err
 	}
 	return out, nil

@@ -27,15 +27,15 @@ func TestParseURL(t *testing.T) {
 		t.Errorf("socket: %+v, %v", cfg, err)
 	}
 	for raw, want := range map[string]string{
-		"postgres://u:p@h/db":                 "scheme",
-		"mysql://h:3306/db":                   "missing user",
-		"mysql://u:p@h:3306/":                 "database name",
-		"mysql://u:p@h:3306/a/b":              "database name",
-		"mysql://u:p@h/db?tls=maybe":          "tls=",
-		"mysql://u:p@h/db?timeout=-1s":        "timeout=",
-		"mysql://u:p@h/db?sslmode=disable":    "unknown parameter \"sslmode\"",
+		"postgres://u:p@h/db":                  "scheme",
+		"mysql://h:3306/db":                    "missing user",
+		"mysql://u:p@h:3306/":                  "database name",
+		"mysql://u:p@h:3306/a/b":               "database name",
+		"mysql://u:p@h/db?tls=maybe":           "tls=",
+		"mysql://u:p@h/db?timeout=-1s":         "timeout=",
+		"mysql://u:p@h/db?sslmode=disable":     "unknown parameter \"sslmode\"",
 		"mysql://u:p@h/db?tls-ca=/nonexistent": "tls-ca",
-		"mysql://u:p@/db":                     "missing host",
+		"mysql://u:p@/db":                      "missing host",
 	} {
 		if _, err := ParseURL(raw); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseURL(%q): %v, want an error saying %q", raw, err, want)

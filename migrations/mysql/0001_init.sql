@@ -76,6 +76,20 @@ CREATE TABLE IF NOT EXISTS budgetd_holds (
   KEY budgetd_holds_bucket (limit_id, bkey)
 ) ENGINE=InnoDB;
 
+-- Idempotency records: the outcome of a call with an Idempotency-Key, written
+-- in the call's own write (so a concurrent duplicate meets the key, and
+-- replays it once the first commits). id is the SHA-256 of the scope and the
+-- key; limits lists the ids of the limits the call touched (",1,5,"), whose
+-- deletion forgets the record.
+CREATE TABLE IF NOT EXISTS budgetd_idempotency (
+  id         BINARY(32) NOT NULL,
+  hash       VARBINARY(128) NOT NULL,
+  limits     VARBINARY(1024) NOT NULL,
+  outcome    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+  created_us BIGINT NOT NULL,
+  PRIMARY KEY (id)
+) ENGINE=InnoDB;
+
 -- budgetd_assert ends the statement, and so the rest of a multi-statement
 -- write, with SQLSTATE 45000 when ok is not true: how a write says "what I
 -- decided on has changed" without a round trip back to budgetd.
