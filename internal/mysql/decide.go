@@ -32,7 +32,35 @@ type view struct {
 	// hold is the hold a Commit or Release asked for (withHold), read after
 	// its bucket, nil when there is none.
 	hold *ledger.Reservation
-	idem *idemRow // the idempotency record to write, nil for none
+	idem   *idemRow // the idempotency record to write, nil for none
+	events []eventRow
+}
+
+// eventRow is an event a decision emits, of bucket i of the view.
+type eventRow struct {
+	i  int
+	ev ledger.OutboxEvent
+}
+
+// notice runs the threshold rule for a write that took bucket i from state
+// before to its state now, keeping its marks and emitting the events
+// (memory.Store.notice).
+func (v *view) notice(i int, before bucket.State) {
+	l, b := v.limits[i].limit, &v.buckets[i]
+	if len(l.Thresholds) == 0 && b.marks == (ledger.Marks{}) {
+		return
+	}
+	rule := l.Rule()
+	pre := bucket.CanAccept(rule, before, v.now, bucket.Amount{})
+	post := bucket.CanAccept(rule, b.state, v.now, bucket.Amount{})
+	used := post.Level.Add(post.Held)
+	marks, cs := l.WatchAt(l.Capacity).Cross(b.marks, pre.Level.Add(pre.Held), used, post.PeriodStart)
+	if marks != b.marks {
+		b.marks, v.dirty[i] = marks, true
+	}
+	for _, e := range ledger.NewEvents(l, ledger.BucketRef{Limit: l.Name, Key: b.key}, cs, v.now, used.Decimal(), l.Capacity, post.PeriodStart) {
+		v.events = append(v.events, eventRow{i: i, ev: e})
+	}
 }
 
 // readOpt asks a decision's read for more.
@@ -374,7 +402,7 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 			idx = append(idx, i)
 		}
 	}
-	if len(idx) == 0 && len(v.holds) == 0 && v.idem == nil {
+	if len(idx) == 0 && len(v.holds) == 0 && v.idem == nil && len(v.events) == 0 {
 		return "", nil, nil
 	}
 	slices.SortFunc(idx, func(a, b int) int {
@@ -401,7 +429,7 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 	}
 	for _, i := range idx {
 		b := &v.buckets[i]
-		level, updated, extra, err := encodeState(b.state)
+		level, updated, extra, err := encodeState(b.state, b.marks)
 		if err != nil {
 			return "", nil, err
 		}
@@ -459,6 +487,24 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 	if v.idem != nil {
 		q.WriteString("INSERT INTO budgetd_idempotency (id, hash, limits, outcome, created_us) VALUES (?, ?, ?, ?, ?);\n")
 		args = append(args, v.idem.id, v.idem.hash, v.idem.limits, v.idem.outcome, v.now.UnixMicro())
+	}
+	if k := len(v.events); k > 0 {
+		// Last: the sequence row is held from here to the commit only.
+		q.WriteString("UPDATE budgetd_event_seq SET n = LAST_INSERT_ID(n + ?) WHERE id = 1;\n")
+		args = append(args, k)
+		q.WriteString("INSERT INTO budgetd_events (seq, limit_id, bkey, at_us, body) VALUES ")
+		for j, e := range v.events {
+			if j > 0 {
+				q.WriteString(", ")
+			}
+			body, err := json.Marshal(e.ev)
+			if err != nil {
+				return "", nil, err
+			}
+			q.WriteString("(LAST_INSERT_ID() - ? + 1, ?, ?, ?, ?)")
+			args = append(args, k-j, v.limits[e.i].id, []byte(v.buckets[e.i].key), e.ev.Time.UnixMicro(), string(body))
+		}
+		q.WriteString(";\n")
 	}
 	if commit {
 		q.WriteString("COMMIT")

@@ -48,6 +48,7 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		ns.Holds[len(ns.Holds)-1].ID = id
 		v.expire(0, bucket.Expired(st, v.now))
 		v.set(0, ns)
+		v.notice(0, st)
 		v.holds = append(v.holds, holdOp{lim: v.limits[0].id, res: res})
 		out.EntryID = v.recordAt(0, v.now, ledger.EventReserved, amount, id, meta, d.ShadowDenied && l.RecordDenials)
 		out.Accepted, out.Reservation, out.Snapshot = true, res, v.snapshot(0)
@@ -173,6 +174,7 @@ func (v *view) resolveHold(h *ledger.Reservation, charge decimal.Decimal) {
 	i := slices.IndexFunc(st.Holds, func(x bucket.Hold) bool { return x.ID == h.ID })
 	v.expire(0, bucket.Expired(st, v.now))
 	v.set(0, bucket.Resolve(v.limits[0].limit.Rule(), st, v.now, i, ledger.Amount(charge)))
+	v.notice(0, st)
 }
 
 // resolve runs the common part of Commit and Release: find the hold's

@@ -73,7 +73,7 @@ func encodeSnap(s ledger.Snapshot) (snapJSON, error) {
 	if err != nil {
 		return snapJSON{}, err
 	}
-	level, updated, extra, err := encodeState(s.State)
+	level, updated, extra, err := encodeState(s.State, ledger.Marks{})
 	if err != nil {
 		return snapJSON{}, err
 	}

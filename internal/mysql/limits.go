@@ -81,9 +81,6 @@ type limitRow struct {
 // old rule at now (bucket.Switch), in the same transaction, as the memory
 // store does.
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
-	if len(l.Thresholds) > 0 {
-		return ledger.Limit{}, fmt.Errorf("mysql store: thresholds: %w", ledger.ErrNotServed)
-	}
 	text, err := encodeSpec(l)
 	if err != nil {
 		return ledger.Limit{}, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -45,8 +46,10 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			l := v.limits[i].limit
 			switch {
 			case out.Accepted && it.Cost.Sign() > 0:
-				v.expire(i, bucket.Expired(v.buckets[i].state, v.now))
+				before := v.buckets[i].state
+				v.expire(i, bucket.Expired(before, v.now))
 				v.set(i, next[i])
+				v.notice(i, before)
 				out.Items[i].EntryID = v.record(i, ledger.EventFillup, it.Cost, it.Meta, ds[i].ShadowDenied && l.RecordDenials)
 			case !ds[i].Accepted && l.RecordDenials:
 				out.Items[i].EntryID = v.record(i, ledger.EventDenied, it.Cost, it.Meta, false)
@@ -68,9 +71,11 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		out = ledger.DrainOutcome{}
 		// A drain that can remove nothing is a no-op, like a drain of 0.
 		if removed, ns := bucket.Drain(v.limits[0].limit.Rule(), v.buckets[0].state, v.now, ledger.Amount(amount)); removed.Sign() > 0 {
-			v.expire(0, bucket.Expired(v.buckets[0].state, v.now))
+			before := v.buckets[0].state
+			v.expire(0, bucket.Expired(before, v.now))
 			out.Removed = removed.Decimal()
 			v.set(0, ns)
+			v.notice(0, before)
 			out.EntryID = v.record(0, ledger.EventDrain, out.Removed, meta, false)
 		}
 		out.Snapshot = v.snapshot(0)
@@ -195,14 +200,57 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 // they answer ledger.ErrNotServed and change nothing. The store is not
 // offered by --store until every one of them passes the conformance suite.
 
-// Events is not built yet.
-func (s *Store) Events(context.Context, string, int) ([]ledger.OutboxEvent, string, error) {
-	return nil, "", fmt.Errorf("mysql store: events: %w", ledger.ErrNotServed)
+// Events lists up to n events after cursor (a sequence number), in the
+// order of their sequence, which is their commit order.
+func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.OutboxEvent, string, error) {
+	var after uint64
+	if cursor != "" {
+		var err error
+		if after, err = strconv.ParseUint(cursor, 10, 64); err != nil {
+			return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "after", Reason: "is not a cursor this store gave"}
+		}
+	}
+	out, err := s.events(ctx, "SELECT seq, body FROM budgetd_events WHERE seq > ? ORDER BY seq LIMIT ?", after, n)
+	if err != nil || len(out) == 0 {
+		return out, cursor, err
+	}
+	return out, out[len(out)-1].ID, nil
 }
 
-// BucketEvents is not built yet.
-func (s *Store) BucketEvents(context.Context, ledger.BucketRef, int) ([]ledger.OutboxEvent, error) {
-	return nil, fmt.Errorf("mysql store: events: %w", ledger.ErrNotServed)
+// BucketEvents returns up to n of the bucket's events, newest first.
+func (s *Store) BucketEvents(ctx context.Context, ref ledger.BucketRef, n int) ([]ledger.OutboxEvent, error) {
+	l, err := s.readLimitTx(ctx, s.db, ref.Limit, false)
+	if errors.Is(err, ledger.ErrLimitNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.events(ctx, "SELECT seq, body FROM budgetd_events WHERE limit_id = ? AND bkey = ? ORDER BY seq DESC LIMIT ?", l.id, []byte(ref.Key), n)
+}
+
+// events reads the events a query selects (seq, body).
+func (s *Store) events(ctx context.Context, query string, args ...any) ([]ledger.OutboxEvent, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []ledger.OutboxEvent
+	for rows.Next() {
+		var seq uint64
+		var body string
+		if err := rows.Scan(&seq, &body); err != nil {
+			return nil, classify(err)
+		}
+		var e ledger.OutboxEvent
+		if err := json.Unmarshal([]byte(body), &e); err != nil {
+			return nil, fmt.Errorf("mysql: event %d: %w", seq, err)
+		}
+		e.ID = strconv.FormatUint(seq, 10)
+		out = append(out, e)
+	}
+	return out, classify(rows.Err())
 }
 
 var _ ledger.Store = (*Store)(nil)

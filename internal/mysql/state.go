@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/ledger"
 )
 
 // bucketRow is a bucket as a decision read it: its state, the version the
@@ -19,6 +20,7 @@ type bucketRow struct {
 	hseq    uint64
 	last    int64 // last_us
 	state   bucket.State
+	marks   ledger.Marks // the threshold marks (ledger.Watch)
 }
 
 // scanner is a *sql.Row or *sql.Rows.
@@ -68,6 +70,9 @@ func (b *bucketRow) decode(level string, updated int64, extra sql.NullString) er
 		}
 		b.state.Slots = append(b.state.Slots, bucket.Slot{Index: sl.Index, Sum: a})
 	}
+	if x.Marks != nil {
+		b.marks = *x.Marks
+	}
 	return nil
 }
 
@@ -75,7 +80,8 @@ func (b *bucketRow) decode(level string, updated int64, extra sql.NullString) er
 // decimal strings.
 type extraJSON struct {
 	Holds []holdJSON `json:"holds,omitempty"`
-	Slots []slotJSON `json:"slots,omitempty"`
+	Slots []slotJSON     `json:"slots,omitempty"`
+	Marks *ledger.Marks `json:"marks,omitempty"`
 }
 
 type holdJSON struct {
@@ -89,17 +95,20 @@ type slotJSON struct {
 	Sum   string `json:"s"`
 }
 
-// encodeState returns the columns of st: level, updated_us and extra (NULL
-// when st has no holds and no slots).
-func encodeState(st bucket.State) (level string, updated int64, extra sql.NullString, err error) {
+// encodeState returns the columns of st with marks m: level, updated_us and
+// extra (NULL when there are no holds, slots or marks).
+func encodeState(st bucket.State, m ledger.Marks) (level string, updated int64, extra sql.NullString, err error) {
 	level = st.Level.String()
 	if !st.Updated.IsZero() {
 		updated = st.Updated.UnixMicro()
 	}
-	if len(st.Holds) == 0 && len(st.Slots) == 0 {
+	if len(st.Holds) == 0 && len(st.Slots) == 0 && m == (ledger.Marks{}) {
 		return level, updated, extra, nil
 	}
 	var x extraJSON
+	if m != (ledger.Marks{}) {
+		x.Marks = &m
+	}
 	for _, h := range st.Holds {
 		x.Holds = append(x.Holds, holdJSON{ID: h.ID, Amount: h.Amount.String(), ExpiresUS: h.ExpiresAt.UnixMicro()})
 	}

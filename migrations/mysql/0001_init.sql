@@ -90,6 +90,28 @@ CREATE TABLE IF NOT EXISTS budgetd_idempotency (
   PRIMARY KEY (id)
 ) ENGINE=InnoDB;
 
+-- The events outbox. seq is given from the one row of budgetd_event_seq,
+-- which a write that emits events updates last, just before its commit: the
+-- writes that emit events commit one at a time in seq order, so a reader
+-- never sees seq n+1 before n (an auto-increment would allow it). Events are
+-- rare (a threshold crossed or recovered), so the one row is not a hot spot.
+CREATE TABLE IF NOT EXISTS budgetd_event_seq (
+  id TINYINT UNSIGNED NOT NULL,
+  n  BIGINT UNSIGNED NOT NULL,
+  PRIMARY KEY (id)
+) ENGINE=InnoDB;
+INSERT IGNORE INTO budgetd_event_seq (id, n) VALUES (1, 0);
+
+CREATE TABLE IF NOT EXISTS budgetd_events (
+  seq      BIGINT UNSIGNED NOT NULL,
+  limit_id BIGINT UNSIGNED NOT NULL,
+  bkey     VARBINARY(256) NOT NULL,
+  at_us    BIGINT NOT NULL,
+  body     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+  PRIMARY KEY (seq),
+  KEY budgetd_events_bucket (limit_id, bkey, seq)
+) ENGINE=InnoDB;
+
 -- budgetd_assert ends the statement, and so the rest of a multi-statement
 -- write, with SQLSTATE 45000 when ok is not true: how a write says "what I
 -- decided on has changed" without a round trip back to budgetd.
