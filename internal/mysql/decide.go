@@ -31,7 +31,7 @@ type view struct {
 	holds   []holdOp // hold rows to insert or change, with their buckets' writes
 	// hold is the hold a Commit or Release asked for (withHold), read after
 	// its bucket, nil when there is none.
-	hold *ledger.Reservation
+	hold   *ledger.Reservation
 	idem   *idemRow // the idempotency record to write, nil for none
 	events []eventRow
 }
