@@ -158,7 +158,6 @@ func (s *Store) decide(ctx context.Context, refs []ledger.BucketRef, fn func(v *
 		if !errors.Is(err, errConflict) {
 			return err
 		}
-		s.stats.conflicts.Add(1)
 	}
 	return fmt.Errorf("%w: %d conflicting attempts: %w", ledger.ErrUnavailable, s.attempts, err)
 }

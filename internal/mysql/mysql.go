@@ -25,7 +25,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -45,7 +44,6 @@ type Store struct {
 	clock     func() time.Time
 	isolation string
 	attempts  int
-	stats     stats
 }
 
 // Option configures a Store.
@@ -260,9 +258,4 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
 	}
 	return err
-}
-
-// stats counts what the store's decisions did, for tests and metrics.
-type stats struct {
-	conflicts atomic.Int64
 }

@@ -196,10 +196,6 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 	return out, classify(rows.Err())
 }
 
-// The operations below are not built yet (docs/mysql.md, "What is next");
-// they answer ledger.ErrNotServed and change nothing. The store is not
-// offered by --store until every one of them passes the conformance suite.
-
 // Events lists up to n events after cursor (a sequence number), in the
 // order of their sequence, which is their commit order.
 func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.OutboxEvent, string, error) {
