@@ -44,6 +44,7 @@ type Store struct {
 	clock     func() time.Time
 	isolation string
 	attempts  int
+	lockWait  time.Duration
 }
 
 // Option configures a Store.
@@ -57,6 +58,15 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.clock = 
 // WithIsolation sets the isolation level of the store's transactions:
 // RepeatableRead (the server's default) or ReadCommitted.
 func WithIsolation(level string) Option { return func(s *Store) { s.isolation = level } }
+
+// DefaultLockWait is how long a statement waits for a row lock before the
+// server gives up with a lock-wait timeout (1205), which the store retries.
+const DefaultLockWait = 5 * time.Second
+
+// WithLockWait sets the sessions' innodb_lock_wait_timeout (whole seconds,
+// at least 1; DefaultLockWait), so that a decision stuck behind a lock gives
+// up, runs again and, after the bounded attempts, fails with 503.
+func WithLockWait(d time.Duration) Option { return func(s *Store) { s.lockWait = d } }
 
 // maxAttempts bounds how often a decision runs again after a conflict, a
 // deadlock (1213) or a lock-wait timeout (1205) before the call fails with
@@ -150,18 +160,19 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("mysql: %w", err)
-	}
-	s := &Store{db: sql.OpenDB(conn), isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts}
+	s := &Store{isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts, lockWait: DefaultLockWait}
 	for _, o := range opts {
 		o(s)
 	}
 	if s.isolation != RepeatableRead && s.isolation != ReadCommitted {
-		s.db.Close()
 		return nil, fmt.Errorf("mysql: isolation %q: must be %s or %s", s.isolation, RepeatableRead, ReadCommitted)
 	}
+	cfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(max(1, int(s.lockWait/time.Second)))
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	s.db = sql.OpenDB(conn)
 	s.db.SetMaxOpenConns(64)
 	s.db.SetMaxIdleConns(64)
 	s.db.SetConnMaxIdleTime(5 * time.Minute)

@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -262,4 +263,49 @@ func mustURL(t testing.TB, raw string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// TestLockWaitUnavailable: a decision stuck behind a row lock that another
+// session holds gives up at each lock-wait timeout, runs again, and after
+// the bounded attempts fails with ledger.ErrUnavailable (503); once the lock
+// is gone the same call is accepted.
+func TestLockWaitUnavailable(t *testing.T) {
+	url := newDatabase(t)
+	s := open(t, url, mysql.WithLockWait(time.Second))
+	ctx := context.Background()
+	if _, err := ledger.NewService(s).PutLimit(ctx, "l", ledger.LimitSpec{Capacity: decimal.NewFromInt(10), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ref := ledger.BucketRef{Limit: "l", Key: "k"}
+	charge := []ledger.Charge{{Bucket: ref, Cost: decimal.NewFromInt(1)}}
+	if _, err := s.Fillup(ctx, charge, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	db, _ := admin(t)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	dbName := strings.TrimPrefix(mustURL(t, url).Path, "/")
+	var n int
+	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+dbName+".budgetd_buckets WHERE bkey = 'k' FOR UPDATE").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("lock the bucket row: %d rows, %v", n, err)
+	}
+	_, err = s.Fillup(ctx, charge, ledger.Idempotency{})
+	if !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Fillup behind a held row lock: %v, want ErrUnavailable", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.Fillup(ctx, charge, ledger.Idempotency{})
+	if err != nil || !out.Accepted {
+		t.Fatalf("Fillup after the lock is gone: %+v, %v", out, err)
+	}
+	// Two charges of 1, less what leaked meanwhile (1 an hour); a third,
+	// from the refused call, would be 3.
+	if lv := out.Items[0].Snapshot.State.Level.Decimal(); lv.GreaterThan(decimal.NewFromInt(2)) || lv.LessThan(decimal.RequireFromString("1.5")) {
+		t.Errorf("level %s: the refused call must not have charged", lv)
+	}
 }
