@@ -23,8 +23,11 @@ import (
 // for the attempt. The decision changes it with set and record; the write
 // then stores what changed.
 type view struct {
-	now     time.Time
+	now time.Time
+	// limits are the limits of the buckets as the rule reads them, their
+	// terms at now (grants added); base are the limits as stored.
 	limits  []limitRow
+	base    []ledger.Limit
 	buckets []bucketRow
 	dirty   []bool
 	entries [][]entryRow
@@ -94,6 +97,7 @@ type entryRow struct {
 	event  ledger.Event
 	amount decimal.Decimal
 	hold   string
+	grant  string
 	meta   ledger.Meta
 	shadow bool
 }
@@ -253,7 +257,7 @@ const bucketCols = "b.bkey, b.version, b.level, b.updated_us, b.extra, b.hseq, b
 // is one statement; locked, the limits are read first and then the bucket
 // rows are locked for update, in key order.
 func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRef, locked bool) (*view, error) {
-	v := &view{limits: make([]limitRow, len(refs)), buckets: make([]bucketRow, len(refs)), dirty: make([]bool, len(refs)), entries: make([][]entryRow, len(refs))}
+	v := &view{limits: make([]limitRow, len(refs)), base: make([]ledger.Limit, len(refs)), buckets: make([]bucketRow, len(refs)), dirty: make([]bool, len(refs)), entries: make([][]entryRow, len(refs))}
 	found := make([]bool, len(refs))
 	var q strings.Builder
 	var args []any
@@ -328,7 +332,20 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 	if t := s.clock(); !t.IsZero() {
 		v.now = t.UTC().Truncate(time.Microsecond)
 	}
+	for i := range v.limits {
+		v.base[i] = v.limits[i].limit
+		v.terms(i)
+	}
 	return v, nil
+}
+
+// terms sets bucket i's limit to its terms at v.now: its base limit with
+// its active grants (memory.Store.terms).
+func (v *view) terms(i int) {
+	v.limits[i].limit = v.base[i]
+	if gs := v.buckets[i].grants; len(gs) > 0 {
+		v.limits[i].limit = v.base[i].WithGrants(ledger.ActiveGrants(gs, v.now))
+	}
 }
 
 // lockBuckets reads v's bucket rows for update, in the order of their
@@ -428,7 +445,7 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 	}
 	for _, i := range idx {
 		b := &v.buckets[i]
-		level, updated, extra, err := encodeState(b.state, b.marks)
+		level, updated, extra, err := encodeState(b.state, b.marks, b.grants)
 		if err != nil {
 			return "", nil, err
 		}
@@ -444,15 +461,18 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 		if len(v.entries[i]) == 0 {
 			continue
 		}
-		q.WriteString("INSERT INTO budgetd_history (limit_id, bkey, seq, at_us, event, amount, reservation_id, meta, shadow_denied) VALUES ")
+		q.WriteString("INSERT INTO budgetd_history (limit_id, bkey, seq, at_us, event, amount, reservation_id, grant_id, meta, shadow_denied) VALUES ")
 		for j, e := range v.entries[i] {
 			if j > 0 {
 				q.WriteString(", ")
 			}
-			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
-			var hold, meta sql.NullString
+			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			var hold, grant, meta sql.NullString
 			if e.hold != "" {
 				hold = sql.NullString{String: e.hold, Valid: true}
+			}
+			if e.grant != "" {
+				grant = sql.NullString{String: e.grant, Valid: true}
 			}
 			if e.meta != nil {
 				m, err := json.Marshal(e.meta)
@@ -461,7 +481,7 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 				}
 				meta = sql.NullString{String: string(m), Valid: true}
 			}
-			args = append(args, v.limits[i].id, key, e.seq, e.at.UnixMicro(), string(e.event), e.amount.String(), hold, meta, e.shadow)
+			args = append(args, v.limits[i].id, key, e.seq, e.at.UnixMicro(), string(e.event), e.amount.String(), hold, grant, meta, e.shadow)
 		}
 		q.WriteString(";\n")
 	}

@@ -66,6 +66,8 @@ type snapJSON struct {
 	Extra     string `json:"x,omitempty"`
 	HasExtra  bool   `json:"hx,omitempty"`
 	NowUS     int64  `json:"w"`
+	Override  string `json:"o,omitempty"`
+	Grants    string `json:"g,omitempty"`
 }
 
 func encodeSnap(s ledger.Snapshot) (snapJSON, error) {
@@ -73,18 +75,25 @@ func encodeSnap(s ledger.Snapshot) (snapJSON, error) {
 	if err != nil {
 		return snapJSON{}, err
 	}
-	level, updated, extra, err := encodeState(s.State, ledger.Marks{})
+	level, updated, extra, err := encodeState(s.State, ledger.Marks{}, nil)
 	if err != nil {
 		return snapJSON{}, err
 	}
 	return snapJSON{Name: s.Limit.Name, Spec: spec, CreatedUS: s.Limit.CreatedAt.UnixMicro(), UpdatedUS: s.Limit.UpdatedAt.UnixMicro(),
-		Level: level, StateUS: updated, Extra: extra.String, HasExtra: extra.Valid, NowUS: s.Now.UnixMicro()}, nil
+		Level: level, StateUS: updated, Extra: extra.String, HasExtra: extra.Valid, NowUS: s.Now.UnixMicro(),
+		Override: s.Limit.Override, Grants: s.Limit.Grants.String()}, nil
 }
 
 func (j snapJSON) decode() (ledger.Snapshot, error) {
 	l, err := decodeSpec(j.Name, j.Spec, j.CreatedUS, j.UpdatedUS)
 	if err != nil {
 		return ledger.Snapshot{}, err
+	}
+	l.Override = j.Override
+	if j.Grants != "" {
+		if l.Grants, err = decimal.NewFromString(j.Grants); err != nil {
+			return ledger.Snapshot{}, err
+		}
 	}
 	b := bucketRow{}
 	if err := b.decode(j.Level, j.StateUS, sql.NullString{String: j.Extra, Valid: j.HasExtra}); err != nil {
@@ -101,6 +110,7 @@ type outcomeJSON struct {
 	Removed     decimal.Decimal     `json:"r"`
 	Reservation *ledger.Reservation `json:"h,omitempty"`
 	Refusal     string              `json:"f,omitempty"`
+	Grant       *ledger.Grant       `json:"gr,omitempty"`
 }
 
 // record sets v.idem to the record of out (one of the store's outcome
@@ -130,6 +140,8 @@ func (v *view) recordIdem(idem ledger.Idempotency, out any) error {
 		o.Accepted, o.Reservation, err = x.Accepted, &x.Reservation, add(x.Snapshot, x.EntryID)
 	case *ledger.ResolveOutcome:
 		o.Reservation, o.Refusal, err = &x.Reservation, x.Refusal, add(x.Snapshot, "")
+	case *ledger.GrantOutcome:
+		o.Grant, err = &x.Grant, add(x.Snapshot, x.EntryID)
 	default:
 		return fmt.Errorf("mysql: no record of %T", out)
 	}
@@ -187,6 +199,12 @@ func replay(text string, out any) error {
 		*x = ledger.ResolveOutcome{Snapshot: s, Refusal: o.Refusal, Replayed: true}
 		if o.Reservation != nil {
 			x.Reservation = *o.Reservation
+		}
+	case *ledger.GrantOutcome:
+		s, e := one()
+		*x = ledger.GrantOutcome{Snapshot: s, EntryID: e, Replayed: true}
+		if o.Grant != nil {
+			x.Grant = *o.Grant
 		}
 	default:
 		return fmt.Errorf("mysql: no record of %T", out)

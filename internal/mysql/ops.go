@@ -121,7 +121,7 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 	if !l.limit.History {
 		return nil, "", nil
 	}
-	q := "SELECT seq, at_us, event, amount, reservation_id, meta, shadow_denied FROM budgetd_history WHERE limit_id = ? AND bkey = ?"
+	q := "SELECT seq, at_us, event, amount, reservation_id, grant_id, meta, shadow_denied FROM budgetd_history WHERE limit_id = ? AND bkey = ?"
 	args := []any{l.id, []byte(ref.Key)}
 	if cursor != "" {
 		q += " AND (at_us < ? OR at_us = ? AND seq < ?)"
@@ -139,9 +139,9 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 		var seq uint64
 		var at int64
 		var ev, amount string
-		var hold, meta sql.NullString
+		var hold, grant, meta sql.NullString
 		var e ledger.Entry
-		if err := rows.Scan(&seq, &at, &ev, &amount, &hold, &meta, &e.ShadowDenied); err != nil {
+		if err := rows.Scan(&seq, &at, &ev, &amount, &hold, &grant, &meta, &e.ShadowDenied); err != nil {
 			return nil, "", classify(err)
 		}
 		a, ok := bucket.ParseAmount(amount)
@@ -149,6 +149,7 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 			return nil, "", fmt.Errorf("mysql: history amount %q", amount)
 		}
 		e.ID, e.Time, e.Event, e.Amount, e.ReservationID = strconv.FormatUint(seq, 10), time.UnixMicro(at).UTC(), ledger.Event(ev), a.Decimal(), hold.String
+		e.GrantID = grant.String
 		if meta.Valid {
 			if err := json.Unmarshal([]byte(meta.String), &e.Meta); err != nil {
 				return nil, "", fmt.Errorf("mysql: history meta: %w", err)
@@ -191,7 +192,11 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 		if t := s.clock(); !t.IsZero() {
 			now = t.UTC().Truncate(time.Microsecond)
 		}
-		out = append(out, ledger.BucketSnapshot{Key: b.key, Snapshot: ledger.Snapshot{Limit: l.limit, State: b.state, Now: now}})
+		lim := l.limit
+		if len(b.grants) > 0 {
+			lim = lim.WithGrants(ledger.ActiveGrants(b.grants, now))
+		}
+		out = append(out, ledger.BucketSnapshot{Key: b.key, Snapshot: ledger.Snapshot{Limit: lim, State: b.state, Now: now}})
 	}
 	return out, classify(rows.Err())
 }

@@ -20,7 +20,8 @@ type bucketRow struct {
 	hseq    uint64
 	last    int64 // last_us
 	state   bucket.State
-	marks   ledger.Marks // the threshold marks (ledger.Watch)
+	marks   ledger.Marks   // the threshold marks (ledger.Watch)
+	grants  []ledger.Grant // its grants, oldest first, expired ones until the next grant or revocation
 }
 
 // scanner is a *sql.Row or *sql.Rows.
@@ -73,6 +74,7 @@ func (b *bucketRow) decode(level string, updated int64, extra sql.NullString) er
 	if x.Marks != nil {
 		b.marks = *x.Marks
 	}
+	b.grants = x.Grants
 	return nil
 }
 
@@ -81,7 +83,8 @@ func (b *bucketRow) decode(level string, updated int64, extra sql.NullString) er
 type extraJSON struct {
 	Holds []holdJSON    `json:"holds,omitempty"`
 	Slots []slotJSON    `json:"slots,omitempty"`
-	Marks *ledger.Marks `json:"marks,omitempty"`
+	Marks  *ledger.Marks  `json:"marks,omitempty"`
+	Grants []ledger.Grant `json:"grants,omitempty"`
 }
 
 type holdJSON struct {
@@ -95,17 +98,18 @@ type slotJSON struct {
 	Sum   string `json:"s"`
 }
 
-// encodeState returns the columns of st with marks m: level, updated_us and
-// extra (NULL when there are no holds, slots or marks).
-func encodeState(st bucket.State, m ledger.Marks) (level string, updated int64, extra sql.NullString, err error) {
+// encodeState returns the columns of st with marks m and grants gs: level,
+// updated_us and extra (NULL when there are no holds, slots, marks or
+// grants).
+func encodeState(st bucket.State, m ledger.Marks, gs []ledger.Grant) (level string, updated int64, extra sql.NullString, err error) {
 	level = st.Level.String()
 	if !st.Updated.IsZero() {
 		updated = st.Updated.UnixMicro()
 	}
-	if len(st.Holds) == 0 && len(st.Slots) == 0 && m == (ledger.Marks{}) {
+	if len(st.Holds) == 0 && len(st.Slots) == 0 && m == (ledger.Marks{}) && len(gs) == 0 {
 		return level, updated, extra, nil
 	}
-	var x extraJSON
+	x := extraJSON{Grants: gs}
 	if m != (ledger.Marks{}) {
 		x.Marks = &m
 	}

@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS budgetd_limits (
 
 -- One row per written bucket: the state package bucket computed last (level,
 -- time, and in extra the holds, window slots and threshold marks as JSON with
--- exact decimal strings, NULL when there are none), a version that every
+-- exact decimal strings, NULL when there are none; also its grants), a version that every
 -- write bumps (compare-and-set), hseq, the last history entry id the bucket
 -- gave, and last_us, the time of its last write (a later decision's "now" is
 -- never before it, so the bucket's history never runs back in id order).
@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS budgetd_history (
   event          VARCHAR(16) CHARACTER SET ascii NOT NULL,
   amount         DECIMAL(40,12) NOT NULL,
   reservation_id VARBINARY(128) NULL,
+  grant_id       VARBINARY(64) NULL,
   meta           LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
   shadow_denied  BOOLEAN NOT NULL DEFAULT FALSE,
   PRIMARY KEY (limit_id, bkey, seq),
