@@ -292,7 +292,7 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 		if err := rows.Scan(&i, &clock, &lr.id, &lr.rev, &text, &created, &updated, &key, &version, &level, &bupdated, &extra, &hseq, &last); err != nil {
 			return nil, classify(err)
 		}
-		if lr.limit, err = decodeSpec(refs[i].Limit, text, created, updated); err != nil {
+		if lr.limit, lr.set, err = decodeSpecSet(refs[i].Limit, text, created, updated); err != nil {
 			return nil, err
 		}
 		v.limits[i], found[i] = lr, true
@@ -340,11 +340,15 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 }
 
 // terms sets bucket i's limit to its terms at v.now: its base limit with
-// its active grants (memory.Store.terms).
+// the override that applies to its key and its active grants
+// (memory.Store.terms).
 func (v *view) terms(i int) {
 	v.limits[i].limit = v.base[i]
+	if set := v.limits[i].set; set != nil && set.Len() > 0 {
+		v.limits[i].limit = set.Effective(v.base[i], v.buckets[i].key, v.now)
+	}
 	if gs := v.buckets[i].grants; len(gs) > 0 {
-		v.limits[i].limit = v.base[i].WithGrants(ledger.ActiveGrants(gs, v.now))
+		v.limits[i].limit = v.limits[i].limit.WithGrants(ledger.ActiveGrants(gs, v.now))
 	}
 }
 

@@ -71,7 +71,7 @@ type snapJSON struct {
 }
 
 func encodeSnap(s ledger.Snapshot) (snapJSON, error) {
-	spec, err := encodeSpec(s.Limit)
+	spec, err := encodeSpec(s.Limit, nil)
 	if err != nil {
 		return snapJSON{}, err
 	}

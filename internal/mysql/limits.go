@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -28,10 +29,14 @@ type spec struct {
 	Mode          string             `json:"mode"`
 	Grace         string             `json:"grace"`
 	Thresholds    []ledger.Threshold `json:"thresholds,omitempty"`
+	// Overrides are the limit's overrides (SPEC "Terms per customer"),
+	// kept in its row so that a decision reads them with it and a change
+	// of them bumps its rev like any change of the limit.
+	Overrides []ledger.Override `json:"overrides,omitempty"`
 }
 
-func encodeSpec(l ledger.Limit) (string, error) {
-	sp := spec{
+func encodeSpec(l ledger.Limit, os []ledger.Override) (string, error) {
+	sp := spec{Overrides: os,
 		Capacity: l.Capacity.String(), LeakAmount: l.LeakAmount.String(), LeakPerUS: l.LeakPer.Microseconds(),
 		Period: l.Period, History: l.History, RecordDenials: l.RecordDenials, Mode: l.Mode, Grace: l.Grace.String(),
 		Thresholds: l.Thresholds,
@@ -44,10 +49,26 @@ func encodeSpec(l ledger.Limit) (string, error) {
 }
 
 func decodeSpec(name, text string, createdUS, updatedUS int64) (ledger.Limit, error) {
+	l, _, err := decodeSpecSet(name, text, createdUS, updatedUS)
+	return l, err
+}
+
+// decodeSpecSet is decodeSpec with the limit's overrides.
+func decodeSpecSet(name, text string, createdUS, updatedUS int64) (ledger.Limit, *ledger.Overrides, error) {
 	var sp spec
 	if err := json.Unmarshal([]byte(text), &sp); err != nil {
-		return ledger.Limit{}, fmt.Errorf("mysql: limit %q: spec: %w", name, err)
+		return ledger.Limit{}, nil, fmt.Errorf("mysql: limit %q: spec: %w", name, err)
 	}
+	set := &ledger.Overrides{}
+	for _, o := range sp.Overrides {
+		set.Put(o)
+	}
+	l, err := limitOf(name, sp, createdUS, updatedUS)
+	return l, set, err
+}
+
+// limitOf is the limit of a decoded spec.
+func limitOf(name string, sp spec, createdUS, updatedUS int64) (ledger.Limit, error) {
 	l := ledger.Limit{Name: name, LeakPer: time.Duration(sp.LeakPerUS) * time.Microsecond, Period: sp.Period,
 		History: sp.History, RecordDenials: sp.RecordDenials, Mode: sp.Mode, Thresholds: sp.Thresholds,
 		CreatedAt: time.UnixMicro(createdUS).UTC(), UpdatedAt: time.UnixMicro(updatedUS).UTC()}
@@ -74,6 +95,7 @@ type limitRow struct {
 	id    uint64
 	rev   uint64
 	limit ledger.Limit
+	set   *ledger.Overrides // its overrides
 }
 
 // PutLimit creates the limit or updates it in place. A change of its rule
@@ -81,12 +103,8 @@ type limitRow struct {
 // old rule at now (bucket.Switch), in the same transaction, as the memory
 // store does.
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
-	text, err := encodeSpec(l)
-	if err != nil {
-		return ledger.Limit{}, err
-	}
 	var out ledger.Limit
-	err = s.withTx(ctx, func(tx *sql.Tx) error {
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		now, err := s.now(ctx, tx)
 		if err != nil {
 			return err
@@ -95,6 +113,10 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 		old, err := s.readLimitTx(ctx, tx, l.Name, true)
 		switch {
 		case errors.Is(err, ledger.ErrLimitNotFound):
+			text, err := encodeSpec(l, nil)
+			if err != nil {
+				return err
+			}
 			if _, err := tx.ExecContext(ctx, "INSERT INTO budgetd_limits (name, rev, spec, created_us, updated_us) VALUES (?, 1, ?, ?, ?)", []byte(l.Name), text, us, us); err != nil {
 				return err
 			}
@@ -106,6 +128,10 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 				if err := s.switchBuckets(ctx, tx, old, now); err != nil {
 					return err
 				}
+			}
+			text, err := encodeSpec(l, old.set.List("", math.MaxInt, now))
+			if err != nil {
+				return err
 			}
 			if _, err := tx.ExecContext(ctx, "UPDATE budgetd_limits SET rev = rev + 1, spec = ?, updated_us = ? WHERE id = ?", text, us, old.id); err != nil {
 				return err
@@ -195,7 +221,7 @@ func (s *Store) readLimitTx(ctx context.Context, q querier, name string, forUpda
 	if err != nil {
 		return limitRow{}, classify(err)
 	}
-	r.limit, err = decodeSpec(name, text, created, updated)
+	r.limit, r.set, err = decodeSpecSet(name, text, created, updated)
 	return r, err
 }
 

@@ -83,9 +83,8 @@ func factory(isolation string) ledgertest.Factory {
 	}
 }
 
-// The whole conformance suite, at both isolation levels. The store has no
-// overrides or grants yet, which the suite checks are refused
-// (ledger.ErrNotServed) and change nothing.
+// The whole conformance suite, overrides and grants included, at both
+// isolation levels.
 func TestConformanceRepeatableRead(t *testing.T) {
 	ledgertest.Run(t, factory(mysql.RepeatableRead))
 }

@@ -193,6 +193,9 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 			now = t.UTC().Truncate(time.Microsecond)
 		}
 		lim := l.limit
+		if l.set.Len() > 0 {
+			lim = l.set.Effective(lim, b.key, now)
+		}
 		if len(b.grants) > 0 {
 			lim = lim.WithGrants(ledger.ActiveGrants(b.grants, now))
 		}
