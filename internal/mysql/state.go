@@ -81,8 +81,8 @@ func (b *bucketRow) decode(level string, updated int64, extra sql.NullString) er
 // extraJSON is the extra column: what few buckets have, amounts as exact
 // decimal strings.
 type extraJSON struct {
-	Holds []holdJSON    `json:"holds,omitempty"`
-	Slots []slotJSON    `json:"slots,omitempty"`
+	Holds  []holdJSON     `json:"holds,omitempty"`
+	Slots  []slotJSON     `json:"slots,omitempty"`
 	Marks  *ledger.Marks  `json:"marks,omitempty"`
 	Grants []ledger.Grant `json:"grants,omitempty"`
 }
