@@ -98,6 +98,8 @@ type Limit struct {
 	// Thresholds are the points of a bucket's use at which a write emits
 	// an event: "80%" (of the capacity) or "4500.00" (an amount).
 	Thresholds []string `json:"thresholds"`
+	// Rollover is the rollover of a periodic limit; nil for none.
+	Rollover *Rollover `json:"rollover"`
 	// CreatedAt is when the limit was first created.
 	CreatedAt Time `json:"created_at"`
 	// UpdatedAt is when the limit was last written.
@@ -115,6 +117,14 @@ func (l Limit) Kind() Kind {
 		return KindLeak
 	}
 	return ""
+}
+
+// Rollover carries the capacity a bucket of a periodic limit left unused
+// at the end of a period into the next period only, at most Max
+// (docs/terms.md#rollover).
+type Rollover struct {
+	// Max is the most carried into a period: ≥ 0, at most 10^12.
+	Max decimal.Decimal `json:"max"`
 }
 
 // Leak is a leak rate: Amount leaks out of a bucket every Per.
@@ -184,6 +194,9 @@ type LimitPut struct {
 	// emits an event: "80%" (above 0, at most 200%, 2 decimals) or an
 	// amount; nil is none.
 	Thresholds []string `json:"thresholds,omitempty"`
+	// Rollover (periodic limits only) carries unused capacity into the
+	// next period; nil is none.
+	Rollover *Rollover `json:"rollover,omitempty"`
 	// History says whether the limit records history; nil is the default
 	// (true).
 	History *bool `json:"history,omitempty"`
@@ -245,6 +258,10 @@ type Decision struct {
 	// Grants is the sum of the bucket's active grants, included in
 	// Capacity ("0" for none).
 	Grants decimal.Decimal `json:"grants"`
+	// Rollover is the rollover the bucket received in the current period
+	// (a periodic limit with rollover), included in Capacity ("0" for
+	// none).
+	Rollover decimal.Decimal `json:"rollover"`
 }
 
 // RetryAfterDuration returns RetryAfter as a duration, rounded up to the
@@ -285,6 +302,10 @@ type BucketState struct {
 	// Grants is the sum of the bucket's active grants, included in
 	// Capacity ("0" for none).
 	Grants decimal.Decimal `json:"grants"`
+	// Rollover is the rollover the bucket received in the current period
+	// (a periodic limit with rollover), included in Capacity ("0" for
+	// none).
+	Rollover decimal.Decimal `json:"rollover"`
 }
 
 // BucketListItem is one bucket of GET /v1/limits/{name}/buckets.

@@ -258,6 +258,8 @@ func TestOpenAPIMatchesTheTypes(t *testing.T) {
 		"GrantRequest":            reflect.TypeFor[api.GrantRequest](),
 		"Granted":                 reflect.TypeFor[api.Granted](),
 		"GrantPage":               reflect.TypeFor[api.Page[api.Grant]](),
+		"Rollover":                reflect.TypeFor[api.Rollover](),
+		"RolloverPut":             reflect.TypeFor[api.Rollover](),
 	}
 	// Schemas of single values, not documents.
 	values := map[string]bool{"AmountInput": true, "Decimal": true, "Percent": true, "Duration": true, "Timestamp": true, "ProblemCode": true, "Meta": true}

@@ -48,7 +48,7 @@ func (c *Client) granted(ctx context.Context, method, path, key string, body any
 // Grant adds amount to the bucket's capacity until expiresAt (POST
 // …/buckets/{key}/grants, admin scope); a zero expiresAt asks for the end
 // of the current period of a periodic limit. The IdempotencyKey and Meta
-// options apply. On a store that keeps no grants yet (Redis) it is an
+// options apply. On a store that keeps no grants (none of the stores budgetd ships today) it is an
 // *Error with Code not_served.
 func (c *Client) Grant(ctx context.Context, limit, key string, amount decimal.Decimal, expiresAt time.Time, opts ...CallOption) (Granted, error) {
 	if err := checkBucket("", limit, key); err != nil {

@@ -82,6 +82,9 @@ type Decision struct {
 	// Grants is the sum of the bucket's active grants, included in
 	// Capacity (docs/terms.md#grants).
 	Grants decimal.Decimal
+	// Rollover is the rollover the bucket received in the current period,
+	// included in Capacity (docs/terms.md#rollover).
+	Rollover decimal.Decimal
 	// RateLimitPolicy and RateLimit are the answer's IETF RateLimit header
 	// fields as budgetd sent them, for passing on to an end user.
 	RateLimitPolicy string
@@ -93,7 +96,7 @@ func decisionOfDoc(d api.Decision) Decision {
 		Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity,
 		RetryAfter: d.RetryAfterDuration(), NeverFits: d.NeverFits, PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt),
 		EntryID: optString(d.EntryID), ShadowDenied: d.ShadowDenied, OverCapacity: d.OverCapacity, Override: optString(d.Override),
-		Grants: d.Grants,
+		Grants: d.Grants, Rollover: d.Rollover,
 	}
 }
 
@@ -137,8 +140,16 @@ type Limit struct {
 	// Thresholds are the points of use at which a write emits an event:
 	// "80%" or "4500".
 	Thresholds []string
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	// Rollover is the rollover of a periodic limit; nil for none.
+	Rollover  *Rollover
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Rollover carries the capacity a bucket of a periodic limit left unused
+// at the end of a period into the next period only, at most Max.
+type Rollover struct {
+	Max decimal.Decimal
 }
 
 // Kind is the kind of the limit: api.KindLeak, api.KindPeriod or
@@ -204,6 +215,9 @@ func limitOfDoc(d api.Limit) Limit {
 	if d.Window != nil {
 		l.Window = &Window{Length: time.Duration(d.Window.Length), Precision: time.Duration(d.Window.Precision)}
 	}
+	if d.Rollover != nil {
+		l.Rollover = &Rollover{Max: d.Rollover.Max}
+	}
 	return l
 }
 
@@ -234,6 +248,9 @@ type LimitSpec struct {
 	// Thresholds are at most 8 distinct points of use at which a write
 	// emits an event: "80%" (of the capacity) or "4500.00".
 	Thresholds []string
+	// Rollover (periodic limits only) carries unused capacity into the
+	// next period, at most Rollover.Max; nil is none.
+	Rollover *Rollover
 }
 
 // doc is the PUT body of the spec.
@@ -254,6 +271,9 @@ func (s LimitSpec) doc() api.LimitPut {
 	}
 	if s.Window != nil {
 		p.Window = &api.WindowPut{Length: api.Duration(s.Window.Length), Precision: api.Duration(s.Window.Precision)}
+	}
+	if s.Rollover != nil {
+		p.Rollover = &api.Rollover{Max: s.Rollover.Max}
 	}
 	return p
 }
@@ -276,11 +296,14 @@ type Bucket struct {
 	// Grants is the sum of the bucket's active grants, included in
 	// Capacity.
 	Grants decimal.Decimal
+	// Rollover is the rollover the bucket received in the current period,
+	// included in Capacity.
+	Rollover decimal.Decimal
 }
 
 func bucketOfDoc(key string, d api.BucketState) Bucket {
 	return Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: optTime(d.UpdatedAt),
-		PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt), Override: optString(d.Override), Grants: d.Grants}
+		PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt), Override: optString(d.Override), Grants: d.Grants, Rollover: d.Rollover}
 }
 
 // Item is one (limit, key, cost) of a multi-bucket Fillup, with what to

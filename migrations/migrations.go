@@ -27,3 +27,10 @@ var FS embed.FS
 //
 //go:embed functions/*.sql
 var Functions embed.FS
+
+// MySQL holds the MySQL/MariaDB schema, mysql/NNNN_description.sql, applied
+// in order by internal/mysql under GET_LOCK with the same checksum rule as
+// the numbered files above (docs/mysql.md).
+//
+//go:embed mysql/*.sql
+var MySQL embed.FS

@@ -56,10 +56,12 @@ const cliUsage = `Usage: budgetd COMMAND [flags] ARGS
 Operator commands (on a running budgetd):
   budgetd limits list                                  list limits (with when a period resets)
   budgetd limits get NAME                              show a limit
-  budgetd limits put NAME --capacity C --period EVERY [--tz ZONE] [--start-day N] [--history=false]
+  budgetd limits put NAME --capacity C --period EVERY [--tz ZONE] [--start-day N] [--rollover-max M] [--history=false]
                                                        create or update a calendar budget: C per day, week,
                                                        month, quarter or year in ZONE (default UTC), e.g.
-                                                       --capacity 5000 --period month --tz Europe/Berlin
+                                                       --capacity 5000 --period month --tz Europe/Berlin;
+                                                       --rollover-max M carries up to M left unused into the
+                                                       next period
   budgetd limits put NAME --capacity C --leak A/PER [--history=false]
                                                        create or update a leaky bucket (e.g. --leak 10/1s)
   budgetd limits put NAME --capacity C --window LENGTH [--precision P] [--history=false]
@@ -159,6 +161,7 @@ type cli struct {
 	recordDenials     bool
 	mode, grace       string
 	thresholds        listFlag
+	rolloverMax       string
 	after             string
 	expiresAt         string
 	ttl               time.Duration
@@ -201,6 +204,7 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.StringVar(&c.mode, "mode", "", "")
 	fs.StringVar(&c.grace, "grace", "", "")
 	fs.Var(&c.thresholds, "threshold", "")
+	fs.StringVar(&c.rolloverMax, "rollover-max", "", "")
 	fs.StringVar(&c.after, "after", "", "")
 	fs.StringVar(&c.expiresAt, "expires-at", "", "")
 	fs.DurationVar(&c.ttl, "ttl", 0, "")
@@ -551,8 +555,15 @@ func (c *cli) limitsPut(ctx context.Context, cl *client.Client) error {
 		}
 		spec.Grace = &g
 	}
-	if c.period == "" && (c.tz != "" || c.startDay != 0) {
-		return usageError{"--tz and --start-day go with --period"}
+	if c.period == "" && (c.tz != "" || c.startDay != 0 || c.rolloverMax != "") {
+		return usageError{"--tz, --start-day and --rollover-max go with --period"}
+	}
+	if c.rolloverMax != "" {
+		m, err := parseAmount("--rollover-max", c.rolloverMax)
+		if err != nil {
+			return err
+		}
+		spec.Rollover = &client.Rollover{Max: m}
 	}
 	switch {
 	case c.window != 0:

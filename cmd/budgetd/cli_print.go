@@ -72,6 +72,9 @@ func limitDoc(l client.Limit) api.Limit {
 	if l.Window != nil {
 		d.Window = &api.Window{Length: api.Duration(l.Window.Length), Precision: api.Duration(l.Window.Precision)}
 	}
+	if l.Rollover != nil {
+		d.Rollover = &api.Rollover{Max: l.Rollover.Max}
+	}
 	return d
 }
 
@@ -101,7 +104,11 @@ func refill(l client.Limit) string {
 		case api.Week:
 			s += " from " + time.Weekday(l.Period.StartDay%7).String()
 		}
-		return s + ", " + l.Period.TZ
+		s += ", " + l.Period.TZ
+		if l.Rollover != nil {
+			s += ", rollover up to " + l.Rollover.Max.String()
+		}
+		return s
 	case l.Leak != nil:
 		return l.Leak.Amount.String() + " per " + api.Duration(l.Leak.Per).String()
 	}
@@ -143,7 +150,7 @@ func (c *cli) printLimits(ctx context.Context, cl *client.Client, ls []client.Li
 
 func bucketDoc(b client.Bucket) api.BucketState {
 	return api.BucketState{Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, UpdatedAt: docTime(b.UpdatedAt), PeriodStart: docTime(b.PeriodStart), ResetsAt: docTime(b.ResetsAt),
-		Override: optEntry(b.Override), Grants: b.Grants}
+		Override: optEntry(b.Override), Grants: b.Grants, Rollover: b.Rollover}
 }
 
 // docTime is a time that may be absent, as the api writes it.
@@ -175,7 +182,7 @@ func decisionDoc(d client.Decision) api.Decision {
 	out.EntryID = optEntry(d.EntryID)
 	out.ShadowDenied, out.OverCapacity = d.ShadowDenied, d.OverCapacity
 	out.Override = optEntry(d.Override)
-	out.Grants = d.Grants
+	out.Grants, out.Rollover = d.Grants, d.Rollover
 	return out
 }
 

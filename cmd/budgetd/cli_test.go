@@ -15,10 +15,18 @@ import (
 // tests and returns its URL.
 func startBudgetd(t *testing.T) string {
 	t.Helper()
+	return startBudgetdArgs(t)
+}
+
+// startBudgetdArgs is startBudgetd with more flags (--store URL).
+func startBudgetdArgs(t *testing.T, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"--addr", "127.0.0.1:0"}, env(nil), &stdout, &stderr) }()
+	go func() {
+		done <- run(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...), env(nil), &stdout, &stderr)
+	}()
 	url := waitURL(t, &stdout, done)
 	t.Cleanup(func() {
 		cancel()

@@ -294,7 +294,7 @@ func (s *server) drain(c echo.Context) error {
 		slog.Bool("replayed", res.Replayed))
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, drainView{
 		decisionView: decisionView{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity,
-			PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt, EntryID: optString(res.EntryID), Override: b.Override, Grants: b.Grants},
+			PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt, EntryID: optString(res.EntryID), Override: b.Override, Grants: b.Grants, Rollover: b.Rollover},
 		UpdatedAt: b.UpdatedAt,
 		Removed:   res.Removed.String(),
 	})

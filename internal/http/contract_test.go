@@ -213,6 +213,23 @@ func TestContract(t *testing.T) {
 	if _, err = c.RevokeGrant(ctx, "spend", "a/b", g.Grant.ID); !client.IsCode(err, "grant_not_found") {
 		t.Fatal(err)
 	}
+	// Rollover: on the limit document, the PUT body, decisions and bucket
+	// states, across a month's end.
+	rl, err := c.PutLimit(ctx, "monthly", client.LimitSpec{Capacity: d("100"), Period: &client.Period{Every: "month"}, Rollover: &client.Rollover{Max: d("30")}})
+	must(err)
+	if rl.Rollover == nil || !rl.Rollover.Max.Equal(d("30")) {
+		t.Fatalf("limit with rollover: %+v", rl)
+	}
+	_, err = c.Fillup(ctx, "monthly", "a/b", d("10"))
+	must(err)
+	clock.Advance(32 * 24 * time.Hour)
+	rb, err := c.Bucket(ctx, "monthly", "a/b")
+	must(err)
+	rd, err := c.Fillup(ctx, "monthly", "a/b", d("1"))
+	must(err)
+	if !rb.Rollover.Equal(d("30")) || !rd.Rollover.Equal(d("30")) || !rd.Capacity.Equal(d("130")) {
+		t.Fatalf("rollover in the bucket %+v and the decision %+v", rb, rd)
+	}
 
 	// Error answers, by hand.
 	raw := func(method, path, body string, headers ...string) {

@@ -91,11 +91,13 @@ type limitBody struct {
 	// RecordDenials defaults to false.
 	RecordDenials *bool `json:"record_denials"`
 	// Mode defaults to enforce; Grace ("10%") is for soft mode only.
-	Mode       *string         `json:"mode"`
-	Grace      *string         `json:"grace"`
-	Thresholds *[]string       `json:"thresholds"`
-	CreatedAt  json.RawMessage `json:"created_at"`
-	UpdatedAt  json.RawMessage `json:"updated_at"`
+	Mode       *string   `json:"mode"`
+	Grace      *string   `json:"grace"`
+	Thresholds *[]string `json:"thresholds"`
+	// Rollover ({"max":"1000"}, periodic limits only) is null for none.
+	Rollover  json.RawMessage `json:"rollover"`
+	CreatedAt json.RawMessage `json:"created_at"`
+	UpdatedAt json.RawMessage `json:"updated_at"`
 }
 
 func (s *server) putLimit(c echo.Context) error {
@@ -193,6 +195,20 @@ func (s *server) putLimit(c echo.Context) error {
 			}
 			spec.Thresholds = append(spec.Thresholds, th)
 		}
+	}
+	if len(body.Rollover) > 0 && string(body.Rollover) != "null" {
+		// Decoded on its own so that an unknown member is named rollover.x.
+		var r struct {
+			Max jsonAmount `json:"max"`
+		}
+		if err := decodeStrict(body.Rollover, &r, "rollover."); err != nil {
+			return err
+		}
+		m, err := r.Max.required("rollover.max")
+		if err != nil {
+			return err
+		}
+		spec.Rollover = &ledger.Rollover{Max: m}
 	}
 	ctx := c.Request().Context()
 	before, err := s.svc.GetLimit(ctx, name)

@@ -77,6 +77,9 @@ type decisionView struct {
 	// Grants is the sum of the bucket's active grants, included in
 	// capacity ("0" for none).
 	Grants string `json:"grants"`
+	// Rollover is the rollover the bucket received in the current period,
+	// included in capacity ("0" for none).
+	Rollover string `json:"rollover"`
 }
 
 // viewDecision is d as clients read it, with the id of the history entry
@@ -99,6 +102,7 @@ func viewDecision(d bucket.Decision, entryID string, terms ledger.Limit) decisio
 		OverCapacity: d.OverCapacity,
 		Override:     optString(terms.Override),
 		Grants:       terms.Grants.String(),
+		Rollover:     terms.Received.String(),
 	}
 	if !d.Accepted && !d.NeverFits {
 		s := d.RetryAfter.String()
@@ -175,6 +179,12 @@ func appendDecision(b []byte, d bucket.Decision, entryID string, terms ledger.Li
 		b = append(b, '0')
 	} else {
 		b = append(b, terms.Grants.String()...)
+	}
+	b = append(b, `","rollover":"`...)
+	if terms.Received.Sign() == 0 {
+		b = append(b, '0')
+	} else {
+		b = append(b, terms.Received.String()...)
 	}
 	return append(b, `"}`...)
 }
@@ -283,6 +293,7 @@ type bucketView struct {
 	ResetsAt    *string `json:"resets_at"`
 	Override    *string `json:"override"`
 	Grants      string  `json:"grants"`
+	Rollover    string  `json:"rollover"`
 }
 
 func viewBucket(b ledger.BucketState) bucketView {
@@ -297,6 +308,7 @@ func viewBucket(b ledger.BucketState) bucketView {
 		ResetsAt:    optTime(b.ResetsAt),
 		Override:    optString(b.Override),
 		Grants:      b.Grants.String(),
+		Rollover:    b.Rollover.String(),
 	}
 }
 
@@ -350,8 +362,16 @@ type limitView struct {
 	Grace *string `json:"grace"`
 	// Thresholds are the limit's thresholds as written: "80%", "4500".
 	Thresholds []string `json:"thresholds"`
-	CreatedAt  string   `json:"created_at"`
-	UpdatedAt  string   `json:"updated_at"`
+	// Rollover is the rollover of a periodic limit, null for none.
+	Rollover  *rolloverView `json:"rollover"`
+	CreatedAt string        `json:"created_at"`
+	UpdatedAt string        `json:"updated_at"`
+}
+
+// rolloverView is a limit's rollover: at most max of the capacity left
+// unused in a period is carried into the next.
+type rolloverView struct {
+	Max string `json:"max"`
 }
 
 // windowView is a rolling window with the precision in force.
@@ -400,6 +420,9 @@ func viewLimit(l ledger.Limit) limitView {
 		v.Window = &windowView{Length: formatDuration(w.Length), Precision: formatDuration(w.Precision)}
 	} else {
 		v.Leak = &leakView{Amount: l.LeakAmount.String(), Per: formatDuration(l.LeakPer)}
+	}
+	if l.Rollover != nil {
+		v.Rollover = &rolloverView{Max: l.Rollover.Max.String()}
 	}
 	return v
 }

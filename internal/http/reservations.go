@@ -104,6 +104,7 @@ type resolvedView struct {
 	ResetsAt    *string    `json:"resets_at"`
 	Override    *string    `json:"override"`
 	Grants      string     `json:"grants"`
+	Rollover    string     `json:"rollover"`
 	Bucket      bucketView `json:"bucket"`
 }
 
@@ -186,7 +187,7 @@ func (s *server) writeResolved(c echo.Context, op string, res ledger.ResolveResu
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, resolvedView{
 		reservationView: viewReservation(res.Reservation),
 		Level:           b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, UpdatedAt: b.UpdatedAt,
-		PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt, Override: b.Override, Grants: b.Grants,
+		PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt, Override: b.Override, Grants: b.Grants, Rollover: b.Rollover,
 		Bucket: b,
 	})
 	return nil

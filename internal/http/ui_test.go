@@ -344,6 +344,19 @@ func testDashboardTerms(t *testing.T, b context.Context) {
 			limit := a.expect("GET", "/v1/limits/team-spend", "", 200)
 			tb.wait(`document.querySelector('#own-terms') && document.querySelector('#effective [data-field=base]').textContent === ` + jsString(limit.str("capacity")))
 		}
+		if !ledger.ServesRollover(a.store) {
+			return
+		}
+		// With rollover, April's page shows what March left unused (4,900 of
+		// the limit's 5,000, at most 1,000) beside the grants.
+		a.expect("PUT", "/v1/limits/team-spend", `{"capacity":"5000.00","period":{"every":"month","tz":"UTC"},"rollover":{"max":"1000"}}`, 200)
+		a.clock.Set(time.Date(2026, 4, 2, 0, 0, 0, 0, time.UTC))
+		april := a.expect("GET", path, "", 200)
+		if april.str("rollover") != "1000" || april.str("capacity") != "6000" {
+			t.Fatalf("April's bucket: %s", april.raw)
+		}
+		tb.wait(`document.querySelector('#rollover-received')?.textContent === "1000" && document.querySelector('#effective [data-field=rollover]')?.textContent === "1000" && ` +
+			`document.querySelector('#bucket-stats [data-field=capacity]').textContent === ` + jsString(april.str("capacity")))
 	})
 }
 

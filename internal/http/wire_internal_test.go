@@ -172,7 +172,7 @@ func apiDecision(d bucket.Decision, entryID string, terms ledger.Limit) api.Deci
 	v := api.Decision{
 		Accepted: d.Accepted, Level: d.Level.Decimal(), Held: d.Held.Decimal(), Remaining: d.Remaining.Decimal(),
 		Capacity: d.Capacity.Decimal(), NeverFits: d.NeverFits, PeriodStart: api.OptTime(d.PeriodStart), ResetsAt: api.OptTime(d.ResetsAt),
-		ShadowDenied: d.ShadowDenied, OverCapacity: d.OverCapacity, Grants: terms.Grants,
+		ShadowDenied: d.ShadowDenied, OverCapacity: d.OverCapacity, Grants: terms.Grants, Rollover: terms.Received,
 	}
 	if entryID != "" {
 		v.EntryID = &entryID
@@ -206,7 +206,8 @@ func TestAppendDecisionIsTheAPIType(t *testing.T) {
 	} {
 		for _, entry := range []string{"", "1843", "01HZX3"} {
 			for j, override := range []string{"", "tenant-acme", "team \"a\"/<b>&*", "ü€😀*"} {
-				terms := ledger.Limit{Override: override, Grants: decimal.RequireFromString([]string{"0", "500", "0.000001", "1000000000000"}[j])}
+				terms := ledger.Limit{Override: override, Grants: decimal.RequireFromString([]string{"0", "500", "0.000001", "1000000000000"}[j]),
+					Received: decimal.RequireFromString([]string{"0", "1000", "30", "0.000001"}[j])}
 				want, err := json.Marshal(apiDecision(d, entry, terms))
 				if err != nil {
 					t.Fatal(err)
@@ -251,7 +252,7 @@ func TestAppendMultiIsTheAPIType(t *testing.T) {
 				if i%2 == 1 {
 					override = keys[(k+i)%len(keys)] + "*" // a prefix pattern that needs escaping like its key
 				}
-				terms := ledger.Limit{Name: ref.Limit, Override: override, Grants: decimal.NewFromInt(int64(i * 250))}
+				terms := ledger.Limit{Name: ref.Limit, Override: override, Grants: decimal.NewFromInt(int64(i * 250)), Received: decimal.NewFromInt(int64(i * 100))}
 				limits = append(limits, terms)
 				want.Items = append(want.Items, api.MultiFillupItemDecision{Limit: ref.Limit, Key: ref.Key, Decision: apiDecision(d, tc.entries[i], terms)})
 			}

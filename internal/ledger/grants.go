@@ -114,16 +114,7 @@ type GrantStore interface {
 // GrantsOf returns the GrantStore that st is or wraps (through Unwrap
 // methods), and false when there is none.
 func GrantsOf(st Store) (GrantStore, bool) {
-	for {
-		if gs, ok := st.(GrantStore); ok {
-			return gs, true
-		}
-		u, ok := st.(interface{ Unwrap() Store })
-		if !ok {
-			return nil, false
-		}
-		st = u.Unwrap()
-	}
+	return storeAs[GrantStore](st)
 }
 
 // GrantResult is the answer to a grant or a revocation.

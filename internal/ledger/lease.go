@@ -35,16 +35,7 @@ type LeaseStore interface {
 // LeasesOf returns the LeaseStore that st is or wraps (through Unwrap
 // methods), and false when there is none.
 func LeasesOf(st Store) (LeaseStore, bool) {
-	for {
-		if ls, ok := st.(LeaseStore); ok {
-			return ls, true
-		}
-		u, ok := st.(interface{ Unwrap() Store })
-		if !ok {
-			return nil, false
-		}
-		st = u.Unwrap()
-	}
+	return storeAs[LeaseStore](st)
 }
 
 // Wire returns the event as GET /v1/events lists it and a webhook sends it.

@@ -39,8 +39,11 @@ type Limit struct {
 	// Thresholds are the points of a bucket's use at which a write emits
 	// an event (at most MaxThresholds, distinct).
 	Thresholds []Threshold
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	// Rollover, on a periodic limit, carries the capacity a bucket left
+	// unused at the end of a period into the next (nil: none).
+	Rollover  *Rollover
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// Override is the pattern of the override a store applied to this
 	// limit for one bucket (Overrides.Effective), "" for the limit's own
 	// terms: set only in a Snapshot's Limit.
@@ -48,6 +51,11 @@ type Limit struct {
 	// Grants is the sum of the bucket's active grants, already added to
 	// Capacity (Limit.WithGrants): set only in a Snapshot's Limit.
 	Grants decimal.Decimal
+	// Received is the rollover the bucket receives in the current period,
+	// already added to Capacity, and Carry what the store keeps with the
+	// bucket for it (Limit.WithRollover): set only in a Snapshot's Limit.
+	Received decimal.Decimal
+	Carry    Carry
 
 	watch *Watch // the thresholds at Capacity, once Prepare made them
 }

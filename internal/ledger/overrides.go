@@ -340,16 +340,7 @@ type OverrideStore interface {
 // OverridesOf returns the OverrideStore that st is or wraps (through Unwrap
 // methods), and false when there is none.
 func OverridesOf(st Store) (OverrideStore, bool) {
-	for {
-		if os, ok := st.(OverrideStore); ok {
-			return os, true
-		}
-		u, ok := st.(interface{ Unwrap() Store })
-		if !ok {
-			return nil, false
-		}
-		st = u.Unwrap()
-	}
+	return storeAs[OverrideStore](st)
 }
 
 // ValidateOverride checks o against its limit l at now; stores call it

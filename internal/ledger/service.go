@@ -62,6 +62,9 @@ type LimitSpec struct {
 	Grace decimal.Decimal
 	// Thresholds emit events when a write reaches or leaves them.
 	Thresholds []Threshold
+	// Rollover (periodic limits only) carries unused capacity into the
+	// next period, at most its Max; nil for none.
+	Rollover *Rollover
 }
 
 // PutLimit creates or updates the limit name.
@@ -81,6 +84,16 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 		return Limit{}, err
 	}
 	l.Thresholds = spec.Thresholds
+	if err := validateRollover(spec.Rollover, spec.Period != nil && spec.Window == nil); err != nil {
+		return Limit{}, err
+	}
+	if spec.Rollover != nil {
+		if err := s.servesRollover(); err != nil {
+			return Limit{}, err
+		}
+		r := *spec.Rollover
+		l.Rollover = &r
+	}
 	if spec.Window != nil {
 		if spec.Period != nil {
 			return Limit{}, invalid("invalid_request", "window", "a limit has one of leak, period or window, not several")
@@ -172,13 +185,16 @@ type BucketState struct {
 	Override string
 	// Grants is the sum of the active grants in Capacity.
 	Grants decimal.Decimal
+	// Rollover is the rollover received in the current period, in
+	// Capacity.
+	Rollover decimal.Decimal
 }
 
 // StateOf derives a bucket's state from a snapshot.
 func StateOf(sn Snapshot) BucketState {
 	d := bucket.CanAccept(sn.Limit.Rule(), sn.State, sn.Now, bucket.Amount{})
 	return BucketState{Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: sn.State.Updated,
-		PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt, Override: sn.Limit.Override, Grants: sn.Limit.Grants}
+		PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt, Override: sn.Limit.Override, Grants: sn.Limit.Grants, Rollover: sn.Limit.Received}
 }
 
 // Bucket returns a bucket's state. It writes nothing.

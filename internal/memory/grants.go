@@ -55,7 +55,7 @@ func (s *Store) AddGrant(ctx context.Context, ref ledger.BucketRef, amount decim
 		now := s.clock()
 		ref := ledger.BucketRef{Limit: l.Name, Key: strings.Clone(ref.Key)}
 		live := s.activeGrants(ref, now)
-		exp, err := ledger.GrantExpiry(s.terms(l, ref.Key, now), amount, expiresAt, now)
+		exp, err := ledger.GrantExpiry(s.terms(l, ref.Key, nil, now), amount, expiresAt, now)
 		if err != nil {
 			return ledger.GrantOutcome{}, err
 		}
@@ -76,7 +76,7 @@ func (s *Store) grantWritten(l ledger.Limit, ref ledger.BucketRef, g ledger.Gran
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	out := ledger.GrantOutcome{Grant: g}
-	l = s.terms(l, ref.Key, now)
+	l = s.terms(l, ref.Key, sh.buckets[ref], now)
 	if l.History {
 		b := sh.bucketFor(l, ref)
 		s.expireHolds(l, sh, b, now)

@@ -30,7 +30,7 @@ func (s *Store) ListBuckets(_ context.Context, limit, after string, n int) ([]le
 			if len(out) == n && ref.Key >= out[n-1].Key {
 				continue
 			}
-			out = insertSorted(out, ledger.BucketSnapshot{Key: ref.Key, Snapshot: snapshot(s.terms(l, ref.Key, now), b, now)}, n)
+			out = insertSorted(out, ledger.BucketSnapshot{Key: ref.Key, Snapshot: snapshot(s.terms(l, ref.Key, b, now), b, now)}, n)
 		}
 		sh.mu.Unlock()
 	}

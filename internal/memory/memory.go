@@ -177,6 +177,30 @@ type bucketMore struct {
 	history []ledger.Entry
 	slots   []bucket.Slot
 	marks   ledger.Marks
+	carry   ledger.Carry // the rollover of a limit with rollover (ledger.CarryAt)
+}
+
+// carry returns b's stored rollover carry.
+func (b *bucketRec) carry() ledger.Carry {
+	if b.more == nil {
+		return ledger.Carry{}
+	}
+	return b.more.carry
+}
+
+// setCarry stores b's rollover carry; a carry of nothing is not kept.
+func (b *bucketRec) setCarry(c ledger.Carry) {
+	if c.Unused.IsZero() {
+		c = ledger.Carry{}
+	}
+	if b.more == nil {
+		if c == (ledger.Carry{}) {
+			return
+		}
+		b.more = &bucketMore{}
+	}
+	b.more.carry = c
+	b.trim()
 }
 
 // marks returns b's threshold marks.
@@ -245,7 +269,7 @@ func (b *bucketRec) set(st bucket.State) {
 
 // trim drops b.more once it holds nothing.
 func (b *bucketRec) trim() {
-	if len(b.more.holds) == 0 && len(b.more.history) == 0 && len(b.more.slots) == 0 && b.more.marks == (ledger.Marks{}) {
+	if len(b.more.holds) == 0 && len(b.more.history) == 0 && len(b.more.slots) == 0 && b.more.marks == (ledger.Marks{}) && b.more.carry == (ledger.Carry{}) {
 		b.more = nil
 	}
 }
@@ -319,7 +343,7 @@ func (s *Store) switchLimit(l ledger.Limit, now time.Time) {
 		sh.mu.Lock()
 		for ref, b := range sh.buckets {
 			if ref.Limit == l.Name && b.level.Sign() > 0 {
-				old := s.terms(l, ref.Key, now)
+				old := s.terms(l, ref.Key, b, now)
 				ns, expired := bucket.Switch(old.Rule(), b.state(), now)
 				s.apply(old, sh, b, ns, expired)
 			}
@@ -426,7 +450,8 @@ func (s *Store) Inspect(_ context.Context, ref ledger.BucketRef) (ledger.Snapsho
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := s.clock()
-	return snapshot(s.terms(l, ref.Key, now), sh.buckets[ref], now), nil
+	b := sh.buckets[ref]
+	return snapshot(s.terms(l, ref.Key, b, now), b, now), nil
 }
 
 // bucketFor returns the bucket record of ref, a bucket of limit l, creating
@@ -447,11 +472,17 @@ func (sh *shard) bucketFor(l ledger.Limit, ref ledger.BucketRef) *bucketRec {
 }
 
 // apply stores ns, the state a transition of package bucket returned for b,
-// and records the holds that the transition expired. Every change of a
+// with the rollover carry of l (b's terms at the transition), and records
+// the holds that the transition expired. Every change of a
 // bucket's level, time or holds goes through here, so the store keeps no
 // arithmetic of its own. The caller holds sh.mu.
 func (s *Store) apply(l ledger.Limit, sh *shard, b *bucketRec, ns bucket.State, expired []bucket.Hold) {
 	b.set(ns)
+	if l.Carry.Period != 0 {
+		// The rollover the bucket receives in the period it is now written
+		// in: its level in the period before is gone from here on.
+		b.setCarry(l.Carry)
+	}
 	for _, x := range expired {
 		h := sh.holds[x.ID]
 		if h == nil || h.res.State != ledger.Active {
@@ -548,7 +579,7 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 			delete(sh.buckets, ref)
 			continue
 		}
-		l = s.terms(l, ref.Key, now)
+		l = s.terms(l, ref.Key, b, now)
 		s.expireHolds(l, sh, b, now)
 		h, cut := b.history(), 0
 		for cut < len(h) && now.Sub(h[cut].Time) > HistoryRetention {
@@ -557,7 +588,8 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 		if cut > 0 {
 			b.setHistory(slices.Delete(h, 0, cut))
 		}
-		if (b.more == nil || len(b.more.holds) == 0 && len(b.more.history) == 0) && bucket.LevelAt(l.Rule(), b.state(), now).IsZero() && !reached(l, b, now) {
+		if (b.more == nil || len(b.more.holds) == 0 && len(b.more.history) == 0) && bucket.LevelAt(l.Rule(), b.state(), now).IsZero() && !reached(l, b, now) &&
+			!l.PassesOn(b.state().Updated) {
 			delete(sh.buckets, ref)
 		}
 	}
@@ -623,7 +655,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		defer s.lockShards(refs)()
 		now := s.clock()
 		for i, it := range items {
-			limits[i] = s.terms(limits[i], it.Bucket.Key, now)
+			limits[i] = s.terms(limits[i], it.Bucket.Key, s.shards[s.shardOf(it.Bucket)].buckets[it.Bucket], now)
 		}
 		out := ledger.FillupOutcome{Accepted: true, Items: make([]ledger.ItemOutcome, len(items))}
 		next := make([]bucket.State, len(items))
@@ -667,9 +699,9 @@ func (s *Store) fillupOne(it ledger.Charge) (ledger.FillupOutcome, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := s.clock()
-	l = s.terms(l, it.Bucket.Key, now)
-	rule := l.Rule()
 	b := sh.buckets[it.Bucket]
+	l = s.terms(l, it.Bucket.Key, b, now)
+	rule := l.Rule()
 	d, ns := bucket.Fillup(rule, b.state(), now, cost)
 	var entry string
 	switch {
@@ -708,9 +740,9 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		now := s.clock()
-		l = s.terms(l, ref.Key, now)
-		out := ledger.DrainOutcome{}
 		b := sh.buckets[ref]
+		l = s.terms(l, ref.Key, b, now)
+		out := ledger.DrainOutcome{}
 		// A drain that can remove nothing is a no-op, like a drain of 0.
 		if removed, ns := bucket.Drain(l.Rule(), b.state(), now, ledger.Amount(amount)); removed.Sign() > 0 {
 			out.Removed = removed.Decimal()
@@ -739,8 +771,8 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		now := s.clock()
-		l = s.terms(l, ref.Key, now)
 		b := sh.buckets[ref]
+		l = s.terms(l, ref.Key, b, now)
 		st := b.state()
 		if len(bucket.ActiveHolds(st, now)) >= ledger.MaxHolds {
 			return ledger.ReserveOutcome{}, ledger.ErrTooManyHolds
@@ -873,7 +905,7 @@ func (s *Store) resolve(ctx context.Context, id string, idem ledger.Idempotency,
 		if err != nil {
 			return ledger.ResolveOutcome{}, ledger.ErrReservationNotFound
 		}
-		l = s.terms(l, h.res.Bucket.Key, now)
+		l = s.terms(l, h.res.Bucket.Key, sh.buckets[h.res.Bucket], now)
 		b := sh.bucketFor(l, h.res.Bucket)
 		var refusal string
 		if h.res.State == ledger.Expired || (h.res.State == ledger.Active && !now.Before(h.res.ExpiresAt)) {

@@ -8,15 +8,26 @@ import (
 
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/shopspring/decimal"
 )
 
-// terms returns l as it applies to the bucket key at now: with the override
-// that resolves for it (ledger.Overrides.Effective) and the bucket's active
-// grants added to its capacity (ledger.Limit.WithGrants). The caller holds
-// limitsMu for reading.
-func (s *Store) terms(l ledger.Limit, key string, now time.Time) ledger.Limit {
-	if set := s.overrides[l.Name]; set.Len() > 0 {
+// terms returns l as it applies to the bucket b of key at now (b nil for
+// a bucket not looked up, or not stored): with the override that resolves
+// for it (ledger.Overrides.Effective), the rollover it receives
+// (ledger.CarryAt, ledger.Limit.WithRollover) and its active grants
+// (ledger.Limit.WithGrants) added to its capacity. The caller holds
+// limitsMu for reading, and b's shard lock when b is not nil.
+func (s *Store) terms(l ledger.Limit, key string, b *bucketRec, now time.Time) ledger.Limit {
+	raw, set := l, s.overrides[l.Name]
+	if set.Len() > 0 {
 		l = set.Effective(l, key, now)
+	}
+	if l.Rollover != nil && b != nil && b.updated != 0 {
+		capacityAt := func(end time.Time) decimal.Decimal {
+			// The override in force at the period's last microsecond.
+			return set.Effective(raw, key, end.Add(-time.Microsecond)).Capacity
+		}
+		l = l.WithRollover(ledger.CarryAt(l, b.state(), b.carry(), now, capacityAt))
 	}
 	if len(s.grants) > 0 {
 		if gs := s.grants[ledger.BucketRef{Limit: l.Name, Key: key}]; len(gs) > 0 {
@@ -25,6 +36,9 @@ func (s *Store) terms(l ledger.Limit, key string, now time.Time) ledger.Limit {
 	}
 	return l
 }
+
+// ServesRollover marks the memory store as a ledger.RolloverStore.
+func (s *Store) ServesRollover() {}
 
 // PutOverride creates or replaces an override, settling the buckets whose
 // rule changes with it.
@@ -119,7 +133,7 @@ func (s *Store) changeTerms(l ledger.Limit, set *ledger.Overrides, pattern strin
 			if isPrefix && !strings.HasPrefix(ref.Key, prefix) || !isPrefix && ref.Key != prefix {
 				continue
 			}
-			todo = append(todo, pending{sh, ref, b, set.Effective(l, ref.Key, now)})
+			todo = append(todo, pending{sh, ref, b, s.terms(l, ref.Key, b, now)})
 		}
 		sh.mu.Unlock()
 	}

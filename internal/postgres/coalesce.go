@@ -144,6 +144,7 @@ type batchRow struct {
 	Grace      *string  `db:"r_grace"`
 	Thresholds []string `db:"r_thresholds"`
 	Override   *string  `db:"r_override"` // the pattern of the override that applied
+	Grants     *string  `db:"r_grants"`   // the sum of the bucket's active grants, NULL for none
 	EntryID    *string  `db:"r_entry_id"` // the fillup or denied entry the call wrote
 	CreatedUS  *int64   `db:"r_created_us"`
 	LimUpdated *int64   `db:"r_limit_updated_us"`
@@ -330,6 +331,14 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 	lim.Thresholds = storedThresholds(r.Thresholds)
 	if r.Override != nil {
 		lim.Override = *r.Override
+	}
+	if r.Grants != nil {
+		// r.Capacity has them already: only the sum is recorded.
+		sum, err := decimal.NewFromString(*r.Grants)
+		if err != nil {
+			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding grants %q: %w", *r.Grants, errBadAnswer)
+		}
+		lim.Grants = sum
 	}
 	switch {
 	case leaky:

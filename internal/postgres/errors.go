@@ -27,6 +27,7 @@ const (
 	codeReservationNotFound = "BD005"
 	codeKeyReused           = "BD006"
 	codePeriodTable         = "BD007" // the clock is outside a periodic limit's table of period starts: refresh it and retry
+	codeGrantNotFound       = "BD008"
 	codeClockStep           = "BD100" // a notice: a bucket's stored time was ahead of now (see policy.go, ClockStep)
 
 	codeSerialization = "40001"
@@ -47,6 +48,7 @@ var sqlCodes = []struct{ name, code string }{
 	{"reservation_not_found", codeReservationNotFound},
 	{"key_reused", codeKeyReused},
 	{"period_table", codePeriodTable},
+	{"grant_not_found", codeGrantNotFound},
 	{"clock_step", codeClockStep},
 }
 
@@ -149,6 +151,8 @@ func translate(ctx context.Context, err error) error {
 			return fmt.Errorf("%s: %w", msg, ledger.ErrLimitNotFound)
 		case codeReservationNotFound:
 			return fmt.Errorf("%s: %w", msg, ledger.ErrReservationNotFound)
+		case codeGrantNotFound:
+			return fmt.Errorf("%s: %w", msg, ledger.ErrGrantNotFound)
 		case codeTooManyHolds:
 			return fmt.Errorf("%s: %w", msg, ledger.ErrTooManyHolds)
 		case codeLevelOverflow:

@@ -22,7 +22,8 @@ WITH l AS (SELECT * FROM limits WHERE name = $1),
 SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_every, l.period_tz, l.period_start_day,
        l.window_length_us, l.window_precision_us, l.history, l.record_denials, l.mode, l.grace::text, l.thresholds, l.created_at, l.updated_at, t.now,
        b.key, b.level::text, b.updated_at, hs.amounts, hs.expires, b.slot_idx, b.slot_sum::text[],
-       o.pattern, o.capacity::text, o.leak_amount::text, o.leak_per_us, o.period_tz, o.period_start_day, o.window_length_us
+       o.pattern, o.capacity::text, o.leak_amount::text, o.leak_per_us, o.period_tz, o.period_start_day, o.window_length_us,
+       gs.amount
   FROM l CROSS JOIN t
   LEFT JOIN LATERAL (
         SELECT b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum
@@ -38,6 +39,9 @@ SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_ev
   LEFT JOIN LATERAL (
         SELECT (budgetd_override_of(l.id, l.override_lens, b.key, t.now)).*
          WHERE b.key IS NOT NULL AND cardinality(l.override_lens) > 0) o ON true
+  LEFT JOIN LATERAL (
+        SELECT budgetd_grant_sum(l.id, b.key, t.now)::text AS amount
+         WHERE b.key IS NOT NULL AND l.grant_rows > 0) gs ON true
  ORDER BY b.key`
 
 // ListBuckets lists up to n of the limit's buckets with keys after after, in
@@ -71,10 +75,11 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 				amounts       []string
 				expires       []time.Time
 				ovr           overrideCols
+				grantSum      *string // the bucket's active grants, NULL when the limit has none
 			)
 			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &every, &tz, &startDay, &wlen, &wprec, &l.History, &l.RecordDenials, &l.Mode, &grace, &ths, &l.CreatedAt, &l.UpdatedAt, &now,
 				&key, &level, &updated, &amounts, &expires, &slotIdx, &slotSums,
-				&ovr.pattern, &ovr.capacity, &ovr.leakAmount, &ovr.leakPerUS, &ovr.tz, &ovr.startDay, &ovr.windowUS); err != nil {
+				&ovr.pattern, &ovr.capacity, &ovr.leakAmount, &ovr.leakPerUS, &ovr.tz, &ovr.startDay, &ovr.windowUS, &grantSum); err != nil {
 				return err
 			}
 			found = true
@@ -103,6 +108,9 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 				// Applied in Go, as the rule is: the listing computes the
 				// calendar itself and needs no table of period starts.
 				l = ovr.override(&p).Apply(l)
+			}
+			if grantSum != nil {
+				l = l.WithGrants(p.num(*grantSum))
 			}
 			st := bucket.State{Level: ledger.Amount(p.num(*level))}
 			if updated != nil {

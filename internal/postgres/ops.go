@@ -40,6 +40,9 @@ type limitDoc struct {
 	// Override is present only for a limit with an override applied: its
 	// pattern (budgetd_terms).
 	Override string `json:"override"`
+	// Grants is present only for a limit with a bucket's active grants
+	// added to its capacity: their sum (budgetd_terms).
+	Grants decimal.Decimal `json:"grants"`
 }
 
 func (d limitDoc) limit() ledger.Limit {
@@ -59,6 +62,7 @@ func (d limitDoc) limit() ledger.Limit {
 		CreatedAt:     fromUS(d.CreatedUS),
 		UpdatedAt:     fromUS(d.UpdatedUS),
 		Override:      d.Override,
+		Grants:        d.Grants,
 	}
 }
 
@@ -469,6 +473,7 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 		ReservationID *string         `json:"reservation_id"`
 		Meta          ledger.Meta     `json:"meta"`
 		ShadowDenied  bool            `json:"shadow_denied"`
+		GrantID       string          `json:"grant_id"`
 	}
 	err := s.queryJSON(ctx, "history", &docs, "SELECT budgetd_history($1, $2, $3, $4, $5, $6)",
 		ref.Limit, ref.Key, afterUS, afterID, n, s.nowArg())
@@ -484,7 +489,7 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 			last := out[len(out)-1]
 			return out, fmt.Sprintf("%d.%s", last.Time.UnixMicro(), last.ID), nil
 		}
-		e := ledger.Entry{ID: d.ID, Time: fromUS(d.AtUS), Event: ledger.Event(d.Event), Amount: d.Amount, Meta: d.Meta, ShadowDenied: d.ShadowDenied}
+		e := ledger.Entry{ID: d.ID, Time: fromUS(d.AtUS), Event: ledger.Event(d.Event), Amount: d.Amount, Meta: d.Meta, ShadowDenied: d.ShadowDenied, GrantID: d.GrantID}
 		if d.ReservationID != nil {
 			e.ReservationID = *d.ReservationID
 		}

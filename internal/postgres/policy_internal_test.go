@@ -39,7 +39,7 @@ func TestPolicyOnce(t *testing.T) {
 		}
 	}
 	gen := policySQL()
-	for _, c := range []string{codeIdempotencyRace, codeLimitNotFound, codeTooManyHolds, codeLevelOverflow, codeReservationNotFound, codeKeyReused, codeClockStep} {
+	for _, c := range []string{codeIdempotencyRace, codeLimitNotFound, codeTooManyHolds, codeLevelOverflow, codeReservationNotFound, codeKeyReused, codeGrantNotFound, codeClockStep} {
 		if !strings.Contains(gen, "'"+c+"'") {
 			t.Errorf("code %s is not generated for SQL", c)
 		}

@@ -61,6 +61,40 @@ func open(t testing.TB, opts ...postgres.Option) *postgres.Store {
 	return s
 }
 
+// openCounting opens a store on a fresh schema with its clock pinned to
+// clock and no background pruner, closed when t ends, and returns with it
+// count, which runs a query of one integer in the store's schema on a
+// connection of its own (to look at the tables).
+func openCounting(t *testing.T, clock *ledgertest.Clock) (*postgres.Store, func(sql string) int) {
+	t.Helper()
+	ctx := context.Background()
+	url := dsn(t)
+	schema := newSchema(t)
+	s, err := postgres.Open(ctx, url, postgres.WithSchema(schema), postgres.WithPruneInterval(0), postgres.WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return s, func(sql string) int {
+		t.Helper()
+		var n int
+		if err := conn.QueryRow(ctx, sql).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
 func factory(isolation string) ledgertest.Factory {
 	return func(t *testing.T, clock *ledgertest.Clock) ledger.Store {
 		return open(t, postgres.WithIsolation(isolation), postgres.WithClock(clock.Now))

@@ -25,6 +25,7 @@ type PruneStats struct {
 	ExpiredHolds   int // buckets whose expired holds were recorded
 	Rows           int // closed holds, old history and idempotency records deleted
 	DeletedLimits  int // rows of deleted limits removed
+	ExpiredGrants  int // grants deleted once expired
 	EmptyBuckets   int // idle empty buckets deleted
 	ScannedBatches int // batches of the bucket scan
 }
@@ -43,8 +44,8 @@ type pruneCursor struct {
 
 // Prune runs one pass of the pruner: it records expired holds, deletes closed
 // holds older than ClosedHoldRetention, history older than HistoryRetention,
-// idempotency records older than 25h, the rows of deleted limits and idle
-// empty buckets. Every step is a short transaction of at most a batch of rows
+// idempotency records older than 25h, the rows of deleted limits, expired
+// grants and idle empty buckets (a bucket with an active grant is kept). Every step is a short transaction of at most a batch of rows
 // that takes bucket locks only with SKIP LOCKED, so it never makes a decision
 // wait for long. The background pruner calls it every prune interval.
 func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
@@ -75,6 +76,9 @@ func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
 		return st, err
 	}
 	if err := step(&st.DeletedLimits, 1, "SELECT budgetd_prune_deleted($1)", batch); err != nil {
+		return st, err
+	}
+	if err := step(&st.ExpiredGrants, batch, "SELECT budgetd_prune_grants(coalesce($1, budgetd_clock()), $2)", s.nowArg(), batch); err != nil {
 		return st, err
 	}
 	// One sweep over the buckets at most, resuming where the last pass ended.

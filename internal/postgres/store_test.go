@@ -172,24 +172,27 @@ func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 // TestOneRoundTrip checks that every decision is one query and one network
 // round trip, at READ COMMITTED and at SERIALIZABLE, once the connection has
 // prepared the statement (pgx prepares each statement once per connection
-// and caches it), on leaky limits and on rolling windows; a denial that
-// records a denied entry too.
+// and caches it), on leaky limits and on rolling windows, and with grants
+// on every bucket (summed inside the same statement); a denial that records
+// a denied entry too.
 func TestOneRoundTrip(t *testing.T) {
 	kinds := []struct {
-		name string
-		spec ledger.LimitSpec
+		name   string
+		spec   ledger.LimitSpec
+		grants bool
 	}{
-		{"leak", ledger.LimitSpec{Capacity: dec("1000"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}},
-		{"window", ledger.LimitSpec{Capacity: dec("1000"), Window: &ledger.Window{Length: time.Minute}, History: true}},
+		{"leak", ledger.LimitSpec{Capacity: dec("1000"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}, false},
+		{"window", ledger.LimitSpec{Capacity: dec("1000"), Window: &ledger.Window{Length: time.Minute}, History: true}, false},
+		{"leak with grants", ledger.LimitSpec{Capacity: dec("1000"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}, true},
 	}
 	for _, k := range kinds {
 		for _, iso := range []string{"read-committed", "serializable"} {
-			t.Run(k.name+"/"+iso, func(t *testing.T) { testOneRoundTrip(t, iso, k.spec) })
+			t.Run(k.name+"/"+iso, func(t *testing.T) { testOneRoundTrip(t, iso, k.spec, k.grants) })
 		}
 	}
 }
 
-func testOneRoundTrip(t *testing.T, iso string, spec ledger.LimitSpec) {
+func testOneRoundTrip(t *testing.T, iso string, spec ledger.LimitSpec, grants bool) {
 	var writes atomic.Int64
 	tracer := &queryCounter{}
 	s := open(t, postgres.WithIsolation(iso), postgres.WithMaxConns(1), postgres.WithTracer(tracer), postgres.WithPoolConfig(func(pc *pgxpool.Config) {
@@ -218,6 +221,21 @@ func testOneRoundTrip(t *testing.T, iso string, spec ledger.LimitSpec) {
 	}
 	if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: rd, Cost: dec("10")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
 		t.Fatalf("filling %v: %+v %v", rd, res, err)
+	}
+	if grants {
+		// Every bucket the operations decide on has a grant (rd's is spent
+		// too, so that its denials stay denials).
+		for _, r := range []ledger.BucketRef{ra, rb, {Limit: "b", Key: "z"}, rd} {
+			if _, err := svc.AddGrant(ctx, r, dec("7"), time.Now().Add(time.Hour).Truncate(time.Microsecond), ledger.Idempotency{}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: rd, Cost: dec("7")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
+			t.Fatalf("filling %v's grant: %+v %v", rd, res, err)
+		}
+		if d, err := svc.CanAccept(ctx, ra, dec("1")); err != nil || d.Capacity.String() != "1007" {
+			t.Fatalf("a decision with a grant: %+v %v", d, err)
+		}
 	}
 	var holds []string
 	ops := []struct {
@@ -561,26 +579,11 @@ func TestMigrate(t *testing.T) {
 // and everything of a deleted limit.
 func TestPrune(t *testing.T) {
 	ctx := context.Background()
-	url := dsn(t)
-	schema := newSchema(t)
 	clock := ledgertest.NewClock()
-	s, err := postgres.Open(ctx, url, postgres.WithSchema(schema), postgres.WithPruneInterval(0), postgres.WithClock(clock.Now))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	s, count := openCounting(t, clock)
 	rows := func(table string) int {
 		t.Helper()
-		var n int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, table}.Sanitize()).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return count("SELECT count(*) FROM " + pgx.Identifier{table}.Sanitize())
 	}
 	svc := ledger.NewService(s)
 	put := func(name string, history bool) {

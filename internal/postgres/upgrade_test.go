@@ -121,6 +121,7 @@ func TestUpgradeFromReleased(t *testing.T) {
 				FROM (SELECT jsonb_strip_nulls(to_jsonb(x))
 				             - CASE WHEN to_jsonb(x)->'record_denials' = 'false' THEN 'record_denials' ELSE '' END
 				             - CASE WHEN to_jsonb(x)->'override_lens' = '[]' THEN 'override_lens' ELSE '' END
+				             - CASE WHEN to_jsonb(x)->'grant_rows' = '0' THEN 'grant_rows' ELSE '' END
 				             - CASE WHEN to_jsonb(x)->'mode' = '"enforce"' AND to_jsonb(x)->'grace' = '0' THEN ARRAY['mode', 'grace'] ELSE '{}' END
 				             - CASE WHEN to_jsonb(x)->'thresholds' = '[]' AND to_jsonb(x)->'th_sig' = '0' THEN ARRAY['thresholds', 'th_sig'] ELSE '{}' END
 				             - CASE WHEN to_jsonb(x)->'th_above' = '0' AND to_jsonb(x)->'th_sig' = '0' AND to_jsonb(x)->'th_period' = '0'

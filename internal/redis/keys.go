@@ -19,7 +19,7 @@ import (
 //	P:lim:{P}:gen        string the generation counter
 //	P:lim:{P}:gens       hash   generation → limit name
 //	P:<g>:b:<k>          hash   bucket: level "l", updated "u", history counter "n", one "h<id>" field per active hold,
-//	                            a window bucket's slots "w"
+//	                            a window bucket's slots "w", one "G<id>" field per grant (grants.go)
 //	P:<g>:x:<k>          zset   bucket history, score = time in µs
 //	P:<g>:i:<k>:<sha>    string idempotency record of a bucket call
 //	P:<g>:r:{<s>}<id>    hash   a hold; <s> is a short string that hashes to the bucket's slot

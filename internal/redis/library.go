@@ -48,6 +48,11 @@ const (
 	// codePeriodTable: the store's clock is outside the table of period
 	// starts passed for a periodic limit; the answer carries that clock.
 	codePeriodTable = "period_table"
+	// codeGrantInvalid: a grant that expires by the store's clock or takes
+	// the bucket's capacity past ledger.MaxAmount; the answer carries that
+	// clock and the bucket's active grants.
+	codeGrantInvalid  = "grant_invalid"
+	codeGrantNotFound = "grant_not_found"
 )
 
 // codeErrors are the ledger errors of the codes (codeStale is retried).
@@ -57,7 +62,9 @@ var codeErrors = map[string]error{
 	codeNotFound:      ledger.ErrReservationNotFound,
 	codeTooManyHolds:  ledger.ErrTooManyHolds,
 	codeLevelOverflow: ledger.ErrLevelOverflow,
-	codePeriodTable:   errPeriodTable, // answered with the store's clock: a *periodTableError
+	codePeriodTable:   errPeriodTable,  // answered with the store's clock: a *periodTableError
+	codeGrantInvalid:  errGrantInvalid, // answered with the store's clock and grants: a *grantRefusal
+	codeGrantNotFound: ledger.ErrGrantNotFound,
 }
 
 // luaConstants is the Lua that declares the constants above for the library.
@@ -72,8 +79,8 @@ func luaConstants() string {
 	fmt.Fprintf(&b, "local HOLD_KEEP_MS = %d\n", ms(holdKeep))
 	fmt.Fprintf(&b, "local SLACK_MS = %d\n", ms(ttlSlack))
 	fmt.Fprintf(&b, "local CLOCK_STEP_US = %d\n", ledger.ClockStep.Microseconds())
-	fmt.Fprintf(&b, "local E_STALE, E_REUSED, E_NOT_FOUND, E_TOO_MANY_HOLDS, E_LEVEL_OVERFLOW, E_PERIOD_TABLE = %q, %q, %q, %q, %q, %q\n",
-		codeStale, codeReused, codeNotFound, codeTooManyHolds, codeLevelOverflow, codePeriodTable)
+	fmt.Fprintf(&b, "local E_STALE, E_REUSED, E_NOT_FOUND, E_TOO_MANY_HOLDS, E_LEVEL_OVERFLOW, E_PERIOD_TABLE, E_GRANT_INVALID, E_GRANT_NOT_FOUND = %q, %q, %q, %q, %q, %q, %q, %q\n",
+		codeStale, codeReused, codeNotFound, codeTooManyHolds, codeLevelOverflow, codePeriodTable, codeGrantInvalid, codeGrantNotFound)
 	return b.String()
 }
 

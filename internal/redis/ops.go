@@ -133,6 +133,7 @@ func (s *Store) target(ctx context.Context, ref ledger.BucketRef) (target, error
 // (bkt in budgetd.lua), formatted once when the limit is cached.
 type limitArgs struct {
 	ceiling    string // units: ledger.Limit.Ceiling, the bound the functions admit against (the capacity unless the mode bends it)
+	ceilArg    string // ceiling and how grants raise it (grantScale), as the functions take it
 	leakAmount string // units, divided by gcd(amount, per); "P" for a periodic limit, "W" for a window
 	leakPer    string // µs, divided by gcd(amount, per); the period table; the window's "length:precision" in µs
 	history    string // historyFlag
@@ -152,9 +153,25 @@ func newLimitArgs(k keys, l ledger.Limit, gen int64, version string, at time.Tim
 	default:
 		a, p = leakRatio(l)
 	}
-	return limitArgs{ceiling: units(l.Ceiling()), leakAmount: a, leakPer: p, history: historyFlag(l),
+	ceiling := units(l.Ceiling())
+	return limitArgs{ceiling: ceiling, ceilArg: ceiling + grantScale(l), leakAmount: a, leakPer: p, history: historyFlag(l),
 		version: strconv.FormatInt(gen, 10) + ":" + version, doc: encodeLimit(l), defKey: k.limitDef(l.Name),
 		thresholds: thresholdsArg(l)}
+}
+
+// grantScale is what follows the ceiling in the functions' argument (bkt
+// in budgetd.lua): how a bucket's active grants g raise the ceiling, as
+// ledger.Limit.Ceiling of the capacity raised by g. Enforce: by g, nothing
+// follows. Soft: by g × (1 + grace/100), "/" and 10^4 + 100 × grace (an
+// integer: grace has at most 2 decimals). Shadow: the ceiling stays, "/0".
+func grantScale(l ledger.Limit) string {
+	switch {
+	case l.Mode == ledger.ModeShadow:
+		return "/0"
+	case l.Mode == ledger.ModeSoft && !l.Grace.IsZero():
+		return "/" + l.Grace.Shift(2).Add(decimal.New(1, 4)).String()
+	}
+	return ""
 }
 
 // thresholdsArg is a limit's thresholds as the functions read them
@@ -213,7 +230,7 @@ func (a *limitArgs) list(k keys, slot int, keep string, idem ledger.Idempotency)
 	if a.thresholds != "" {
 		th = k.outbox(slot) + ";" + keep + ";" + a.thresholds
 	}
-	return []any{a.ceiling, a.leakAmount, a.leakPer, a.history, a.version, doc, th}
+	return []any{a.ceilArg, a.leakAmount, a.leakPer, a.history, a.version, doc, th}
 }
 
 // leakRatio returns the leak amount (units) and period (µs) divided by their
@@ -280,7 +297,7 @@ func (s *Store) call(ctx context.Context, op string, ro bool, pre []string, t ta
 	ih := ""
 	if idem.Key != "" {
 		keys = append(keys, ik)
-		ih = idem.Hash
+		ih = reqHash(idem)
 	}
 	args := append([]any{s.nowArg(), ih, check}, t.lim.args.list(s.k, t.slot, s.keepArg, idem)...)
 	r, err := s.fcall(ctx, op, ro, keys, append(args, extra...)...)
@@ -288,6 +305,16 @@ func (s *Store) call(ctx context.Context, op string, ro bool, pre []string, t ta
 		s.hint(ctx, t.slot)
 	}
 	return r, err
+}
+
+// reqHash is the request hash a call with an Idempotency-Key passes the
+// functions: idem.Hash, or "-" for an empty one (a request without a
+// body), since the functions read an empty hash as a call without a key.
+func reqHash(idem ledger.Idempotency) string {
+	if idem.Hash == "" {
+		return "-"
+	}
+	return idem.Hash
 }
 
 // fcall runs a library function and parses its reply.
@@ -337,6 +364,9 @@ func parseReply(res []string) (reply, error) {
 			return reply{}, err
 		}
 		return reply{}, &periodTableError{now: now}
+	}
+	if res[0] == codeGrantInvalid && len(res) == 3 {
+		return reply{}, parseGrantRefusal(res[1], res[2])
 	}
 	if err, ok := codeErrors[res[0]]; ok {
 		return reply{}, err
@@ -426,7 +456,9 @@ func parseMicros(s string) (time.Time, error) {
 // snapshot converts a reply's bucket into a ledger.Snapshot, as the memory
 // store would build it. known is the limit the call was made with: a fresh
 // reply carries no limit and one that equals known is used as is; only a
-// replayed outcome may carry another one to decode.
+// replayed outcome may carry another one to decode. A level followed by
+// "g" and an amount is a bucket with active grants: their sum is added to
+// the limit's capacity (ledger.Limit.WithGrants).
 func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, error) {
 	l := known.l
 	if j.Lim != "" && j.Lim != known.args.doc {
@@ -435,7 +467,15 @@ func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, e
 			return ledger.Snapshot{}, err
 		}
 	}
-	lvl, err := amountFromUnits(j.L)
+	level, grants, granted := strings.Cut(j.L, "g")
+	if granted {
+		g, err := fromUnits(grants)
+		if err != nil {
+			return ledger.Snapshot{}, err
+		}
+		l = l.WithGrants(g)
+	}
+	lvl, err := amountFromUnits(level)
 	if err != nil {
 		return ledger.Snapshot{}, err
 	}
@@ -572,7 +612,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			if len(ts) > 1 {
 				keys = append(keys, s.k.idemMultiLegacy(ts[0].ref.Key, idem.Scope, idem.Key))
 			}
-			keys, ih = append(keys, ik), idem.Hash
+			keys, ih = append(keys, ik), reqHash(idem)
 		}
 		args := make([]any, 0, 4+9*len(ts))
 		args = append(args, s.nowArg(), ih, check, len(ts))
@@ -887,6 +927,9 @@ func parseEntry(line string) (ledger.Entry, error) {
 	}
 	ev, shadow := strings.CutSuffix(f[2], "!")
 	e := ledger.Entry{ID: strconv.FormatInt(id, 10), Time: at, Event: ledger.Event(ev), Amount: amt, ReservationID: f[4], ShadowDenied: shadow}
+	if e.Event == ledger.EventGranted || e.Event == ledger.EventRevoked {
+		e.ReservationID, e.GrantID = "", f[4] // the grant's id is where a hold's is (grant_add)
+	}
 	if len(f) == 6 {
 		if e.Meta, err = ledger.ParseMeta(f[5]); err != nil {
 			return ledger.Entry{}, fmt.Errorf("redis history: bad meta in %q: %w", line, err)

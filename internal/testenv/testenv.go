@@ -1,6 +1,6 @@
 // Package testenv tells tests which real servers and programs this test run
-// offers. scripts/test starts PostgreSQL, Redis and a Redis Cluster on
-// loopback and names them in environment variables; CI installs Chromium.
+// offers. scripts/test starts PostgreSQL, Redis, a Redis Cluster and MariaDB
+// on loopback and names them in environment variables; CI installs Chromium.
 // Without them a test is skipped when run locally (go test ./...) and fails
 // under CI (CI=true), so that a missing install step can never pass as a
 // skipped test.
@@ -21,6 +21,9 @@ const (
 	// RedisCluster is a comma-separated list of Redis Cluster nodes
 	// (host:port), not a URL.
 	RedisCluster = "BUDGETD_TEST_REDIS_CLUSTER"
+	// MySQL is a mysql:// URL of a MariaDB user that may create and drop
+	// databases (each test makes its own).
+	MySQL = "BUDGETD_TEST_MYSQL"
 )
 
 // CI reports whether the tests run under CI, where nothing may be skipped

@@ -49,7 +49,8 @@ RETURNS TABLE (r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts
                r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_period jsonb, r_history boolean,
                r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text,
                r_window_length_us bigint, r_window_precision_us bigint, r_slot_idx bigint[], r_slot_sums text[],
-               r_record_denials boolean, r_entry_id text, r_mode text, r_grace text, r_thresholds text[], r_override text)
+               r_record_denials boolean, r_entry_id text, r_mode text, r_grace text, r_thresholds text[], r_override text,
+               r_grants text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n        int := coalesce(array_length(p_costs, 1), 0);
@@ -75,6 +76,8 @@ DECLARE
     v_olens    int[];    -- the limit's override pattern lengths (limits.override_lens)
     v_o        overrides;
     v_ovr      text;     -- the pattern of the override that applies, NULL for none
+    v_grows    int;      -- the limit's rows of grants (limits.grant_rows)
+    v_gsum     numeric;  -- the bucket's active grants, NULL for none
     v_blevel   numeric;
     v_bupd     timestamptz;
     v_bidx     bigint[];  -- the slots as stored
@@ -129,10 +132,10 @@ BEGIN
     LOOP
         SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.record_denials, l.created_at, l.updated_at,
                l.period_every, l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
-               l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.override_lens,
+               l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.override_lens, l.grant_rows,
                b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found, b.th_sig, b.th_above, b.th_period
           INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_rec, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
-               v_mode, v_grace, v_ceil, v_ths, v_olens,
+               v_mode, v_grace, v_ceil, v_ths, v_olens, v_grows,
                v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod
           FROM limits l
           LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found, bb.th_sig, bb.th_above, bb.th_period FROM buckets bb
@@ -166,6 +169,7 @@ BEGIN
         v_now := coalesce(p_now, budgetd_clock());
         -- The bucket's own terms, when an override applies (budgetd_terms).
         v_l := NULL;
+        v_limit := NULL;
         v_ovr := NULL;
         IF cardinality(v_olens) > 0 THEN
             v_o := budgetd_override_of(v_lid, v_olens, p_key, v_now);
@@ -181,6 +185,21 @@ BEGIN
                 v_wprec := v_l.window_precision_us;
                 v_ceil := budgetd_ceiling(v_l);
                 v_ovr := v_o.pattern;
+            END IF;
+        END IF;
+        -- And its active grants added to its capacity (budgetd_terms).
+        v_gsum := NULL;
+        IF v_grows > 0 THEN
+            v_gsum := budgetd_grant_sum(v_lid, p_key, v_now);
+            IF v_gsum > 0 THEN
+                IF v_l.id IS NULL THEN
+                    SELECT * INTO v_l FROM limits WHERE id = v_lid;
+                END IF;
+                v_l := budgetd_with_grants(v_l, v_gsum);
+                v_cap := v_l.capacity;
+                v_ceil := budgetd_ceiling(v_l);
+            ELSE
+                v_gsum := NULL;
             END IF;
         END IF;
         IF v_bupd > v_now THEN
@@ -437,6 +456,7 @@ BEGIN
     r_grace := v_grace::text;
     r_thresholds := v_ths;
     r_override := v_ovr;
+    r_grants := v_gsum::text;
     FOR k IN 1 .. v_n LOOP
         IF a_rep[k] IS NOT NULL THEN
             a_doc[k] := w_docs[a_rep[k]] || '{"replayed": true}'::jsonb;

@@ -20,6 +20,7 @@ BEGIN
                                             'amount', h.amount::text, 'reservation_id', h.reservation_id)
                          || CASE WHEN h.meta IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('meta', h.meta) END
                          || CASE WHEN h.shadow_denied THEN '{"shadow_denied": true}'::jsonb ELSE '{}'::jsonb END
+                         || CASE WHEN h.grant_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('grant_id', h.grant_id) END
                          ORDER BY h.at DESC, h.id DESC)
           FROM (SELECT * FROM history
                  WHERE limit_id = v_l.id AND key = p_key

@@ -5,7 +5,9 @@
 -- 'enforce', so a leaky limit's document is what it was before periods
 -- existed (a document without "mode" is an enforce limit's), and
 -- "thresholds" (their strings) only for a limit that has some, and
--- "override" only for a limit with an override applied (budgetd_terms).
+-- "override" only for a limit with an override applied, and "grants" (their
+-- sum, numeric text) only for one with a bucket's active grants added
+-- (budgetd_terms).
 CREATE OR REPLACE FUNCTION budgetd_limit_json(l limits) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object('name', l.name, 'capacity', l.capacity::text, 'leak_amount', l.leak_amount::text,
@@ -18,4 +20,5 @@ LANGUAGE sql STABLE AS $$
         || CASE WHEN l.mode = 'enforce' THEN '{}'::jsonb ELSE jsonb_build_object('mode', l.mode, 'grace', l.grace::text) END
         || CASE WHEN cardinality(l.thresholds) = 0 THEN '{}'::jsonb ELSE jsonb_build_object('thresholds', to_jsonb(l.thresholds)) END
         || CASE WHEN l.override IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('override', l.override) END
+        || CASE WHEN l.grant_sum IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('grants', l.grant_sum::text) END
 $$;

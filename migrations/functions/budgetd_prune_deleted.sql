@@ -24,6 +24,9 @@ BEGIN
     DELETE FROM overrides WHERE ctid = ANY (ARRAY(SELECT ctid FROM overrides WHERE limit_id = v_id LIMIT p_batch));
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_total := v_total + v_n;
+    DELETE FROM grants WHERE ctid = ANY (ARRAY(SELECT ctid FROM grants WHERE limit_id = v_id LIMIT p_batch));
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_total := v_total + v_n;
     -- Less than a batch everywhere: nothing of the limit is left.
     IF v_total < p_batch THEN
         DELETE FROM deleted_limits WHERE id = v_id;

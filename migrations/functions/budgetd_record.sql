@@ -1,12 +1,13 @@
 -- Adds a history entry when the limit keeps history, with the caller's meta
 -- (JSON text; NULL or '' for none), and returns its id (NULL when the limit
 -- keeps no history). p_shadow true flags a shadow-denied fillup or reserved
--- entry (history.shadow_denied; NULL otherwise). The caller holds the
+-- entry (history.shadow_denied; NULL otherwise); p_grant is the grant of a
+-- granted or revoked entry (history.grant_id; NULL otherwise). The caller holds the
 -- bucket's lock. About one insert in 256 (by id) also trims the bucket to its
 -- newest 10,000 entries, at most 1,000 rows at a time, so a busy bucket stays
 -- near that cap without a per-insert cost.
 CREATE OR REPLACE FUNCTION budgetd_record(p_l limits, p_key text, p_at timestamptz, p_event text, p_amount numeric, p_res text,
-                                          p_meta text DEFAULT NULL, p_shadow boolean DEFAULT NULL)
+                                          p_meta text DEFAULT NULL, p_shadow boolean DEFAULT NULL, p_grant text DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v_id bigint;
@@ -14,8 +15,8 @@ BEGIN
     IF NOT p_l.history THEN
         RETURN NULL;
     END IF;
-    INSERT INTO history (limit_id, key, at, event, amount, reservation_id, meta, shadow_denied)
-    VALUES (p_l.id, p_key, p_at, p_event, p_amount, p_res, nullif(p_meta, '')::jsonb, CASE WHEN p_shadow THEN true END)
+    INSERT INTO history (limit_id, key, at, event, amount, reservation_id, meta, shadow_denied, grant_id)
+    VALUES (p_l.id, p_key, p_at, p_event, p_amount, p_res, nullif(p_meta, '')::jsonb, CASE WHEN p_shadow THEN true END, p_grant)
     RETURNING id INTO v_id;
     IF v_id % 256 = 0 THEN
         DELETE FROM history WHERE id = ANY (ARRAY(

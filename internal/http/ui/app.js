@@ -376,11 +376,12 @@ function metaCell(meta) {
 }
 
 // termsPart shows the bucket's terms: the override that applies (what it
-// sets and when it ends) and the active grants with their total, beside the
+// sets and when it ends), the active grants with their total and, on a
+// limit with rollover, the rollover received this period, beside the
 // effective capacity. A part whose store answered 501 (null here) is left
 // out, and the whole section when there is nothing to show.
 function termsPart(limit, bucket, override, grants, digits) {
-  if (!override && !grants) return [];
+  if (!override && !grants && !limit.rollover) return [];
   const out = [el("h2", {}, "Terms")];
   const timed = (label, iso, field) => { const s = stat(label, iso ? fmtTime(iso) : "no end", field); s.lastChild.title = iso || ""; return s; };
   if (override) {
@@ -400,7 +401,13 @@ function termsPart(limit, bucket, override, grants, digits) {
   out.push(el("p", { class: "note", id: "effective" }, "Effective capacity ",
     el("span", { "data-field": "capacity" }, bucket.capacity), " = ", override && override.capacity != null ? "the override's " : "the limit's ",
     el("span", { "data-field": "base" }, base), " + grants ", el("span", { "data-field": "grants" }, bucket.grants),
+    limit.rollover ? " + rollover " : null, limit.rollover ? el("span", { "data-field": "rollover" }, bucket.rollover) : null,
     "."));
+  if (limit.rollover) {
+    out.push(el("p", { class: "note", id: "rollover" }, "Rollover received this period ",
+      el("span", { id: "rollover-received" }, bucket.rollover),
+      `: what the bucket left unused of its capacity last period, at most ${limit.rollover.max}.`));
+  }
   if (grants) {
     out.push(el("h3", {}, `Active grants (${grants.items.length}), total `, el("span", { id: "grants-total" }, bucket.grants)));
     out.push(grants.items.length === 0 ? el("p", { class: "note", id: "no-grants" }, "No active grants.") :

@@ -48,8 +48,11 @@ end
 -- once per library load and kept (a cache, as memo below, emptied when it
 -- reaches TH_MAX entries): the digest sig (ledger.ThresholdSig), the
 -- capacity (units), the limit's name, and per threshold, in the limit's
--- order, the level it is reached at (units) and its label ("80%"), and
--- min, the lowest of those levels (fillup_lean: a use below it reaches none).
+-- order, the level it is reached at (units) and its label ("80%"); pk[i]
+-- is a percentage threshold's percentage in hundredths (8000 for "80%"),
+-- false for an amount, so that grants move its level (with_grants); and
+-- min, the lowest level (fillup_lean, which takes no bucket with grants:
+-- a use below it reaches none).
 -- th_args keeps the same for the whole argument (at most TH_MAX), so the
 -- call of a hot bucket, which repeats it, does not match it again.
 local TH_MAX, th_memo, th_n = 256, {}, 0
@@ -65,10 +68,13 @@ local function thresholds(arg)
     return ek, keep, t
   end
   local sig, cap, name, list = string.match(rest, '^([^;]*);([^;]*);([^;]*);(.*)$')
-  t = { sig = sig, cap = cap, name = name, lv = {}, lab = {} }
+  t = { sig = sig, cap = cap, name = name, lv = {}, lab = {}, pk = {} }
   for lv, lab in string.gmatch(list, '([^=,]+)=([^,]+)') do
-    t.lv[#t.lv + 1], t.lab[#t.lab + 1] = nv(lv), lab
-    if not t.min or vcmp(t.lv[#t.lv], t.min) < 0 then t.min = t.lv[#t.lv] end
+    local i, pk = #t.lv + 1, false
+    local ip, fp = string.match(lab, '^(%d+)%.?(%d*)%%$')
+    if ip then pk = tonumber(ip) * 100 + tonumber(string.sub(fp .. '00', 1, 2)) end
+    t.lv[i], t.lab[i], t.pk[i] = nv(lv), lab, pk
+    if not t.min or vcmp(t.lv[i], t.min) < 0 then t.min = t.lv[i] end
   end
   if th_n >= TH_MAX then th_memo, th_n = {}, 0 end
   th_memo[rest], th_n = t, th_n + 1
@@ -82,7 +88,9 @@ end
 -- the limit's mode sets it (ledger.Limit.Ceiling): the capacity for enforce,
 -- capacity × (1 + grace) for soft, the largest level kept for shadow. It is
 -- the only bound the functions admit against; the capacity itself, what a
--- decision reports, and the marks a mode sets are Go's.
+-- decision reports, and the marks a mode sets are Go's. The ceiling may be
+-- followed by '/' and k: a grant of g raises the ceiling by g × k / 10^4
+-- (c.gk; soft: 10^4 + 100 × grace, shadow: 0); without it by g (enforce).
 -- The history flag is '0' (no history), '1' (history) or '2' (history, and
 -- denials are recorded too: c.deny), or, for a shadow limit that records
 -- denials, '3:' and its capacity (units): c.deny, and c.shcap, against
@@ -96,7 +104,10 @@ end
 -- <capacity>;<limit name>;<level>=<label>,..." (thresholds, above): c.ek,
 -- c.keep, c.th.
 local function bkt(bk, hk, ceil, ra, rp, hist, lim, th)
-  local c = { bk = bk, hk = hk, ceil = nv(ceil), hist = hist ~= '0', deny = hist == '2', lim = lim }
+  local gk
+  local slash = string.find(ceil, '/', 1, true)
+  if slash then ceil, gk = string.sub(ceil, 1, slash - 1), tonumber(string.sub(ceil, slash + 1)) end
+  local c = { bk = bk, hk = hk, ceil = nv(ceil), gk = gk, hist = hist ~= '0', deny = hist == '2', lim = lim }
   if #hist > 1 then c.deny, c.shcap = true, nv(string.sub(hist, 3)) end
   if th ~= '' then c.ek, c.keep, c.th = thresholds(th) end
   if ra == 'P' then c.starts = rp
@@ -223,10 +234,45 @@ local function in_period(c, now)
   return false
 end
 
--- load reads a bucket (f: its fields when the caller already read them).
-local function load(c, f)
+-- Grants (ledger.Grant) live in their bucket's hash, one field per grant:
+-- G<id> = "amount:expires:created:seq" (amount in units, times in µs, seq
+-- the order of grants made in one µs). A bucket without grants has no such
+-- field, so it pays nothing for them (fillup_lean declines a hash with any
+-- field but l, u and unreached threshold marks). A grant counts while now < expires; load sums the
+-- grants that count into st.g (nil for none) and raises c's bounds by it
+-- (with_grants); expired ones are dropped at the bucket's next write
+-- (finish, keep), and every write keeps the hash at least until its last
+-- grant expires (keep).
+
+-- gscale is g × k / 10^4 for a sum of grants g (units: a multiple of 10^6,
+-- since an amount has at most 6 fractional digits) and an integer k.
+local function gscale(g, k)
+  if k == 0 then return pair(0, 0) end
+  local s = vs(g)
+  return norm(bn_mul(bn(string.sub(s, 1, #s - 4)), bnum(k)))
+end
+
+-- with_grants adds the active grants g of a bucket to what its call admits
+-- against, as ledger.Limit.WithGrants raises the capacity: the ceiling (by
+-- g, or as the mode scales it: c.gk), a shadow limit's capacity for its
+-- records, and the thresholds' capacity and percentage levels (a copy:
+-- c.th is shared by the calls of the limit).
+local function with_grants(c, g)
+  c.ceil = vadd(c.ceil, c.gk and gscale(g, c.gk) or g)
+  if c.shcap then c.shcap = vadd(c.shcap, g) end
+  local t = c.th
+  if t then
+    local lv = {}
+    for i, l in ipairs(t.lv) do lv[i] = t.pk[i] and vadd(l, gscale(g, t.pk[i])) or l end
+    c.th = { sig = t.sig, cap = vs(vadd(nv(t.cap), g)), name = t.name, lv = lv, lab = t.lab, pk = t.pk }
+  end
+end
+
+-- load reads a bucket at now (f: its fields when the caller already read
+-- them), with its grants.
+local function load(c, now, f)
   f = f or redis.call('HGETALL', c.bk)
-  local st = { l = pair(0, 0), u = 0, n = 0, holds = {} }
+  local st = { l = pair(0, 0), u = 0, n = 0, holds = {}, grants = {} }
   for i = 1, #f, 2 do
     local k, v = f[i], f[i + 1]
     if k == 'l' then st.l = nv(v)
@@ -240,8 +286,14 @@ local function load(c, f)
       local colon = string.find(v, ':', 1, true)
       st.holds[#st.holds + 1] = { id = string.sub(k, 2), a = string.sub(v, 1, colon - 1),
         e = tonumber(string.sub(v, colon + 1)), raw = v }
+    elseif string.byte(k, 1) == 71 then -- 'G'
+      local a, e, t0, q = string.match(v, '^(%d+):(%d+):(%d+):(%d+)$')
+      e = tonumber(e)
+      st.grants[#st.grants + 1] = { id = string.sub(k, 2), a = a, e = e, t = t0, q = tonumber(q) }
+      if e > now then st.g = vadd(st.g or pair(0, 0), nv(a)) end
     end
   end
+  if st.g then with_grants(c, st.g) end
   if c.wp then st.ws = wslots(c, st, st.w) end
   return st
 end
@@ -307,7 +359,7 @@ end
 local function deny(c, st, now, amount, meta)
   if not c.deny then return nil end
   local ttl = { redis.call('PTTL', c.bk), redis.call('PTTL', c.hk) }
-  local bare = st.u == 0 and #st.holds == 0
+  local bare = st.u == 0 and #st.holds == 0 and #st.grants == 0
   local id = record(c, st, now, 'denied', amount, '', meta)
   trim(c, now)
   for i, k in ipairs({ c.bk, c.hk }) do
@@ -423,35 +475,41 @@ local function notice(c, st, now, pre)
   end
 end
 
--- finish writes level and time and sets the TTLs: a bucket lives until it has
--- leaked to zero and its last hold has expired (plus a margin), and at least
--- as long as its history when the limit keeps one.
-local function finish(c, st, now)
-  if c.wp and st.ws ~= '' then
-    st.w = fmt(c.wp) .. '@' .. st.ws
-    redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u), 'w', st.w)
-  else
-    redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u))
-    if st.w then redis.call('HDEL', c.bk, 'w') end
-    st.w = nil
+-- keep drops the grants of st that expired by now and sets the TTLs: a
+-- bucket lives until it has leaked to zero, its last hold has expired and
+-- its last grant has expired (plus a margin), and at least as long as its
+-- history when the limit keeps one. A bucket not settled to now (a grant
+-- or a revocation) gets a TTL computed from its stored level as if it were
+-- now's, which is never shorter than the level needs.
+local function keep(c, st, now)
+  local us, live = 0, {}
+  for _, g in ipairs(st.grants) do
+    if g.e > now then
+      live[#live + 1] = g
+      if g.e - now > us then us = g.e - now end
+    else
+      redis.call('HDEL', c.bk, 'G' .. g.id)
+    end
   end
-  local us = 0
+  st.grants = live
   if c.wp then
     -- A window bucket lives until its newest slot stops counting.
     if st.ws ~= '' then
       local _, newest = wlast(st.ws)
-      us = math.max(0, expiry(c, newest) - now)
+      us = math.max(us, expiry(c, newest) - now)
     end
   elseif not vzero(st.l) and c.starts then
-    us = c.pe - now -- the level is zero from the period's end on
+    -- the level is zero from the period's end on
+    if c.pe - now > us then us = c.pe - now end
     -- Written ahead of the clock (a step back within CLOCK_STEP_US) in the
     -- next period: the level lasts to that period's end, at most twice this
     -- period's length away.
-    if st.u >= c.pe then us = c.pe - now + 2 * (c.pe - c.ps) end
+    if st.u >= c.pe then us = math.max(us, c.pe - now + 2 * (c.pe - c.ps)) end
   elseif not vzero(st.l) then
-    us = vnum(st.l) * c.lp.rp / c.lp.raf
-    us = us * (1 + 1e-9) + 1
-    if st.u > now then us = us + (st.u - now) end
+    local t = vnum(st.l) * c.lp.rp / c.lp.raf
+    t = t * (1 + 1e-9) + 1
+    if st.u > now then t = t + (st.u - now) end
+    if t > us then us = t end
   end
   for _, h in ipairs(st.holds) do
     if h.e - now > us then us = h.e - now end
@@ -482,6 +540,19 @@ local function finish(c, st, now)
   end
 end
 
+-- finish writes level and time and sets the TTLs (keep).
+local function finish(c, st, now)
+  if c.wp and st.ws ~= '' then
+    st.w = fmt(c.wp) .. '@' .. st.ws
+    redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u), 'w', st.w)
+  else
+    redis.call('HSET', c.bk, 'l', vs(st.l), 'u', fmt(st.u))
+    if st.w then redis.call('HDEL', c.bk, 'w') end
+    st.w = nil
+  end
+  keep(c, st, now)
+end
+
 local function holds_str(st)
   if #st.holds == 0 then return '' end
   local t = {}
@@ -507,8 +578,10 @@ local HOLD = { 'id', 'lim', 'e', 'a', 's', 'c', 't0', 'te', 'tr' }
 -- ':' and, per bucket, that entry's id ('' for none), comma-separated. The
 -- limit is '' in a fresh answer (the Go side knows the limit it passed) and
 -- the limit document in an idempotency record, so a replay shows the limit
--- and the entry ids of the original call. When ik is set the reply is also
--- kept there for ih.
+-- and the entry ids of the original call. A bucket's level is followed by
+-- 'g' and the sum of its active grants (units) when it has any, so a
+-- replay repeats them too. When ik is set the reply is also kept there for
+-- ih.
 local function reply(now, x, rk, items, ik, ih)
   local ids, named = {}, false
   for i, it in ipairs(items) do ids[i], named = it.eid or '', named or it.eid ~= nil end
@@ -526,7 +599,9 @@ local function reply(now, x, rk, items, ik, ih)
     local k = #out
     local hs = holds_str(it.st)
     if it.c.wp and it.st.ws ~= '' then hs = hs .. ';' .. fmt(it.c.wp) .. '@' .. it.st.ws end
-    out[k + 1], out[k + 2], out[k + 3], out[k + 4] = vs(it.st.l), fmt(it.st.u), hs, ''
+    local l = vs(it.st.l)
+    if it.st.g and not vzero(it.st.g) then l = l .. 'g' .. vs(it.st.g) end
+    out[k + 1], out[k + 2], out[k + 3], out[k + 4] = l, fmt(it.st.u), hs, ''
   end
   if ik then
     local rec = { unpack(out) }
@@ -548,6 +623,8 @@ local function remember(k, v)
   return v
 end
 local function nv_memo(s) return memo[s] or remember(s, nv(s)) end
+-- ceil_memo is a ceiling argument's ceiling (what precedes a '/', bkt).
+local function ceil_memo(s) return memo[s] or remember(s, nv(string.match(s, '^%d+'))) end
 local function lp_memo(ra, rp)
   local k = ra .. '/' .. rp
   return memo[k] or remember(k, leak_params(ra, rp))
@@ -586,7 +663,7 @@ local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost, th)
     elseif ts ~= th.sig or ta ~= '0' or tp ~= '0' then return nil end
     if th.min.h == nil then return nil end
   end
-  local cv, cp = nv_memo(cost), nv_memo(ceil)
+  local cv, cp = nv_memo(cost), ceil_memo(ceil)
   if cv.h == nil or cp.h == nil then return nil end
   local stepped, x = false, '1'
   if cv.h == 0 and cv.l == 0 then
@@ -673,7 +750,7 @@ local function fillup(keys, args)
     end
     local c = bkt(keys[2 * i - 1], keys[2 * i], ceil, ra, rp, hist, lim, th)
     if c.starts and not in_period(c, now) then return { E_PERIOD_TABLE, fmt(now) } end
-    local st = load(c, f)
+    local st = load(c, now, f)
     local cv = nv(cost)
     local ok = fits(c, st, now, cv)
     accepted = accepted and ok
@@ -724,7 +801,7 @@ end
 local function inspect(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1)
   if early then return early end
-  return reply(now, '', nil, { { c = c, st = load(c) } })
+  return reply(now, '', nil, { { c = c, st = load(c, now) } })
 end
 
 -- settle_bucket is bucket.Switch: it settles a bucket to now under the
@@ -734,7 +811,7 @@ end
 local function settle_bucket(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1)
   if early then return early end
-  local st = load(c)
+  local st = load(c, now)
   if not (vzero(st.l) or st.u == 0 or (now <= st.u and not st.w)) then
     settle(c, st, now)
     if c.wp then st.ws = '' end
@@ -749,7 +826,7 @@ local function drain(keys, args)
   local c, now, ik, early = one_bucket(keys, args, 1)
   if early then return early end
   local amount = nv(args[11])
-  local st = load(c)
+  local st = load(c, now)
   local removed, eid = pair(0, 0), nil
   -- A drain that can remove nothing (the level is zero now) is a no-op.
   if not vzero(amount) and not vzero(level_at(c, st, now)) then
@@ -773,7 +850,7 @@ local function reserve(keys, args)
   local c, now, ik, early = one_bucket(keys, args, 2)
   if early then return early end
   local amount, ttl, id, lname, ekey = nv(args[11]), tonumber(args[12]), args[13], args[14], args[15]
-  local st = load(c)
+  local st = load(c, now)
   local active = 0
   for _, h in ipairs(st.holds) do if h.e > now then active = active + 1 end end
   if active >= MAX_HOLDS then return { E_TOO_MANY_HOLDS } end
@@ -815,7 +892,7 @@ local function resolve(keys, args)
   local f = redis.call('HGETALL', rk)
   for i = 1, #f, 2 do h[f[i]] = f[i + 1] end
   if not h.id or h.e ~= ekey then return { E_NOT_FOUND } end
-  local st = load(c)
+  local st = load(c, now)
   local refusal = ''
   if h.s == 'e' or (h.s == 'a' and now >= tonumber(h.te)) then
     if expire_holds(c, st, now) then finish(c, st, now) end
@@ -868,7 +945,7 @@ local function history(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1)
   if early then return early end
   local ct, cid, n = args[11], args[12], tonumber(args[13])
-  local st = load(c)
+  local st = load(c, now)
   if expire_holds(c, st, now) then finish(c, st, now) end
   local out = {}
   if ct ~= '' then
@@ -885,6 +962,76 @@ local function history(keys, args)
     for i = 1, #rest, 2 do
       out[#out + 1] = fmt(tonumber(rest[i + 1])) .. '|' .. rest[i]
     end
+  end
+  return reply(now, table.concat(out, '\n'), nil, {})
+end
+
+-- grant_str is a grant as the grant functions answer it:
+-- "id|amount|expires|created|seq".
+local function grant_str(g)
+  return g.id .. '|' .. g.a .. '|' .. fmt(g.e) .. '|' .. fmt(g.t) .. '|' .. fmt(g.q)
+end
+
+-- grant_add: ARGV[11..] = amount (units), expires (µs; '' for the end of
+-- the current period of a periodic limit), room (units: the most the
+-- bucket's active grants may sum to, ledger.MaxAmount minus the limit's
+-- capacity), the new grant's id, meta. It refuses a grant that expires by
+-- now or that would take the active grants past room with E_GRANT_INVALID,
+-- now and the active grants (Go runs ledger.GrantExpiry with them for the
+-- error); the checks that need no clock are Go's, before the call. x = the
+-- grant (grant_str), and the granted entry's id (reply). The bucket is not
+-- settled: a grant changes no level, only the bounds.
+local function grant_add(keys, args)
+  local c, now, ik, early = one_bucket(keys, args, 1)
+  if early then return early end
+  local amount, exp, room, id = args[11], args[12], args[13], args[14]
+  local st = load(c, now)
+  if exp == '' then exp = c.pe else exp = tonumber(exp) end
+  local sum = vadd(st.g or pair(0, 0), nv(amount))
+  if not exp or exp <= now or vcmp(sum, nv(room)) > 0 then
+    return { E_GRANT_INVALID, fmt(now), vs(st.g or pair(0, 0)) }
+  end
+  local q = 0
+  for _, g in ipairs(st.grants) do q = math.max(q, g.q) end
+  local g = { id = id, a = amount, e = exp, t = now, q = q + 1 }
+  redis.call('HSET', c.bk, 'G' .. id, amount .. ':' .. fmt(exp) .. ':' .. fmt(now) .. ':' .. fmt(g.q))
+  st.grants[#st.grants + 1], st.g = g, sum
+  expire_holds(c, st, now)
+  local eid = record(c, st, now, 'granted', amount, id, args[15])
+  keep(c, st, now)
+  return reply(now, grant_str(g), nil, { { c = c, st = st, eid = eid } }, ik, args[2])
+end
+
+-- grant_revoke: ARGV[11..] = the grant's id, meta. It removes the grant
+-- while it counts (E_GRANT_NOT_FOUND otherwise: unknown, revoked or
+-- expired) and records a revoked entry. x = the grant (grant_str) and the
+-- revoked entry's id (reply).
+local function grant_revoke(keys, args)
+  local c, now, ik, early = one_bucket(keys, args, 1)
+  if early then return early end
+  local id = args[11]
+  local st = load(c, now)
+  local found, kept = nil, {}
+  for _, g in ipairs(st.grants) do
+    if g.id == id and g.e > now then found = g else kept[#kept + 1] = g end
+  end
+  if not found then return { E_GRANT_NOT_FOUND } end
+  redis.call('HDEL', c.bk, 'G' .. id)
+  st.grants, st.g = kept, vsub(st.g, nv(found.a))
+  expire_holds(c, st, now)
+  local eid = record(c, st, now, 'revoked', found.a, id, args[12])
+  keep(c, st, now)
+  return reply(now, grant_str(found), nil, { { c = c, st = st, eid = eid } }, ik, args[2])
+end
+
+-- grant_list: the bucket's grants that count at now, one grant_str per
+-- line, as x. No writes.
+local function grant_list(keys, args)
+  local c, now, _, early = one_bucket(keys, args, 1)
+  if early then return early end
+  local out = {}
+  for _, g in ipairs(load(c, now).grants) do
+    if g.e > now then out[#out + 1] = grant_str(g) end
   end
   return reply(now, table.concat(out, '\n'), nil, {})
 end
@@ -979,6 +1126,9 @@ redis.register_function('budgetd_reserve' .. V, reserve)
 redis.register_function('budgetd_resolve' .. V, resolve)
 redis.register_function { function_name = 'budgetd_reservation' .. V, callback = reservation, flags = RO }
 redis.register_function('budgetd_history' .. V, history)
+redis.register_function('budgetd_grant_add' .. V, grant_add)
+redis.register_function('budgetd_grant_revoke' .. V, grant_revoke)
+redis.register_function { function_name = 'budgetd_grant_list' .. V, callback = grant_list, flags = RO }
 redis.register_function('budgetd_limit_put' .. V, limit_put)
 redis.register_function('budgetd_limit_delete' .. V, limit_delete)
 redis.register_function('budgetd_seal' .. V, seal)

@@ -1,0 +1,546 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/ledger"
+)
+
+// view is what one attempt of a decision read: for each bucket of the call,
+// in the caller's order, its limit and its row, with the database's clock
+// for the attempt. The decision changes it with set and record; the write
+// then stores what changed.
+type view struct {
+	now time.Time
+	// limits are the limits of the buckets as the rule reads them, their
+	// terms at now (grants added); base are the limits as stored.
+	limits  []limitRow
+	base    []ledger.Limit
+	buckets []bucketRow
+	dirty   []bool
+	entries [][]entryRow
+	holds   []holdOp // hold rows to insert or change, with their buckets' writes
+	// hold is the hold a Commit or Release asked for (withHold), read after
+	// its bucket, nil when there is none.
+	hold   *ledger.Reservation
+	idem   *idemRow // the idempotency record to write, nil for none
+	events []eventRow
+}
+
+// eventRow is an event a decision emits, of bucket i of the view.
+type eventRow struct {
+	i  int
+	ev ledger.OutboxEvent
+}
+
+// notice runs the threshold rule for a write that took bucket i from state
+// before to its state now, keeping its marks and emitting the events
+// (memory.Store.notice).
+func (v *view) notice(i int, before bucket.State) {
+	l, b := v.limits[i].limit, &v.buckets[i]
+	if len(l.Thresholds) == 0 && b.marks == (ledger.Marks{}) {
+		return
+	}
+	rule := l.Rule()
+	pre := bucket.CanAccept(rule, before, v.now, bucket.Amount{})
+	post := bucket.CanAccept(rule, b.state, v.now, bucket.Amount{})
+	used := post.Level.Add(post.Held)
+	marks, cs := l.WatchAt(l.Capacity).Cross(b.marks, pre.Level.Add(pre.Held), used, post.PeriodStart)
+	if marks != b.marks {
+		b.marks, v.dirty[i] = marks, true
+	}
+	for _, e := range ledger.NewEvents(l, ledger.BucketRef{Limit: l.Name, Key: b.key}, cs, v.now, used.Decimal(), l.Capacity, post.PeriodStart) {
+		v.events = append(v.events, eventRow{i: i, ev: e})
+	}
+}
+
+// readOpt asks a decision's read for more.
+type readOpt struct {
+	hold string
+	idem ledger.Idempotency
+}
+
+// withIdem looks idem's record up first (a current read): an attempt that
+// finds it ends with errReplayed, or ErrIdempotencyKeyReused, and changes
+// nothing.
+func withIdem(idem ledger.Idempotency) readOpt { return readOpt{idem: idem} }
+
+// withHold reads the hold id with the buckets (v.hold), by a current read
+// after them: a hold row changes only with its bucket's version, so a hold
+// newer than the bucket read fails the write's compare-and-set.
+func withHold(id string) readOpt { return readOpt{hold: id} }
+
+// holdOp inserts a hold row (from == "") or changes one that is in state
+// from.
+type holdOp struct {
+	from ledger.ReservationState
+	res  ledger.Reservation
+	lim  uint64
+}
+
+// entryRow is a history entry a decision adds.
+type entryRow struct {
+	seq    uint64
+	at     time.Time
+	event  ledger.Event
+	amount decimal.Decimal
+	hold   string
+	grant  string
+	meta   ledger.Meta
+	shadow bool
+}
+
+// set stores st as bucket i's new state.
+func (v *view) set(i int, st bucket.State) {
+	v.buckets[i].state = st
+	v.dirty[i] = true
+}
+
+// record adds a history entry to bucket i when its limit keeps history and
+// returns its id ("" when none is written). The id is the bucket's next
+// sequence number, which the write's compare-and-set makes the bucket's
+// alone.
+func (v *view) record(i int, ev ledger.Event, amount decimal.Decimal, meta ledger.Meta, shadow bool) string {
+	return v.recordAt(i, v.now, ev, amount, "", meta, shadow)
+}
+
+// recordAt is record of an entry at a time of its own, about hold.
+func (v *view) recordAt(i int, at time.Time, ev ledger.Event, amount decimal.Decimal, hold string, meta ledger.Meta, shadow bool) string {
+	if !v.limits[i].limit.History {
+		return ""
+	}
+	v.buckets[i].hseq++
+	if len(meta) == 0 {
+		meta = nil
+	}
+	v.entries[i] = append(v.entries[i], entryRow{seq: v.buckets[i].hseq, at: at, event: ev, amount: amount, hold: hold, meta: meta, shadow: shadow})
+	v.dirty[i] = true
+	return strconv.FormatUint(v.buckets[i].hseq, 10)
+}
+
+// expire records the holds of bucket i that a transition dropped as
+// expired: their rows become expired at their expiry, with an expired entry
+// each (memory.Store.apply). Every hold in a bucket's state is active.
+func (v *view) expire(i int, expired []bucket.Hold) {
+	for _, x := range expired {
+		v.holds = append(v.holds, holdOp{from: ledger.Active, lim: v.limits[i].id, res: ledger.Reservation{ID: x.ID, State: ledger.Expired, ResolvedAt: x.ExpiresAt}})
+		v.recordAt(i, x.ExpiresAt, ledger.EventExpired, x.Amount.Decimal(), x.ID, nil, false)
+		v.dirty[i] = true
+	}
+}
+
+// snapshot is bucket i as the decision leaves it.
+func (v *view) snapshot(i int) ledger.Snapshot {
+	return ledger.Snapshot{Limit: v.limits[i].limit, State: v.buckets[i].state, Now: v.now}
+}
+
+// decide runs fn on a fresh view of refs and writes what fn changed, as one
+// atomic step. The first attempt reads without locks and writes with a
+// compare-and-set of every version it read (two round trips: the read, and
+// one multi-statement write); when the write finds something changed, or
+// hits a deadlock or a lock-wait timeout, the next attempts lock the
+// buckets' rows while they decide (SELECT … FOR UPDATE), so that a hot
+// bucket is serialised rather than retried without end. After s.attempts
+// attempts the call fails with ledger.ErrUnavailable. fn must be
+// deterministic in the view: it runs again on every attempt.
+func (s *Store) decide(ctx context.Context, refs []ledger.BucketRef, fn func(v *view) error, opts ...readOpt) error {
+	var err error
+	for attempt := range s.attempts {
+		err = s.attempt(ctx, refs, attempt > 0, fn, opts)
+		if !errors.Is(err, errConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %d conflicting attempts: %w", ledger.ErrUnavailable, s.attempts, err)
+}
+
+// attempt is one try of decide.
+func (s *Store) attempt(ctx context.Context, refs []ledger.BucketRef, locked bool, fn func(v *view) error, opts []readOpt) (err error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return classify(err)
+	}
+	defer conn.Close()
+	open := false // a transaction is open on conn
+	defer func() {
+		if open {
+			rollback(ctx, conn)
+		}
+	}()
+	if locked {
+		if _, err := conn.ExecContext(ctx, s.beginSQL()); err != nil {
+			return classify(err)
+		}
+		open = true
+	}
+	for _, o := range opts {
+		if o.idem.Key != "" {
+			if err := lookupIdem(ctx, conn, o.idem); err != nil {
+				return err
+			}
+		}
+	}
+	v, err := s.read(ctx, conn, refs, locked)
+	if err != nil {
+		return err
+	}
+	for _, o := range opts {
+		if o.hold == "" {
+			continue
+		}
+		res, err := scanHold(conn.QueryRowContext(ctx, "SELECT "+holdCols+" FROM budgetd_holds h JOIN budgetd_limits l ON l.id = h.limit_id WHERE h.id = ? LOCK IN SHARE MODE", o.hold))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return classify(err)
+		default:
+			v.hold = &res
+		}
+	}
+	if err := fn(v); err != nil {
+		return err
+	}
+	query, args, err := s.writeSQL(v, !locked, true)
+	if err != nil {
+		return err
+	}
+	if query == "" {
+		if open {
+			open = false
+			if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+				return classify(err)
+			}
+		}
+		return nil
+	}
+	open = true // from here an error may leave the write's transaction open
+	if _, err := conn.ExecContext(ctx, query, args...); err != nil {
+		return classify(err)
+	}
+	open = false
+	return nil
+}
+
+// beginSQL starts a transaction at the store's isolation level.
+func (s *Store) beginSQL() string {
+	level := "REPEATABLE READ"
+	if s.isolation == ReadCommitted {
+		level = "READ COMMITTED"
+	}
+	return "SET TRANSACTION ISOLATION LEVEL " + level + "; START TRANSACTION"
+}
+
+// rollback ends whatever transaction an error left open on conn; a
+// connection that cannot roll back is dropped from the pool.
+func rollback(ctx context.Context, conn *sql.Conn) {
+	if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+}
+
+// bucketCols are the columns of a bucket row that bucketRow.scan reads.
+const bucketCols = "b.bkey, b.version, b.level, b.updated_us, b.extra, b.hseq, b.last_us"
+
+// read reads the limits and bucket rows of refs and the clock. Unlocked it
+// is one statement; locked, the limits are read first and then the bucket
+// rows are locked for update, in key order.
+func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRef, locked bool) (*view, error) {
+	v := &view{limits: make([]limitRow, len(refs)), base: make([]ledger.Limit, len(refs)), buckets: make([]bucketRow, len(refs)), dirty: make([]bool, len(refs)), entries: make([][]entryRow, len(refs))}
+	found := make([]bool, len(refs))
+	var q strings.Builder
+	var args []any
+	for i, r := range refs {
+		if i > 0 {
+			q.WriteString(" UNION ALL ")
+		}
+		fmt.Fprintf(&q, "SELECT %d, %s, l.id, l.rev, l.spec, l.created_us, l.updated_us", i, clockSQL)
+		if locked {
+			q.WriteString(", NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM budgetd_limits l WHERE l.name = ?")
+			args = append(args, []byte(r.Limit))
+		} else {
+			q.WriteString(", " + bucketCols + " FROM budgetd_limits l LEFT JOIN budgetd_buckets b ON b.limit_id = l.id AND b.bkey = ? WHERE l.name = ?")
+			args = append(args, []byte(r.Key), []byte(r.Limit))
+		}
+	}
+	rows, err := conn.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var clock int64
+	for rows.Next() {
+		var i int
+		var lr limitRow
+		var text string
+		var created, updated int64
+		var key []byte
+		var version, hseq, last sql.NullInt64
+		var level, extra sql.NullString
+		var bupdated sql.NullInt64
+		if err := rows.Scan(&i, &clock, &lr.id, &lr.rev, &text, &created, &updated, &key, &version, &level, &bupdated, &extra, &hseq, &last); err != nil {
+			return nil, classify(err)
+		}
+		if lr.limit, lr.set, err = decodeSpecSet(refs[i].Limit, text, created, updated); err != nil {
+			return nil, err
+		}
+		v.limits[i], found[i] = lr, true
+		b := bucketRow{key: refs[i].Key}
+		if version.Valid {
+			b.exists, b.version, b.hseq, b.last = true, uint64(version.Int64), uint64(hseq.Int64), last.Int64
+			if err := b.decode(level.String, bupdated.Int64, extra); err != nil {
+				return nil, err
+			}
+		}
+		v.buckets[i] = b
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify(err)
+	}
+	rows.Close()
+	for i, ok := range found {
+		if !ok {
+			return nil, fmt.Errorf("limit %q: %w", refs[i].Limit, ledger.ErrLimitNotFound)
+		}
+	}
+	if locked {
+		if clock, err = s.lockBuckets(ctx, conn, v); err != nil {
+			return nil, err
+		}
+	}
+	// The clock is read when the statement starts, a moment before its
+	// snapshot: a write that committed in between may carry a later time.
+	// "Now" is then that time, so a bucket's history never runs back in id
+	// order (unless the clock stepped back further than ledger.ClockStep).
+	for _, b := range v.buckets {
+		if b.last > clock && b.last-clock <= ledger.ClockStep.Microseconds() {
+			clock = b.last
+		}
+	}
+	v.now = time.UnixMicro(clock).UTC()
+	if t := s.clock(); !t.IsZero() {
+		v.now = t.UTC().Truncate(time.Microsecond)
+	}
+	for i := range v.limits {
+		v.base[i] = v.limits[i].limit
+		v.terms(i)
+	}
+	return v, nil
+}
+
+// terms sets bucket i's limit to its terms at v.now: its base limit with
+// the override that applies to its key and its active grants
+// (memory.Store.terms).
+func (v *view) terms(i int) {
+	v.limits[i].limit = v.base[i]
+	if set := v.limits[i].set; set != nil && set.Len() > 0 {
+		v.limits[i].limit = set.Effective(v.base[i], v.buckets[i].key, v.now)
+	}
+	if gs := v.buckets[i].grants; len(gs) > 0 {
+		v.limits[i].limit = v.limits[i].limit.WithGrants(ledger.ActiveGrants(gs, v.now))
+	}
+}
+
+// lockBuckets reads v's bucket rows for update, in the order of their
+// primary key, and returns the clock read with them.
+func (s *Store) lockBuckets(ctx context.Context, conn *sql.Conn, v *view) (int64, error) {
+	var q strings.Builder
+	var args []any
+	q.WriteString("SELECT " + clockSQL + ", b.limit_id, " + bucketCols + " FROM budgetd_buckets b WHERE ")
+	for i := range v.buckets {
+		if i > 0 {
+			q.WriteString(" OR ")
+		}
+		q.WriteString("(b.limit_id = ? AND b.bkey = ?)")
+		args = append(args, v.limits[i].id, []byte(v.buckets[i].key))
+	}
+	q.WriteString(" ORDER BY b.limit_id, b.bkey FOR UPDATE")
+	var clock int64
+	err := func() error {
+		rows, err := conn.QueryContext(ctx, q.String(), args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var b bucketRow
+			var limitID uint64
+			var key []byte
+			var level string
+			var updated int64
+			var extra sql.NullString
+			if err := rows.Scan(&clock, &limitID, &key, &b.version, &level, &updated, &extra, &b.hseq, &b.last); err != nil {
+				return err
+			}
+			b.key, b.exists = string(key), true
+			if err := b.decode(level, updated, extra); err != nil {
+				return err
+			}
+			for i := range v.buckets {
+				if v.limits[i].id == limitID && v.buckets[i].key == b.key {
+					v.buckets[i] = b
+					break
+				}
+			}
+		}
+		return rows.Err()
+	}()
+	if err != nil {
+		return 0, classify(err)
+	}
+	if clock == 0 { // no row yet: read the clock in the same transaction
+		err := conn.QueryRowContext(ctx, "SELECT "+clockSQL).Scan(&clock)
+		if err != nil {
+			return 0, classify(err)
+		}
+	}
+	return clock, nil
+}
+
+// writeSQL returns the one multi-statement write of what v changed, "" when
+// nothing did: (a transaction started, when begin,) a check of each limit
+// the call read (its rev, under a shared lock, so a PUT or DELETE of the
+// limit waits for the write or fails it), then for each changed bucket, in
+// primary-key order, a compare-and-set of its version or the insert of a new
+// row, its history entries, and the commit. Any check that fails ends the
+// statement list with an error and the caller rolls back.
+func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
+	var idx []int
+	for i, d := range v.dirty {
+		if d {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 && len(v.holds) == 0 && v.idem == nil && len(v.events) == 0 {
+		return "", nil, nil
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		if c := cmpUint(v.limits[a].id, v.limits[b].id); c != 0 {
+			return c
+		}
+		return strings.Compare(v.buckets[a].key, v.buckets[b].key)
+	})
+	var q strings.Builder
+	var args []any
+	if begin {
+		q.WriteString(s.beginSQL() + ";\n")
+	}
+	var lims []limitRow
+	for _, l := range v.limits {
+		if !slices.ContainsFunc(lims, func(x limitRow) bool { return x.id == l.id }) {
+			lims = append(lims, l)
+		}
+	}
+	slices.SortFunc(lims, func(a, b limitRow) int { return cmpUint(a.id, b.id) })
+	for _, l := range lims {
+		q.WriteString("SELECT budgetd_assert(COUNT(*) = 1) FROM budgetd_limits WHERE id = ? AND rev = ? LOCK IN SHARE MODE;\n")
+		args = append(args, l.id, l.rev)
+	}
+	for _, i := range idx {
+		b := &v.buckets[i]
+		level, updated, extra, err := encodeState(b.state, b.marks, b.grants)
+		if err != nil {
+			return "", nil, err
+		}
+		key := []byte(b.key)
+		if b.exists {
+			q.WriteString("UPDATE budgetd_buckets SET version = version + 1, level = ?, updated_us = ?, extra = ?, hseq = ?, last_us = GREATEST(last_us, ?) WHERE limit_id = ? AND bkey = ? AND version = ?;\n")
+			q.WriteString("SELECT budgetd_assert(ROW_COUNT() = 1);\n")
+			args = append(args, level, updated, extra, b.hseq, v.now.UnixMicro(), v.limits[i].id, key, b.version)
+		} else {
+			q.WriteString("INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, hseq, last_us) VALUES (?, ?, 1, ?, ?, ?, ?, ?);\n")
+			args = append(args, v.limits[i].id, key, level, updated, extra, b.hseq, v.now.UnixMicro())
+		}
+		if len(v.entries[i]) == 0 {
+			continue
+		}
+		q.WriteString("INSERT INTO budgetd_history (limit_id, bkey, seq, at_us, event, amount, reservation_id, grant_id, meta, shadow_denied) VALUES ")
+		for j, e := range v.entries[i] {
+			if j > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			var hold, grant, meta sql.NullString
+			if e.hold != "" {
+				hold = sql.NullString{String: e.hold, Valid: true}
+			}
+			if e.grant != "" {
+				grant = sql.NullString{String: e.grant, Valid: true}
+			}
+			if e.meta != nil {
+				m, err := json.Marshal(e.meta)
+				if err != nil {
+					return "", nil, err
+				}
+				meta = sql.NullString{String: string(m), Valid: true}
+			}
+			args = append(args, v.limits[i].id, key, e.seq, e.at.UnixMicro(), string(e.event), e.amount.String(), hold, grant, meta, e.shadow)
+		}
+		q.WriteString(";\n")
+	}
+	for _, h := range v.holds {
+		var committed sql.NullString
+		if h.res.CommittedAmount.Valid {
+			committed = sql.NullString{String: h.res.CommittedAmount.Decimal.String(), Valid: true}
+		}
+		var resolved int64
+		if !h.res.ResolvedAt.IsZero() {
+			resolved = h.res.ResolvedAt.UnixMicro()
+		}
+		if h.from == "" {
+			q.WriteString("INSERT INTO budgetd_holds (id, limit_id, bkey, amount, state, committed_amount, created_us, expires_us, resolved_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);\n")
+			args = append(args, h.res.ID, h.lim, []byte(h.res.Bucket.Key), h.res.Amount.String(), string(h.res.State), committed, h.res.CreatedAt.UnixMicro(), h.res.ExpiresAt.UnixMicro(), resolved)
+			continue
+		}
+		q.WriteString("UPDATE budgetd_holds SET state = ?, committed_amount = ?, resolved_us = ? WHERE id = ? AND state = ?;\n")
+		q.WriteString("SELECT budgetd_assert(ROW_COUNT() = 1);\n")
+		args = append(args, string(h.res.State), committed, resolved, h.res.ID, string(h.from))
+	}
+	if v.idem != nil {
+		q.WriteString("INSERT INTO budgetd_idempotency (id, hash, limits, outcome, created_us) VALUES (?, ?, ?, ?, ?);\n")
+		args = append(args, v.idem.id, v.idem.hash, v.idem.limits, v.idem.outcome, v.now.UnixMicro())
+	}
+	if k := len(v.events); k > 0 {
+		// Last: the sequence row is held from here to the commit only.
+		q.WriteString("UPDATE budgetd_event_seq SET n = LAST_INSERT_ID(n + ?) WHERE id = 1;\n")
+		args = append(args, k)
+		q.WriteString("INSERT INTO budgetd_events (seq, limit_id, bkey, at_us, body) VALUES ")
+		for j, e := range v.events {
+			if j > 0 {
+				q.WriteString(", ")
+			}
+			body, err := json.Marshal(e.ev)
+			if err != nil {
+				return "", nil, err
+			}
+			q.WriteString("(LAST_INSERT_ID() - ? + 1, ?, ?, ?, ?)")
+			args = append(args, k-j, v.limits[e.i].id, []byte(v.buckets[e.i].key), e.ev.Time.UnixMicro(), string(body))
+		}
+		q.WriteString(";\n")
+	}
+	if commit {
+		q.WriteString("COMMIT")
+	}
+	return q.String(), args, nil
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,260 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/ledger"
+)
+
+// Inspect returns a bucket's state without writing anything: one read.
+func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snapshot, error) {
+	var snap ledger.Snapshot
+	err := s.decide(ctx, []ledger.BucketRef{ref}, func(v *view) error {
+		snap = v.snapshot(0)
+		return nil
+	})
+	return snap, err
+}
+
+// Fillup charges every item or none, with the rule of package bucket, as
+// the memory store does.
+func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
+	refs := make([]ledger.BucketRef, len(items))
+	for i, it := range items {
+		refs[i] = it.Bucket
+	}
+	var out ledger.FillupOutcome
+	err := s.decide(ctx, refs, func(v *view) error {
+		out = ledger.FillupOutcome{Accepted: true, Items: make([]ledger.ItemOutcome, len(items))}
+		next := make([]bucket.State, len(items))
+		ds := make([]bucket.Decision, len(items))
+		for i, it := range items {
+			ds[i], next[i] = bucket.Fillup(v.limits[i].limit.Rule(), v.buckets[i].state, v.now, ledger.Amount(it.Cost))
+			out.Accepted = out.Accepted && ds[i].Accepted
+		}
+		for i, it := range items {
+			l := v.limits[i].limit
+			switch {
+			case out.Accepted && it.Cost.Sign() > 0:
+				before := v.buckets[i].state
+				v.expire(i, bucket.Expired(before, v.now))
+				v.set(i, next[i])
+				v.notice(i, before)
+				out.Items[i].EntryID = v.record(i, ledger.EventFillup, it.Cost, it.Meta, ds[i].ShadowDenied && l.RecordDenials)
+			case !ds[i].Accepted && l.RecordDenials:
+				out.Items[i].EntryID = v.record(i, ledger.EventDenied, it.Cost, it.Meta, false)
+			}
+			out.Items[i].Snapshot = v.snapshot(i)
+		}
+		return v.recordIdem(idem, &out)
+	}, withIdem(idem))
+	if err := replayed(err, &out); err != nil {
+		return ledger.FillupOutcome{}, err
+	}
+	return out, nil
+}
+
+// Drain lowers a bucket's level, clamped at zero.
+func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency, meta ledger.Meta) (ledger.DrainOutcome, error) {
+	var out ledger.DrainOutcome
+	err := s.decide(ctx, []ledger.BucketRef{ref}, func(v *view) error {
+		out = ledger.DrainOutcome{}
+		// A drain that can remove nothing is a no-op, like a drain of 0.
+		if removed, ns := bucket.Drain(v.limits[0].limit.Rule(), v.buckets[0].state, v.now, ledger.Amount(amount)); removed.Sign() > 0 {
+			before := v.buckets[0].state
+			v.expire(0, bucket.Expired(before, v.now))
+			out.Removed = removed.Decimal()
+			v.set(0, ns)
+			v.notice(0, before)
+			out.EntryID = v.record(0, ledger.EventDrain, out.Removed, meta, false)
+		}
+		out.Snapshot = v.snapshot(0)
+		return v.recordIdem(idem, &out)
+	}, withIdem(idem))
+	if err := replayed(err, &out); err != nil {
+		return ledger.DrainOutcome{}, err
+	}
+	return out, nil
+}
+
+// History lists a bucket's entries newest first (by time, then id), after
+// cursor ("MICROS.ID").
+func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
+	var afterUS int64
+	var afterSeq uint64
+	if cursor != "" {
+		t, id, ok := strings.Cut(cursor, ".")
+		var err1, err2 error
+		afterUS, err1 = strconv.ParseInt(t, 10, 64)
+		afterSeq, err2 = strconv.ParseUint(id, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "cursor", Reason: "malformed cursor"}
+		}
+	}
+	// Holds that have expired are recorded first (their entries, at their
+	// expiry, belong in the page).
+	var l limitRow
+	err := s.decide(ctx, []ledger.BucketRef{ref}, func(v *view) error {
+		l = v.limits[0]
+		if !l.limit.History {
+			return nil
+		}
+		if ns, expired := bucket.Expire(v.buckets[0].state, v.now); len(expired) > 0 {
+			v.expire(0, expired)
+			v.set(0, ns)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	if !l.limit.History {
+		return nil, "", nil
+	}
+	q := "SELECT seq, at_us, event, amount, reservation_id, grant_id, meta, shadow_denied FROM budgetd_history WHERE limit_id = ? AND bkey = ?"
+	args := []any{l.id, []byte(ref.Key)}
+	if cursor != "" {
+		q += " AND (at_us < ? OR at_us = ? AND seq < ?)"
+		args = append(args, afterUS, afterUS, afterSeq)
+	}
+	q += " ORDER BY at_us DESC, seq DESC LIMIT ?"
+	args = append(args, n+1)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", classify(err)
+	}
+	defer rows.Close()
+	var out []ledger.Entry
+	for rows.Next() {
+		var seq uint64
+		var at int64
+		var ev, amount string
+		var hold, grant, meta sql.NullString
+		var e ledger.Entry
+		if err := rows.Scan(&seq, &at, &ev, &amount, &hold, &grant, &meta, &e.ShadowDenied); err != nil {
+			return nil, "", classify(err)
+		}
+		a, ok := bucket.ParseAmount(amount)
+		if !ok {
+			return nil, "", fmt.Errorf("mysql: history amount %q", amount)
+		}
+		e.ID, e.Time, e.Event, e.Amount, e.ReservationID = strconv.FormatUint(seq, 10), time.UnixMicro(at).UTC(), ledger.Event(ev), a.Decimal(), hold.String
+		e.GrantID = grant.String
+		if meta.Valid {
+			if err := json.Unmarshal([]byte(meta.String), &e.Meta); err != nil {
+				return nil, "", fmt.Errorf("mysql: history meta: %w", err)
+			}
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", classify(err)
+	}
+	if len(out) > n {
+		out = out[:n]
+		last := out[n-1]
+		return out, fmt.Sprintf("%d.%s", last.Time.UnixMicro(), last.ID), nil
+	}
+	return out, "", nil
+}
+
+// ListBuckets lists up to n of the limit's bucket rows with keys after
+// after, by the bytes of their keys, each a Snapshot at the database's
+// clock. It writes nothing.
+func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
+	l, err := s.readLimitTx(ctx, s.db, limit, false)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, "SELECT "+clockSQL+", "+bucketCols+" FROM budgetd_buckets b WHERE b.limit_id = ? AND b.bkey > ? ORDER BY b.bkey LIMIT ?", l.id, []byte(after), n)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []ledger.BucketSnapshot
+	for rows.Next() {
+		var us int64
+		var b bucketRow
+		if err := b.scan(scanFunc(func(dest ...any) error { return rows.Scan(append([]any{&us}, dest...)...) })); err != nil {
+			return nil, classify(err)
+		}
+		now := time.UnixMicro(us).UTC()
+		if t := s.clock(); !t.IsZero() {
+			now = t.UTC().Truncate(time.Microsecond)
+		}
+		lim := l.limit
+		if l.set.Len() > 0 {
+			lim = l.set.Effective(lim, b.key, now)
+		}
+		if len(b.grants) > 0 {
+			lim = lim.WithGrants(ledger.ActiveGrants(b.grants, now))
+		}
+		out = append(out, ledger.BucketSnapshot{Key: b.key, Snapshot: ledger.Snapshot{Limit: lim, State: b.state, Now: now}})
+	}
+	return out, classify(rows.Err())
+}
+
+// Events lists up to n events after cursor (a sequence number), in the
+// order of their sequence, which is their commit order.
+func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.OutboxEvent, string, error) {
+	var after uint64
+	if cursor != "" {
+		var err error
+		if after, err = strconv.ParseUint(cursor, 10, 64); err != nil {
+			return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "after", Reason: "is not a cursor this store gave"}
+		}
+	}
+	out, err := s.events(ctx, "SELECT seq, body FROM budgetd_events WHERE seq > ? ORDER BY seq LIMIT ?", after, n)
+	if err != nil || len(out) == 0 {
+		return out, cursor, err
+	}
+	return out, out[len(out)-1].ID, nil
+}
+
+// BucketEvents returns up to n of the bucket's events, newest first.
+func (s *Store) BucketEvents(ctx context.Context, ref ledger.BucketRef, n int) ([]ledger.OutboxEvent, error) {
+	l, err := s.readLimitTx(ctx, s.db, ref.Limit, false)
+	if errors.Is(err, ledger.ErrLimitNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.events(ctx, "SELECT seq, body FROM budgetd_events WHERE limit_id = ? AND bkey = ? ORDER BY seq DESC LIMIT ?", l.id, []byte(ref.Key), n)
+}
+
+// events reads the events a query selects (seq, body).
+func (s *Store) events(ctx context.Context, query string, args ...any) ([]ledger.OutboxEvent, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []ledger.OutboxEvent
+	for rows.Next() {
+		var seq uint64
+		var body string
+		if err := rows.Scan(&seq, &body); err != nil {
+			return nil, classify(err)
+		}
+		var e ledger.OutboxEvent
+		if err := json.Unmarshal([]byte(body), &e); err != nil {
+			return nil, fmt.Errorf("mysql: event %d: %w", seq, err)
+		}
+		e.ID = strconv.FormatUint(seq, 10)
+		out = append(out, e)
+	}
+	return out, classify(rows.Err())
+}
+
+var _ ledger.Store = (*Store)(nil)
