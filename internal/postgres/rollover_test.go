@@ -70,3 +70,33 @@ func TestRolloverPruneAndList(t *testing.T) {
 		t.Errorf("prune without rollover: %+v %v, want both buckets deleted", st, err)
 	}
 }
+
+// TestRolloverGrantBound: a grant's bound (the bucket's capacity with its
+// grants at most 10^12) counts the limit's capacity and the grants, not the
+// rollover the bucket receives, as on the memory store.
+func TestRolloverGrantBound(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	clock.Set(time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC))
+	s, _ := openCounting(t, clock)
+	svc := ledger.NewService(s)
+	spec := ledger.LimitSpec{Capacity: dec("999999999990"), Period: &ledger.Period{Every: "month"}, Rollover: &ledger.Rollover{Max: dec("30")}}
+	if _, err := svc.PutLimit(ctx, "big", spec); err != nil {
+		t.Fatal(err)
+	}
+	r := ledger.BucketRef{Limit: "big", Key: "k"}
+	if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("1")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
+		t.Fatalf("Fillup: %+v %v", res, err)
+	}
+	clock.Set(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
+	out, err := svc.AddGrant(ctx, r, dec("10"), time.Time{}, ledger.Idempotency{}, nil)
+	if err != nil {
+		t.Fatalf("a grant within the bound without the rollover: %v", err)
+	}
+	if out.Bucket.Capacity.String() != "1000000000030" || out.Bucket.Rollover.String() != "30" {
+		t.Errorf("after the grant: capacity %s, rollover %s, want 1000000000030 and 30", out.Bucket.Capacity, out.Bucket.Rollover)
+	}
+	if _, err := svc.AddGrant(ctx, r, dec("0.000001"), time.Time{}, ledger.Idempotency{}, nil); err == nil {
+		t.Error("a grant past the bound was accepted")
+	}
+}
