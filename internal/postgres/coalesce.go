@@ -145,6 +145,7 @@ type batchRow struct {
 	Thresholds []string `db:"r_thresholds"`
 	Override   *string  `db:"r_override"` // the pattern of the override that applied
 	Grants     *string  `db:"r_grants"`   // the sum of the bucket's active grants, NULL for none
+	Rollover   *string  `db:"r_rollover"` // the rollover the bucket receives, NULL for none
 	EntryID    *string  `db:"r_entry_id"` // the fillup or denied entry the call wrote
 	CreatedUS  *int64   `db:"r_created_us"`
 	LimUpdated *int64   `db:"r_limit_updated_us"`
@@ -339,6 +340,14 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding grants %q: %w", *r.Grants, errBadAnswer)
 		}
 		lim.Grants = sum
+	}
+	if r.Rollover != nil {
+		// r.Capacity has it already: only what was received is recorded.
+		received, err := decimal.NewFromString(*r.Rollover)
+		if err != nil {
+			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding rollover %q: %w", *r.Rollover, errBadAnswer)
+		}
+		lim.Received = received
 	}
 	switch {
 	case leaky:

@@ -73,7 +73,11 @@ func (s *Store) AddGrant(ctx context.Context, ref ledger.BucketRef, amount decim
 				return nil
 			}
 			now := fromUS(begin.NowUS)
-			exp, err := ledger.GrantExpiry(begin.Limit.limit(), amount, expiresAt, now)
+			// The grant's bound counts the capacity and the grants, not the
+			// rollover the bucket receives (docs/terms.md "Rollover").
+			terms := begin.Limit.limit()
+			terms.Capacity, terms.Received = terms.Capacity.Sub(terms.Received), decimal.Decimal{}
+			exp, err := ledger.GrantExpiry(terms, amount, expiresAt, now)
 			if err != nil {
 				invalid = err
 				return errGrantInvalid

@@ -23,7 +23,7 @@ SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_ev
        l.window_length_us, l.window_precision_us, l.history, l.record_denials, l.mode, l.grace::text, l.thresholds, l.created_at, l.updated_at, t.now,
        b.key, b.level::text, b.updated_at, hs.amounts, hs.expires, b.slot_idx, b.slot_sum::text[],
        o.pattern, o.capacity::text, o.leak_amount::text, o.leak_per_us, o.period_tz, o.period_start_day, o.window_length_us,
-       gs.amount
+       gs.amount, l.rollover_max::text, ro.received
   FROM l CROSS JOIN t
   LEFT JOIN LATERAL (
         SELECT b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum
@@ -42,6 +42,10 @@ SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_ev
   LEFT JOIN LATERAL (
         SELECT budgetd_grant_sum(l.id, b.key, t.now)::text AS amount
          WHERE b.key IS NOT NULL AND l.grant_rows > 0) gs ON true
+  LEFT JOIN LATERAL (
+        SELECT (budgetd_terms(li, b.key, t.now)).rollover::text AS received
+          FROM limits li
+         WHERE li.id = l.id AND b.key IS NOT NULL AND l.rollover_max IS NOT NULL) ro ON true
  ORDER BY b.key`
 
 // ListBuckets lists up to n of the limit's buckets with keys after after, in
@@ -76,10 +80,12 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 				expires       []time.Time
 				ovr           overrideCols
 				grantSum      *string // the bucket's active grants, NULL when the limit has none
+				rolloverMax   *string // the limit's rollover max, NULL for none
+				received      *string // the rollover the bucket receives (budgetd_terms), NULL for none
 			)
 			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &every, &tz, &startDay, &wlen, &wprec, &l.History, &l.RecordDenials, &l.Mode, &grace, &ths, &l.CreatedAt, &l.UpdatedAt, &now,
 				&key, &level, &updated, &amounts, &expires, &slotIdx, &slotSums,
-				&ovr.pattern, &ovr.capacity, &ovr.leakAmount, &ovr.leakPerUS, &ovr.tz, &ovr.startDay, &ovr.windowUS, &grantSum); err != nil {
+				&ovr.pattern, &ovr.capacity, &ovr.leakAmount, &ovr.leakPerUS, &ovr.tz, &ovr.startDay, &ovr.windowUS, &grantSum, &rolloverMax, &received); err != nil {
 				return err
 			}
 			found = true
@@ -108,6 +114,14 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 				// Applied in Go, as the rule is: the listing computes the
 				// calendar itself and needs no table of period starts.
 				l = ovr.override(&p).Apply(l)
+			}
+			if rolloverMax != nil {
+				l.Rollover = &ledger.Rollover{Max: p.num(*rolloverMax)}
+			}
+			if received != nil {
+				// What the server computed by ledger.CarryAt's rule, max applied.
+				l.Received = p.num(*received)
+				l.Capacity = l.Capacity.Add(l.Received)
 			}
 			if grantSum != nil {
 				l = l.WithGrants(p.num(*grantSum))

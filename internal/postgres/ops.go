@@ -43,6 +43,11 @@ type limitDoc struct {
 	// Grants is present only for a limit with a bucket's active grants
 	// added to its capacity: their sum (budgetd_terms).
 	Grants decimal.Decimal `json:"grants"`
+	// RolloverMax is present only for a limit with rollover, and Rollover
+	// only for one with a bucket's rollover added to its capacity: what
+	// the bucket receives (budgetd_with_rollover).
+	RolloverMax *decimal.Decimal `json:"rollover_max"`
+	Rollover    decimal.Decimal  `json:"rollover"`
 }
 
 func (d limitDoc) limit() ledger.Limit {
@@ -63,7 +68,17 @@ func (d limitDoc) limit() ledger.Limit {
 		UpdatedAt:     fromUS(d.UpdatedUS),
 		Override:      d.Override,
 		Grants:        d.Grants,
+		Rollover:      rollover(d.RolloverMax),
+		Received:      d.Rollover,
 	}
+}
+
+// rollover is a limit's rollover from its stored max, nil for none.
+func rollover(max *decimal.Decimal) *ledger.Rollover {
+	if max == nil {
+		return nil
+	}
+	return &ledger.Rollover{Max: *max}
 }
 
 // storedThresholds reads a limit's thresholds as the store keeps them: the

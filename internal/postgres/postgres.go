@@ -407,8 +407,13 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 		if l.Period.StartDay != 0 {
 			startDay = l.Period.StartDay
 		}
-		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4, $5, $6, $7, $8, p_record_denials => $9, p_mode => $10, p_grace => $11, p_thresholds => $12, p_th_sig => $13)",
-			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Period.Every, l.Period.TZ, startDay, starts, l.RecordDenials, mode, grace, ths, sig)
+		var rolloverMax *string
+		if l.Rollover != nil {
+			m := l.Rollover.Max.String()
+			rolloverMax = &m
+		}
+		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4, $5, $6, $7, $8, p_record_denials => $9, p_mode => $10, p_grace => $11, p_thresholds => $12, p_th_sig => $13, p_rollover_max => $14)",
+			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Period.Every, l.Period.TZ, startDay, starts, l.RecordDenials, mode, grace, ths, sig, rolloverMax)
 	default:
 		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, $3, $4, $5, $6, p_record_denials => $7, p_mode => $8, p_grace => $9, p_thresholds => $10, p_th_sig => $11)",
 			l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), l.History, s.nowArg(), l.RecordDenials, mode, grace, ths, sig)
@@ -418,6 +423,11 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	}
 	return doc.limit(), nil
 }
+
+// ServesRollover marks the store as a ledger.RolloverStore: the server
+// functions add a bucket's rollover to its capacity (budgetd_with_rollover)
+// and keep its carry at its writes (docs/postgres.md "Rollover").
+func (s *Store) ServesRollover() {}
 
 // GetLimit returns a limit or ledger.ErrLimitNotFound.
 func (s *Store) GetLimit(ctx context.Context, name string) (ledger.Limit, error) {

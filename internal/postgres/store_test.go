@@ -173,14 +173,17 @@ func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 // round trip, at READ COMMITTED and at SERIALIZABLE, once the connection has
 // prepared the statement (pgx prepares each statement once per connection
 // and caches it), on leaky limits and on rolling windows, and with grants
-// on every bucket (summed inside the same statement); a denial that records
-// a denied entry too.
+// on every bucket (summed inside the same statement), and on a periodic
+// limit with rollover whose buckets receive some (computed inside the same
+// statement); a denial that records a denied entry too.
 func TestOneRoundTrip(t *testing.T) {
+	monthly := ledger.LimitSpec{Capacity: dec("1000"), Period: &ledger.Period{Every: "month"}, History: true, Rollover: &ledger.Rollover{Max: dec("30")}}
 	kinds := []struct {
 		name   string
 		spec   ledger.LimitSpec
 		grants bool
 	}{
+		{"rollover", monthly, false},
 		{"leak", ledger.LimitSpec{Capacity: dec("1000"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}, false},
 		{"window", ledger.LimitSpec{Capacity: dec("1000"), Window: &ledger.Window{Length: time.Minute}, History: true}, false},
 		{"leak with grants", ledger.LimitSpec{Capacity: dec("1000"), LeakAmount: dec("1"), LeakPer: time.Second, History: true}, true},
@@ -194,8 +197,20 @@ func TestOneRoundTrip(t *testing.T) {
 
 func testOneRoundTrip(t *testing.T, iso string, spec ledger.LimitSpec, grants bool) {
 	var writes atomic.Int64
+	// A limit with rollover: its buckets are first written in the month
+	// before, so that they receive rollover in this one.
+	var lastMonth atomic.Bool
+	lastMonth.Store(spec.Rollover != nil)
+	clock := func() time.Time {
+		now := time.Now()
+		if lastMonth.Load() {
+			y, m, _ := now.UTC().Date()
+			return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).Add(-24 * time.Hour)
+		}
+		return now
+	}
 	tracer := &queryCounter{}
-	s := open(t, postgres.WithIsolation(iso), postgres.WithMaxConns(1), postgres.WithTracer(tracer), postgres.WithPoolConfig(func(pc *pgxpool.Config) {
+	s := open(t, postgres.WithClock(clock), postgres.WithIsolation(iso), postgres.WithMaxConns(1), postgres.WithTracer(tracer), postgres.WithPoolConfig(func(pc *pgxpool.Config) {
 		dial := pc.ConnConfig.DialFunc
 		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := dial(ctx, network, addr)
@@ -213,6 +228,17 @@ func testOneRoundTrip(t *testing.T, iso string, spec ledger.LimitSpec, grants bo
 		}
 	}
 	ra, rb := ledger.BucketRef{Limit: "a", Key: "k"}, ledger.BucketRef{Limit: "b", Key: "k"}
+	if spec.Rollover != nil {
+		for _, r := range []ledger.BucketRef{ra, rb, {Limit: "b", Key: "z"}} {
+			if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("10")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
+				t.Fatalf("filling %v last month: %+v %v", r, res, err)
+			}
+		}
+		lastMonth.Store(false)
+		if d, err := svc.CanAccept(ctx, ra, dec("1")); err != nil || d.Capacity.String() != "1030" {
+			t.Fatalf("a decision with rollover: %+v %v", d, err)
+		}
+	}
 	// A full bucket of a limit that records denials (it leaks 1 a day).
 	rd := ledger.BucketRef{Limit: "denials", Key: "k"}
 	if _, err := svc.PutLimit(ctx, rd.Limit, ledger.LimitSpec{Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: 24 * time.Hour,
@@ -320,6 +346,11 @@ func testOneRoundTrip(t *testing.T, iso string, spec ledger.LimitSpec, grants bo
 		t.Logf("%s: %d query, %d round trip", op.name, q, w)
 		if q != 1 || w != 1 {
 			t.Errorf("%s: %d queries and %d round trips, want 1 and 1", op.name, q, w)
+		}
+	}
+	if spec.Rollover != nil {
+		if d, err := svc.CanAccept(ctx, rb, dec("1")); err != nil || d.Capacity.String() != "1030" {
+			t.Fatalf("a decision with the rollover kept: %+v %v", d, err)
 		}
 	}
 }

@@ -22,7 +22,7 @@ RETURNS TABLE (r_item int, r_fits boolean, r_level text, r_updated_us bigint, r_
                r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text,
                r_window_length_us bigint, r_window_precision_us bigint, r_slot_idx bigint[], r_slot_sums text[],
                r_record_denials boolean, r_entry_id text, r_mode text, r_grace text, r_thresholds text[], r_override text,
-               r_grants text)
+               r_grants text, r_rollover text)
 LANGUAGE plpgsql AS $$
 DECLARE
     g record;
@@ -40,7 +40,7 @@ BEGIN
                    b.r_now_us, b.r_capacity, b.r_leak_amount, b.r_leak_per_us, b.r_period, b.r_history,
                    b.r_created_us, b.r_limit_updated_us, b.r_doc, b.r_err_code, b.r_err_msg,
                    b.r_window_length_us, b.r_window_precision_us, b.r_slot_idx, b.r_slot_sums, b.r_record_denials, b.r_entry_id,
-                   b.r_mode, b.r_grace, b.r_thresholds, b.r_override, b.r_grants
+                   b.r_mode, b.r_grace, b.r_thresholds, b.r_override, b.r_grants, b.r_rollover
               FROM budgetd_fillup_batch(p_limits[1], p_keys[1], p_costs, p_now, p_scopes, p_idems, p_hashes, p_metas) WITH ORDINALITY AS b;
         RETURN;
     END IF;
@@ -54,7 +54,7 @@ BEGIN
                    b.r_now_us, b.r_capacity, b.r_leak_amount, b.r_leak_per_us, b.r_period, b.r_history,
                    b.r_created_us, b.r_limit_updated_us, b.r_doc, b.r_err_code, b.r_err_msg,
                    b.r_window_length_us, b.r_window_precision_us, b.r_slot_idx, b.r_slot_sums, b.r_record_denials, b.r_entry_id,
-                   b.r_mode, b.r_grace, b.r_thresholds, b.r_override, b.r_grants
+                   b.r_mode, b.r_grace, b.r_thresholds, b.r_override, b.r_grants, b.r_rollover
               FROM budgetd_fillup_batch(g.l, g.k,
                        ARRAY(SELECT p_costs[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n), p_now,
                        ARRAY(SELECT p_scopes[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n),

@@ -50,7 +50,7 @@ RETURNS TABLE (r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts
                r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text,
                r_window_length_us bigint, r_window_precision_us bigint, r_slot_idx bigint[], r_slot_sums text[],
                r_record_denials boolean, r_entry_id text, r_mode text, r_grace text, r_thresholds text[], r_override text,
-               r_grants text)
+               r_grants text, r_rollover text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n        int := coalesce(array_length(p_costs, 1), 0);
@@ -78,6 +78,10 @@ DECLARE
     v_ovr      text;     -- the pattern of the override that applies, NULL for none
     v_grows    int;      -- the limit's rows of grants (limits.grant_rows)
     v_gsum     numeric;  -- the bucket's active grants, NULL for none
+    v_rmax     numeric;  -- the limit's rollover max (limits.rollover_max), NULL for none
+    v_bcu      numeric;  -- the bucket's carry (buckets.carry_unused, carry_period)
+    v_bcp      bigint;
+    v_roll     numeric;  -- the rollover the bucket receives, NULL for none
     v_blevel   numeric;
     v_bupd     timestamptz;
     v_bidx     bigint[];  -- the slots as stored
@@ -132,13 +136,14 @@ BEGIN
     LOOP
         SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.record_denials, l.created_at, l.updated_at,
                l.period_every, l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
-               l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.override_lens, l.grant_rows,
-               b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found, b.th_sig, b.th_above, b.th_period
+               l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.override_lens, l.grant_rows, l.rollover_max,
+               b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found, b.th_sig, b.th_above, b.th_period, b.carry_unused, b.carry_period
           INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_rec, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
-               v_mode, v_grace, v_ceil, v_ths, v_olens, v_grows,
-               v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod
+               v_mode, v_grace, v_ceil, v_ths, v_olens, v_grows, v_rmax,
+               v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp
           FROM limits l
-          LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found, bb.th_sig, bb.th_above, bb.th_period FROM buckets bb
+          LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found, bb.th_sig, bb.th_above, bb.th_period,
+                                    bb.carry_unused, bb.carry_period FROM buckets bb
                               WHERE bb.limit_id = l.id AND bb.key = p_key FOR UPDATE) b ON true
          WHERE l.name = p_limit;
         IF NOT FOUND THEN
@@ -186,6 +191,17 @@ BEGIN
                 v_ceil := budgetd_ceiling(v_l);
                 v_ovr := v_o.pattern;
             END IF;
+        END IF;
+        -- Then the rollover it receives (budgetd_terms).
+        v_roll := NULL;
+        IF v_rmax IS NOT NULL AND v_bupd IS NOT NULL THEN
+            IF v_l.id IS NULL THEN
+                SELECT * INTO v_l FROM limits WHERE id = v_lid;
+            END IF;
+            v_l := budgetd_with_rollover(v_l, p_key, v_blevel, v_bupd, v_bcu, v_bcp, v_now);
+            v_cap := v_l.capacity;
+            v_ceil := budgetd_ceiling(v_l);
+            v_roll := v_l.rollover;
         END IF;
         -- And its active grants added to its capacity (budgetd_terms).
         v_gsum := NULL;
@@ -368,6 +384,8 @@ BEGIN
             IF v_bfound THEN
                 UPDATE buckets
                    SET level = v_level, slot_idx = v_widx, slot_sum = v_wsum,
+                       carry_unused = CASE WHEN v_l.rollover_period IS NULL THEN carry_unused ELSE v_l.rollover_unused END,
+                       carry_period = coalesce(v_l.rollover_period, carry_period),
                        updated_at = CASE WHEN updated_at IS NULL OR updated_at < v_now OR updated_at > v_now + budgetd_clock_step()
                                          THEN v_now ELSE updated_at END
                  WHERE limit_id = v_lid AND key = p_key;
@@ -457,6 +475,7 @@ BEGIN
     r_thresholds := v_ths;
     r_override := v_ovr;
     r_grants := v_gsum::text;
+    r_rollover := v_roll::text;
     FOR k IN 1 .. v_n LOOP
         IF a_rep[k] IS NOT NULL THEN
             a_doc[k] := w_docs[a_rep[k]] || '{"replayed": true}'::jsonb;

@@ -7,7 +7,9 @@
 -- "thresholds" (their strings) only for a limit that has some, and
 -- "override" only for a limit with an override applied, and "grants" (their
 -- sum, numeric text) only for one with a bucket's active grants added
--- (budgetd_terms).
+-- (budgetd_terms), and "rollover_max" only for a limit with rollover and
+-- "rollover" (the rollover received, numeric text) only for one with a
+-- bucket's rollover added (budgetd_with_rollover).
 CREATE OR REPLACE FUNCTION budgetd_limit_json(l limits) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object('name', l.name, 'capacity', l.capacity::text, 'leak_amount', l.leak_amount::text,
@@ -21,4 +23,6 @@ LANGUAGE sql STABLE AS $$
         || CASE WHEN cardinality(l.thresholds) = 0 THEN '{}'::jsonb ELSE jsonb_build_object('thresholds', to_jsonb(l.thresholds)) END
         || CASE WHEN l.override IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('override', l.override) END
         || CASE WHEN l.grant_sum IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('grants', l.grant_sum::text) END
+        || CASE WHEN l.rollover_max IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('rollover_max', l.rollover_max::text) END
+        || CASE WHEN l.rollover IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('rollover', l.rollover::text) END
 $$;

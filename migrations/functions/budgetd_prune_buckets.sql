@@ -15,13 +15,16 @@ BEGIN
     -- A periodic limit whose table does not reach now (pstart NULL) keeps its
     -- buckets until a call refreshes the table. A bucket that an override
     -- applies to is kept while it does (its own terms decide when it is
-    -- empty; docs/terms.md), and so is one with an active grant.
+    -- empty; docs/terms.md), and so is one with an active grant, and a
+-- written one of a limit with rollover above zero: it may still pass
+-- rollover on (ledger.Limit.PassesOn).
     FOR v_r IN SELECT b.limit_id, b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum, l.id AS lid, l.leak_amount, l.leak_per_us,
                       l.period_every IS NOT NULL AS periodic, budgetd_period_start(l, p_now, false) AS pstart,
                       l.window_length_us AS wlen, l.window_precision_us AS wprec,
                       coalesce(cardinality(l.override_lens) > 0
                                AND (budgetd_override(l, b.key, p_now)).limit_id IS NOT NULL, false) AS overridden,
-                      CASE WHEN l.grant_rows > 0 THEN budgetd_grant_sum(l.id, b.key, p_now) > 0 ELSE false END AS granted
+                      CASE WHEN l.grant_rows > 0 THEN budgetd_grant_sum(l.id, b.key, p_now) > 0 ELSE false END AS granted,
+                      coalesce(l.period_every IS NOT NULL AND l.rollover_max > 0, false) AS passes_on
                  FROM buckets b LEFT JOIN limits l ON l.id = b.limit_id
                 WHERE (b.limit_id, b.key) > (p_after_limit, p_after_key COLLATE "C")
                 ORDER BY b.limit_id, b.key
@@ -31,7 +34,7 @@ BEGIN
         next_key := v_r.key;
         IF v_r.lid IS NOT NULL AND (budgetd_level_at(v_r.level, v_r.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now, v_r.pstart,
                                                      v_r.wlen, v_r.wprec, v_r.slot_idx, v_r.slot_sum) > 0
-            OR v_r.updated_at IS NULL OR (v_r.periodic AND v_r.pstart IS NULL) OR v_r.overridden OR v_r.granted) THEN
+            OR v_r.updated_at IS NULL OR (v_r.periodic AND v_r.pstart IS NULL) OR v_r.overridden OR v_r.granted OR v_r.passes_on) THEN
             CONTINUE;
         END IF;
         PERFORM 1 FROM buckets WHERE limit_id = v_r.limit_id AND key = v_r.key FOR UPDATE SKIP LOCKED;

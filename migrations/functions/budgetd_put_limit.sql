@@ -15,13 +15,17 @@
 -- limit's thresholds ("80%", "4500"; NULL: none) and p_th_sig their
 -- ledger.ThresholdSig; a bucket's marks are recomputed at its next write
 -- (budgetd_cross), except that a limit left without thresholds clears them.
+-- p_rollover_max is a periodic limit's rollover max (NULL: no rollover);
+-- a bucket's carry is kept (budgetd_with_rollover reads it only for the
+-- period it was stored for).
 CREATE OR REPLACE FUNCTION budgetd_put_limit(p_name text, p_capacity text, p_leak_amount text, p_per_us bigint, p_history boolean, p_now timestamptz,
                                              p_every text DEFAULT NULL, p_tz text DEFAULT NULL, p_start_day int DEFAULT NULL,
                                              p_starts bigint[] DEFAULT NULL,
                                              p_window_length_us bigint DEFAULT NULL, p_window_precision_us bigint DEFAULT NULL,
                                              p_record_denials boolean DEFAULT false,
                                              p_mode text DEFAULT NULL, p_grace text DEFAULT NULL,
-                                             p_thresholds text[] DEFAULT NULL, p_th_sig integer DEFAULT 0)
+                                             p_thresholds text[] DEFAULT NULL, p_th_sig integer DEFAULT 0,
+                                             p_rollover_max text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_now   timestamptz := coalesce(p_now, budgetd_clock());
@@ -36,11 +40,11 @@ BEGIN
     END IF;
     INSERT INTO limits AS l (name, capacity, leak_amount, leak_per_us, history, created_at, updated_at,
                              period_every, period_tz, period_start_day, period_starts, window_length_us, window_precision_us,
-                             record_denials, mode, grace, thresholds, th_sig)
+                             record_denials, mode, grace, thresholds, th_sig, rollover_max)
     VALUES (p_name, p_capacity::numeric, p_leak_amount::numeric, p_per_us, p_history, v_now, v_now,
             p_every, p_tz, p_start_day, p_starts, p_window_length_us, p_window_precision_us, p_record_denials,
             coalesce(p_mode, 'enforce'), trim_scale(coalesce(p_grace, '0')::numeric),
-            coalesce(p_thresholds, '{}'), coalesce(p_th_sig, 0))
+            coalesce(p_thresholds, '{}'), coalesce(p_th_sig, 0), trim_scale(p_rollover_max::numeric))
     ON CONFLICT (name) DO UPDATE
        SET capacity = EXCLUDED.capacity, leak_amount = EXCLUDED.leak_amount, leak_per_us = EXCLUDED.leak_per_us,
            history = EXCLUDED.history, updated_at = EXCLUDED.updated_at,
@@ -48,7 +52,7 @@ BEGIN
            period_start_day = EXCLUDED.period_start_day, period_starts = EXCLUDED.period_starts,
            window_length_us = EXCLUDED.window_length_us, window_precision_us = EXCLUDED.window_precision_us,
            record_denials = EXCLUDED.record_denials, mode = EXCLUDED.mode, grace = EXCLUDED.grace,
-           thresholds = EXCLUDED.thresholds, th_sig = EXCLUDED.th_sig
+           thresholds = EXCLUDED.thresholds, th_sig = EXCLUDED.th_sig, rollover_max = EXCLUDED.rollover_max
     RETURNING * INTO v_l;
     IF v_old.id IS NOT NULL AND (v_old.leak_amount IS DISTINCT FROM v_l.leak_amount OR v_old.leak_per_us IS DISTINCT FROM v_l.leak_per_us
                                  OR v_old.period_every IS DISTINCT FROM v_l.period_every OR v_old.period_tz IS DISTINCT FROM v_l.period_tz

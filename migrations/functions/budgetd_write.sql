@@ -4,7 +4,8 @@
 -- stepped back: it is treated as now, so the bucket leaks again from p_now
 -- instead of waiting for the clock to catch up. A window bucket's slots are
 -- settled to p_now from the row as it was, with p_charge added or p_drain
--- taken (budgetd_window_slots); p_level is then their sum.
+-- taken (budgetd_window_slots); p_level is then their sum. The rollover
+-- carry of p_l (budgetd_with_rollover), when it has one, is kept.
 CREATE OR REPLACE FUNCTION budgetd_write(p_l limits, p_key text, p_level numeric, p_now timestamptz,
                                          p_charge numeric DEFAULT 0, p_drain numeric DEFAULT 0) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -12,6 +13,8 @@ BEGIN
     IF p_l.window_length_us IS NULL THEN
         UPDATE buckets
            SET level = trim_scale(p_level),
+               carry_unused = CASE WHEN p_l.rollover_period IS NULL THEN carry_unused ELSE p_l.rollover_unused END,
+               carry_period = coalesce(p_l.rollover_period, carry_period),
                updated_at = CASE WHEN updated_at IS NULL OR updated_at < p_now OR updated_at > p_now + budgetd_clock_step()
                                  THEN p_now ELSE updated_at END
          WHERE limit_id = p_l.id AND key = p_key;
