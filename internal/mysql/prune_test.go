@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,5 +187,82 @@ func TestPruneKeeps(t *testing.T) {
 	evs, _, err := svc.Events(ctx, "", 10)
 	if err != nil || len(evs) != 2 {
 		t.Fatalf("events: %+v %v, want the crossing and its recovery", evs, err)
+	}
+	// Events go after 7 days.
+	clock.Advance(7*24*time.Hour + time.Second)
+	if _, err := s.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows("budgetd_events"); n != 0 {
+		t.Errorf("%d events after 7 days", n)
+	}
+}
+
+// TestPruneConcurrentWrites: buckets pruned while they are written lose no
+// write: the pruner deletes a bucket only at the version it found empty, so
+// a Fillup that committed in between keeps its charge.
+func TestPruneConcurrentWrites(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	s, _ := pruneStore(t, clock, mysql.WithPruneBatch(7))
+	svc := ledger.NewService(s)
+	if _, err := svc.PutLimit(ctx, "api", ledger.LimitSpec{Capacity: d("10"), LeakAmount: d("1"), LeakPer: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	refs := make([]ledger.BucketRef, n)
+	for i := range refs {
+		refs[i] = ledger.BucketRef{Limit: "api", Key: fmt.Sprintf("k%03d", i)}
+		if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: refs[i], Cost: d("1")}}, ledger.Idempotency{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Hour) // every bucket is empty now
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 8)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := s.Prune(ctx); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	var fills sync.WaitGroup
+	for w := range 4 {
+		fills.Add(1)
+		go func() {
+			defer fills.Done()
+			for i := w; i < n; i += 4 {
+				if out, err := svc.Fillup(ctx, []ledger.Item{{Bucket: refs[i], Cost: d("2")}}, ledger.Idempotency{}); err != nil || !out.Accepted {
+					errs <- fmt.Errorf("fillup %v: %+v %w", refs[i], out, err)
+					return
+				}
+			}
+		}()
+	}
+	fills.Wait()
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, r := range refs {
+		snap, err := s.Inspect(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := snap.State.Level.String(); got != "2" {
+			t.Errorf("%v: level %s after a Fillup of 2, want 2 (a write lost to the pruner)", r, got)
+		}
 	}
 }
