@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -264,5 +265,34 @@ func TestPruneConcurrentWrites(t *testing.T) {
 		if got := snap.State.Level.String(); got != "2" {
 			t.Errorf("%v: level %s after a Fillup of 2, want 2 (a write lost to the pruner)", r, got)
 		}
+	}
+}
+
+// TestPruneBackground: the pruner started by Open deletes an empty bucket on
+// its own, and Close stops it.
+func TestPruneBackground(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	s, rows := pruneStore(t, clock, mysql.WithPruneInterval(10*time.Millisecond))
+	svc := ledger.NewService(s)
+	if _, err := svc.PutLimit(ctx, "api", ledger.LimitSpec{Capacity: d("10"), LeakAmount: d("1"), LeakPer: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "api", Key: "k"}, Cost: d("1")}}, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows("budgetd_buckets"); n != 1 {
+		t.Fatalf("%d buckets before it is empty, want 1", n)
+	}
+	clock.Advance(time.Minute)
+	deadline := time.Now().Add(30 * time.Second)
+	for rows("budgetd_buckets") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the background pruner did not delete the empty bucket in 30s")
+		}
+		runtime.Gosched()
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
