@@ -25,6 +25,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -45,6 +46,15 @@ type Store struct {
 	isolation string
 	attempts  int
 	lockWait  time.Duration
+
+	// The background pruner (prune.go).
+	pruneInterval time.Duration
+	pruneBatch    int
+	pruneMu       sync.Mutex  // one Prune at a time
+	cursor        pruneCursor // where the bucket scan resumes, under pruneMu
+	pruneStop     chan struct{}
+	pruneDone     chan struct{}
+	closeOnce     sync.Once
 }
 
 // Option configures a Store.
@@ -160,7 +170,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts, lockWait: DefaultLockWait}
+	s := &Store{isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts, lockWait: DefaultLockWait,
+		pruneInterval: DefaultPruneInterval, pruneBatch: DefaultPruneBatch, pruneStop: make(chan struct{}), pruneDone: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
@@ -183,6 +194,11 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err := migrate(ctx, s.db, cfg.DBName); err != nil {
 		s.db.Close()
 		return nil, err
+	}
+	if s.pruneInterval > 0 {
+		go s.pruneLoop()
+	} else {
+		close(s.pruneDone)
 	}
 	return s, nil
 }
@@ -227,8 +243,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connection pool.
-func (s *Store) Close() error { return s.db.Close() }
+// Close stops the background pruner and closes the connection pool.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.pruneStop) })
+	<-s.pruneDone
+	return s.db.Close()
+}
 
 // errConflict is a write that found what its decision read changed: the
 // decision runs again.

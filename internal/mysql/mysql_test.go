@@ -79,7 +79,8 @@ func open(t testing.TB, url string, opts ...mysql.Option) *mysql.Store {
 
 func factory(isolation string) ledgertest.Factory {
 	return func(t *testing.T, clock *ledgertest.Clock) ledger.Store {
-		return open(t, newDatabase(t), mysql.WithIsolation(isolation), mysql.WithClock(clock.Now))
+		// The pruner runs only where a test calls it (prune_test.go).
+		return open(t, newDatabase(t), mysql.WithIsolation(isolation), mysql.WithClock(clock.Now), mysql.WithPruneInterval(0))
 	}
 }
 

@@ -1,0 +1,298 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/shopspring/decimal"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	"github.com/budgetd/budgetd/internal/mysql"
+)
+
+// pruneStore opens a store on a database of its own on clock, with the
+// background pruner off (the test calls Prune), and a row counter of its
+// tables.
+func pruneStore(t *testing.T, clock *ledgertest.Clock, opts ...mysql.Option) (*mysql.Store, func(table string) int) {
+	t.Helper()
+	url := newDatabase(t)
+	s := open(t, url, append([]mysql.Option{mysql.WithClock(clock.Now), mysql.WithPruneInterval(0)}, opts...)...)
+	cfg, err := mysql.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { db.Close() })
+	return s, func(table string) int {
+		t.Helper()
+		var n int
+		if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
+func d(s string) decimal.Decimal { return decimal.RequireFromString(s) }
+
+// TestPrune: the pruner records expired holds, deletes closed holds after
+// 24h, idempotency records after 25h, history after 30 days and idle empty
+// buckets, in batches (of 1 here, so every step runs many batches).
+func TestPrune(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	s, rows := pruneStore(t, clock, mysql.WithPruneBatch(1))
+	svc := ledger.NewService(s)
+	put := func(name string, history bool) {
+		if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: d("10"), LeakAmount: d("1"), LeakPer: time.Second, History: history}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("h", true)
+	put("quiet", false)
+	hr := ledger.BucketRef{Limit: "h", Key: "k"}
+	hold, err := svc.Reserve(ctx, hr, d("2"), time.Second, ledger.Idempotency{Scope: "reserve:h/k", Key: "i1", Hash: "x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"a", "b", "c"} {
+		if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "quiet", Key: key}, Cost: d("2")}}, ledger.Idempotency{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(2 * time.Second)
+	st, err := s.Prune(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ExpiredHolds != 1 || st.EmptyBuckets != 3 {
+		t.Errorf("first pass: %+v, want 1 bucket with expired holds, 3 empty buckets", st)
+	}
+	if n := rows("budgetd_buckets"); n != 1 {
+		t.Errorf("%d buckets left, want the one with history", n)
+	}
+	res, err := svc.Reservation(ctx, hold.Reservation.ID)
+	if err != nil || res.State != ledger.Expired {
+		t.Fatalf("hold after prune: %+v %v", res, err)
+	}
+	entries, _, err := svc.History(ctx, hr, "", 10)
+	if err != nil || len(entries) != 2 || entries[0].Event != ledger.EventExpired || !entries[0].Time.Equal(hold.Reservation.ExpiresAt) {
+		t.Fatalf("history after prune: %+v %v", entries, err)
+	}
+	// A pruned bucket is written again from empty.
+	out, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "quiet", Key: "a"}, Cost: d("4")}}, ledger.Idempotency{})
+	if err != nil || !out.Accepted || out.Items[0].Level.Decimal().String() != "4" {
+		t.Fatalf("fillup of a pruned bucket: %+v %v", out, err)
+	}
+
+	clock.Advance(25*time.Hour + time.Second)
+	if _, err := s.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Reservation(ctx, hold.Reservation.ID); !errors.Is(err, ledger.ErrReservationNotFound) {
+		t.Errorf("closed hold after 25h: %v, want not found", err)
+	}
+	if n := rows("budgetd_idempotency"); n != 0 {
+		t.Errorf("%d idempotency records after 25h", n)
+	}
+	if n := rows("budgetd_history"); n != 2 {
+		t.Errorf("%d history entries after 25h, want 2", n)
+	}
+	if n := rows("budgetd_buckets"); n != 1 {
+		t.Errorf("%d buckets after 25h, want the one with history", n)
+	}
+	clock.Advance(30 * 24 * time.Hour)
+	if _, err := s.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows("budgetd_history") + rows("budgetd_buckets"); n != 0 {
+		t.Errorf("%d history entries and buckets left after 31 days", n)
+	}
+}
+
+// TestPruneKeeps: an empty bucket is kept while it has an active hold, an
+// active grant, a reached threshold mark its next write must see, or an
+// override that applies to its key; a bucket that is not empty is kept.
+func TestPruneKeeps(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	s, rows := pruneStore(t, clock)
+	svc := ledger.NewService(s)
+	if _, err := svc.PutLimit(ctx, "api", ledger.LimitSpec{Capacity: d("10"), LeakAmount: d("1"), LeakPer: time.Second,
+		Thresholds: []ledger.Threshold{{Percent: d("50")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.PutLimit(ctx, "slow", ledger.LimitSpec{Capacity: d("10"), LeakAmount: d("1"), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ref := func(l, k string) ledger.BucketRef { return ledger.BucketRef{Limit: l, Key: k} }
+	fill := func(r ledger.BucketRef, cost string) {
+		t.Helper()
+		if out, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: d(cost)}}, ledger.Idempotency{}); err != nil || !out.Accepted {
+			t.Fatalf("fillup %v: %+v %v", r, out, err)
+		}
+	}
+	// "api/mark" reaches its 50% threshold, then leaks empty: its mark stays.
+	fill(ref("api", "mark"), "6")
+	// "api/held" has a hold for an hour.
+	if _, err := svc.Reserve(ctx, ref("api", "held"), d("1"), time.Hour, ledger.Idempotency{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// "api/granted" has a grant for a day.
+	if _, err := svc.AddGrant(ctx, ref("api", "granted"), d("5"), clock.Now().Add(24*time.Hour), ledger.Idempotency{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	fill(ref("api", "granted"), "1")
+	// "api/vip" is under an override.
+	if _, err := svc.PutOverride(ctx, "api", ledger.Override{Pattern: "vip", Capacity: decimal.NewNullDecimal(d("100"))}); err != nil {
+		t.Fatal(err)
+	}
+	fill(ref("api", "vip"), "1")
+	// "slow/full" is still not empty a minute later; "api/empty" is.
+	fill(ref("slow", "full"), "1")
+	fill(ref("api", "empty"), "1")
+	clock.Advance(time.Minute)
+	st, err := s.Prune(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.EmptyBuckets != 1 || rows("budgetd_buckets") != 5 {
+		t.Fatalf("prune: %+v, %d buckets left; want only api/empty deleted", st, rows("budgetd_buckets"))
+	}
+	left, err := s.ListBuckets(ctx, "api", "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, b := range left {
+		keys = append(keys, b.Key)
+	}
+	if want := []string{"granted", "held", "mark", "vip"}; !slices.Equal(keys, want) {
+		t.Errorf("api buckets left: %v, want %v", keys, want)
+	}
+	// The kept mark emits its recovery at the bucket's next write.
+	fill(ref("api", "mark"), "1")
+	evs, _, err := svc.Events(ctx, "", 10)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("events: %+v %v, want the crossing and its recovery", evs, err)
+	}
+	// Events go after 7 days.
+	clock.Advance(7*24*time.Hour + time.Second)
+	if _, err := s.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows("budgetd_events"); n != 0 {
+		t.Errorf("%d events after 7 days", n)
+	}
+}
+
+// TestPruneConcurrentWrites: buckets pruned while they are written lose no
+// write: the pruner deletes a bucket only at the version it found empty, so
+// a Fillup that committed in between keeps its charge.
+func TestPruneConcurrentWrites(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	s, _ := pruneStore(t, clock, mysql.WithPruneBatch(7))
+	svc := ledger.NewService(s)
+	if _, err := svc.PutLimit(ctx, "api", ledger.LimitSpec{Capacity: d("10"), LeakAmount: d("1"), LeakPer: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	refs := make([]ledger.BucketRef, n)
+	for i := range refs {
+		refs[i] = ledger.BucketRef{Limit: "api", Key: fmt.Sprintf("k%03d", i)}
+		if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: refs[i], Cost: d("1")}}, ledger.Idempotency{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Hour) // every bucket is empty now
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 8)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := s.Prune(ctx); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	var fills sync.WaitGroup
+	for w := range 4 {
+		fills.Add(1)
+		go func() {
+			defer fills.Done()
+			for i := w; i < n; i += 4 {
+				if out, err := svc.Fillup(ctx, []ledger.Item{{Bucket: refs[i], Cost: d("2")}}, ledger.Idempotency{}); err != nil || !out.Accepted {
+					errs <- fmt.Errorf("fillup %v: %+v %w", refs[i], out, err)
+					return
+				}
+			}
+		}()
+	}
+	fills.Wait()
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, r := range refs {
+		snap, err := s.Inspect(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := snap.State.Level.String(); got != "2" {
+			t.Errorf("%v: level %s after a Fillup of 2, want 2 (a write lost to the pruner)", r, got)
+		}
+	}
+}
+
+// TestPruneBackground: the pruner started by Open deletes an empty bucket on
+// its own, and Close stops it.
+func TestPruneBackground(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	s, rows := pruneStore(t, clock, mysql.WithPruneInterval(10*time.Millisecond))
+	svc := ledger.NewService(s)
+	if _, err := svc.PutLimit(ctx, "api", ledger.LimitSpec{Capacity: d("10"), LeakAmount: d("1"), LeakPer: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "api", Key: "k"}, Cost: d("1")}}, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows("budgetd_buckets"); n != 1 {
+		t.Fatalf("%d buckets before it is empty, want 1", n)
+	}
+	clock.Advance(time.Minute)
+	deadline := time.Now().Add(30 * time.Second)
+	for rows("budgetd_buckets") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the background pruner did not delete the empty bucket in 30s")
+		}
+		runtime.Gosched()
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
