@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -33,13 +32,15 @@ type spec struct {
 	// kept in its row so that a decision reads them with it and a change
 	// of them bumps its rev like any change of the limit.
 	Overrides []ledger.Override `json:"overrides,omitempty"`
+	// Rollover is the limit's rollover (nil: none).
+	Rollover *ledger.Rollover `json:"rollover,omitempty"`
 }
 
 func encodeSpec(l ledger.Limit, os []ledger.Override) (string, error) {
 	sp := spec{Overrides: os,
 		Capacity: l.Capacity.String(), LeakAmount: l.LeakAmount.String(), LeakPerUS: l.LeakPer.Microseconds(),
 		Period: l.Period, History: l.History, RecordDenials: l.RecordDenials, Mode: l.Mode, Grace: l.Grace.String(),
-		Thresholds: l.Thresholds,
+		Thresholds: l.Thresholds, Rollover: l.Rollover,
 	}
 	if l.Window != nil {
 		sp.WindowUS = &[2]int64{l.Window.Length.Microseconds(), l.Window.Precision.Microseconds()}
@@ -70,7 +71,7 @@ func decodeSpecSet(name, text string, createdUS, updatedUS int64) (ledger.Limit,
 // limitOf is the limit of a decoded spec.
 func limitOf(name string, sp spec, createdUS, updatedUS int64) (ledger.Limit, error) {
 	l := ledger.Limit{Name: name, LeakPer: time.Duration(sp.LeakPerUS) * time.Microsecond, Period: sp.Period,
-		History: sp.History, RecordDenials: sp.RecordDenials, Mode: sp.Mode, Thresholds: sp.Thresholds,
+		History: sp.History, RecordDenials: sp.RecordDenials, Mode: sp.Mode, Thresholds: sp.Thresholds, Rollover: sp.Rollover,
 		CreatedAt: time.UnixMicro(createdUS).UTC(), UpdatedAt: time.UnixMicro(updatedUS).UTC()}
 	var err error
 	if l.Capacity, err = decimal.NewFromString(sp.Capacity); err != nil {
@@ -129,7 +130,7 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 					return err
 				}
 			}
-			text, err := encodeSpec(l, old.set.List("", math.MaxInt, now))
+			text, err := encodeSpec(l, allOverrides(old.set))
 			if err != nil {
 				return err
 			}

@@ -269,9 +269,12 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 // and the memory store: it was written, is empty at now, has no hold (an
 // expired one is recorded first), no active grant, no reached threshold
 // mark its next write must see, and no override applies to its key (its own
-// terms decide when it is empty). The caller checks it has no history left.
+// terms decide when it is empty), and it may not pass rollover on
+// (ledger.Limit.PassesOn: pruned, it would start again as a new bucket and
+// lose what its untouched periods carry). The caller checks it has no
+// history left.
 func prunable(l ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time) bool {
-	if b.state.Updated.IsZero() || len(b.state.Holds) > 0 {
+	if b.state.Updated.IsZero() || len(b.state.Holds) > 0 || l.PassesOn(b.state.Updated) {
 		return false
 	}
 	if set != nil && set.Len() > 0 && set.Effective(l, b.key, now).Override != "" {
