@@ -250,9 +250,15 @@ func (s *Store) ListLimits(ctx context.Context, after string, n int) ([]ledger.L
 	return out, classify(rows.Err())
 }
 
-// DeleteLimit removes a limit with its buckets and history.
+// DeleteLimit removes a limit's row and the idempotency records of the calls
+// that touched it, in one transaction. Its buckets, holds and history become
+// invisible at once (they belong to the limit's id, which a re-created name
+// does not reuse, and every read finds them through the limit's row; a
+// decision in flight fails its check of the limit's rev) and are deleted in
+// bounded batches by the pruner (pruneDeleted), which DeleteLimit wakes, as
+// PostgreSQL's deleted_limits queue is.
 func (s *Store) DeleteLimit(ctx context.Context, name string) error {
-	return s.withTx(ctx, func(tx *sql.Tx) error {
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		r, err := s.readLimitTx(ctx, tx, name, true)
 		if err != nil {
 			return err
@@ -260,18 +266,17 @@ func (s *Store) DeleteLimit(ctx context.Context, name string) error {
 		if _, err := tx.ExecContext(ctx, "DELETE FROM budgetd_idempotency WHERE limits LIKE ?", "%,"+strconv.FormatUint(r.id, 10)+",%"); err != nil {
 			return err
 		}
-		for _, q := range []string{
-			"DELETE FROM budgetd_history WHERE limit_id = ?",
-			"DELETE FROM budgetd_holds WHERE limit_id = ?",
-			"DELETE FROM budgetd_buckets WHERE limit_id = ?",
-			"DELETE FROM budgetd_limits WHERE id = ?",
-		} {
-			if _, err := tx.ExecContext(ctx, q, r.id); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err = tx.ExecContext(ctx, "DELETE FROM budgetd_limits WHERE id = ?", r.id)
+		return err
 	})
+	if err != nil {
+		return err
+	}
+	select {
+	case s.pruneKick <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // withTx runs fn in a transaction at the store's isolation level, again
