@@ -287,7 +287,8 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 		s.cursor = pruneCursor{limit: id, key: key}
 		b.key, b.exists = string(key), true
 		if !name.Valid {
-			// The limit is gone (DeleteLimit removes its buckets with it).
+			// The limit is gone (pruneDeleted deletes its rows; a scan may
+			// meet one of them first).
 			victims = append(victims, victim{id, key, b.version})
 			continue
 		}
