@@ -3,6 +3,8 @@ package mysql_test
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	"github.com/budgetd/budgetd/internal/mysql"
 )
 
 // TestRolloverPruneAndList: the listing of buckets shows the rollover each
@@ -167,5 +170,72 @@ func TestRolloverOverrideAtEnd(t *testing.T) {
 	check("after PUTs in December")
 	if _, err := svc.GetOverride(ctx, "m", "until"); err == nil {
 		t.Error("an expired override is readable")
+	}
+}
+
+// TestRolloverConcurrentFirstWrites: 40 Fillups of 5 at once, from two
+// Store instances, are a bucket's first writes of December, after it left
+// 50 unused in November (rollover max 30): each decision, the first and
+// those that run again after a conflict, sees capacity 130 with 30 received,
+// exactly 26 are accepted, and January receives nothing (December was used
+// up), at both isolation levels.
+func TestRolloverConcurrentFirstWrites(t *testing.T) {
+	for _, iso := range []string{mysql.RepeatableRead, mysql.ReadCommitted} {
+		t.Run(iso, func(t *testing.T) {
+			ctx := context.Background()
+			clock := ledgertest.NewClock()
+			clock.Set(time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC))
+			url := newDatabase(t)
+			var stores [2]*mysql.Store
+			for i := range stores {
+				stores[i] = open(t, url, mysql.WithIsolation(iso), mysql.WithClock(clock.Now), mysql.WithPruneInterval(0))
+			}
+			svc := ledger.NewService(stores[0])
+			spec := ledger.LimitSpec{Capacity: d("100"), Period: &ledger.Period{Every: "month"}, Rollover: &ledger.Rollover{Max: d("30")}, History: true}
+			if _, err := svc.PutLimit(ctx, "m", spec); err != nil {
+				t.Fatal(err)
+			}
+			r := ledger.BucketRef{Limit: "m", Key: "k"}
+			if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: d("50")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
+				t.Fatalf("November: %+v %v", res, err)
+			}
+			clock.Set(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
+			var accepted atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range 40 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					res, err := ledger.NewService(stores[i%2]).Fillup(ctx, []ledger.Item{{Bucket: r, Cost: d("5")}}, ledger.Idempotency{})
+					if err != nil {
+						t.Errorf("Fillup: %v", err)
+						return
+					}
+					if res.Items[0].Capacity.String() != "130" || res.Limits[0].Received.String() != "30" {
+						t.Errorf("a December decision: capacity %s, received %s, want 130 and 30", res.Items[0].Capacity, res.Limits[0].Received)
+					}
+					if res.Accepted {
+						accepted.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if n := accepted.Load(); n != 26 {
+				t.Errorf("accepted %d Fillups of 5 into 130, want 26", n)
+			}
+			if st, err := svc.Bucket(ctx, r); err != nil || st.Level.String() != "130" || st.Rollover.String() != "30" {
+				t.Fatalf("December: %+v %v", st, err)
+			}
+			if es, _, err := svc.History(ctx, r, "", 100); err != nil || len(es) != 27 {
+				t.Errorf("history: %d entries (%v), want 27", len(es), err)
+			}
+			clock.Set(time.Date(2027, 1, 5, 9, 0, 0, 0, time.UTC))
+			if st, err := svc.Bucket(ctx, r); err != nil || st.Capacity.String() != "100" || st.Rollover.String() != "0" {
+				t.Fatalf("January: %+v %v", st, err)
+			}
+		})
 	}
 }
