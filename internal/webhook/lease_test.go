@@ -3,8 +3,10 @@ package webhook_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,10 +14,12 @@ import (
 	"github.com/budgetd/budgetd/client"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/memory"
+	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/budgetd/budgetd/internal/redis"
 	"github.com/budgetd/budgetd/internal/testenv"
 	"github.com/budgetd/budgetd/internal/webhook"
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -74,17 +78,62 @@ func openRedis(t *testing.T) *redis.Store {
 	return st
 }
 
+// mysqlDatabase makes a database of its own on the test server, dropped
+// when t ends, and returns its URL.
+func mysqlDatabase(t *testing.T) string {
+	raw := testenv.Server(t, testenv.MySQL)
+	cfg, err := mysql.ParseURL(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := cfg.DBName + "_hook_" + suffix()
+	cfg.DBName = ""
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer db.Close()
+		if _, err := db.Exec("DROP DATABASE IF EXISTS " + name); err != nil {
+			t.Errorf("drop database: %v", err)
+		}
+	})
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// openMySQL opens a MySQL store on url, closed when t ends.
+func openMySQL(t *testing.T, url string) *mysql.Store {
+	st, err := mysql.Open(context.Background(), url, mysql.WithPruneInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // TestLeaseTakeover: two deliverers share a store's lease. The first
 // delivers, the second sends nothing while the first holds the lease; the
 // first dies (its context ends without a release), and the second takes
-// over once the TTL ran out and delivers what came after, in order.
+// over once the TTL ran out and delivers what came after, in order. On
+// MySQL the two deliverers run on two Store instances of one database, as
+// two budgetd instances would.
 func TestLeaseTakeover(t *testing.T) {
-	for _, kind := range []string{"postgres", "redis"} {
+	for _, kind := range []string{"postgres", "redis", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			var (
-				out    webhook.Outbox
-				leases webhook.Leases
-				st     ledger.Store
+				out, out2       webhook.Outbox // d1's, d2's
+				leases, leases2 webhook.Leases
+				st              ledger.Store
 			)
 			switch kind {
 			case "postgres":
@@ -95,12 +144,19 @@ func TestLeaseTakeover(t *testing.T) {
 				// (one process shares it): the lease is what is tested.
 				m := memory.New()
 				st, out, leases = m, m, openRedis(t)
+			case "mysql":
+				url := mysqlDatabase(t)
+				my1, my2 := openMySQL(t, url), openMySQL(t, url)
+				st, out, leases, out2, leases2 = my1, my1, my1, my2, my2
+			}
+			if out2 == nil {
+				out2, leases2 = out, leases
 			}
 			em := newEmitter(t, st)
 			const ttl = 3 * time.Second
 			r1, r2 := newReceiver(t, nil), newReceiver(t, nil)
 			d1 := webhook.New(r1.srv.URL, key(t), out, leases, fast(webhook.WithLease(webhook.DefaultLeaseName, ttl), webhook.WithHolder("d1"), webhook.WithoutRelease())...)
-			d2 := webhook.New(r2.srv.URL, key(t), out, leases, fast(webhook.WithLease(webhook.DefaultLeaseName, ttl), webhook.WithHolder("d2"))...)
+			d2 := webhook.New(r2.srv.URL, key(t), out2, leases2, fast(webhook.WithLease(webhook.DefaultLeaseName, ttl), webhook.WithHolder("d2"))...)
 
 			stop1 := run(t, d1)
 			em.bucket(t, "a")
