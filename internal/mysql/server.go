@@ -3,8 +3,17 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Errors of a refused login.
+const (
+	erAccessDeniedDB = 1044 // no privilege on the database
+	erAccessDenied   = 1045 // wrong user or password
 )
 
 // requiredPrivileges are what the store needs on its database: the rows
@@ -35,7 +44,13 @@ func (s *Store) checkServer(ctx context.Context, dbName string) error {
 	err := s.db.QueryRowContext(ctx, `SELECT VERSION(), @@SESSION.sql_mode, @@SESSION.time_zone, @@SESSION.autocommit,
 		@@GLOBAL.read_only OR @@GLOBAL.innodb_read_only, @@GLOBAL.log_bin, @@GLOBAL.log_bin_trust_function_creators`).
 		Scan(&sv.version, &sv.sqlMode, &sv.timeZone, &sv.autocommit, &sv.readOnly, &sv.logBin, &sv.trustFns)
-	if err != nil {
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == erAccessDeniedDB:
+		return fmt.Errorf("mysql: connect: %w; run as an administrator: GRANT %s ON `%s`.* TO <user>@<host> (docs/mysql.md, Privileges)", err, strings.Join(requiredPrivileges, ", "), dbName)
+	case errors.As(err, &me) && me.Number == erAccessDenied:
+		return fmt.Errorf("mysql: connect: %w; check the user and password in the URL", err)
+	case err != nil:
 		return fmt.Errorf("mysql: connect: %w", classify(err))
 	}
 	if err := supported(sv.version); err != nil {
