@@ -22,6 +22,7 @@ type defDoc struct {
 	WindowLength, WindowPrecision                                  string // a window limit's rule (µs); "" for the other kinds
 	Mode, Grace                                                    string // "" in a definition put before modes: enforce, grace 0
 	Thresholds                                                     string // as the limit lists them, comma-separated; "" for none
+	Rollover                                                       string // a periodic limit's rollover max; "" for none
 }
 
 func (d defDoc) limit(name string) (cachedLimit, error) {
@@ -51,7 +52,13 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 	g, err6 := strconv.ParseInt(d.Gen, 10, 64)
 	mode, grace, err7 := parseMode(d.Mode, d.Grace)
 	var ths []ledger.Threshold
-	var err8 error
+	var err8, err9 error
+	var rollover *ledger.Rollover
+	if d.Rollover != "" {
+		var m decimal.Decimal
+		m, err9 = decimal.NewFromString(d.Rollover)
+		rollover = &ledger.Rollover{Max: m}
+	}
 	if d.Thresholds != "" {
 		for _, f := range strings.Split(d.Thresholds, ",") {
 			t, err := ledger.ParseThreshold("thresholds", f)
@@ -61,7 +68,7 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 			ths = append(ths, t)
 		}
 	}
-	for _, err := range []error{err1, err2, err3, err4, err5, err6, err7, err8} {
+	for _, err := range []error{err1, err2, err3, err4, err5, err6, err7, err8, err9} {
 		if err != nil {
 			return cachedLimit{}, fmt.Errorf("redis: limit %q is malformed: %w", name, err)
 		}
@@ -69,7 +76,7 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 	l := ledger.Limit{
 		Name: name, Capacity: c, LeakAmount: a, LeakPer: time.Duration(per) * time.Microsecond, Period: period,
 		Window: window, History: d.History == "1", RecordDenials: d.RecordDenials == "1", Mode: mode, Grace: grace,
-		Thresholds: ths, CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
+		Thresholds: ths, Rollover: rollover, CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
 	}
 	return cachedLimit{l: l, gen: g, version: d.Version}, nil
 }
@@ -110,7 +117,7 @@ func defFromPairs(v any) defDoc {
 func defFromMap(m map[string]string) defDoc {
 	return defDoc{Capacity: m["c"], Amount: m["a"], Per: m["p"], History: m["hi"], Created: m["ct"], Updated: m["ut"], Gen: m["g"], Version: m["v"],
 		Every: m["pe"], TZ: m["pz"], StartDay: m["pd"], WindowLength: m["wl"], WindowPrecision: m["wp"], RecordDenials: m["rd"],
-		Mode: m["m"], Grace: m["gr"], Thresholds: m["th"]}
+		Mode: m["m"], Grace: m["gr"], Thresholds: m["th"], Rollover: m["ro"]}
 }
 
 // thresholdList is a limit's thresholds as its definition keeps them.
@@ -158,7 +165,10 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	}
 	keys := []string{s.k.limitDef(l.Name), s.k.limitIdx(), s.k.limitGen(), s.k.limitGens()}
 	args := []any{s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History), "", "", "", "", "",
-		boolArg(l.RecordDenials), cmp.Or(l.Mode, ledger.ModeEnforce), l.Grace.String(), thresholdList(l.Thresholds)}
+		boolArg(l.RecordDenials), cmp.Or(l.Mode, ledger.ModeEnforce), l.Grace.String(), thresholdList(l.Thresholds), ""}
+	if l.Rollover != nil {
+		args[15] = l.Rollover.Max.String()
+	}
 	if p := l.Period; p != nil {
 		args[3], args[4], args[6], args[7] = "", "", p.Every, p.TZ
 		if p.StartDay != 0 {

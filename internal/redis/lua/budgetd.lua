@@ -91,6 +91,9 @@ end
 -- decision reports, and the marks a mode sets are Go's. The ceiling may be
 -- followed by '/' and k: a grant of g raises the ceiling by g × k / 10^4
 -- (c.gk; soft: 10^4 + 100 × grace, shadow: 0); without it by g (enforce).
+-- A periodic limit with rollover follows it with '~', its rollover max and
+-- ':' and its capacity in force (units, without grants): c.rmax, c.rcap
+-- (Rollover, below).
 -- The history flag is '0' (no history), '1' (history) or '2' (history, and
 -- denials are recorded too: c.deny), or, for a shadow limit that records
 -- denials, '3:' and its capacity (units): c.deny, and c.shcap, against
@@ -104,10 +107,16 @@ end
 -- <capacity>;<limit name>;<level>=<label>,..." (thresholds, above): c.ek,
 -- c.keep, c.th.
 local function bkt(bk, hk, ceil, ra, rp, hist, lim, th)
-  local gk
+  local gk, rmax, rcap
+  local tilde = string.find(ceil, '~', 1, true)
+  if tilde then
+    rmax, rcap = string.match(string.sub(ceil, tilde + 1), '^(%d+):(%d+)$')
+    rmax, rcap, ceil = nv(rmax), nv(rcap), string.sub(ceil, 1, tilde - 1)
+  end
   local slash = string.find(ceil, '/', 1, true)
   if slash then ceil, gk = string.sub(ceil, 1, slash - 1), tonumber(string.sub(ceil, slash + 1)) end
-  local c = { bk = bk, hk = hk, ceil = nv(ceil), gk = gk, hist = hist ~= '0', deny = hist == '2', lim = lim }
+  local c = { bk = bk, hk = hk, ceil = nv(ceil), gk = gk, hist = hist ~= '0', deny = hist == '2', lim = lim,
+    rmax = rmax, rcap = rcap }
   if #hist > 1 then c.deny, c.shcap = true, nv(string.sub(hist, 3)) end
   if th ~= '' then c.ek, c.keep, c.th = thresholds(th) end
   if ra == 'P' then c.starts = rp
@@ -217,21 +226,49 @@ local function drain_slots(st, amount)
 end
 
 -- in_period finds the period of a periodic bucket c that contains now in its
--- table: c.ps, c.pe = its start and end. It reports false when now is
--- outside the table (the caller answers E_PERIOD_TABLE with now, and budgetd
--- calls again with a table around that now).
+-- table: c.ps, c.pe = its start and end, and c.pp the start of the period
+-- before. It reports false when now is outside the table, or, for a limit
+-- with rollover (which needs c.pp), in its first period (the caller answers
+-- E_PERIOD_TABLE with now, and budgetd calls again with a table around that
+-- now, which starts a period before it).
 local function in_period(c, now)
-  local prev
+  local pp, prev
   for s in string.gmatch(c.starts, '[^,]+') do
     local t = tonumber(s)
     if t > now then
-      if not prev then return false end
-      c.ps, c.pe = prev, t
+      if not prev or (c.rmax and not pp) then return false end
+      c.pp, c.ps, c.pe = pp, prev, t
       return true
     end
-    prev = t
+    pp, prev = prev, t
   end
   return false
+end
+
+-- Rollover (ledger.CarryAt). A bucket of a limit with rollover keeps, from
+-- its first write in a period on, the carry it receives in that period in
+-- the field r = "unused:period" (unused in units, uncapped by max, a
+-- multiple of 10^6: an amount; period the period's start, µs); a carry of
+-- nothing is not kept. carry is the rule: the unused capacity of the
+-- bucket as stored (st, before this call writes it) for the period that
+-- contains now (c.ps): what it stored for this period when it was last
+-- written in it (or later), else, last written in the period before, the
+-- capacity in force (c.rcap) minus its level then, at least zero, else
+-- (an untouched period) the whole capacity. A bucket never written
+-- carries nothing (nil).
+local function carry(c, st)
+  if not c.rmax or st.u == 0 then return nil end
+  if st.u >= c.ps then
+    local u, p = string.match(st.r or '', '^(%d+):(%d+)$')
+    if u and tonumber(p) == c.ps then return nv(u) end
+    return pair(0, 0)
+  end
+  if st.u < c.pp then return c.rcap end
+  if vcmp(st.l, c.rcap) >= 0 then return pair(0, 0) end
+  local s = vs(vsub(c.rcap, st.l))
+  -- at most AmountScale (6) fractional digits: a multiple of 10^6 units
+  if #s <= 6 then return pair(0, 0) end
+  return nv(string.sub(s, 1, #s - 6) .. '000000')
 end
 
 -- Grants (ledger.Grant) live in their bucket's hash, one field per grant:
@@ -269,7 +306,9 @@ local function with_grants(c, g)
 end
 
 -- load reads a bucket at now (f: its fields when the caller already read
--- them), with its grants.
+-- them), with its grants and, for a limit with rollover, the carry it
+-- receives (st.ru, carry) of which at most c.rmax raises c's bounds as a
+-- grant does (ledger.Limit.WithRollover).
 local function load(c, now, f)
   f = f or redis.call('HGETALL', c.bk)
   local st = { l = pair(0, 0), u = 0, n = 0, holds = {}, grants = {} }
@@ -282,6 +321,7 @@ local function load(c, now, f)
     elseif k == 'ts' then st.ts = v
     elseif k == 'ta' then st.ta = tonumber(v)
     elseif k == 'tp' then st.tp = v
+    elseif k == 'r' then st.r = v
     elseif string.byte(k, 1) == 104 then -- 'h'
       local colon = string.find(v, ':', 1, true)
       st.holds[#st.holds + 1] = { id = string.sub(k, 2), a = string.sub(v, 1, colon - 1),
@@ -293,7 +333,15 @@ local function load(c, now, f)
       if e > now then st.g = vadd(st.g or pair(0, 0), nv(a)) end
     end
   end
-  if st.g then with_grants(c, st.g) end
+  local raise = st.g
+  if c.starts then
+    st.ru = carry(c, st)
+    if st.ru then
+      local r = vmin(st.ru, c.rmax)
+      if not vzero(r) then raise = vadd(raise or pair(0, 0), r) end
+    end
+  end
+  if raise then with_grants(c, raise) end
   if c.wp then st.ws = wslots(c, st, st.w) end
   return st
 end
@@ -517,6 +565,10 @@ local function keep(c, st, now)
   -- A bucket with a reached threshold lives until a write can notice its
   -- recovery: to the end of its period (the marks re-arm then), or, for
   -- the other kinds, without a TTL until a write clears the mark.
+  -- A written bucket of a limit with rollover above zero passes rollover
+  -- on into every next period, even untouched ones (ledger.Limit.PassesOn):
+  -- it is kept without a TTL.
+  if c.rmax and not vzero(c.rmax) and st.u ~= 0 then us = 1e300 end
   if st.ta and st.ta ~= 0 then
     if not c.starts then us = 1e300
     elseif st.tp == fmt(c.ps) and c.pe - now > us then us = c.pe - now end
@@ -550,6 +602,15 @@ local function finish(c, st, now)
     if st.w then redis.call('HDEL', c.bk, 'w') end
     st.w = nil
   end
+  -- The carry the bucket receives in the period it is now written in: its
+  -- level in the period before is gone from here on.
+  if st.ru and not vzero(st.ru) then
+    st.r = vs(st.ru) .. ':' .. fmt(c.ps)
+    redis.call('HSET', c.bk, 'r', st.r)
+  elseif st.r then
+    st.r = nil
+    redis.call('HDEL', c.bk, 'r')
+  end
   keep(c, st, now)
 end
 
@@ -579,8 +640,10 @@ local HOLD = { 'id', 'lim', 'e', 'a', 's', 'c', 't0', 'te', 'tr' }
 -- limit is '' in a fresh answer (the Go side knows the limit it passed) and
 -- the limit document in an idempotency record, so a replay shows the limit
 -- and the entry ids of the original call. A bucket's level is followed by
--- 'g' and the sum of its active grants (units) when it has any, so a
--- replay repeats them too. When ik is set the reply is also kept there for
+-- 'g' and the sum of its active grants (units) when it has any, then, for
+-- a written bucket of a limit with rollover, by 'r', the carry it receives
+-- (units, uncapped) and '@' the start of its period, so a replay repeats
+-- them too. When ik is set the reply is also kept there for
 -- ih.
 local function reply(now, x, rk, items, ik, ih)
   local ids, named = {}, false
@@ -601,6 +664,7 @@ local function reply(now, x, rk, items, ik, ih)
     if it.c.wp and it.st.ws ~= '' then hs = hs .. ';' .. fmt(it.c.wp) .. '@' .. it.st.ws end
     local l = vs(it.st.l)
     if it.st.g and not vzero(it.st.g) then l = l .. 'g' .. vs(it.st.g) end
+    if it.st.ru then l = l .. 'r' .. vs(it.st.ru) .. '@' .. fmt(it.c.ps) end
     out[k + 1], out[k + 2], out[k + 3], out[k + 4] = l, fmt(it.st.u), hs, ''
   end
   if ik then
@@ -1052,7 +1116,7 @@ local function limit_put(keys, args)
   local now_arg, name, cap, amount, per, hist = args[1], args[2], args[3], args[4], args[5], args[6]
   local every, tz, sday = args[7] or '', args[8] or '', args[9] or ''
   local wl, wp, rd = args[10] or '', args[11] or '', args[12] or '0'
-  local mode, grace, th = args[13] or 'enforce', args[14] or '0', args[15] or ''
+  local mode, grace, th, ro = args[13] or 'enforce', args[14] or '0', args[15] or '', args[16] or ''
   local _, now = clock(now_arg)
   local old = redis.call('HGETALL', dk)
   local g, ct = redis.call('HGET', dk, 'g'), redis.call('HGET', dk, 'ct')
@@ -1063,7 +1127,7 @@ local function limit_put(keys, args)
     redis.call('HSET', gens, g, name)
   end
   redis.call('HSET', dk, 'c', cap, 'a', amount, 'p', per, 'hi', hist, 'ct', ct, 'ut', now, 'g', g,
-    'pe', every, 'pz', tz, 'pd', sday, 'wl', wl, 'wp', wp, 'rd', rd, 'm', mode, 'gr', grace, 'th', th)
+    'pe', every, 'pz', tz, 'pd', sday, 'wl', wl, 'wp', wp, 'rd', rd, 'm', mode, 'gr', grace, 'th', th, 'ro', ro)
   redis.call('HINCRBY', dk, 'v', 1)
   return { redis.call('HGETALL', dk), old }
 end
