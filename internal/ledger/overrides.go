@@ -282,6 +282,28 @@ func (s *Overrides) Resolve(key string, now time.Time) (Override, bool) {
 	return Override{}, false
 }
 
+// Candidates returns the overrides whose patterns cover key, expired ones
+// included, most specific first: the exact one, then the prefixes longest
+// first. Resolve takes the first of them active at now.
+func (s *Overrides) Candidates(key string) []Override {
+	if s == nil || s.exact == nil {
+		return nil
+	}
+	var out []Override
+	if o, ok := s.exact[key]; ok {
+		out = append(out, o)
+	}
+	for _, n := range s.lengths {
+		if n > len(key) {
+			continue
+		}
+		if o, ok := s.prefix[key[:n]]; ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // Effective returns l as it applies to key at now: with the override that
 // resolves, or l itself.
 func (s *Overrides) Effective(l Limit, key string, now time.Time) Limit {

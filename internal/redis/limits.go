@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -23,6 +24,7 @@ type defDoc struct {
 	Mode, Grace                                                    string // "" in a definition put before modes: enforce, grace 0
 	Thresholds                                                     string // as the limit lists them, comma-separated; "" for none
 	Rollover                                                       string // a periodic limit's rollover max; "" for none
+	Overrides                                                      string // the override counter ov; "" before any override
 }
 
 func (d defDoc) limit(name string) (cachedLimit, error) {
@@ -78,7 +80,7 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 		Window: window, History: d.History == "1", RecordDenials: d.RecordDenials == "1", Mode: mode, Grace: grace,
 		Thresholds: ths, Rollover: rollover, CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
 	}
-	return cachedLimit{l: l, gen: g, version: d.Version}, nil
+	return cachedLimit{l: l, gen: g, version: d.Version, ov: d.Overrides}, nil
 }
 
 // parseMode reads a stored mode and grace. A limit stored before limits had
@@ -117,7 +119,7 @@ func defFromPairs(v any) defDoc {
 func defFromMap(m map[string]string) defDoc {
 	return defDoc{Capacity: m["c"], Amount: m["a"], Per: m["p"], History: m["hi"], Created: m["ct"], Updated: m["ut"], Gen: m["g"], Version: m["v"],
 		Every: m["pe"], TZ: m["pz"], StartDay: m["pd"], WindowLength: m["wl"], WindowPrecision: m["wp"], RecordDenials: m["rd"],
-		Mode: m["m"], Grace: m["gr"], Thresholds: m["th"], Rollover: m["ro"]}
+		Mode: m["m"], Grace: m["gr"], Thresholds: m["th"], Rollover: m["ro"], Overrides: m["ov"]}
 }
 
 // thresholdList is a limit's thresholds as its definition keeps them.
@@ -156,7 +158,7 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 		case err != nil:
 			return struct{}{}, err
 		case !prev.l.SameRule(l):
-			return struct{}{}, s.settleLimit(ctx, prev)
+			return struct{}{}, s.settleLimit(ctx, prev, l)
 		}
 		return struct{}{}, nil
 	})
@@ -190,6 +192,9 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	if err != nil {
 		return ledger.Limit{}, err
 	}
+	if err := s.loadOverrides(ctx, &cl); err != nil {
+		return ledger.Limit{}, err
+	}
 	cl = s.remember(cl)
 	if old.Gen != "" {
 		if prev, err := old.limit(l.Name); err == nil && !prev.l.SameRule(cl.l) &&
@@ -213,18 +218,33 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	return cl.l, nil
 }
 
-// settleLimit settles every bucket of cl to now under cl's rule and drops
-// its window slots (bucket.Switch), so that its level as of now is kept as
-// written now under the new rule. A bucket
+// settleLimit settles every bucket of cl whose rule changes with the new
+// limit l (under the override that applies to it, if any) to now under its
+// rule as of cl and drops its window slots (bucket.Switch), so that its
+// level as of now is kept as written now under the new rule. A bucket
 // written between its settle and the new definition is settled again by that
 // write at the old rate, so at most the time between the last settle and the
 // definition's switch (the length of the scan) leaks at the new rate.
-func (s *Store) settleLimit(ctx context.Context, cl cachedLimit) error {
+func (s *Store) settleLimit(ctx context.Context, cl cachedLimit, l ledger.Limit) error {
 	base := s.k.gen(cl.gen) + ":b:"
+	next := cl
+	next.l = l
+	now := s.storeNow()
 	var callErr error
 	err := s.scanKeys(ctx, base+"*", func(ctx context.Context, _ goredis.Cmdable, ks []string) error {
 		for _, bk := range ks {
-			t := target{lim: cl, bk: bk, hk: s.k.gen(cl.gen) + ":x:" + strings.TrimPrefix(bk, base), slot: slotOf(bk)}
+			lim := cl
+			if cl.ovs.Len() > 0 {
+				key, ok := decodeKey(strings.TrimPrefix(bk, base))
+				if !ok {
+					continue
+				}
+				if old, _, _, _ := s.termsFor(cl, key, now); old.SameRule(termsOf(next, key, now)) {
+					continue
+				}
+				lim = s.forKey(cl, key)
+			}
+			t := target{lim: lim, bk: bk, hk: s.k.gen(cl.gen) + ":x:" + strings.TrimPrefix(bk, base), slot: slotOf(bk)}
 			if _, err := s.call(ctx, "settle", false, nil, t, "", ledger.Idempotency{}); err != nil {
 				callErr = err // already translated (errStale, ErrUnavailable)
 				return err
@@ -271,6 +291,9 @@ func (s *Store) fetchLimit(ctx context.Context, name string) (cachedLimit, error
 	if err != nil {
 		return cachedLimit{}, err
 	}
+	if err := s.loadOverrides(ctx, &cl); err != nil {
+		return cachedLimit{}, err
+	}
 	return s.remember(cl), nil
 }
 
@@ -313,7 +336,8 @@ func (s *Store) ListLimits(ctx context.Context, after string, n int) ([]ledger.L
 // DeleteLimit removes the limit, then every key of its generation: buckets,
 // holds, history and idempotency records, node by node.
 func (s *Store) DeleteLimit(ctx context.Context, name string) error {
-	g, err := s.batch.do(ctx, &fcall{fn: fn("limit_delete"), keys: []string{s.k.limitDef(name), s.k.limitIdx(), s.k.limitGens()},
+	g, err := s.batch.do(ctx, &fcall{fn: fn("limit_delete"), keys: []string{s.k.limitDef(name), s.k.limitIdx(), s.k.limitGens(),
+		s.k.overrides(name), s.k.overridePatterns(name)},
 		args: []any{name}}).Text()
 	if err != nil {
 		return s.fail(ctx, "delete limit", err)
@@ -321,6 +345,11 @@ func (s *Store) DeleteLimit(ctx context.Context, name string) error {
 	s.forget(name)
 	if g == "" {
 		return fmt.Errorf("limit %q: %w", name, ledger.ErrLimitNotFound)
+	}
+	if gen, err := strconv.ParseInt(g, 10, 64); err == nil {
+		s.mu.Lock()
+		delete(s.ovSets, gen)
+		s.mu.Unlock()
 	}
 	err = s.scanKeys(ctx, s.k.prefix+":"+g+":*", func(ctx context.Context, c goredis.Cmdable, ks []string) error {
 		p := c.Pipeline()
@@ -361,7 +390,9 @@ func (s *Store) scanKeys(ctx context.Context, pattern string, fn func(ctx contex
 // remember caches cl, with its script arguments formatted, and returns it.
 func (s *Store) remember(cl cachedLimit) cachedLimit {
 	cl.fetched = time.Now()
-	cl.args = newLimitArgs(s.k, cl.l, cl.gen, cl.version, s.goNow().Add(time.Duration(s.periodSkew.Load())))
+	cl.at = s.storeNow()
+	cl.args = newLimitArgs(s.k, cl.l, cl.gen, cl.version, cl.at)
+	cl.ovArgs = &sync.Map{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limits[cl.l.Name] = cl

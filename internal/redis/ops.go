@@ -67,6 +67,7 @@ type limitDoc struct {
 	M  string         `json:"m,omitempty"` // the mode; "" for enforce (and in records kept before modes)
 	G  string         `json:"g,omitempty"` // a soft limit's grace
 	R  string         `json:"r,omitempty"` // a periodic limit's rollover max; "" for none
+	O  string         `json:"o,omitempty"` // the pattern of the override that applied; "" for none
 	CT int64          `json:"ct"`
 	UT int64          `json:"ut"`
 }
@@ -89,6 +90,7 @@ func encodeLimit(l ledger.Limit) string {
 	if l.Rollover != nil {
 		d.R = l.Rollover.Max.String()
 	}
+	d.O = l.Override
 	if w := l.Window; w != nil {
 		d.W = &windowDoc{L: w.Length.Microseconds(), P: w.Precision.Microseconds()}
 	}
@@ -108,7 +110,7 @@ func decodeLimit(s string) (ledger.Limit, error) {
 		return ledger.Limit{}, fmt.Errorf("redis: bad limit document %q", s)
 	}
 	l := ledger.Limit{Name: d.N, Capacity: c, LeakAmount: a, LeakPer: time.Duration(d.P) * time.Microsecond,
-		Period: d.PD, History: d.H, RecordDenials: d.D, Mode: mode, Grace: grace, CreatedAt: fromMicros(d.CT), UpdatedAt: fromMicros(d.UT)}
+		Period: d.PD, History: d.H, RecordDenials: d.D, Mode: mode, Grace: grace, Override: d.O, CreatedAt: fromMicros(d.CT), UpdatedAt: fromMicros(d.UT)}
 	if d.R != "" {
 		m, err := decimal.NewFromString(d.R)
 		if err != nil {
@@ -137,7 +139,7 @@ func (s *Store) target(ctx context.Context, ref ledger.BucketRef) (target, error
 		return target{}, err
 	}
 	bk := s.k.bucket(cl.gen, ref.Key)
-	return target{ref: ref, lim: cl, bk: bk, hk: s.k.history(cl.gen, ref.Key), slot: slotOf(bk)}, nil
+	return target{ref: ref, lim: s.forKey(cl, ref.Key), bk: bk, hk: s.k.history(cl.gen, ref.Key), slot: slotOf(bk)}, nil
 }
 
 // limitArgs are the arguments that describe a bucket's limit to a function
@@ -862,7 +864,7 @@ func (s *Store) resolve(ctx context.Context, id, mode, amount string, overrun bo
 		if !ok {
 			return ledger.ResolveOutcome{}, fmt.Errorf("redis: hold %s has a bad bucket key", id)
 		}
-		t := target{lim: cl, bk: s.k.bucket(g, key), hk: s.k.history(g, key), slot: slot}
+		t := target{lim: s.forKey(cl, key), bk: s.k.bucket(g, key), hk: s.k.history(g, key), slot: slot}
 		ik := s.k.idemHold(g, slot, id, idem.Scope, idem.Key)
 		r, err := s.call(ctx, "resolve", false, []string{rk}, t, ik, idem, mode, amount, boolArg(overrun), ekey, meta.JSON())
 		if err != nil {

@@ -23,6 +23,19 @@ end
 -- stale reports whether the limit definition dk (standalone only; nil in
 -- Redis Cluster, where it lives in another slot) has another version than
 -- the one the Go side decided with. Every function checks it before writing.
+-- The version may be followed by '@lo:hi' (µs, each '' for unbounded): the
+-- arguments hold only while lo <= now < hi, the span in which the override
+-- Go resolved for the bucket (or none) applies (a raise's expires_at, one
+-- more specific that expired). guard answers the version without it and
+-- whether now is inside; outside, the function answers E_PERIOD_TABLE with
+-- now, and Go resolves again at that clock.
+local function guard(version, now)
+  local at = string.find(version, '@', 1, true)
+  if not at then return version, true end
+  local lo, hi = string.match(string.sub(version, at + 1), '^(%d*):(%d*)$')
+  return string.sub(version, 1, at - 1), (lo == '' or now >= tonumber(lo)) and (hi == '' or now < tonumber(hi))
+end
+
 local function stale(dk, version)
   if not dk then return false end
   local v = redis.call('HMGET', dk, 'g', 'v')
@@ -804,7 +817,9 @@ local function fillup(keys, args)
     local a = 4 + 9 * (i - 1)
     local ceil, ra, rp, hist, version, lim, th, cost, meta = args[a + 1], args[a + 2], args[a + 3], args[a + 4],
       args[a + 5], args[a + 6], args[a + 7], args[a + 8], args[a + 9]
-    if check and stale(keys[2 * n + i], version) then return { E_STALE } end
+    local v, inside = guard(version, now)
+    if not inside then return { E_PERIOD_TABLE, fmt(now) } end
+    if check and stale(keys[2 * n + i], v) then return { E_STALE } end
     local f
     if n == 1 and not ik and ra ~= 'P' and ra ~= 'W' and hist == '0' then -- the usual call: fillup_lean
       f = redis.call('HGETALL', keys[1])
@@ -855,8 +870,11 @@ local function one_bucket(keys, args, b)
   local ik = ih ~= '' and keys[#keys] or nil
   local rec = idem_get(ik, ih)
   if rec then return nil, nil, nil, rec end
-  if check and stale(keys[b + 2], version) then return nil, nil, nil, { E_STALE } end
-  local c, now = bkt(keys[b], keys[b + 1], ceil, ra, rp, hist, lim, th), clock(now_arg)
+  local now = clock(now_arg)
+  local v, inside = guard(version, now)
+  if not inside then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
+  if check and stale(keys[b + 2], v) then return nil, nil, nil, { E_STALE } end
+  local c = bkt(keys[b], keys[b + 1], ceil, ra, rp, hist, lim, th)
   if c.starts and not in_period(c, now) then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
   return c, now, ik
 end
@@ -1142,7 +1160,60 @@ local function limit_delete(keys, args)
   redis.call('DEL', dk)
   redis.call('ZREM', idx, name)
   redis.call('HDEL', gens, g)
+  if keys[4] then redis.call('UNLINK', keys[4], keys[5]) end
   return g
+end
+
+-- Overrides (docs/redis.md "Overrides") live in the limit's slot: a hash
+-- (pattern → "expires|created|updated|terms", times in µs, expires '' for
+-- none, terms JSON that only Go reads) and a zset of the patterns for
+-- listing in byte order. Every change bumps the definition's override
+-- counter ov (Go reloads a limit's overrides when it moves) and its version
+-- v (so a standalone bucket function answers stale and Go rereads).
+-- ov_active reports whether a stored override applies at now.
+local function ov_active(v, now)
+  local e = string.match(v, '^(%d*)|')
+  return e == '' or tonumber(e) > now
+end
+
+-- override_put: KEYS = definition, overrides hash, patterns zset; ARGV =
+-- now, the limit's "generation:version" Go validated against, pattern,
+-- expires ('' for none), terms. Answers { stored value } or a code:
+-- E_NOT_FOUND (no limit), E_STALE (the limit changed), E_OVERRIDE_EXPIRED
+-- and now (expires is not after the store's clock).
+local function override_put(keys, args)
+  local dk, oh, oz = keys[1], keys[2], keys[3]
+  local now_arg, version, pattern, exp, terms = args[1], args[2], args[3], args[4], args[5]
+  local now = clock(now_arg)
+  local v = redis.call('HMGET', dk, 'g', 'v')
+  if not v[1] then return { E_NOT_FOUND } end
+  if v[1] .. ':' .. (v[2] or '') ~= version then return { E_STALE } end
+  if exp ~= '' and tonumber(exp) <= now then return { E_OVERRIDE_EXPIRED, fmt(now) } end
+  local ct = fmt(now)
+  local old = redis.call('HGET', oh, pattern)
+  if old and ov_active(old, now) then ct = string.match(old, '^%d*|(%d+)|') end
+  local val = exp .. '|' .. ct .. '|' .. fmt(now) .. '|' .. terms
+  redis.call('HSET', oh, pattern, val)
+  redis.call('ZADD', oz, 0, pattern)
+  redis.call('HINCRBY', dk, 'ov', 1)
+  redis.call('HINCRBY', dk, 'v', 1)
+  return { val }
+end
+
+-- override_delete: KEYS as override_put; ARGV = now, pattern. Removes an
+-- override that applies at now; answers { removed value }, E_NOT_FOUND (no
+-- limit) or E_OVERRIDE_NOT_FOUND (no such override, or expired).
+local function override_delete(keys, args)
+  local dk, oh, oz = keys[1], keys[2], keys[3]
+  local now = clock(args[1])
+  if not redis.call('HGET', dk, 'g') then return { E_NOT_FOUND } end
+  local old = redis.call('HGET', oh, args[2])
+  if not old or not ov_active(old, now) then return { E_OVERRIDE_NOT_FOUND } end
+  redis.call('HDEL', oh, args[2])
+  redis.call('ZREM', oz, args[2])
+  redis.call('HINCRBY', dk, 'ov', 1)
+  redis.call('HINCRBY', dk, 'v', 1)
+  return { old }
 end
 
 -- seal moves the events of one slot's outbox stream into the global log:
@@ -1195,4 +1266,6 @@ redis.register_function('budgetd_grant_revoke' .. V, grant_revoke)
 redis.register_function { function_name = 'budgetd_grant_list' .. V, callback = grant_list, flags = RO }
 redis.register_function('budgetd_limit_put' .. V, limit_put)
 redis.register_function('budgetd_limit_delete' .. V, limit_delete)
+redis.register_function('budgetd_override_put' .. V, override_put)
+redis.register_function('budgetd_override_delete' .. V, override_delete)
 redis.register_function('budgetd_seal' .. V, seal)
