@@ -364,7 +364,9 @@ func (s *Store) DeleteOverride(ctx context.Context, limit, pattern string) error
 // alone changes no rule: nothing is scanned then.
 func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern string, o *ledger.Override, now time.Time) ([]string, error) {
 	old, had := cl.ovs.Get(pattern)
-	rule := func(o ledger.Override) bool { return o.LeakPer != 0 || o.TZ != "" || o.StartDay != 0 || o.WindowLength != 0 }
+	rule := func(o ledger.Override) bool {
+		return o.LeakPer != 0 || o.TZ != "" || o.StartDay != 0 || o.WindowLength != 0
+	}
 	if !(had && rule(old)) && !(o != nil && rule(*o)) {
 		return nil, nil
 	}
