@@ -131,6 +131,10 @@ func (k keys) overridePatterns(name string) string {
 	return k.prefix + ":lim:{" + k.prefix + "}:oi:" + name
 }
 
+// overrideLog is the stream of a limit's override changes: entry id
+// "<ov>-1", field p the pattern changed (overrideLogLen kept).
+func (k keys) overrideLog(name string) string { return k.prefix + ":lim:{" + k.prefix + "}:ol:" + name }
+
 func (k keys) outbox(slot int) string { return k.prefix + ":ev:{" + slotTag(slot) + "}" }
 func (k keys) eventLog() string       { return k.prefix + ":evlog:{" + k.prefix + "}" }
 func (k keys) eventCursor() string    { return k.prefix + ":evcur:{" + k.prefix + "}" }

@@ -33,6 +33,10 @@ const (
 	idemKeep = ledger.IdempotencyTTL + time.Hour
 	// holdKeep is how long a hold record outlives its expiry.
 	holdKeep = 24 * time.Hour
+	// overrideLogLen is about how many changes of a limit's overrides its
+	// log keeps (overrideLog): an instance that loaded them more changes
+	// ago reads them all again.
+	overrideLogLen = 10000
 	// ttlSlack is added to every bucket TTL.
 	ttlSlack = time.Minute
 )
@@ -90,6 +94,7 @@ func luaConstants() string {
 	fmt.Fprintf(&b, "local HOLD_KEEP_MS = %d\n", ms(holdKeep))
 	fmt.Fprintf(&b, "local SLACK_MS = %d\n", ms(ttlSlack))
 	fmt.Fprintf(&b, "local CLOCK_STEP_US = %d\n", ledger.ClockStep.Microseconds())
+	fmt.Fprintf(&b, "local OV_LOG = %d\n", overrideLogLen)
 	fmt.Fprintf(&b, "local E_STALE, E_REUSED, E_NOT_FOUND, E_TOO_MANY_HOLDS, E_LEVEL_OVERFLOW, E_PERIOD_TABLE, E_GRANT_INVALID, E_GRANT_NOT_FOUND, E_OVERRIDE_NOT_FOUND, E_OVERRIDE_EXPIRED = %q, %q, %q, %q, %q, %q, %q, %q, %q, %q\n",
 		codeStale, codeReused, codeNotFound, codeTooManyHolds, codeLevelOverflow, codePeriodTable, codeGrantInvalid, codeGrantNotFound, codeOverrideNotFound, codeOverrideExpired)
 	return b.String()

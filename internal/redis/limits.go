@@ -234,7 +234,7 @@ func (s *Store) settleLimit(ctx context.Context, cl cachedLimit, l ledger.Limit)
 	err := s.scanKeys(ctx, base+"*", func(ctx context.Context, _ goredis.Cmdable, ks []string) error {
 		for _, bk := range ks {
 			lim := cl
-			if cl.ovs.Len() > 0 {
+			if cl.ovs.len() > 0 {
 				key, ok := decodeKey(strings.TrimPrefix(bk, base))
 				if !ok {
 					continue
@@ -337,7 +337,7 @@ func (s *Store) ListLimits(ctx context.Context, after string, n int) ([]ledger.L
 // holds, history and idempotency records, node by node.
 func (s *Store) DeleteLimit(ctx context.Context, name string) error {
 	g, err := s.batch.do(ctx, &fcall{fn: fn("limit_delete"), keys: []string{s.k.limitDef(name), s.k.limitIdx(), s.k.limitGens(),
-		s.k.overrides(name), s.k.overridePatterns(name)},
+		s.k.overrides(name), s.k.overridePatterns(name), s.k.overrideLog(name)},
 		args: []any{name}}).Text()
 	if err != nil {
 		return s.fail(ctx, "delete limit", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -31,10 +32,40 @@ import (
 
 var _ ledger.OverrideStore = (*Store)(nil)
 
-// ovSet is a limit generation's overrides as loaded at counter ov.
+// ovSet is a limit generation's overrides, as of counter ov or later:
+// loaded whole once, then kept up to date with the changes the limit's
+// log names (loadOverrides). Decisions read it under mu.
 type ovSet struct {
-	ov  string
+	mu  sync.RWMutex
+	ov  int64
 	set *ledger.Overrides
+}
+
+func (o *ovSet) len() int {
+	if o == nil {
+		return 0
+	}
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.set.Len()
+}
+
+func (o *ovSet) candidates(key string) []ledger.Override {
+	if o == nil {
+		return nil
+	}
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.set.Candidates(key)
+}
+
+func (o *ovSet) get(pattern string) (ledger.Override, bool) {
+	if o == nil {
+		return ledger.Override{}, false
+	}
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.set.Get(pattern)
 }
 
 // overrideTerms is an override's terms as its stored value keeps them
@@ -110,19 +141,41 @@ func (s *Store) storeNow() time.Time {
 	return s.goNow().Add(time.Duration(s.periodSkew.Load()))
 }
 
-// loadOverrides sets cl's overrides: none before the first override, the
-// set already loaded for its generation at the same counter, or all of
-// them read again (one HGETALL of the limit's hash).
+// loadOverrides sets cl's overrides: none before the first override, else
+// its generation's set, brought up to cl's counter: by the changes its log
+// names since the set's counter (XRANGE, then the values of those patterns,
+// HMGET: two round trips, whatever the number of overrides), or, when the
+// log no longer reaches back that far or there is no set yet, all of them
+// read again (HGETALL of the limit's hash).
 func (s *Store) loadOverrides(ctx context.Context, cl *cachedLimit) error {
 	if cl.ov == "" {
 		return nil
 	}
+	want, err := strconv.ParseInt(cl.ov, 10, 64)
+	if err != nil {
+		return fmt.Errorf("redis: limit %q has a bad override counter %q", cl.l.Name, cl.ov)
+	}
 	s.mu.Lock()
-	e, ok := s.ovSets[cl.gen]
+	e := s.ovSets[cl.gen]
 	s.mu.Unlock()
-	if ok && e.ov == cl.ov {
-		cl.ovs = e.set
-		return nil
+	if e != nil {
+		e.mu.RLock()
+		have := e.ov
+		e.mu.RUnlock()
+		if have >= want {
+			cl.ovs = e
+			return nil
+		}
+		if want-have <= overrideLogLen {
+			ok, err := s.syncOverrides(ctx, cl.l.Name, e, have, want)
+			if err != nil {
+				return err
+			}
+			if ok {
+				cl.ovs = e
+				return nil
+			}
+		}
 	}
 	m, err := s.client.HGetAll(ctx, s.k.overrides(cl.l.Name)).Result()
 	if err != nil {
@@ -136,14 +189,64 @@ func (s *Store) loadOverrides(ctx context.Context, cl *cachedLimit) error {
 		}
 		set.Put(o)
 	}
-	if set.Len() == 0 {
-		set = nil
-	}
+	e = &ovSet{ov: want, set: set}
 	s.mu.Lock()
-	s.ovSets[cl.gen] = ovSet{ov: cl.ov, set: set}
+	if old := s.ovSets[cl.gen]; old != nil {
+		old.mu.RLock()
+		newer := old.ov >= want
+		old.mu.RUnlock()
+		if newer {
+			e = old
+		}
+	}
+	s.ovSets[cl.gen] = e
 	s.mu.Unlock()
-	cl.ovs = set
+	cl.ovs = e
 	return nil
+}
+
+// syncOverrides applies to e the changes numbered have+1 … want, as the
+// limit's log names them; false when the log no longer holds them all.
+func (s *Store) syncOverrides(ctx context.Context, limit string, e *ovSet, have, want int64) (bool, error) {
+	entries, err := s.client.XRange(ctx, s.k.overrideLog(limit), strconv.FormatInt(have+1, 10)+"-1", strconv.FormatInt(want, 10)+"-1").Result()
+	if err != nil {
+		return false, s.fail(ctx, "read overrides", err)
+	}
+	if int64(len(entries)) != want-have {
+		return false, nil
+	}
+	seen := map[string]bool{}
+	var ps []string
+	for _, x := range entries {
+		p, _ := x.Values["p"].(string)
+		if !seen[p] {
+			seen[p] = true
+			ps = append(ps, p)
+		}
+	}
+	vs, err := s.client.HMGet(ctx, s.k.overrides(limit), ps...).Result()
+	if err != nil {
+		return false, s.fail(ctx, "read overrides", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ov >= want {
+		return true, nil // another call brought it further meanwhile
+	}
+	for i, p := range ps {
+		v, ok := vs[i].(string)
+		if !ok {
+			e.set.Delete(p)
+			continue
+		}
+		o, err := decodeOverride(p, v)
+		if err != nil {
+			return false, err
+		}
+		e.set.Put(o)
+	}
+	e.ov = want
+	return true, nil
 }
 
 // termsFor is the limit of cl as it applies to key at now (the store's
@@ -153,7 +256,7 @@ func (s *Store) loadOverrides(ctx context.Context, cl *cachedLimit) error {
 // latest expiry of a more specific one.
 func (s *Store) termsFor(cl cachedLimit, key string, now time.Time) (eff ledger.Limit, o *ledger.Override, lo, hi int64) {
 	eff = cl.l
-	for _, c := range cl.ovs.Candidates(key) {
+	for _, c := range cl.ovs.candidates(key) {
 		if c.ActiveAt(now) {
 			if !c.ExpiresAt.IsZero() {
 				hi = c.ExpiresAt.UnixMicro()
@@ -167,7 +270,12 @@ func (s *Store) termsFor(cl cachedLimit, key string, now time.Time) (eff ledger.
 
 // termsOf is termsFor's effective limit alone.
 func termsOf(cl cachedLimit, key string, now time.Time) ledger.Limit {
-	return cl.ovs.Effective(cl.l, key, now)
+	for _, c := range cl.ovs.candidates(key) {
+		if c.ActiveAt(now) {
+			return c.Apply(cl.l)
+		}
+	}
+	return cl.l
 }
 
 // forKey returns cl as a decision on key uses it: with the override that
@@ -176,7 +284,7 @@ func termsOf(cl cachedLimit, key string, now time.Time) ledger.Limit {
 // in force at the end of the period before (the override's at that
 // period's last microsecond).
 func (s *Store) forKey(cl cachedLimit, key string) cachedLimit {
-	if cl.ovs.Len() == 0 {
+	if cl.ovs == nil {
 		return cl
 	}
 	now := s.storeNow()
@@ -184,11 +292,12 @@ func (s *Store) forKey(cl cachedLimit, key string) cachedLimit {
 	out := cl
 	if o != nil {
 		out.l = eff
-		if a, ok := cl.ovArgs.Load(o.Pattern); ok {
+		k := o.Pattern + "\x00" + strconv.FormatInt(o.UpdatedAt.UnixMicro(), 10)
+		if a, ok := cl.ovArgs.Load(k); ok {
 			out.args = a.(limitArgs)
 		} else {
 			out.args = newLimitArgs(s.k, eff, cl.gen, cl.version, cl.at)
-			cl.ovArgs.Store(o.Pattern, out.args)
+			cl.ovArgs.Store(k, out.args)
 		}
 	}
 	if eff.Rollover != nil && eff.Period != nil {
@@ -213,7 +322,7 @@ func (s *Store) forKey(cl cachedLimit, key string) cachedLimit {
 
 // overrideCall runs override_put or override_delete on the limit's slot.
 func (s *Store) overrideCall(ctx context.Context, op, limit string, args ...any) ([]string, error) {
-	keys := []string{s.k.limitDef(limit), s.k.overrides(limit), s.k.overridePatterns(limit)}
+	keys := []string{s.k.limitDef(limit), s.k.overrides(limit), s.k.overridePatterns(limit), s.k.overrideLog(limit)}
 	res, err := s.batch.do(ctx, &fcall{fn: fn(op), keys: keys, args: append([]any{s.nowArg()}, args...)}).StringSlice()
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
@@ -337,7 +446,7 @@ func (s *Store) DeleteOverride(ctx context.Context, limit, pattern string) error
 			return struct{}{}, err
 		}
 		now := s.storeNow()
-		if o, ok := cl.ovs.Get(pattern); !ok || !o.ActiveAt(now) {
+		if o, ok := cl.ovs.get(pattern); !ok || !o.ActiveAt(now) {
 			return struct{}{}, fmt.Errorf("override %q of %q: %w", pattern, limit, ledger.ErrOverrideNotFound)
 		}
 		settled, err := s.settleOverride(ctx, cl, pattern, nil, now)
@@ -363,7 +472,7 @@ func (s *Store) DeleteOverride(ctx context.Context, limit, pattern string) error
 // the buckets of a new rule, and returns their keys. A change of capacity
 // alone changes no rule: nothing is scanned then.
 func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern string, o *ledger.Override, now time.Time) ([]string, error) {
-	old, had := cl.ovs.Get(pattern)
+	old, had := cl.ovs.get(pattern)
 	rule := func(o ledger.Override) bool {
 		return o.LeakPer != 0 || o.TZ != "" || o.StartDay != 0 || o.WindowLength != 0
 	}
@@ -373,7 +482,7 @@ func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern stri
 	// The set after the change: a copy of the candidates is enough per key.
 	after := func(key string) ledger.Limit {
 		set := &ledger.Overrides{}
-		for _, c := range cl.ovs.Candidates(key) {
+		for _, c := range cl.ovs.candidates(key) {
 			if c.Pattern != pattern {
 				set.Put(c)
 			}

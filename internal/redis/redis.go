@@ -90,7 +90,7 @@ type Store struct {
 	discovering chan struct{}          // closed when the running discovery ends; nil when none runs
 	limits      map[string]cachedLimit // by name
 	gens        map[int64]string       // generation → name
-	ovSets      map[int64]ovSet        // generation → its overrides as last loaded (kept across forgetAll)
+	ovSets      map[int64]*ovSet       // generation → its overrides as last loaded (kept across forgetAll)
 }
 
 type cachedLimit struct {
@@ -101,11 +101,11 @@ type cachedLimit struct {
 	args    limitArgs
 	at      time.Time // the clock its period tables were made around
 	// ov is the definition's override counter (bumped by every change of
-	// an override), ovs the limit's overrides loaded at it (nil: none), and
-	// ovArgs the script arguments of each override's terms (pattern →
-	// limitArgs), formatted on first use.
+	// an override), ovs the limit's overrides loaded at it or later (nil:
+	// none), and ovArgs the script arguments of each override's terms
+	// (pattern and update time → limitArgs), formatted on first use.
 	ov     string
-	ovs    *ledger.Overrides
+	ovs    *ovSet
 	ovArgs *sync.Map
 }
 
@@ -168,7 +168,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		cacheTTL: defaultLimitCacheTTL,
 		limits:   map[string]cachedLimit{},
 		gens:     map[int64]string{},
-		ovSets:   map[int64]ovSet{},
+		ovSets:   map[int64]*ovSet{},
 
 		callTimeout:    callTimeout,
 		eventRetention: DefaultEventRetention,

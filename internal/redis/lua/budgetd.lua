@@ -1160,7 +1160,7 @@ local function limit_delete(keys, args)
   redis.call('DEL', dk)
   redis.call('ZREM', idx, name)
   redis.call('HDEL', gens, g)
-  if keys[4] then redis.call('UNLINK', keys[4], keys[5]) end
+  if keys[4] then redis.call('UNLINK', keys[4], keys[5], keys[6]) end
   return g
 end
 
@@ -1176,7 +1176,16 @@ local function ov_active(v, now)
   return e == '' or tonumber(e) > now
 end
 
--- override_put: KEYS = definition, overrides hash, patterns zset; ARGV =
+-- ov_changed bumps the counters and logs the change of pattern in the
+-- stream ol (id "<ov>-1", at most about OV_LOG entries), from which Go
+-- applies the changes since the counter it loaded at.
+local function ov_changed(dk, ol, pattern)
+  local ov = redis.call('HINCRBY', dk, 'ov', 1)
+  redis.call('HINCRBY', dk, 'v', 1)
+  redis.call('XADD', ol, 'MAXLEN', '~', OV_LOG, ov .. '-1', 'p', pattern)
+end
+
+-- override_put: KEYS = definition, overrides hash, patterns zset, log; ARGV =
 -- now, the limit's "generation:version" Go validated against, pattern,
 -- expires ('' for none), terms. Answers { stored value } or a code:
 -- E_NOT_FOUND (no limit), E_STALE (the limit changed), E_OVERRIDE_EXPIRED
@@ -1195,8 +1204,7 @@ local function override_put(keys, args)
   local val = exp .. '|' .. ct .. '|' .. fmt(now) .. '|' .. terms
   redis.call('HSET', oh, pattern, val)
   redis.call('ZADD', oz, 0, pattern)
-  redis.call('HINCRBY', dk, 'ov', 1)
-  redis.call('HINCRBY', dk, 'v', 1)
+  ov_changed(dk, keys[4], pattern)
   return { val }
 end
 
@@ -1211,8 +1219,7 @@ local function override_delete(keys, args)
   if not old or not ov_active(old, now) then return { E_OVERRIDE_NOT_FOUND } end
   redis.call('HDEL', oh, args[2])
   redis.call('ZREM', oz, args[2])
-  redis.call('HINCRBY', dk, 'ov', 1)
-  redis.call('HINCRBY', dk, 'v', 1)
+  ov_changed(dk, keys[4], args[2])
   return { old }
 end
 
