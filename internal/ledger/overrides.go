@@ -282,26 +282,25 @@ func (s *Overrides) Resolve(key string, now time.Time) (Override, bool) {
 	return Override{}, false
 }
 
-// Candidates returns the overrides whose patterns cover key, expired ones
-// included, most specific first: the exact one, then the prefixes longest
-// first. Resolve takes the first of them active at now.
-func (s *Overrides) Candidates(key string) []Override {
+// Candidates calls fn with each override whose pattern covers key, expired
+// ones included, most specific first (the exact one, then the prefixes
+// longest first), until fn returns false. Resolve takes the first of them
+// active at now.
+func (s *Overrides) Candidates(key string, fn func(Override) bool) {
 	if s == nil || s.exact == nil {
-		return nil
+		return
 	}
-	var out []Override
-	if o, ok := s.exact[key]; ok {
-		out = append(out, o)
+	if o, ok := s.exact[key]; ok && !fn(o) {
+		return
 	}
 	for _, n := range s.lengths {
 		if n > len(key) {
 			continue
 		}
-		if o, ok := s.prefix[key[:n]]; ok {
-			out = append(out, o)
+		if o, ok := s.prefix[key[:n]]; ok && !fn(o) {
+			return
 		}
 	}
-	return out
 }
 
 // Effective returns l as it applies to key at now: with the override that

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -239,7 +238,7 @@ func (s *Store) settleLimit(ctx context.Context, cl cachedLimit, l ledger.Limit)
 				if !ok {
 					continue
 				}
-				if old, _, _, _ := s.termsFor(cl, key, now); old.SameRule(termsOf(next, key, now)) {
+				if termsOf(cl, key, now).SameRule(termsOf(next, key, now)) {
 					continue
 				}
 				lim = s.forKey(cl, key)
@@ -392,7 +391,7 @@ func (s *Store) remember(cl cachedLimit) cachedLimit {
 	cl.fetched = time.Now()
 	cl.at = s.storeNow()
 	cl.args = newLimitArgs(s.k, cl.l, cl.gen, cl.version, cl.at)
-	cl.ovArgs = &sync.Map{}
+	cl.ovArgs = &ovArgs{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limits[cl.l.Name] = cl

@@ -50,13 +50,14 @@ func (o *ovSet) len() int {
 	return o.set.Len()
 }
 
-func (o *ovSet) candidates(key string) []ledger.Override {
+// candidates is ledger.Overrides.Candidates under the read lock.
+func (o *ovSet) candidates(key string, fn func(ledger.Override) bool) {
 	if o == nil {
-		return nil
+		return
 	}
 	o.mu.RLock()
 	defer o.mu.RUnlock()
-	return o.set.Candidates(key)
+	o.set.Candidates(key, fn)
 }
 
 func (o *ovSet) get(pattern string) (ledger.Override, bool) {
@@ -66,6 +67,36 @@ func (o *ovSet) get(pattern string) (ledger.Override, bool) {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	return o.set.Get(pattern)
+}
+
+// ovArgs are the script arguments of a limit's overrides' terms, by
+// pattern, formatted on first use; an entry made for another version of
+// the override (its update time) is made again.
+type ovArgs struct {
+	mu sync.RWMutex
+	m  map[string]ovArgsEntry
+}
+
+type ovArgsEntry struct {
+	updated time.Time
+	args    limitArgs
+}
+
+func (a *ovArgs) get(pattern string, updated time.Time, make func() limitArgs) limitArgs {
+	a.mu.RLock()
+	e, ok := a.m[pattern]
+	a.mu.RUnlock()
+	if ok && e.updated.Equal(updated) {
+		return e.args
+	}
+	e = ovArgsEntry{updated: updated, args: make()}
+	a.mu.Lock()
+	if a.m == nil {
+		a.m = map[string]ovArgsEntry{}
+	}
+	a.m[pattern] = e
+	a.mu.Unlock()
+	return e.args
 }
 
 // overrideTerms is an override's terms as its stored value keeps them
@@ -254,28 +285,26 @@ func (s *Store) syncOverrides(ctx context.Context, limit string, e *ovSet, have,
 // (o), and the span [lo, hi) of store time, in µs (0: unbounded), in which
 // that resolution holds: up to the resolved override's expiry, from the
 // latest expiry of a more specific one.
-func (s *Store) termsFor(cl cachedLimit, key string, now time.Time) (eff ledger.Limit, o *ledger.Override, lo, hi int64) {
+func termsFor(cl cachedLimit, key string, now time.Time) (eff ledger.Limit, o *ledger.Override, lo, hi int64) {
 	eff = cl.l
-	for _, c := range cl.ovs.candidates(key) {
+	cl.ovs.candidates(key, func(c ledger.Override) bool {
 		if c.ActiveAt(now) {
 			if !c.ExpiresAt.IsZero() {
 				hi = c.ExpiresAt.UnixMicro()
 			}
-			return c.Apply(cl.l), &c, lo, hi
+			eff, o = c.Apply(cl.l), &c
+			return false
 		}
 		lo = max(lo, c.ExpiresAt.UnixMicro())
-	}
-	return eff, nil, lo, hi
+		return true
+	})
+	return eff, o, lo, hi
 }
 
 // termsOf is termsFor's effective limit alone.
 func termsOf(cl cachedLimit, key string, now time.Time) ledger.Limit {
-	for _, c := range cl.ovs.candidates(key) {
-		if c.ActiveAt(now) {
-			return c.Apply(cl.l)
-		}
-	}
-	return cl.l
+	eff, _, _, _ := termsFor(cl, key, now)
+	return eff
 }
 
 // forKey returns cl as a decision on key uses it: with the override that
@@ -288,17 +317,11 @@ func (s *Store) forKey(cl cachedLimit, key string) cachedLimit {
 		return cl
 	}
 	now := s.storeNow()
-	eff, o, lo, hi := s.termsFor(cl, key, now)
+	eff, o, lo, hi := termsFor(cl, key, now)
 	out := cl
 	if o != nil {
 		out.l = eff
-		k := o.Pattern + "\x00" + strconv.FormatInt(o.UpdatedAt.UnixMicro(), 10)
-		if a, ok := cl.ovArgs.Load(k); ok {
-			out.args = a.(limitArgs)
-		} else {
-			out.args = newLimitArgs(s.k, eff, cl.gen, cl.version, cl.at)
-			cl.ovArgs.Store(k, out.args)
-		}
+		out.args = cl.ovArgs.get(o.Pattern, o.UpdatedAt, func() limitArgs { return newLimitArgs(s.k, eff, cl.gen, cl.version, cl.at) })
 	}
 	if eff.Rollover != nil && eff.Period != nil {
 		if starts := eff.Period.StartsAround(now, 2); len(starts) == 2 {
@@ -482,11 +505,12 @@ func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern stri
 	// The set after the change: a copy of the candidates is enough per key.
 	after := func(key string) ledger.Limit {
 		set := &ledger.Overrides{}
-		for _, c := range cl.ovs.candidates(key) {
+		cl.ovs.candidates(key, func(c ledger.Override) bool {
 			if c.Pattern != pattern {
 				set.Put(c)
 			}
-		}
+			return true
+		})
 		if o != nil {
 			set.Put(*o)
 		}

@@ -3,7 +3,9 @@ package redis
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,12 +16,12 @@ import (
 
 // bulkOverrides writes n overrides of limit straight into its keys, as a
 // bulk import would (half exact "c<i>", half prefixes "p<i>-*" of one
-// length, capacity 50), and bumps the limit's counters as one change: so
+// length, capacity c), and bumps the limit's counters as one change: so
 // a store reads them all at its next fetch of the limit.
-func bulkOverrides(t testing.TB, s *Store, limit string, n int) {
+func bulkOverrides(t testing.TB, s *Store, limit string, n int, c string) {
 	t.Helper()
 	ctx := context.Background()
-	terms := `{"c":"50"}`
+	terms := `{"c":"` + c + `"}`
 	for start := 0; start < n; start += 5000 {
 		p := s.client.Pipeline()
 		for i := start; i < min(start+5000, n); i++ {
@@ -56,7 +58,7 @@ func TestOverridesAtScale(t *testing.T) {
 			if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
-			bulkOverrides(t, s, "l", 100000)
+			bulkOverrides(t, s, "l", 100000, "50")
 			s.forgetAll()
 			check := func(key, capacity, override string) {
 				t.Helper()
@@ -201,3 +203,103 @@ func TestOverridesOneRoundTrip(t *testing.T) {
 }
 
 func decimalOf(s string) decimal.NullDecimal { return decimal.NewNullDecimal(num(s)) }
+
+// BenchmarkFillupOverrides: Fillups of 12.37 on one hot key and spread over
+// 100,000 keys (half under an exact override, half under a prefix one),
+// on a limit without overrides ("none") and on one with 100,000 ("100k"),
+// one after the other, so -count alternates them: issue 26 wants "100k"
+// within 10% of "none".
+func BenchmarkFillupOverrides(b *testing.B) {
+	url := serverURLBench(b)
+	for _, c := range []struct {
+		name string
+		keys int
+	}{{"hot", 1}, {"spread", 100000}} {
+		for _, n := range []int{0, 100000} {
+			b.Run(fmt.Sprintf("%s/%s", c.name, map[int]string{0: "none", 100000: "100k"}[n]), func(b *testing.B) {
+				s, err := Open(context.Background(), url, WithPrefix(testPrefix()))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() {
+					_ = s.scanKeys(context.Background(), s.k.prefix+":*", func(ctx context.Context, c goredis.Cmdable, ks []string) error {
+						return c.Unlink(ctx, ks...).Err()
+					})
+					s.Close()
+				}()
+				svc := ledger.NewService(s)
+				if _, err := svc.PutLimit(context.Background(), "l", ledger.LimitSpec{Capacity: decimal.New(1, 12), LeakAmount: decimal.NewFromInt(1000), LeakPer: time.Second}); err != nil {
+					b.Fatal(err)
+				}
+				if n > 0 {
+					bulkOverrides(b, s, "l", n, "1000000000000")
+				}
+				keys := make([]string, c.keys)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("c%06d", i)
+					if i%2 == 1 {
+						keys[i] = fmt.Sprintf("p%06d-x", i)
+					}
+				}
+				var next atomic.Int64
+				cost := decimal.RequireFromString("12.37")
+				// The first decision loads the overrides: not what is measured.
+				if _, err := svc.Fillup(context.Background(), []ledger.Item{{Bucket: ledger.BucketRef{Limit: "l", Key: keys[0]}, Cost: cost}}, ledger.Idempotency{}); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						key := keys[int(next.Add(1))%len(keys)]
+						if _, err := svc.Fillup(context.Background(), []ledger.Item{{Bucket: ledger.BucketRef{Limit: "l", Key: key}, Cost: cost}}, ledger.Idempotency{}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+func serverURLBench(b *testing.B) string {
+	url := os.Getenv("BUDGETD_TEST_REDIS")
+	if url == "" {
+		b.Skip("BUDGETD_TEST_REDIS is not set")
+	}
+	return url
+}
+
+// BenchmarkResolveOverride is the Go side of a decision's override (forKey:
+// the exact key, then each prefix length, the effective terms and their
+// formatted arguments) with no overrides and with 100,000 (50,000 exact,
+// 50,000 prefixes of one length): what 100,000 overrides add to a decision
+// beyond the function call, which is the same either way. No server.
+func BenchmarkResolveOverride(b *testing.B) {
+	s := &Store{k: keys{prefix: "b"}, limits: map[string]cachedLimit{}, gens: map[int64]string{}}
+	l := ledger.Limit{Name: "l", Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}
+	for _, n := range []int{0, 100000} {
+		cl := s.remember(cachedLimit{l: l, gen: 1, version: "1"})
+		if n > 0 {
+			set := &ledger.Overrides{}
+			for i := range n {
+				p := fmt.Sprintf("c%06d", i)
+				if i%2 == 1 {
+					p = fmt.Sprintf("p%06d-*", i)
+				}
+				set.Put(ledger.Override{Pattern: p, Capacity: decimalOf("50")})
+			}
+			cl.ovs = &ovSet{ov: 1, set: set}
+		}
+		for _, key := range []string{"c000042", "p000043-x", "zz"} {
+			b.Run(fmt.Sprintf("%d/%s", n, key), func(b *testing.B) {
+				b.ReportAllocs()
+				for range b.N {
+					if t := s.forKey(cl, key); t.args.ceilArg == "" {
+						b.Fatal("no arguments")
+					}
+				}
+			})
+		}
+	}
+}

@@ -106,7 +106,7 @@ type cachedLimit struct {
 	// (pattern and update time → limitArgs), formatted on first use.
 	ov     string
 	ovs    *ovSet
-	ovArgs *sync.Map
+	ovArgs *ovArgs
 }
 
 // Option configures a Store.
