@@ -208,6 +208,20 @@ func (s *Store) loadOverrides(ctx context.Context, cl *cachedLimit) error {
 			}
 		}
 	}
+	s.ovLoad.Lock()
+	defer s.ovLoad.Unlock()
+	s.mu.Lock()
+	e = s.ovSets[cl.gen]
+	s.mu.Unlock()
+	if e != nil {
+		e.mu.RLock()
+		done := e.ov >= want
+		e.mu.RUnlock()
+		if done { // read meanwhile by another call
+			cl.ovs = e
+			return nil
+		}
+	}
 	m, err := s.client.HGetAll(ctx, s.k.overrides(cl.l.Name)).Result()
 	if err != nil {
 		return s.fail(ctx, "read overrides", err)

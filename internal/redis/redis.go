@@ -91,6 +91,9 @@ type Store struct {
 	limits      map[string]cachedLimit // by name
 	gens        map[int64]string       // generation → name
 	ovSets      map[int64]*ovSet       // generation → its overrides as last loaded (kept across forgetAll)
+	// ovLoad serializes whole reads of a limit's overrides, so calls that
+	// find the same set missing read it once.
+	ovLoad sync.Mutex
 }
 
 type cachedLimit struct {

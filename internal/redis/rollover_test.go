@@ -169,3 +169,42 @@ func TestRolloverOneRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestRolloverOverrideAtEnd: the capacity in force at a month's end is the
+// override's that applied at its last microsecond: a raise "until the end
+// of the month" (expires_at the next month's first instant) counts, one
+// that ended a microsecond earlier does not (neither applies now).
+// On both set-ups.
+func TestRolloverOverrideAtEnd(t *testing.T) {
+	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
+		t.Run(env, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			clock.Set(time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC))
+			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
+			ctx := context.Background()
+			svc := ledger.NewService(s)
+			spec := ledger.LimitSpec{Capacity: num("100"), Period: &ledger.Period{Every: "month"}, Rollover: &ledger.Rollover{Max: num("30")}}
+			if _, err := svc.PutLimit(ctx, "m", spec); err != nil {
+				t.Fatal(err)
+			}
+			december := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+			for key, end := range map[string]time.Time{"until": december, "before": december.Add(-time.Microsecond)} {
+				o := ledger.Override{Pattern: key, Capacity: decimalOf("200"), ExpiresAt: end}
+				if _, err := svc.PutOverride(ctx, "m", o); err != nil {
+					t.Fatal(err)
+				}
+				r := ledger.BucketRef{Limit: "m", Key: key}
+				if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: num("150")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
+					t.Fatalf("Fillup %s: %+v %v", key, res, err)
+				}
+			}
+			clock.Set(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
+			for key, want := range map[string]string{"until": "130", "before": "100"} {
+				d, err := svc.CanAccept(ctx, ledger.BucketRef{Limit: "m", Key: key}, num("1"))
+				if err != nil || d.Capacity.String() != want {
+					t.Errorf("%s: capacity %s (%v), want %s", key, d.Capacity, err, want)
+				}
+			}
+		})
+	}
+}
