@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 )
@@ -301,5 +302,44 @@ func BenchmarkResolveOverride(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestGrantsDefaultExpiryOfOverride: a grant without expires_at ends with
+// the period of the bucket's override (its zone and start day), and adds
+// to the override's capacity. On both set-ups.
+func TestGrantsDefaultExpiryOfOverride(t *testing.T) {
+	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
+		t.Run(env, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			clock.Set(time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC))
+			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
+			svc := ledger.NewService(s)
+			ctx := context.Background()
+			if _, err := svc.PutLimit(ctx, "m", ledger.LimitSpec{Capacity: num("100"), Period: &ledger.Period{Every: "month"}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := svc.PutOverride(ctx, "m", ledger.Override{Pattern: "jp-*", TZ: "Asia/Tokyo", StartDay: 25}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := svc.PutOverride(ctx, "m", ledger.Override{Pattern: "big", Capacity: decimalOf("1000")}); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []struct {
+				key, expires, capacity, override string
+			}{
+				{"plain", "2026-12-01T00:00:00Z", "150", ""},
+				{"jp-1", "2026-11-24T15:00:00Z", "150", "jp-*"}, // 25 November in Tokyo
+				{"big", "2026-12-01T00:00:00Z", "1050", "big"},
+			} {
+				res, err := svc.AddGrant(ctx, ledger.BucketRef{Limit: "m", Key: c.key}, num("50"), time.Time{}, ledger.Idempotency{}, nil)
+				if err != nil {
+					t.Fatalf("%s: %v", c.key, err)
+				}
+				if got := res.Grant.ExpiresAt.Format(time.RFC3339); got != c.expires || res.Bucket.Capacity.String() != c.capacity || res.Bucket.Override != c.override {
+					t.Errorf("%s: expires %s, bucket %+v; want %s, capacity %s, override %q", c.key, got, res.Bucket, c.expires, c.capacity, c.override)
+				}
+			}
+		})
 	}
 }
