@@ -343,3 +343,46 @@ func TestGrantsDefaultExpiryOfOverride(t *testing.T) {
 		})
 	}
 }
+
+// TestOverrideChangedByAnotherInstance: on a standalone server an override
+// put or deleted through one instance applies to the very next decision of
+// another that cached the limit for an hour (the change bumps the limit's
+// version, which the bucket's function checks).
+func TestOverrideChangedByAnotherInstance(t *testing.T) {
+	a := openTest(t, serverURL(t, "BUDGETD_TEST_REDIS"), WithLimitCacheTTL(time.Hour))
+	b, err := Open(context.Background(), serverURL(t, "BUDGETD_TEST_REDIS"), WithPrefix(a.k.prefix), WithLimitCacheTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	sa, sb := ledger.NewService(a), ledger.NewService(b)
+	if _, err := sa.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	r := ledger.BucketRef{Limit: "l", Key: "k"}
+	capacity := func(want, override string) {
+		t.Helper()
+		d, err := sa.CanAccept(ctx, r, num("1"))
+		if err != nil || d.Capacity.String() != want {
+			t.Fatalf("capacity %s (%v), want %s", d.Capacity, err, want)
+		}
+		st, err := sa.Bucket(ctx, r)
+		if err != nil || st.Override != override {
+			t.Fatalf("bucket under %q (%v), want %q", st.Override, err, override)
+		}
+	}
+	capacity("10", "")
+	if _, err := sb.PutOverride(ctx, "l", ledger.Override{Pattern: "k*", Capacity: decimalOf("40")}); err != nil {
+		t.Fatal(err)
+	}
+	capacity("40", "k*")
+	if _, err := sb.PutOverride(ctx, "l", ledger.Override{Pattern: "k", Capacity: decimalOf("70")}); err != nil {
+		t.Fatal(err)
+	}
+	capacity("70", "k")
+	if err := sb.DeleteOverride(ctx, "l", "k"); err != nil {
+		t.Fatal(err)
+	}
+	capacity("40", "k*")
+}
