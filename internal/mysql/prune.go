@@ -31,6 +31,22 @@ const (
 	DefaultPruneBatch    = 1000
 )
 
+// The pruner's scans, each served by an index of migrations/mysql
+// (0002_prune_indexes.sql; TestPruneUsesIndexes checks them with EXPLAIN).
+const (
+	// pruneExpiredHolds lists the buckets of active holds expired at now
+	// (budgetd_holds_expiry, on state and expires_us). The closed states are
+	// named rather than "<> 'active'" so that pruneClosedHolds reads three
+	// ranges of the same index (a closed hold was resolved at or before its
+	// expiry), not every closed hold.
+	pruneExpiredHolds = `SELECT DISTINCT l.name, h.bkey FROM budgetd_holds h JOIN budgetd_limits l ON l.id = h.limit_id
+		WHERE h.state = 'active' AND h.expires_us <= ? LIMIT ?`
+	pruneClosedHolds = "DELETE FROM budgetd_holds WHERE state IN ('committed', 'released', 'expired') AND expires_us < ? AND resolved_us < ? LIMIT ?"
+	pruneHistory     = "DELETE FROM budgetd_history WHERE at_us < ? LIMIT ?"
+	pruneIdempotency = "DELETE FROM budgetd_idempotency WHERE created_us < ? LIMIT ?"
+	pruneEvents      = "DELETE FROM budgetd_events WHERE at_us < ? ORDER BY seq LIMIT ?"
+)
+
 // maxPruneRounds bounds the batches of each kind one Prune call runs.
 const maxPruneRounds = 100
 
@@ -95,10 +111,10 @@ func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
 		query string
 		args  []any
 	}{
-		{"DELETE FROM budgetd_holds WHERE state <> 'active' AND expires_us < ? AND resolved_us < ? LIMIT ?", []any{hold, hold}},
-		{"DELETE FROM budgetd_history WHERE at_us < ? LIMIT ?", []any{us(HistoryRetention)}},
-		{"DELETE FROM budgetd_idempotency WHERE created_us < ? LIMIT ?", []any{us(IdempotencyRetention)}},
-		{"DELETE FROM budgetd_events WHERE at_us < ? ORDER BY seq LIMIT ?", []any{us(EventRetention)}},
+		{pruneClosedHolds, []any{hold, hold}},
+		{pruneHistory, []any{us(HistoryRetention)}},
+		{pruneIdempotency, []any{us(IdempotencyRetention)}},
+		{pruneEvents, []any{us(EventRetention)}},
 	} {
 		for round := 0; round < maxPruneRounds; round++ {
 			n, err := s.pruneExec(ctx, d.query, append(d.args, s.pruneBatch)...)
@@ -213,8 +229,7 @@ func (s *Store) pruneTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // with the decision that any write of the bucket runs first (bucket.Expire
 // and their expired entries), and returns how many buckets it wrote.
 func (s *Store) pruneExpired(ctx context.Context, now time.Time) (int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT l.name, h.bkey FROM budgetd_holds h JOIN budgetd_limits l ON l.id = h.limit_id
-		WHERE h.state = 'active' AND h.expires_us <= ? LIMIT ?`, now.UnixMicro(), s.pruneBatch)
+	rows, err := s.db.QueryContext(ctx, pruneExpiredHolds, now.UnixMicro(), s.pruneBatch)
 	if err != nil {
 		return 0, classify(err)
 	}
