@@ -3,10 +3,8 @@ package webhook_test
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,7 +17,6 @@ import (
 	"github.com/budgetd/budgetd/internal/redis"
 	"github.com/budgetd/budgetd/internal/testenv"
 	"github.com/budgetd/budgetd/internal/webhook"
-	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -78,39 +75,6 @@ func openRedis(t *testing.T) *redis.Store {
 	return st
 }
 
-// mysqlDatabase makes a database of its own on the test server, dropped
-// when t ends, and returns its URL.
-func mysqlDatabase(t *testing.T) string {
-	raw := testenv.Server(t, testenv.MySQL)
-	cfg, err := mysql.ParseURL(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := cfg.DBName + "_hook_" + suffix()
-	cfg.DBName = ""
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
-		db.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		defer db.Close()
-		if _, err := db.Exec("DROP DATABASE IF EXISTS " + name); err != nil {
-			t.Errorf("drop database: %v", err)
-		}
-	})
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
-
 // openMySQL opens a MySQL store on url, closed when t ends.
 func openMySQL(t *testing.T, url string) *mysql.Store {
 	st, err := mysql.Open(context.Background(), url, mysql.WithPruneInterval(0))
@@ -145,7 +109,7 @@ func TestLeaseTakeover(t *testing.T) {
 				m := memory.New()
 				st, out, leases = m, m, openRedis(t)
 			case "mysql":
-				url := mysqlDatabase(t)
+				url := testenv.MySQLDatabase(t)
 				my1, my2 := openMySQL(t, url), openMySQL(t, url)
 				st, out, leases, out2, leases2 = my1, my1, my1, my2, my2
 			}
