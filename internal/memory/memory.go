@@ -53,7 +53,7 @@ type Store struct {
 	limitsMu sync.RWMutex
 	limits   map[string]ledger.Limit
 	// overrides holds each limit's overrides, guarded by limitsMu.
-	overrides map[string]*ledger.Overrides
+	overrides map[string]*overrideSet
 	// grants holds each bucket's grants, oldest first, guarded by limitsMu.
 	grants map[ledger.BucketRef][]ledger.Grant
 	// grantWrites counts grants made, to drop expired grants now and then
@@ -129,7 +129,7 @@ func WithLogger(log *slog.Logger) Option { return func(s *Store) { s.clk.log = l
 
 // New returns an empty memory store.
 func New(opts ...Option) *Store {
-	s := &Store{limits: map[string]ledger.Limit{}, overrides: map[string]*ledger.Overrides{}, grants: map[ledger.BucketRef][]ledger.Grant{}, seed: maphash.MakeSeed()}
+	s := &Store{limits: map[string]ledger.Limit{}, overrides: map[string]*overrideSet{}, grants: map[ledger.BucketRef][]ledger.Grant{}, seed: maphash.MakeSeed()}
 	s.clk.read, s.clk.log = systemClock(time.Now()), slog.Default()
 	for i := range s.shards {
 		s.shards[i].buckets = map[ledger.BucketRef]*bucketRec{}
