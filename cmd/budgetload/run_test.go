@@ -341,7 +341,9 @@ func TestOverridesLimit(t *testing.T) {
 	if s.Ops < 1 || s.Errors != 0 || s.Verify == nil || !s.Verify.OK || s.Overrides != 40 || s.OverridesSeconds <= 0 {
 		t.Fatalf("%+v verify %+v", s, s.Verify)
 	}
-	var page struct{ Items []struct{ Pattern, Capacity string } }
+	var page struct {
+		Items []struct{ Pattern, Capacity string }
+	}
 	getJSON(t, srv.URL+"/v1/limits/termed/overrides?limit=100", &page)
 	if len(page.Items) != 40 {
 		t.Fatalf("%d overrides listed, want 40", len(page.Items))
