@@ -581,6 +581,7 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 		}
 		l = s.terms(l, ref.Key, b, now)
 		s.expireHolds(l, sh, b, now)
+		s.dropStaleCarry(l, b, now)
 		h, cut := b.history(), 0
 		for cut < len(h) && now.Sub(h[cut].Time) > HistoryRetention {
 			cut++
@@ -599,6 +600,23 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 				delete(sh.holds, id)
 			}
 		}
+	}
+}
+
+// dropStaleCarry forgets b's rollover carry once it was stored for a period
+// before the current one of b's terms l: ledger.CarryAt reads a stored
+// carry only in the period it was stored for, and the store's time never
+// goes back (storeClock), so it would never be read again. A bucket that
+// passes rollover on is never pruned (ledger.Limit.PassesOn); without this
+// every such bucket, idle for good, would keep its bucketMore. The caller
+// holds sh.mu.
+func (s *Store) dropStaleCarry(l ledger.Limit, b *bucketRec, now time.Time) {
+	c := b.carry()
+	if c == (ledger.Carry{}) || l.Period == nil {
+		return
+	}
+	if start, _ := l.Rule().Period.Bounds(now); c.Period < start.UnixMicro() {
+		b.setCarry(ledger.Carry{})
 	}
 }
 
