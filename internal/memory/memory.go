@@ -579,7 +579,15 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 			delete(sh.buckets, ref)
 			continue
 		}
-		l = s.terms(l, ref.Key, b, now)
+		// What decides here is the bucket's rule (its leak, period or
+		// window), its marks and holds, never its capacity: without holds
+		// to expire and without an override that changes a rule, the
+		// limit's own terms decide alike, and resolving every bucket's
+		// override at every sweep would cost a limit with many overrides
+		// a lookup per bucket.
+		if len(b.holds()) > 0 || s.overrides[l.Name].changesRules() {
+			l = s.terms(l, ref.Key, b, now)
+		}
 		s.expireHolds(l, sh, b, now)
 		s.dropStaleCarry(l, b, now)
 		h, cut := b.history(), 0

@@ -20,8 +20,8 @@ import (
 // every override's strings, decimals and times at each cycle
 // (docs/terms.md#the-memory-stores-layout). Each override is a fixed-size
 // record of integers (amounts as coefficient and exponent, times as Unix
-// counts, the zone as an index into a small table of interned names); the
-// patterns are back to back in one byte arena; the indexes map a seeded
+// counts, the zone as an index into a small table of interned names); a
+// pattern lies in its record when short, else in one byte arena; the indexes map a seeded
 // hash of a pattern to its record, records with the same hash chained. It
 // is not safe for concurrent use; the store guards it with limitsMu.
 type overrideSet struct {
@@ -47,20 +47,26 @@ type overrideSet struct {
 }
 
 // overrideRec is one override, without pointers. Indexes into recs are
-// stored plus one, so that 0 means none.
+// stored plus one, so that 0 means none. What a lookup reads comes first,
+// within one cache line: the chain, the flags, the expiry and a pattern of
+// up to inlinePattern bytes itself (a longer one lies in the arena).
 type overrideRec struct {
-	off, plen          uint32 // the pattern: arena[off : off+plen]
+	off, plen          uint32 // the pattern: inl[:plen], or arena[off : off+plen] when longer
 	next               uint32 // the next record with the same hash
 	flags              uint8
+	inl                [inlinePattern]byte
+	expires            int64 // Unix microseconds, when flagExpires
 	capExp, leakExp    int32
 	capCoef, leakCoef  int64
 	leakPer, window    int64 // nanoseconds
 	zone               uint32
 	startDay           int32
-	expires            int64 // Unix microseconds, when flagExpires
 	created, updated   int64 // Unix seconds
 	createdNs, updNano int32
 }
+
+// inlinePattern is the longest pattern kept in its record.
+const inlinePattern = 32
 
 const (
 	flagLive uint8 = 1 << iota
@@ -87,6 +93,9 @@ func (s *overrideSet) Len() int {
 // copying: only for comparisons that do not keep it.
 func (s *overrideSet) pattern(i uint32) []byte {
 	r := &s.recs[i]
+	if r.plen <= inlinePattern {
+		return r.inl[:r.plen]
+	}
 	return s.arena[r.off : r.off+r.plen]
 }
 
@@ -156,8 +165,14 @@ func (s *overrideSet) add(m map[uint64]uint32, pattern, p string, prefix bool) u
 		i = uint32(len(s.recs))
 	}
 	h := maphash.String(s.seed, p)
-	s.recs[i-1] = overrideRec{off: uint32(len(s.arena)), plen: uint32(len(pattern)), next: m[h], flags: flagLive}
-	s.arena = append(s.arena, pattern...)
+	r := &s.recs[i-1]
+	*r = overrideRec{plen: uint32(len(pattern)), next: m[h], flags: flagLive}
+	if len(pattern) <= inlinePattern {
+		copy(r.inl[:], pattern)
+	} else {
+		r.off = uint32(len(s.arena))
+		s.arena = append(s.arena, pattern...)
+	}
 	m[h] = i
 	s.n++
 	if prefix {
@@ -314,7 +329,9 @@ func (s *overrideSet) Delete(pattern string) bool {
 	if s.recs[i-1].flags&flagRule != 0 {
 		s.rules--
 	}
-	s.garbage += int(s.recs[i-1].plen)
+	if n := s.recs[i-1].plen; n > inlinePattern {
+		s.garbage += int(n)
+	}
 	s.recs[i-1] = overrideRec{}
 	delete(s.odd, i-1)
 	s.free = append(s.free, i-1)
@@ -338,7 +355,7 @@ func (s *overrideSet) compact() {
 	arena := make([]byte, 0, len(s.arena)-s.garbage)
 	for i := range s.recs {
 		r := &s.recs[i]
-		if r.flags&flagLive == 0 {
+		if r.flags&flagLive == 0 || r.plen <= inlinePattern {
 			continue
 		}
 		off := uint32(len(arena))

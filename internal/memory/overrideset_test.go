@@ -31,17 +31,18 @@ func sameOverride(a, b ledger.Override) bool {
 // with the arena compacted on the way.
 func TestOverrideSetMatchesLedger(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
+	long := "a-customer-key-longer-than-what-a-record-holds-itself" // in the arena
 	base := time.Date(2026, 11, 26, 12, 0, 0, 123456789, time.FixedZone("X", 3600))
 	var want ledger.Overrides
 	got := &overrideSet{}
-	patterns := []string{"*", "a*", "ab*", "abc", "abc*", "abcd", "b", "b*", "bcd*", "bcdef", "zz-long-key-0001", "zz-*", "zz-long-*"}
+	patterns := []string{"*", "a*", "ab*", "abc", "abc*", "abcd", "b", "b*", "bcd*", "bcdef", "zz-long-key-0001", "zz-*", "zz-long-*", long, long + "*", long[:40] + "*", long + "-x"}
 	amounts := []string{"5", "8000.00", "0.000001", "1000000000000", "12.5", "1.000000000000000000000000"}
 	zones := []string{"", "Europe/Berlin", "Asia/Tokyo"}
-	keys := []string{"", "a", "ab", "abc", "abcd", "abcde", "b", "bc", "bcd", "bcdef", "zz-long-key-0001", "zz-long-key-0002", "zz-", "q"}
+	keys := []string{"", "a", "ab", "abc", "abcd", "abcde", "b", "bc", "bcd", "bcdef", "zz-long-key-0001", "zz-long-key-0002", "zz-", "q", long, long + "-x", long[:40], long[:40] + "y"}
 	for step := range 20000 {
 		p := patterns[rng.IntN(len(patterns))]
 		if step%7 == 0 {
-			p = fmt.Sprintf("gen-%d%s", rng.IntN(3000), map[bool]string{true: "*"}[rng.IntN(2) == 0])
+			p = fmt.Sprintf("gen-%d%s%s", rng.IntN(3000), map[bool]string{true: long}[rng.IntN(3) == 0], map[bool]string{true: "*"}[rng.IntN(2) == 0])
 		}
 		switch rng.IntN(4) {
 		case 0, 1:
@@ -107,18 +108,19 @@ func TestOverrideSetMatchesLedger(t *testing.T) {
 	}
 }
 
-// TestOverrideSetCompacts: deleting most of many overrides copies the live
-// patterns to a smaller arena, and every override left still resolves.
+// TestOverrideSetCompacts: deleting most of many overrides of long patterns
+// (kept in the arena) copies the live ones to a smaller arena, and every
+// override left still resolves.
 func TestOverrideSetCompacts(t *testing.T) {
 	s := &overrideSet{}
 	const n = 20000
 	for i := range n {
-		s.Put(ledger.Override{Pattern: fmt.Sprintf("customer-%06d", i), Capacity: decimal.NewNullDecimal(decimal.NewFromInt(int64(i + 1)))})
+		s.Put(ledger.Override{Pattern: fmt.Sprintf("customer-%06d-of-a-tenant-with-a-long-name", i), Capacity: decimal.NewNullDecimal(decimal.NewFromInt(int64(i + 1)))})
 	}
 	full := len(s.arena)
 	for i := range n {
 		if i%10 != 0 {
-			s.Delete(fmt.Sprintf("customer-%06d", i))
+			s.Delete(fmt.Sprintf("customer-%06d-of-a-tenant-with-a-long-name", i))
 		}
 	}
 	if len(s.arena) >= full/2 || s.Len() != n/10 {
@@ -126,12 +128,12 @@ func TestOverrideSetCompacts(t *testing.T) {
 	}
 	now := time.Now()
 	for i := 0; i < n; i += 10 {
-		j := s.resolve(fmt.Sprintf("customer-%06d", i), now)
+		j := s.resolve(fmt.Sprintf("customer-%06d-of-a-tenant-with-a-long-name", i), now)
 		if j == 0 || !s.override(j-1).Capacity.Decimal.Equal(decimal.NewFromInt(int64(i+1))) {
 			t.Fatalf("customer-%06d after compaction: %d", i, j)
 		}
 	}
-	if s.resolve("customer-000001", now) != 0 {
+	if s.resolve("customer-000001-of-a-tenant-with-a-long-name", now) != 0 {
 		t.Fatal("a deleted override resolves")
 	}
 }
