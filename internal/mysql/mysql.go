@@ -53,6 +53,7 @@ type Store struct {
 	pruneMu       sync.Mutex  // one Prune at a time
 	cursor        pruneCursor // where the bucket scan resumes, under pruneMu
 	pruneStop     chan struct{}
+	pruneKick     chan struct{} // wakes the background pruner (DeleteLimit)
 	pruneDone     chan struct{}
 	closeOnce     sync.Once
 }
@@ -171,7 +172,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts, lockWait: DefaultLockWait,
-		pruneInterval: DefaultPruneInterval, pruneBatch: DefaultPruneBatch, pruneStop: make(chan struct{}), pruneDone: make(chan struct{})}
+		pruneInterval: DefaultPruneInterval, pruneBatch: DefaultPruneBatch, pruneStop: make(chan struct{}), pruneKick: make(chan struct{}, 1), pruneDone: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}

@@ -192,13 +192,7 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 		if t := s.clock(); !t.IsZero() {
 			now = t.UTC().Truncate(time.Microsecond)
 		}
-		lim := l.limit
-		if l.set.Len() > 0 {
-			lim = l.set.Effective(lim, b.key, now)
-		}
-		if len(b.grants) > 0 {
-			lim = lim.WithGrants(ledger.ActiveGrants(b.grants, now))
-		}
+		lim := termsAt(l.limit, l.set, &b, now)
 		out = append(out, ledger.BucketSnapshot{Key: b.key, Snapshot: ledger.Snapshot{Limit: lim, State: b.state, Now: now}})
 	}
 	return out, classify(rows.Err())
