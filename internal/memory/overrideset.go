@@ -21,13 +21,14 @@ import (
 // (docs/terms.md#the-memory-stores-layout). Each override is a fixed-size
 // record of integers (amounts as coefficient and exponent, times as Unix
 // counts, the zone as an index into a small table of interned names); a
-// pattern lies in its record when short, else in one byte arena; the indexes map a seeded
-// hash of a pattern to its record, records with the same hash chained. It
-// is not safe for concurrent use; the store guards it with limitsMu.
+// pattern lies in its record when short, else in one byte arena; the
+// indexes map a seeded hash of a pattern to its record, records with the
+// same hash chained. It is not safe for concurrent use; the store guards
+// it with limitsMu.
 type overrideSet struct {
 	recs    []overrideRec
 	free    []uint32 // indexes of deleted records, reused by Put
-	arena   []byte   // the patterns of the records, "*" included
+	arena   []byte   // the patterns longer than inlinePattern, "*" included
 	garbage int      // bytes of arena that no record uses
 	exact   map[uint64]uint32
 	prefix  map[uint64]uint32 // by the hash of the prefix, without "*"
@@ -48,8 +49,9 @@ type overrideSet struct {
 
 // overrideRec is one override, without pointers. Indexes into recs are
 // stored plus one, so that 0 means none. What a lookup reads comes first,
-// within one cache line: the chain, the flags, the expiry and a pattern of
-// up to inlinePattern bytes itself (a longer one lies in the arena).
+// in the first 56 bytes: the chain, the flags, a pattern of up to
+// inlinePattern bytes itself (a longer one lies in the arena) and the
+// expiry.
 type overrideRec struct {
 	off, plen          uint32 // the pattern: inl[:plen], or arena[off : off+plen] when longer
 	next               uint32 // the next record with the same hash
