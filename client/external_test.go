@@ -15,6 +15,7 @@ import (
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/memory"
+	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/budgetd/budgetd/internal/redis"
 	"github.com/budgetd/budgetd/internal/testenv"
@@ -131,7 +132,7 @@ func TestExternalModule(t *testing.T) {
 }
 
 // stores opens an empty store of each kind the environment offers: memory
-// always, and the PostgreSQL, Redis and Redis Cluster that scripts/test
+// always, and the PostgreSQL, MySQL, Redis and Redis Cluster that scripts/test
 // starts (failing under CI=true when they are missing).
 func stores(t *testing.T) map[string]func(t *testing.T) ledger.Store {
 	out := map[string]func(t *testing.T) ledger.Store{
@@ -149,6 +150,14 @@ func stores(t *testing.T) map[string]func(t *testing.T) ledger.Store {
 			st.Close()
 			dropSchema(t, url, "budgetd_client_"+suffix)
 		})
+		return st
+	}
+	out["mysql"] = func(t *testing.T) ledger.Store {
+		st, err := mysql.Open(context.Background(), testenv.MySQLDatabase(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
 		return st
 	}
 	for _, name := range []string{"redis", "redis-cluster"} {

@@ -77,7 +77,7 @@ func overridePath(limit, pattern string) string {
 
 // PutOverride creates or replaces the override o.Pattern of the limit (PUT
 // /v1/limits/{name}/overrides/{pattern}, admin scope). On a store that
-// keeps no overrides yet (Redis) it is an *Error with Code not_served.
+// keeps no overrides it is an *Error with Code not_served.
 func (c *Client) PutOverride(ctx context.Context, limit string, o Override) (Override, error) {
 	a, err := c.do(ctx, http.MethodPut, overridePath(limit, o.Pattern), nil, o.doc(), callOpts{})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/memory"
+	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/budgetd/budgetd/internal/redis"
 	"github.com/budgetd/budgetd/internal/testenv"
@@ -54,6 +55,14 @@ func eachStore(t *testing.T, fn func(t *testing.T, c *client.Client)) {
 				conn.Close(ctx)
 			}
 		})
+		serve(t, st)
+	})
+	t.Run("mysql", func(t *testing.T) {
+		st, err := mysql.Open(context.Background(), testenv.MySQLDatabase(t), mysql.WithPruneInterval(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
 		serve(t, st)
 	})
 	for name, env := range map[string]string{"redis": testenv.Redis, "redis-cluster": testenv.RedisCluster} {

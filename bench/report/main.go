@@ -278,6 +278,11 @@ type kindRow struct {
 	tRatio                  float64 // thresholds against leaky
 }
 
+// overridesTarget is the least a limit with 100,000 overrides may do, as
+// a multiple of the same limit without (SPEC "Terms per customer": within
+// 10%).
+const overridesTarget = 0.9
+
 // thresholdsTarget is the least a limit with three thresholds may do, as a
 // multiple of the same limit without (issue 25: within 10%).
 const thresholdsTarget = 0.9
@@ -519,6 +524,8 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 				met(k.tRatio >= thresholdsTarget, valid(k.tRatio)), f2(k.thresholds.p50()), f2(k.thresholds.p99()), k.thresholds.verdict())
 		}
 	}
+
+	w("%s", overridesSection(dir))
 
 	w("%s", webhookSection(dir))
 
@@ -818,6 +825,51 @@ func cpuSection(rows []row) string {
 		line(r, baselineName[r.store], r.bl)
 		if len(r.pgb) > 0 {
 			line(r, "pgbench", r.pgb)
+		}
+	}
+	return b.String()
+}
+
+// overridesSection is a limit with many overrides against the same limit
+// without, spread and hot key, on each store that ran it (scripts/bench's
+// overrides/ directory of a store); a store that answered 501 to an
+// override is shown as skipped. "" when no store ran it.
+func overridesSection(dir string) string {
+	var b strings.Builder
+	for _, st := range stores {
+		od := filepath.Join(dir, st, "overrides")
+		why := readText(filepath.Join(od, "skipped.txt"))
+		var setup struct {
+			Overrides        int     `json:"overrides"`
+			OverridesSeconds float64 `json:"overrides_seconds"`
+		}
+		setupRaw := readText(filepath.Join(od, "setup-with-1.json"))
+		_ = json.Unmarshal([]byte(setupRaw), &setup)
+		verdict := func(side string) string { return load(od, "setup-"+side).verdict() }
+		if why == "" && setupRaw == "" {
+			continue
+		}
+		if b.Len() == 0 {
+			fmt.Fprintf(&b, "\n## Overrides\n\n")
+			fmt.Fprintf(&b, "A limit with many overrides of its capacity against the same limit without, budgetd alone, spread over the keys and on one hot key, ")
+			fmt.Fprintf(&b, "in rotating order in the same rounds: what resolving a key's terms costs each decision (SPEC \"Terms per customer\": within 10%%). ")
+			fmt.Fprintf(&b, "`budgetload --overrides N` puts them through the API once, before the rounds, in a short run that verifies: half exact keys ")
+			fmt.Fprintf(&b, "of the load (`k1`, `k3`, …), half prefixes (`k0*`, `k2*`, …), so that every key resolves through one, the hot key `k0` through ")
+			fmt.Fprintf(&b, "its prefix; the measured runs use both limits as they are (`--setup=false`). A store that answers an override with 501 is skipped, ")
+			fmt.Fprintf(&b, "found at run time.\n\n")
+			fmt.Fprintf(&b, "| store | load | overrides | with ops/s | without ops/s | **ratio** | target ≥ %.2f | p50 / p99 ms with | p50 / p99 ms without | put in | verify with, without |\n", overridesTarget)
+			fmt.Fprintf(&b, "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |\n")
+		}
+		if why != "" {
+			fmt.Fprintf(&b, "| %s | — | skipped: %s | | | | | | | | |\n", st, strings.ReplaceAll(why, "|", "\\|"))
+			continue
+		}
+		for _, mode := range []string{"spread", "hot"} {
+			with, without := load(od, mode+"-with"), load(od, mode+"-without")
+			ratio := with.tput() / without.tput()
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | **%s** | %s | %s / %s | %s / %s | %s s | %s, %s |\n", st, mode, setup.Overrides,
+				f0(with.tput()), f0(without.tput()), f2(ratio), met(ratio >= overridesTarget, valid(ratio)),
+				f2(with.p50()), f2(with.p99()), f2(without.p50()), f2(without.p99()), f0(setup.OverridesSeconds), verdict("with"), verdict("without"))
 		}
 	}
 	return b.String()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,5 +144,47 @@ func TestThresholdsInReport(t *testing.T) {
 	md := markdown(map[string]string{}, nil, nil, []kindRow{k}, map[string]string{}, t.TempDir(), "", "")
 	if !strings.Contains(md, "| redis | 850 | 1000 | **0.85** | **missed** |") {
 		t.Errorf("no thresholds row in:\n%s", md)
+	}
+}
+
+// The overrides section compares the limit with overrides against the one
+// without, per store and load, with SPEC's 10% target, the setup runs'
+// verify and put time, and shows a store that answered 501 as skipped.
+func TestOverridesInReport(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(tput int) string {
+		return fmt.Sprintf(`{"ops_per_second":%d,"ops":1000,"latency":{"p50_ms":1,"p99_ms":2}}`, tput)
+	}
+	write("memory/overrides/setup-with-1.json", `{"ops_per_second":10,"ops":10,"overrides":100000,"overrides_seconds":11.2,"verify":{"ok":true}}`)
+	write("memory/overrides/setup-without-1.json", `{"ops_per_second":10,"ops":10,"verify":{"ok":true}}`)
+	for i, v := range [][4]int{{950, 1000, 800, 1000}, {990, 1000, 850, 1000}, {900, 1000, 700, 1000}} {
+		write(fmt.Sprintf("memory/overrides/spread-with-%d.json", i+1), run(v[0]))
+		write(fmt.Sprintf("memory/overrides/spread-without-%d.json", i+1), run(v[1]))
+		write(fmt.Sprintf("memory/overrides/hot-with-%d.json", i+1), run(v[2]))
+		write(fmt.Sprintf("memory/overrides/hot-without-%d.json", i+1), run(v[3]))
+	}
+	write("redis/overrides/skipped.txt", "501 not_served")
+	md := overridesSection(dir)
+	for _, want := range []string{
+		"| memory | spread | 100000 | 950 | 1000 | **0.95** | met | 1.00 / 2.00 | 1.00 / 2.00 | 11 s | ok ×1, ok ×1 |",
+		"| memory | hot | 100000 | 800 | 1000 | **0.80** | **missed** |",
+		"| redis | — | skipped: 501 not_served |",
+		"target ≥ 0.90",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("no %q in:\n%s", want, md)
+		}
+	}
+	if overridesSection(t.TempDir()) != "" {
+		t.Error("a section without any store's runs")
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/budgetd/budgetd/internal/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 // which its decisions use, and refuse what budgetd refuses, on every store
 // that keeps grants.
 func TestCLIGrants(t *testing.T) {
-	stores := map[string]string{"memory": "memory", "postgres": storeURL(t, "BUDGETD_TEST_POSTGRES")}
+	stores := map[string]string{"memory": "memory", "postgres": storeURL(t, "BUDGETD_TEST_POSTGRES"), "mysql": testenv.MySQLDatabase(t)}
 	for name, url := range stores {
 		t.Run(name, func(t *testing.T) {
 			server := startBudgetdArgs(t, "--store", url)

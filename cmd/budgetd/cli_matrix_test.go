@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/budgetd/budgetd/internal/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func cliOut(server string, args ...string) (stdout string, code int, msg string)
 // hold and history in pages. Periodic kinds answer their exact period_start
 // and resets_at, leaky ones null. The CLI has no bucket list command.
 func TestCLIMatrix(t *testing.T) {
-	stores := map[string]string{"memory": "memory", "postgres": storeURL(t, "BUDGETD_TEST_POSTGRES")}
+	stores := map[string]string{"memory": "memory", "postgres": storeURL(t, "BUDGETD_TEST_POSTGRES"), "mysql": testenv.MySQLDatabase(t)}
 	for k, v := range redisURLs(t) {
 		stores[k] = v
 	}

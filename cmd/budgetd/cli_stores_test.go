@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/budgetd/budgetd/internal/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 // is captured with -q and committed, another released, a drain, and the
 // history shows each event's meta.
 func TestCLIOnEveryStore(t *testing.T) {
-	stores := map[string]string{"memory": "memory", "postgres": storeURL(t, "BUDGETD_TEST_POSTGRES")}
+	stores := map[string]string{"memory": "memory", "postgres": storeURL(t, "BUDGETD_TEST_POSTGRES"), "mysql": testenv.MySQLDatabase(t)}
 	for k, v := range redisURLs(t) {
 		stores[k] = v
 	}

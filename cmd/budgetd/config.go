@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/budgetd/budgetd/api"
+	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/postgres"
 )
 
@@ -23,6 +24,7 @@ type config struct {
 	maxTTL          time.Duration
 	pgIsolation     string
 	redisEviction   string
+	mysqlIsolation  string
 	shutdownTimeout time.Duration
 	shutdownDelay   time.Duration
 	logLevel        string
@@ -70,7 +72,7 @@ type option struct {
 
 var options = []option{
 	{flag: "addr", env: "BUDGETD_ADDR", def: "127.0.0.1:8080", help: "listen address; without --auth-file (or --tls-client-ca) only a loopback address is allowed"},
-	{flag: "store", env: "BUDGETD_STORE", def: "memory", help: "store URL: memory, postgres://…, redis://… or redis+cluster://host:port,host:port"},
+	{flag: "store", env: "BUDGETD_STORE", def: "memory", help: "store URL: memory, postgres://…, mysql://USER:PASSWORD@HOST:PORT/DATABASE, redis://… or redis+cluster://host:port,host:port"},
 	{flag: "auth-file", env: "BUDGETD_AUTH_FILE", help: "API key file (NAME sha256:HEX SCOPES [LIMITS] per line); turns authentication on; reloaded on SIGHUP"},
 	{flag: "insecure-no-auth", env: "BUDGETD_INSECURE_NO_AUTH", def: "false", help: "serve without authentication on a non-loopback address", boolean: true},
 	{flag: "tls-cert", env: "BUDGETD_TLS_CERT", help: "TLS certificate file (PEM); with --tls-key serves HTTPS; reloaded on SIGHUP"},
@@ -78,6 +80,7 @@ var options = []option{
 	{flag: "tls-client-ca", env: "BUDGETD_TLS_CLIENT_CA", help: "CA bundle (PEM): require client certificates signed by it"},
 	{flag: "max-ttl", env: "BUDGETD_MAX_TTL", def: "24h", help: "longest hold a caller may ask for (at least 1s)"},
 	{flag: "pg-isolation", env: "BUDGETD_PG_ISOLATION", def: "read-committed", help: "PostgreSQL isolation level: read-committed or serializable"},
+	{flag: "mysql-isolation", env: "BUDGETD_MYSQL_ISOLATION", def: "repeatable-read", help: "MySQL/MariaDB isolation level: repeatable-read or read-committed"},
 	{flag: "redis-eviction-check", env: "BUDGETD_REDIS_EVICTION_CHECK", def: "refuse", help: "when Redis may evict keys (maxmemory-policy): refuse to start, or warn"},
 	{flag: "max-conns", env: "BUDGETD_MAX_CONNS", def: "4096", help: "most client connections open at once; more wait to be accepted"},
 	{flag: "max-conns-per-ip", env: "BUDGETD_MAX_CONNS_PER_IP", def: "1024", help: "most connections one client address may hold; more are closed at once (0: no such cap)"},
@@ -162,18 +165,19 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		panic("unknown option " + name)
 	}
 	cfg := config{
-		addr:          get("addr"),
-		store:         get("store"),
-		pgIsolation:   get("pg-isolation"),
-		redisEviction: get("redis-eviction-check"),
-		logLevel:      get("log-level"),
-		logFormat:     get("log-format"),
-		authFile:      get("auth-file"),
-		tlsCert:       get("tls-cert"),
-		tlsKey:        get("tls-key"),
-		tlsClientCA:   get("tls-client-ca"),
-		webhookURL:    get("webhook-url"),
-		webhookSecret: get("webhook-secret-file"),
+		addr:           get("addr"),
+		store:          get("store"),
+		pgIsolation:    get("pg-isolation"),
+		redisEviction:  get("redis-eviction-check"),
+		mysqlIsolation: get("mysql-isolation"),
+		logLevel:       get("log-level"),
+		logFormat:      get("log-format"),
+		authFile:       get("auth-file"),
+		tlsCert:        get("tls-cert"),
+		tlsKey:         get("tls-key"),
+		tlsClientCA:    get("tls-client-ca"),
+		webhookURL:     get("webhook-url"),
+		webhookSecret:  get("webhook-secret-file"),
 	}
 	var err error
 	if cfg.insecureNoAuth, err = boolOption("insecure-no-auth", get("insecure-no-auth")); err != nil {
@@ -211,6 +215,11 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	}
 	if _, err := postgres.ParseIsolation(cfg.pgIsolation); err != nil {
 		return config{}, nil, usageError{fmt.Sprintf("--pg-isolation must be read-committed or serializable, not %q", cfg.pgIsolation)}
+	}
+	switch cfg.mysqlIsolation {
+	case mysql.RepeatableRead, mysql.ReadCommitted:
+	default:
+		return config{}, nil, usageError{fmt.Sprintf("--mysql-isolation must be repeatable-read or read-committed, not %q", cfg.mysqlIsolation)}
 	}
 	switch cfg.redisEviction {
 	case "refuse", "warn":

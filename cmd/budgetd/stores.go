@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/budgetd/budgetd/internal/redis"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,7 +16,8 @@ import (
 
 type prometheusCollector = prometheus.Collector
 
-// openStoreURL opens the PostgreSQL or Redis store that cfg.store names.
+// openStoreURL opens the PostgreSQL, MySQL or Redis store that cfg.store
+// names.
 func openStoreURL(ctx context.Context, cfg config, log *slog.Logger) (openedStore, error) {
 	switch {
 	case isPostgresURL(cfg.store):
@@ -29,6 +31,16 @@ func openStoreURL(ctx context.Context, cfg config, log *slog.Logger) (openedStor
 			collectors: []prometheusCollector{st.Collector()},
 			close:      func() { st.Close() },
 		}, nil
+	case isMySQLURL(cfg.store):
+		st, err := mysql.Open(ctx, cfg.store, mysql.WithIsolation(cfg.mysqlIsolation))
+		if err != nil {
+			return openedStore{}, fmt.Errorf("open mysql store %s: %w", redact(cfg.store), err)
+		}
+		return openedStore{
+			store:    st,
+			describe: fmt.Sprintf("mysql store at %s (%s, migrations applied)", redact(cfg.store), cfg.mysqlIsolation),
+			close:    func() { st.Close() },
+		}, nil
 	case redis.IsURL(cfg.store):
 		st, err := redis.Open(ctx, cfg.store, redis.WithEvictionCheck(cfg.redisEviction), redis.WithLogger(log))
 		if err != nil {
@@ -41,19 +53,27 @@ func openStoreURL(ctx context.Context, cfg config, log *slog.Logger) (openedStor
 			close:      func() { st.Close() },
 		}, nil
 	}
-	return openedStore{}, usageError{fmt.Sprintf("--store %q: want memory, postgres://…, redis://… or redis+cluster://…", redact(cfg.store))}
+	return openedStore{}, usageError{fmt.Sprintf("--store %q: want memory, postgres://…, mysql://…, redis://… or redis+cluster://…", redact(cfg.store))}
 }
 
 func isPostgresURL(u string) bool {
 	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
 }
 
-// migrate applies the PostgreSQL migrations of cfg.store and returns.
+func isMySQLURL(u string) bool { return strings.HasPrefix(u, "mysql://") }
+
+// migrate applies the PostgreSQL or MySQL migrations of cfg.store and
+// returns.
 func migrate(ctx context.Context, cfg config, stdout io.Writer) error {
-	if !isPostgresURL(cfg.store) {
-		return usageError{fmt.Sprintf("migrate needs --store postgres://…, not %q", redact(cfg.store))}
+	do := func(ctx context.Context, url string) error { return postgres.Migrate(ctx, url) }
+	switch {
+	case isPostgresURL(cfg.store):
+	case isMySQLURL(cfg.store):
+		do = mysql.Migrate
+	default:
+		return usageError{fmt.Sprintf("migrate needs --store postgres://… or mysql://…, not %q", redact(cfg.store))}
 	}
-	if err := postgres.Migrate(ctx, cfg.store); err != nil {
+	if err := do(ctx, cfg.store); err != nil {
 		return fmt.Errorf("migrate %s: %w", redact(cfg.store), err)
 	}
 	fmt.Fprintf(stdout, "budgetd: migrations of %s are applied\n", redact(cfg.store))

@@ -38,7 +38,7 @@ func redisURLs(t *testing.T) map[string]string {
 // TestRunWithStores serves the API from each real store through run():
 // a limit, two accepted fillups and a 429, then a clean stop.
 func TestRunWithStores(t *testing.T) {
-	stores := map[string]string{"postgres": storeURL(t, "BUDGETD_TEST_POSTGRES")}
+	stores := map[string]string{"postgres": storeURL(t, "BUDGETD_TEST_POSTGRES"), "mysql": testenv.MySQLDatabase(t)}
 	for k, v := range redisURLs(t) {
 		stores[k] = v
 	}
@@ -84,13 +84,14 @@ func TestRunWithStores(t *testing.T) {
 }
 
 func TestMigrateCommand(t *testing.T) {
-	url := storeURL(t, "BUDGETD_TEST_POSTGRES")
-	var out strings.Builder
-	if err := run(context.Background(), []string{"--store", url, "migrate"}, env(nil), &out, io.Discard); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	if !strings.Contains(out.String(), "applied") {
-		t.Fatalf("migrate said %q", out.String())
+	for _, url := range []string{storeURL(t, "BUDGETD_TEST_POSTGRES"), testenv.MySQLDatabase(t)} {
+		var out strings.Builder
+		if err := run(context.Background(), []string{"--store", url, "migrate"}, env(nil), &out, io.Discard); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+		if !strings.Contains(out.String(), "applied") {
+			t.Fatalf("migrate said %q", out.String())
+		}
 	}
 	if err := run(context.Background(), []string{"migrate"}, env(nil), io.Discard, io.Discard); exitCode(err) != 2 {
 		t.Fatalf("migrate on memory: %v", err)
@@ -124,7 +125,7 @@ func TestDurabilityKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	stores := map[string]string{"postgres": storeURL(t, "BUDGETD_TEST_POSTGRES")}
+	stores := map[string]string{"postgres": storeURL(t, "BUDGETD_TEST_POSTGRES"), "mysql": testenv.MySQLDatabase(t)}
 	for k, v := range redisURLs(t) {
 		stores[k] = v
 	}

@@ -44,6 +44,7 @@ type config struct {
 	period      string        // "" for a leaky limit, else the period's "every"
 	window      time.Duration // 0, or the length of a rolling-window limit
 	thresholds  []string      // the limit's thresholds ("80%", "4500"), none by default
+	overrides   int           // overrides --setup puts on the limit (overridePattern), none by default
 	tz          string
 	history     bool
 	cost        int64
@@ -66,6 +67,8 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
+// A store that does not serve --overrides exits 4 (errNotServed).
+
 // verifyError is a run whose store disagreed with what was accepted: exit 3.
 type verifyError struct{ n int }
 
@@ -79,6 +82,8 @@ func exitCode(err error) int {
 		return 2
 	case errors.As(err, &ve):
 		return 3
+	case errors.Is(err, errNotServed):
+		return 4
 	}
 	return 1
 }
@@ -104,6 +109,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.tz, "tz", "UTC", "the period's time zone (with --period)")
 	fs.DurationVar(&cfg.window, "window", 0, "create a rolling-window limit of this length (at the default precision) instead of a leaky one")
 	thresholds := fs.String("thresholds", "", `comma-separated thresholds of the limit ("50%,80%,4500"; events on crossing)`)
+	fs.IntVar(&cfg.overrides, "overrides", 0, "with --setup, put this many overrides of the limit's capacity on it: half exact keys (k1, k3, …), half prefixes (k0*, k2*, …), so that each of the first that many keys resolves through one")
 	fs.BoolVar(&cfg.history, "history", false, "create the limit with history on (verify then counts history entries)")
 	fs.Int64Var(&cfg.cost, "cost", 1, "cost of each fillup (a reservation holds 2×cost and commits cost)")
 	fs.BoolVar(&cfg.setup, "setup", true, "delete and re-create the limit before the run (so its buckets start empty)")
@@ -153,6 +159,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return cfg, usageError{fmt.Sprintf("--period %q is not day, week, month, quarter or year", cfg.period)}
 	case cfg.window != 0 && cfg.period != "":
 		return cfg, usageError{"--window and --period are two kinds of limit: give one"}
+	case cfg.overrides < 0 || cfg.overrides > 10_000_000:
+		return cfg, usageError{"--overrides must be from 0 to 10000000"}
+	case cfg.overrides > 0 && !cfg.setup:
+		return cfg, usageError{"--overrides is put by --setup: drop --setup=false"}
 	case cfg.window != 0 && (cfg.window < time.Second || cfg.window > 8760*time.Hour):
 		return cfg, usageError{"--window must be from 1s to 8760h"}
 	}

@@ -533,6 +533,63 @@ func (l *loader) setup(ctx context.Context) error {
 	return nil
 }
 
+// overridePattern is the pattern of the i-th override --overrides puts:
+// the exact key of an odd i, a prefix ending in the key of an even one
+// ("k0*", "k2*", …), so that keys resolve half through an exact override
+// and half through a prefix, the hot key k0 through its prefix.
+func overridePattern(i int) string {
+	if i%2 == 1 {
+		return keyName(i)
+	}
+	return keyName(i) + "*"
+}
+
+// errNotServed is a store that does not serve overrides (501).
+var errNotServed = errors.New("the store does not serve overrides (501 not_served)")
+
+// putOverrides puts cfg.overrides overrides of the limit's capacity on the
+// limit (overridePattern), from cfg.concurrency connections, and returns
+// how long it took.
+func (l *loader) putOverrides(ctx context.Context, stderr io.Writer) (time.Duration, error) {
+	start := time.Now()
+	body := []byte(fmt.Sprintf(`{"capacity":%q}`, l.cfg.capacity))
+	var next, done atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for range min(l.cfg.concurrency, l.cfg.overrides) {
+		w := &worker{l: l}
+		wg.Go(func() {
+			for ctx.Err() == nil && failed.Load() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= l.cfg.overrides {
+					return
+				}
+				p := overridePattern(i)
+				st, err := w.call(ctx, http.MethodPut, l.limitP+"/overrides/"+url.PathEscape(p), body)
+				switch {
+				case err != nil:
+				case st == http.StatusNotImplemented:
+					err = errNotServed
+				case st != http.StatusOK && st != http.StatusCreated:
+					err = fmt.Errorf("%d %s", st, strings.TrimSpace(w.buf.String()))
+				}
+				if err != nil {
+					failed.Store(fmt.Errorf("PUT override %s: %w", p, err))
+					return
+				}
+				if n := done.Add(1); !l.cfg.quiet && n%10000 == 0 {
+					fmt.Fprintf(stderr, "[%5.1fs] put %d of %d overrides\n", time.Since(start).Seconds(), n, l.cfg.overrides)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		return time.Since(start), err
+	}
+	return time.Since(start), ctx.Err()
+}
+
 // populate charges every key once, 64 keys per multi-bucket call.
 func (l *loader) populate(ctx context.Context, stderr io.Writer) (time.Duration, error) {
 	const batch = 64

@@ -19,9 +19,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	l := newLoader(cfg)
 	defer l.client.CloseIdleConnections()
 	setupAt := time.Now()
+	var overridesTook time.Duration
 	if cfg.setup {
 		if err := l.setup(ctx); err != nil {
 			return err
+		}
+		if cfg.overrides > 0 {
+			if overridesTook, err = l.putOverrides(ctx, stderr); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "put %d overrides in %.1fs (%.0f/s)\n", cfg.overrides, overridesTook.Seconds(), float64(cfg.overrides)/overridesTook.Seconds())
 		}
 	}
 	if cfg.populate {
@@ -55,6 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	sum := summarize(cfg, l.snapshot(), measured)
 	sum.Unsent = l.unsent.Load()
+	sum.Overrides, sum.OverridesSeconds = cfg.overrides, overridesTook.Seconds()
 
 	if cfg.verify {
 		switch {
@@ -152,6 +160,10 @@ type summary struct {
 	PerOp       []opSummary       `json:"per_op"`
 	ErrorKinds  map[string]uint64 `json:"error_kinds"`
 	Verify      *verifyReport     `json:"verify,omitempty"`
+	// Overrides is how many overrides --setup put on the limit, in
+	// OverridesSeconds.
+	Overrides        int     `json:"overrides,omitempty"`
+	OverridesSeconds float64 `json:"overrides_seconds,omitempty"`
 }
 
 func summarize(cfg config, s *stats, measured time.Duration) summary {

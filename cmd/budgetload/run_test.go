@@ -326,3 +326,49 @@ func getJSON(t *testing.T, url string, v any) {
 		t.Fatal(err)
 	}
 }
+
+// TestOverridesLimit: --overrides puts that many overrides on the limit,
+// half exact keys and half prefixes, each load key resolving through one
+// (the hot key k0 through its prefix), and the run verifies; a store that
+// does not serve overrides makes budgetload exit 4.
+func TestOverridesLimit(t *testing.T) {
+	srv := budgetd(t)
+	s, err := runJSON(t, "--url", srv.URL, "--duration", "300ms", "--warmup", "0s", "--keys", "40", "--concurrency", "4",
+		"--mix", "fillup=100", "--overrides", "40", "--limit", "termed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Ops < 1 || s.Errors != 0 || s.Verify == nil || !s.Verify.OK || s.Overrides != 40 || s.OverridesSeconds <= 0 {
+		t.Fatalf("%+v verify %+v", s, s.Verify)
+	}
+	var page struct {
+		Items []struct{ Pattern, Capacity string }
+	}
+	getJSON(t, srv.URL+"/v1/limits/termed/overrides?limit=100", &page)
+	if len(page.Items) != 40 {
+		t.Fatalf("%d overrides listed, want 40", len(page.Items))
+	}
+	got := map[string]string{}
+	for _, o := range page.Items {
+		got[o.Pattern] = o.Capacity
+	}
+	if got["k0*"] != "1000000000000" || got["k1"] != "1000000000000" || got["k38*"] == "" || got["k39"] == "" || got["k0"] != "" {
+		t.Fatalf("overrides %v", got)
+	}
+	for key, want := range map[string]string{"k0": "k0*", "k7": "k7", "k12": "k12*"} {
+		var st struct{ Override *string }
+		getJSON(t, srv.URL+"/v1/limits/termed/buckets/"+key, &st)
+		if st.Override == nil || *st.Override != want {
+			t.Fatalf("bucket %s: override %v, want %s", key, st.Override, want)
+		}
+	}
+
+	plain := httptest.NewServer(budgethttp.New(ledger.NewService(struct{ ledger.Store }{memory.New()})))
+	t.Cleanup(plain.Close)
+	if _, err := runJSON(t, "--url", plain.URL, "--duration", "100ms", "--warmup", "0s", "--keys", "2", "--overrides", "4"); exitCode(err) != 4 {
+		t.Fatalf("a store without overrides: %v (exit %d), want exit 4", err, exitCode(err))
+	}
+	if _, err := runJSON(t, "--url", srv.URL, "--overrides", "4", "--setup=false"); exitCode(err) != 2 {
+		t.Fatalf("--overrides with --setup=false: %v, want a usage error", err)
+	}
+}

@@ -54,7 +54,7 @@ func TestRolloverMonthlyCap(t *testing.T) {
 		if ro, _ := l.body["rollover"].(map[string]any); ro["max"] != "1000" {
 			t.Fatalf("limit with rollover: %s", l.raw)
 		}
-		b := limit + "/buckets/team-b"
+		b := limit + "/buckets/%7Bacme%7Dteam-b"
 		d := a.expect("POST", b+"/fillup", `{"cost":"3700.00"}`, 200)
 		if d.str("rollover") != "0" || d.str("capacity") != "5000" {
 			t.Fatalf("March: %s", d.raw)
@@ -84,13 +84,14 @@ func TestRolloverMonthlyCap(t *testing.T) {
 		if d := a.expect("POST", b+"/fillup", `{"cost":"6000.01"}`, 429); d.body["never_fits"] != true {
 			t.Fatalf("above the capacity with rollover: %s", d.raw)
 		}
-		multi := a.expect("POST", "/v1/fillup", `{"items":[{"limit":"team-spend","key":"team-b","cost":"1"},{"limit":"team-spend","key":"team-new","cost":"1"}]}`, 200)
+		// The teams share a hash tag: one slot in Redis Cluster.
+		multi := a.expect("POST", "/v1/fillup", `{"items":[{"limit":"team-spend","key":"{acme}team-b","cost":"1"},{"limit":"team-spend","key":"{acme}team-new","cost":"1"}]}`, 200)
 		items, _ := multi.body["items"].([]any)
 		if len(items) != 2 || items[0].(map[string]any)["rollover"] != "1000" || items[1].(map[string]any)["rollover"] != "0" {
 			t.Fatalf("multi-bucket items: %s", multi.raw)
 		}
 		// A team first written in April starts with none.
-		if st := a.expect("GET", limit+"/buckets/team-new", "", 200); st.str("capacity") != "5000" || st.str("rollover") != "0" {
+		if st := a.expect("GET", limit+"/buckets/%7Bacme%7Dteam-new", "", 200); st.str("capacity") != "5000" || st.str("rollover") != "0" {
 			t.Fatalf("a new team: %s", st.raw)
 		}
 
@@ -100,20 +101,20 @@ func TestRolloverMonthlyCap(t *testing.T) {
 		if st := a.expect("GET", b, "", 200); st.str("capacity") != "5000" || st.str("rollover") != "0" {
 			t.Fatalf("May's state: %s", st.raw)
 		}
-		if st := a.expect("GET", limit+"/buckets/team-new", "", 200); st.str("capacity") != "6000" || st.str("rollover") != "1000" {
+		if st := a.expect("GET", limit+"/buckets/%7Bacme%7Dteam-new", "", 200); st.str("capacity") != "6000" || st.str("rollover") != "1000" {
 			t.Fatalf("May for the new team: %s", st.raw)
 		}
 		page := a.expect("GET", limit+"/buckets", "", 200)
 		for _, it := range page.body["items"].([]any) {
 			m := it.(map[string]any)
-			if want := map[string]string{"team-b": "0", "team-new": "1000"}[m["key"].(string)]; m["rollover"] != want {
+			if want := map[string]string{"{acme}team-b": "0", "{acme}team-new": "1000"}[m["key"].(string)]; m["rollover"] != want {
 				t.Errorf("listed %v, want rollover %s", m, want)
 			}
 		}
 
 		// A PUT without rollover removes it.
 		a.expect("PUT", limit, `{"capacity":"5000.00","period":{"every":"month","tz":"UTC"}}`, 200)
-		if st := a.expect("GET", limit+"/buckets/team-new", "", 200); st.str("capacity") != "5000" || st.str("rollover") != "0" {
+		if st := a.expect("GET", limit+"/buckets/%7Bacme%7Dteam-new", "", 200); st.str("capacity") != "5000" || st.str("rollover") != "0" {
 			t.Fatalf("after removing rollover: %s", st.raw)
 		}
 	})

@@ -12,13 +12,15 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/memory"
+	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/budgetd/budgetd/internal/redis"
 	"github.com/budgetd/budgetd/internal/testenv"
 )
 
 // eachStore runs fn against the API over every store: memory always, and
-// the real PostgreSQL, Redis and Redis Cluster that scripts/test starts
+// the real PostgreSQL, MySQL (MariaDB), Redis and Redis Cluster that
+// scripts/test starts
 // (skipped when their addresses are unset, failed when CI=true). Each run
 // has its own pinned clock and an empty store.
 func eachStore(t *testing.T, fn func(t *testing.T, a *api)) {
@@ -44,6 +46,15 @@ func eachStoreRaw(t *testing.T, fn func(t *testing.T, clock *ledgertest.Clock, s
 		t.Cleanup(func() { st.Close() })
 		fn(t, clock, st)
 	})
+	t.Run("mysql", func(t *testing.T) {
+		clock := ledgertest.NewClock()
+		st, err := mysql.Open(context.Background(), testenv.MySQLDatabase(t), mysql.WithClock(clock.Now), mysql.WithPruneInterval(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		fn(t, clock, st)
+	})
 	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
 		name := map[string]string{"BUDGETD_TEST_REDIS": "redis", "BUDGETD_TEST_REDIS_CLUSTER": "redis-cluster"}[env]
 		t.Run(name, func(t *testing.T) {
@@ -62,7 +73,10 @@ func eachStoreRaw(t *testing.T, fn func(t *testing.T, clock *ledgertest.Clock, s
 	}
 }
 
-var _ ledger.Store = (*postgres.Store)(nil)
+var (
+	_ ledger.Store = (*postgres.Store)(nil)
+	_ ledger.Store = (*mysql.Store)(nil)
+)
 
 func testServer(t *testing.T, env string) string {
 	t.Helper()

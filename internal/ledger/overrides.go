@@ -282,6 +282,27 @@ func (s *Overrides) Resolve(key string, now time.Time) (Override, bool) {
 	return Override{}, false
 }
 
+// Candidates calls fn with each override whose pattern covers key, expired
+// ones included, most specific first (the exact one, then the prefixes
+// longest first), until fn returns false. Resolve takes the first of them
+// active at now.
+func (s *Overrides) Candidates(key string, fn func(Override) bool) {
+	if s == nil || s.exact == nil {
+		return
+	}
+	if o, ok := s.exact[key]; ok && !fn(o) {
+		return
+	}
+	for _, n := range s.lengths {
+		if n > len(key) {
+			continue
+		}
+		if o, ok := s.prefix[key[:n]]; ok && !fn(o) {
+			return
+		}
+	}
+}
+
 // Effective returns l as it applies to key at now: with the override that
 // resolves, or l itself.
 func (s *Overrides) Effective(l Limit, key string, now time.Time) Limit {

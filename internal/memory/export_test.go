@@ -1,5 +1,7 @@
 package memory
 
+import "github.com/budgetd/budgetd/internal/ledger"
+
 // IdempotencyUse reports how many idempotency records s keeps and their
 // estimated bytes.
 func (s *Store) IdempotencyUse() (records int, bytes int64) {
@@ -36,4 +38,15 @@ func (s *Store) GrantedBuckets() int {
 	s.limitsMu.RLock()
 	defer s.limitsMu.RUnlock()
 	return len(s.grants)
+}
+
+// Lean reports whether the bucket of limit and key exists and keeps
+// nothing beyond its level and time (no bucketMore).
+func (s *Store) Lean(limit, key string) bool {
+	ref := ledger.BucketRef{Limit: limit, Key: key}
+	sh := &s.shards[s.shardOf(ref)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	b := sh.buckets[ref]
+	return b != nil && b.more == nil
 }

@@ -53,7 +53,7 @@ type Store struct {
 	limitsMu sync.RWMutex
 	limits   map[string]ledger.Limit
 	// overrides holds each limit's overrides, guarded by limitsMu.
-	overrides map[string]*ledger.Overrides
+	overrides map[string]*overrideSet
 	// grants holds each bucket's grants, oldest first, guarded by limitsMu.
 	grants map[ledger.BucketRef][]ledger.Grant
 	// grantWrites counts grants made, to drop expired grants now and then
@@ -129,7 +129,7 @@ func WithLogger(log *slog.Logger) Option { return func(s *Store) { s.clk.log = l
 
 // New returns an empty memory store.
 func New(opts ...Option) *Store {
-	s := &Store{limits: map[string]ledger.Limit{}, overrides: map[string]*ledger.Overrides{}, grants: map[ledger.BucketRef][]ledger.Grant{}, seed: maphash.MakeSeed()}
+	s := &Store{limits: map[string]ledger.Limit{}, overrides: map[string]*overrideSet{}, grants: map[ledger.BucketRef][]ledger.Grant{}, seed: maphash.MakeSeed()}
 	s.clk.read, s.clk.log = systemClock(time.Now()), slog.Default()
 	for i := range s.shards {
 		s.shards[i].buckets = map[ledger.BucketRef]*bucketRec{}
@@ -579,8 +579,17 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 			delete(sh.buckets, ref)
 			continue
 		}
-		l = s.terms(l, ref.Key, b, now)
+		// What decides here is the bucket's rule (its leak, period or
+		// window), its marks and holds, never its capacity: without holds
+		// to expire and without an override that changes a rule, the
+		// limit's own terms decide alike, and resolving every bucket's
+		// override at every sweep would cost a limit with many overrides
+		// a lookup per bucket.
+		if len(b.holds()) > 0 || s.overrides[l.Name].changesRules() {
+			l = s.terms(l, ref.Key, b, now)
+		}
 		s.expireHolds(l, sh, b, now)
+		s.dropStaleCarry(l, b, now)
 		h, cut := b.history(), 0
 		for cut < len(h) && now.Sub(h[cut].Time) > HistoryRetention {
 			cut++
@@ -599,6 +608,23 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 				delete(sh.holds, id)
 			}
 		}
+	}
+}
+
+// dropStaleCarry forgets b's rollover carry once it was stored for a period
+// before the current one of b's terms l: ledger.CarryAt reads a stored
+// carry only in the period it was stored for, and the store's time never
+// goes back (storeClock), so it would never be read again. A bucket that
+// passes rollover on is never pruned (ledger.Limit.PassesOn); without this
+// every such bucket, idle for good, would keep its bucketMore. The caller
+// holds sh.mu.
+func (s *Store) dropStaleCarry(l ledger.Limit, b *bucketRec, now time.Time) {
+	c := b.carry()
+	if c == (ledger.Carry{}) || l.Period == nil {
+		return
+	}
+	if start, _ := l.Rule().Period.Bounds(now); c.Period < start.UnixMicro() {
+		b.setCarry(ledger.Carry{})
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 
 // terms returns l as it applies to the bucket b of key at now (b nil for
 // a bucket not looked up, or not stored): with the override that resolves
-// for it (ledger.Overrides.Effective), the rollover it receives
+// for it (overrideSet.Effective, as ledger.Overrides resolves), the rollover it receives
 // (ledger.CarryAt, ledger.Limit.WithRollover) and its active grants
 // (ledger.Limit.WithGrants) added to its capacity. The caller holds
 // limitsMu for reading, and b's shard lock when b is not nil.
@@ -55,14 +55,14 @@ func (s *Store) PutOverride(_ context.Context, limit string, o ledger.Override) 
 	}
 	set := s.overrides[limit]
 	if set == nil {
-		set = &ledger.Overrides{}
+		set = &overrideSet{}
 		s.overrides[limit] = set
 	}
 	o.CreatedAt, o.UpdatedAt = now, now
 	if old, ok := set.Get(o.Pattern); ok && old.ActiveAt(now) {
 		o.CreatedAt = old.CreatedAt
 	}
-	s.changeTerms(l, set, o.Pattern, now, func() { set.Put(o) })
+	s.changeTerms(l, set, o.Pattern, now, set.changesRules() || changesRule(o), func() { set.Put(o) })
 	return o, nil
 }
 
@@ -105,16 +105,23 @@ func (s *Store) DeleteOverride(_ context.Context, limit, pattern string) error {
 	if !ok || !o.ActiveAt(now) {
 		return fmt.Errorf("override %q of %q: %w", pattern, limit, ledger.ErrOverrideNotFound)
 	}
-	s.changeTerms(l, set, pattern, now, func() { set.Delete(pattern) })
+	s.changeTerms(l, set, pattern, now, set.changesRules(), func() { set.Delete(pattern) })
 	return nil
 }
 
 // changeTerms runs change (a write to set) and settles at now, under the
 // rule in force before it, every bucket of l that pattern covers whose rule
 // changes with it and whose stored level is positive, as PutLimit does
-// (switchLimit). A change of capacity alone writes no bucket. The caller
-// holds limitsMu for writing.
-func (s *Store) changeTerms(l ledger.Limit, set *ledger.Overrides, pattern string, now time.Time, change func()) {
+// (switchLimit). A change of capacity alone writes no bucket, and when no
+// rule can change (rule false: neither the set before nor the new
+// override changes one, so every bucket keeps the limit's rule) no bucket
+// is even looked at, so that putting many overrides does not scan every
+// bucket of the store for each. The caller holds limitsMu for writing.
+func (s *Store) changeTerms(l ledger.Limit, set *overrideSet, pattern string, now time.Time, rule bool, change func()) {
+	if !rule {
+		change()
+		return
+	}
 	prefix, isPrefix := ledger.Override{Pattern: pattern}.Prefix()
 	type pending struct {
 		sh  *shard

@@ -39,3 +39,50 @@ func TestRolloverKeepsBuckets(t *testing.T) {
 		t.Fatalf("the kept bucket: %+v %v", st, err)
 	}
 }
+
+// TestRolloverForgetsPastCarries: a bucket that passes rollover on is kept
+// for ever, but the carry it stored in a month is of no use once that month
+// is over; the sweeper forgets it, so a bucket idle for good takes no more
+// than a lean one, and every answer stays the same (an untouched month
+// still carries min(max, capacity)).
+func TestRolloverForgetsPastCarries(t *testing.T) {
+	clock := ledgertest.NewClock()
+	clock.Set(time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC))
+	s := memory.New(memory.WithClock(clock.Now))
+	svc := ledger.NewService(s)
+	ctx := t.Context()
+	if _, err := svc.PutLimit(ctx, "carry", ledger.LimitSpec{Capacity: decimal.NewFromInt(100), Period: &ledger.Period{Every: "month"}, Rollover: &ledger.Rollover{Max: decimal.NewFromInt(30)}}); err != nil {
+		t.Fatal(err)
+	}
+	ref := ledger.BucketRef{Limit: "carry", Key: "k"}
+	charge := func(n int64) {
+		t.Helper()
+		if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ref, Cost: decimal.NewFromInt(n)}}, ledger.Idempotency{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	charge(90)
+	clock.Set(time.Date(2026, 12, 10, 0, 0, 0, 0, time.UTC))
+	charge(5) // December's first write keeps November's unused 10
+	s.Sweep()
+	if s.Lean("carry", "k") {
+		t.Fatal("the carry of the current month was dropped")
+	}
+	if st, err := svc.Bucket(ctx, ref); err != nil || !st.Rollover.Equal(decimal.NewFromInt(10)) {
+		t.Fatalf("December: %+v %v", st, err)
+	}
+	clock.Set(time.Date(2027, 2, 3, 0, 0, 0, 0, time.UTC))
+	before, err := svc.Bucket(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Sweep()
+	if !s.Lean("carry", "k") {
+		t.Fatal("the bucket still keeps December's carry in February")
+	}
+	after, err := svc.Bucket(ctx, ref)
+	if err != nil || !after.Rollover.Equal(decimal.NewFromInt(30)) || !after.Rollover.Equal(before.Rollover) ||
+		!after.Capacity.Decimal().Equal(before.Capacity.Decimal()) || !after.Level.Equal(before.Level) {
+		t.Fatalf("February: before the sweep %+v, after %+v %v", before, after, err)
+	}
+}

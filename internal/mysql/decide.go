@@ -25,7 +25,7 @@ import (
 type view struct {
 	now time.Time
 	// limits are the limits of the buckets as the rule reads them, their
-	// terms at now (grants added); base are the limits as stored.
+	// terms at now (termsAt); base are the limits as stored.
 	limits  []limitRow
 	base    []ledger.Limit
 	buckets []bucketRow
@@ -339,17 +339,38 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 	return v, nil
 }
 
-// terms sets bucket i's limit to its terms at v.now: its base limit with
-// the override that applies to its key and its active grants
-// (memory.Store.terms).
+// terms sets bucket i's limit to its terms at v.now (termsAt), and keeps
+// the rollover carry it receives with the bucket, for the bucket's write
+// (memory.Store.apply): from the bucket's first write of a period on, its
+// level in the period before is gone.
 func (v *view) terms(i int) {
-	v.limits[i].limit = v.base[i]
-	if set := v.limits[i].set; set != nil && set.Len() > 0 {
-		v.limits[i].limit = set.Effective(v.base[i], v.buckets[i].key, v.now)
+	v.limits[i].limit = termsAt(v.base[i], v.limits[i].set, &v.buckets[i], v.now)
+	if c := v.limits[i].limit.Carry; c.Period != 0 {
+		v.buckets[i].carry = c
 	}
-	if gs := v.buckets[i].grants; len(gs) > 0 {
-		v.limits[i].limit = v.limits[i].limit.WithGrants(ledger.ActiveGrants(gs, v.now))
+}
+
+// termsAt returns base, a limit as stored, as it applies to bucket b at now
+// (memory.Store.terms): with the override of set that resolves for b's key
+// (ledger.Overrides.Effective), the rollover b receives (ledger.CarryAt, with
+// the capacity of the override in force at the period's last microsecond;
+// ledger.Limit.WithRollover) and its active grants (ledger.Limit.WithGrants)
+// added to its capacity.
+func termsAt(base ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time) ledger.Limit {
+	l := base
+	if set.Len() > 0 {
+		l = set.Effective(base, b.key, now)
 	}
+	if l.Rollover != nil && !b.state.Updated.IsZero() {
+		capacityAt := func(end time.Time) decimal.Decimal {
+			return set.Effective(base, b.key, end.Add(-time.Microsecond)).Capacity
+		}
+		l = l.WithRollover(ledger.CarryAt(l, b.state, b.carry, now, capacityAt))
+	}
+	if len(b.grants) > 0 {
+		l = l.WithGrants(ledger.ActiveGrants(b.grants, now))
+	}
+	return l
 }
 
 // lockBuckets reads v's bucket rows for update, in the order of their
@@ -449,7 +470,7 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 	}
 	for _, i := range idx {
 		b := &v.buckets[i]
-		level, updated, extra, err := encodeState(b.state, b.marks, b.grants)
+		level, updated, extra, err := encodeState(b.state, b.marks, b.grants, b.carry)
 		if err != nil {
 			return "", nil, err
 		}

@@ -13,7 +13,15 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 )
 
-var _ ledger.GrantStore = (*Store)(nil)
+var (
+	_ ledger.GrantStore    = (*Store)(nil)
+	_ ledger.RolloverStore = (*Store)(nil)
+)
+
+// ServesRollover marks the store as a ledger.RolloverStore: a bucket's
+// rollover carry lives in its row (extra), kept at its first write of a
+// period, and every decision adds the rollover it receives (termsAt).
+func (s *Store) ServesRollover() {}
 
 // A bucket's grants live in its row (extra), so every decision on the
 // bucket reads them with its state and decides with its terms at now; a
@@ -35,7 +43,11 @@ func (s *Store) AddGrant(ctx context.Context, ref ledger.BucketRef, amount decim
 	err := s.decide(ctx, []ledger.BucketRef{ref}, func(v *view) error {
 		out = ledger.GrantOutcome{}
 		live := activeGrants(v.buckets[0].grants, v.now)
-		exp, err := ledger.GrantExpiry(v.limits[0].limit, amount, expiresAt, v.now)
+		// The grant's bound counts the capacity and the grants, not the
+		// rollover the bucket receives (docs/terms.md "Rollover").
+		terms := v.limits[0].limit
+		terms.Capacity = terms.Capacity.Sub(terms.Received)
+		exp, err := ledger.GrantExpiry(terms, amount, expiresAt, v.now)
 		if err != nil {
 			return err
 		}

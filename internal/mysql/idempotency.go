@@ -68,6 +68,7 @@ type snapJSON struct {
 	NowUS     int64  `json:"w"`
 	Override  string `json:"o,omitempty"`
 	Grants    string `json:"g,omitempty"`
+	Received  string `json:"rv,omitempty"` // the rollover received
 }
 
 func encodeSnap(s ledger.Snapshot) (snapJSON, error) {
@@ -75,13 +76,13 @@ func encodeSnap(s ledger.Snapshot) (snapJSON, error) {
 	if err != nil {
 		return snapJSON{}, err
 	}
-	level, updated, extra, err := encodeState(s.State, ledger.Marks{}, nil)
+	level, updated, extra, err := encodeState(s.State, ledger.Marks{}, nil, ledger.Carry{})
 	if err != nil {
 		return snapJSON{}, err
 	}
 	return snapJSON{Name: s.Limit.Name, Spec: spec, CreatedUS: s.Limit.CreatedAt.UnixMicro(), UpdatedUS: s.Limit.UpdatedAt.UnixMicro(),
 		Level: level, StateUS: updated, Extra: extra.String, HasExtra: extra.Valid, NowUS: s.Now.UnixMicro(),
-		Override: s.Limit.Override, Grants: s.Limit.Grants.String()}, nil
+		Override: s.Limit.Override, Grants: s.Limit.Grants.String(), Received: s.Limit.Received.String()}, nil
 }
 
 func (j snapJSON) decode() (ledger.Snapshot, error) {
@@ -92,6 +93,11 @@ func (j snapJSON) decode() (ledger.Snapshot, error) {
 	l.Override = j.Override
 	if j.Grants != "" {
 		if l.Grants, err = decimal.NewFromString(j.Grants); err != nil {
+			return ledger.Snapshot{}, err
+		}
+	}
+	if j.Received != "" {
+		if l.Received, err = decimal.NewFromString(j.Received); err != nil {
 			return ledger.Snapshot{}, err
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -33,13 +32,15 @@ type spec struct {
 	// kept in its row so that a decision reads them with it and a change
 	// of them bumps its rev like any change of the limit.
 	Overrides []ledger.Override `json:"overrides,omitempty"`
+	// Rollover is the limit's rollover (nil: none).
+	Rollover *ledger.Rollover `json:"rollover,omitempty"`
 }
 
 func encodeSpec(l ledger.Limit, os []ledger.Override) (string, error) {
 	sp := spec{Overrides: os,
 		Capacity: l.Capacity.String(), LeakAmount: l.LeakAmount.String(), LeakPerUS: l.LeakPer.Microseconds(),
 		Period: l.Period, History: l.History, RecordDenials: l.RecordDenials, Mode: l.Mode, Grace: l.Grace.String(),
-		Thresholds: l.Thresholds,
+		Thresholds: l.Thresholds, Rollover: l.Rollover,
 	}
 	if l.Window != nil {
 		sp.WindowUS = &[2]int64{l.Window.Length.Microseconds(), l.Window.Precision.Microseconds()}
@@ -70,7 +71,7 @@ func decodeSpecSet(name, text string, createdUS, updatedUS int64) (ledger.Limit,
 // limitOf is the limit of a decoded spec.
 func limitOf(name string, sp spec, createdUS, updatedUS int64) (ledger.Limit, error) {
 	l := ledger.Limit{Name: name, LeakPer: time.Duration(sp.LeakPerUS) * time.Microsecond, Period: sp.Period,
-		History: sp.History, RecordDenials: sp.RecordDenials, Mode: sp.Mode, Thresholds: sp.Thresholds,
+		History: sp.History, RecordDenials: sp.RecordDenials, Mode: sp.Mode, Thresholds: sp.Thresholds, Rollover: sp.Rollover,
 		CreatedAt: time.UnixMicro(createdUS).UTC(), UpdatedAt: time.UnixMicro(updatedUS).UTC()}
 	var err error
 	if l.Capacity, err = decimal.NewFromString(sp.Capacity); err != nil {
@@ -129,7 +130,7 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 					return err
 				}
 			}
-			text, err := encodeSpec(l, old.set.List("", math.MaxInt, now))
+			text, err := encodeSpec(l, allOverrides(old.set))
 			if err != nil {
 				return err
 			}
@@ -249,9 +250,15 @@ func (s *Store) ListLimits(ctx context.Context, after string, n int) ([]ledger.L
 	return out, classify(rows.Err())
 }
 
-// DeleteLimit removes a limit with its buckets and history.
+// DeleteLimit removes a limit's row and the idempotency records of the calls
+// that touched it, in one transaction. Its buckets, holds and history become
+// invisible at once (they belong to the limit's id, which a re-created name
+// does not reuse, and every read finds them through the limit's row; a
+// decision in flight fails its check of the limit's rev) and are deleted in
+// bounded batches by the pruner (pruneDeleted), which DeleteLimit wakes, as
+// PostgreSQL's deleted_limits queue is.
 func (s *Store) DeleteLimit(ctx context.Context, name string) error {
-	return s.withTx(ctx, func(tx *sql.Tx) error {
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		r, err := s.readLimitTx(ctx, tx, name, true)
 		if err != nil {
 			return err
@@ -259,18 +266,17 @@ func (s *Store) DeleteLimit(ctx context.Context, name string) error {
 		if _, err := tx.ExecContext(ctx, "DELETE FROM budgetd_idempotency WHERE limits LIKE ?", "%,"+strconv.FormatUint(r.id, 10)+",%"); err != nil {
 			return err
 		}
-		for _, q := range []string{
-			"DELETE FROM budgetd_history WHERE limit_id = ?",
-			"DELETE FROM budgetd_holds WHERE limit_id = ?",
-			"DELETE FROM budgetd_buckets WHERE limit_id = ?",
-			"DELETE FROM budgetd_limits WHERE id = ?",
-		} {
-			if _, err := tx.ExecContext(ctx, q, r.id); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err = tx.ExecContext(ctx, "DELETE FROM budgetd_limits WHERE id = ?", r.id)
+		return err
 	})
+	if err != nil {
+		return err
+	}
+	select {
+	case s.pruneKick <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // withTx runs fn in a transaction at the store's isolation level, again

@@ -53,6 +53,7 @@ type Store struct {
 	pruneMu       sync.Mutex  // one Prune at a time
 	cursor        pruneCursor // where the bucket scan resumes, under pruneMu
 	pruneStop     chan struct{}
+	pruneKick     chan struct{} // wakes the background pruner (DeleteLimit)
 	pruneDone     chan struct{}
 	closeOnce     sync.Once
 }
@@ -156,8 +157,9 @@ func ParseURL(raw string) (*mysql.Config, error) {
 	// server's: strict mode (an out-of-range DECIMAL is an error, never a
 	// rounded or clipped value) and UTC.
 	cfg.Params = map[string]string{
-		"sql_mode":  "'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION,NO_AUTO_VALUE_ON_ZERO'",
-		"time_zone": "'+00:00'",
+		"sql_mode":   "'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION,NO_AUTO_VALUE_ON_ZERO'",
+		"time_zone":  "'+00:00'",
+		"autocommit": "1",
 	}
 	cfg.Collation = "utf8mb4_bin"
 	return cfg, nil
@@ -171,7 +173,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts, lockWait: DefaultLockWait,
-		pruneInterval: DefaultPruneInterval, pruneBatch: DefaultPruneBatch, pruneStop: make(chan struct{}), pruneDone: make(chan struct{})}
+		pruneInterval: DefaultPruneInterval, pruneBatch: DefaultPruneBatch, pruneStop: make(chan struct{}), pruneKick: make(chan struct{}, 1), pruneDone: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
@@ -187,7 +189,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	s.db.SetMaxOpenConns(64)
 	s.db.SetMaxIdleConns(64)
 	s.db.SetConnMaxIdleTime(5 * time.Minute)
-	if err := s.checkServer(ctx); err != nil {
+	if err := s.checkServer(ctx, cfg.DBName); err != nil {
 		s.db.Close()
 		return nil, err
 	}
@@ -201,15 +203,6 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		close(s.pruneDone)
 	}
 	return s, nil
-}
-
-// checkServer refuses a server older than MariaDB 10.6 or MySQL 8.0.
-func (s *Store) checkServer(ctx context.Context) error {
-	var version string
-	if err := s.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return fmt.Errorf("mysql: connect: %w", classify(err))
-	}
-	return supported(version)
 }
 
 // supported says whether a VERSION() string names a server the store runs
@@ -289,4 +282,14 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
 	}
 	return err
+}
+
+// Migrate connects to the database of rawURL, checks the server as Open
+// does and brings the schema up to date, then closes (budgetd migrate).
+func Migrate(ctx context.Context, rawURL string) error {
+	s, err := Open(ctx, rawURL, WithPruneInterval(0))
+	if err != nil {
+		return err
+	}
+	return s.Close()
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,8 +20,6 @@ import (
 	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/testenv"
 )
-
-var dbSeq atomic.Int64
 
 // admin opens the test server's URL (BUDGETD_TEST_MYSQL, set by
 // scripts/test) with the driver alone.
@@ -45,26 +42,7 @@ func admin(t testing.TB) (*sql.DB, string) {
 
 // newDatabase creates an empty database of its own for t, dropped when t
 // ends, and returns its URL.
-func newDatabase(t testing.TB) string {
-	t.Helper()
-	db, raw := admin(t)
-	name := fmt.Sprintf("budgetd_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, dbSeq.Add(1))
-	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := db.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name); err != nil {
-			t.Errorf("drop database: %v", err)
-		}
-	})
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
+func newDatabase(t testing.TB) string { return testenv.MySQLDatabase(t) }
 
 // open opens a store on url, closed when t ends.
 func open(t testing.TB, url string, opts ...mysql.Option) *mysql.Store {
@@ -206,8 +184,8 @@ func TestMigrate(t *testing.T) {
 	if err := db.QueryRow("SELECT COUNT(*) FROM " + dbName + ".budgetd_mysql_migrations").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 1 {
-		t.Fatalf("%d migration rows, want 1", n)
+	if n != 2 {
+		t.Fatalf("%d migration rows, want 2 (0001, 0002)", n)
 	}
 	if _, err := db.Exec("UPDATE " + dbName + ".budgetd_mysql_migrations SET checksum = REPEAT('0', 64) WHERE version = 1"); err != nil {
 		t.Fatal(err)

@@ -70,6 +70,16 @@ func (s *Store) ListOverrides(ctx context.Context, limit, after string, n int) (
 	return l.set.List(after, n, now), nil
 }
 
+// allOverrides returns every override of set, expired ones included: the
+// capacity in force at a period's end, which a bucket's rollover is computed
+// from at its first call of the next period, is that of the override that
+// applied then (docs/terms.md "Rollover"), as on the memory and PostgreSQL
+// stores, which keep expired overrides too. (Every override is active at the
+// zero time: its expires_at was in the future when it was made.)
+func allOverrides(set *ledger.Overrides) []ledger.Override {
+	return set.List("", math.MaxInt, time.Time{})
+}
+
 // limitNow reads a limit and the store's clock.
 func (s *Store) limitNow(ctx context.Context, name string) (limitRow, time.Time, error) {
 	l, err := s.readLimitTx(ctx, s.db, name, false)
@@ -114,18 +124,21 @@ func (s *Store) changeTerms(ctx context.Context, limit, pattern string, change f
 			return err
 		}
 		before := &ledger.Overrides{}
-		for _, o := range l.set.List("", math.MaxInt, now) {
+		for _, o := range allOverrides(l.set) {
 			before.Put(o)
 		}
 		if err := change(l, now); err != nil {
 			return err
 		}
 		for _, b := range bs {
-			old := before.Effective(l.limit, b.key, now)
+			// The bucket's terms before the change, with its rollover and
+			// grants (memory.Store.changeTerms): the carry is kept with it.
+			v := &view{now: now, limits: []limitRow{{id: l.id, rev: l.rev, set: before}}, base: []ledger.Limit{l.limit}, buckets: []bucketRow{b}, dirty: []bool{false}, entries: make([][]entryRow, 1)}
+			v.terms(0)
+			old := v.limits[0].limit
 			if old.SameRule(l.set.Effective(l.limit, b.key, now)) {
 				continue
 			}
-			v := &view{now: now, limits: []limitRow{{id: l.id, rev: l.rev, limit: old}}, base: []ledger.Limit{old}, buckets: []bucketRow{b}, dirty: []bool{false}, entries: make([][]entryRow, 1)}
 			ns, expired := bucket.Switch(old.Rule(), b.state, now)
 			v.expire(0, expired)
 			v.set(0, ns)
@@ -137,7 +150,7 @@ func (s *Store) changeTerms(ctx context.Context, limit, pattern string, change f
 				return err
 			}
 		}
-		text, err := encodeSpec(l.limit, l.set.List("", math.MaxInt, now))
+		text, err := encodeSpec(l.limit, allOverrides(l.set))
 		if err != nil {
 			return err
 		}

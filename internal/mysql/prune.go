@@ -31,6 +31,22 @@ const (
 	DefaultPruneBatch    = 1000
 )
 
+// The pruner's scans, each served by an index of migrations/mysql
+// (0002_prune_indexes.sql; TestPruneUsesIndexes checks them with EXPLAIN).
+const (
+	// pruneExpiredHolds lists the buckets of active holds expired at now
+	// (budgetd_holds_expiry, on state and expires_us). The closed states are
+	// named rather than "<> 'active'" so that pruneClosedHolds reads three
+	// ranges of the same index (a closed hold was resolved at or before its
+	// expiry), not every closed hold.
+	pruneExpiredHolds = `SELECT DISTINCT l.name, h.bkey FROM budgetd_holds h JOIN budgetd_limits l ON l.id = h.limit_id
+		WHERE h.state = 'active' AND h.expires_us <= ? LIMIT ?`
+	pruneClosedHolds = "DELETE FROM budgetd_holds WHERE state IN ('committed', 'released', 'expired') AND expires_us < ? AND resolved_us < ? LIMIT ?"
+	pruneHistory     = "DELETE FROM budgetd_history WHERE at_us < ? LIMIT ?"
+	pruneIdempotency = "DELETE FROM budgetd_idempotency WHERE created_us < ? LIMIT ?"
+	pruneEvents      = "DELETE FROM budgetd_events WHERE at_us < ? ORDER BY seq LIMIT ?"
+)
+
 // maxPruneRounds bounds the batches of each kind one Prune call runs.
 const maxPruneRounds = 100
 
@@ -45,7 +61,8 @@ func WithPruneBatch(n int) Option { return func(s *Store) { s.pruneBatch = max(1
 // PruneStats says what one Prune call did.
 type PruneStats struct {
 	ExpiredHolds   int // buckets whose expired holds were recorded
-	Rows           int // closed holds, old history, idempotency records and events deleted
+	DeletedLimits  int // deleted limits whose rows are all gone
+	Rows           int // rows of deleted limits, closed holds, old history, idempotency records and events deleted
 	EmptyBuckets   int // idle empty buckets deleted
 	ScannedBatches int // batches of the bucket scan
 }
@@ -75,6 +92,9 @@ func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("mysql prune: %w", err)
 	}
+	if err := s.pruneDeleted(ctx, &st); err != nil {
+		return st, fmt.Errorf("mysql prune: %w", err)
+	}
 	for round := 0; round < maxPruneRounds; round++ {
 		n, err := s.pruneExpired(ctx, now)
 		st.ExpiredHolds += n
@@ -91,10 +111,10 @@ func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
 		query string
 		args  []any
 	}{
-		{"DELETE FROM budgetd_holds WHERE state <> 'active' AND expires_us < ? AND resolved_us < ? LIMIT ?", []any{hold, hold}},
-		{"DELETE FROM budgetd_history WHERE at_us < ? LIMIT ?", []any{us(HistoryRetention)}},
-		{"DELETE FROM budgetd_idempotency WHERE created_us < ? LIMIT ?", []any{us(IdempotencyRetention)}},
-		{"DELETE FROM budgetd_events WHERE at_us < ? ORDER BY seq LIMIT ?", []any{us(EventRetention)}},
+		{pruneClosedHolds, []any{hold, hold}},
+		{pruneHistory, []any{us(HistoryRetention)}},
+		{pruneIdempotency, []any{us(IdempotencyRetention)}},
+		{pruneEvents, []any{us(EventRetention)}},
 	} {
 		for round := 0; round < maxPruneRounds; round++ {
 			n, err := s.pruneExec(ctx, d.query, append(d.args, s.pruneBatch)...)
@@ -120,6 +140,59 @@ func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
 		}
 	}
 	return st, nil
+}
+
+// pruneDeleted deletes the rows of limits that DeleteLimit removed — the
+// buckets, holds and history whose limit_id names no limit — a batch of each
+// at a time, up to maxPruneRounds batches of each table for each limit in one
+// pass; a limit whose rows are not all gone is taken up again by the next
+// pass. The deleted limits are found through the indexes that begin with
+// limit_id (distinct values only), at most a batch of them per pass. No
+// decision writes under a deleted limit's id (its write checks the limit's
+// row), so no row is deleted that a decision still needs.
+func (s *Store) pruneDeleted(ctx context.Context, st *PruneStats) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT t.limit_id FROM (
+		SELECT DISTINCT limit_id FROM budgetd_buckets UNION SELECT DISTINCT limit_id FROM budgetd_holds
+		UNION SELECT DISTINCT limit_id FROM budgetd_history) t
+		WHERE NOT EXISTS (SELECT 1 FROM budgetd_limits l WHERE l.id = t.limit_id) ORDER BY t.limit_id LIMIT ?`, s.pruneBatch)
+	if err != nil {
+		return classify(err)
+	}
+	var ids []uint64
+	for rows.Next() {
+		var id uint64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return classify(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Close(); err != nil {
+		return classify(err)
+	}
+	for _, id := range ids {
+		left := false
+		for _, table := range []string{"budgetd_history", "budgetd_holds", "budgetd_buckets"} {
+			for round := 0; ; round++ {
+				if round == maxPruneRounds {
+					left = true
+					break
+				}
+				n, err := s.pruneExec(ctx, "DELETE FROM "+table+" WHERE limit_id = ? LIMIT ?", id, s.pruneBatch)
+				st.Rows += n
+				if err != nil {
+					return err
+				}
+				if n < s.pruneBatch {
+					break
+				}
+			}
+		}
+		if !left {
+			st.DeletedLimits++
+		}
+	}
+	return nil
 }
 
 // pruneExec runs one bounded DELETE in its own READ COMMITTED transaction
@@ -156,8 +229,7 @@ func (s *Store) pruneTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // with the decision that any write of the bucket runs first (bucket.Expire
 // and their expired entries), and returns how many buckets it wrote.
 func (s *Store) pruneExpired(ctx context.Context, now time.Time) (int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT l.name, h.bkey FROM budgetd_holds h JOIN budgetd_limits l ON l.id = h.limit_id
-		WHERE h.state = 'active' AND h.expires_us <= ? LIMIT ?`, now.UnixMicro(), s.pruneBatch)
+	rows, err := s.db.QueryContext(ctx, pruneExpiredHolds, now.UnixMicro(), s.pruneBatch)
 	if err != nil {
 		return 0, classify(err)
 	}
@@ -230,7 +302,8 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 		s.cursor = pruneCursor{limit: id, key: key}
 		b.key, b.exists = string(key), true
 		if !name.Valid {
-			// The limit is gone (DeleteLimit removes its buckets with it).
+			// The limit is gone (pruneDeleted deletes its rows; a scan may
+			// meet one of them first).
 			victims = append(victims, victim{id, key, b.version})
 			continue
 		}
@@ -269,9 +342,12 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 // and the memory store: it was written, is empty at now, has no hold (an
 // expired one is recorded first), no active grant, no reached threshold
 // mark its next write must see, and no override applies to its key (its own
-// terms decide when it is empty). The caller checks it has no history left.
+// terms decide when it is empty), and it may not pass rollover on
+// (ledger.Limit.PassesOn: pruned, it would start again as a new bucket and
+// lose what its untouched periods carry). The caller checks it has no
+// history left.
 func prunable(l ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time) bool {
-	if b.state.Updated.IsZero() || len(b.state.Holds) > 0 {
+	if b.state.Updated.IsZero() || len(b.state.Holds) > 0 || l.PassesOn(b.state.Updated) {
 		return false
 	}
 	if set != nil && set.Len() > 0 && set.Effective(l, b.key, now).Override != "" {
@@ -308,6 +384,7 @@ func (s *Store) pruneLoop() {
 		case <-s.pruneStop:
 			return
 		case <-t.C:
+		case <-s.pruneKick:
 		}
 		// Errors (the database is down) are retried at the next tick.
 		_, _ = s.Prune(ctx)

@@ -296,3 +296,104 @@ func TestPruneBackground(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDeleteLimitBatches: DeleteLimit removes the limit's row at once and
+// leaves its buckets, holds and history to the pruner, which deletes them in
+// bounded batches (of 2 here); meanwhile they are invisible: a re-created
+// limit of the same name starts empty, its old hold is not found. Another
+// limit's rows and the re-created limit's are kept. DeleteLimit wakes the
+// background pruner, which deletes the rows long before its interval.
+func TestDeleteLimitBatches(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	s, rows := pruneStore(t, clock, mysql.WithPruneBatch(2))
+	svc := ledger.NewService(s)
+	spec := ledger.LimitSpec{Capacity: d("100"), LeakAmount: d("1"), LeakPer: time.Hour, History: true}
+	for _, name := range []string{"h", "other"} {
+		if _, err := svc.PutLimit(ctx, name, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		r := ledger.BucketRef{Limit: "h", Key: fmt.Sprintf("k%d", i)}
+		for range 2 {
+			if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: d("1")}}, ledger.Idempotency{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	hr := ledger.BucketRef{Limit: "h", Key: "k0"}
+	hold, err := svc.Reserve(ctx, hr, d("1"), time.Hour, ledger.Idempotency{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "other", Key: "k"}, Cost: d("1")}}, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	history := rows("budgetd_history")
+	if rows("budgetd_buckets") != 6 || rows("budgetd_holds") != 1 || history < 12 {
+		t.Fatalf("before the delete: %d buckets, %d holds, %d entries", rows("budgetd_buckets"), rows("budgetd_holds"), history)
+	}
+	if err := svc.DeleteLimit(ctx, "h"); err != nil {
+		t.Fatal(err)
+	}
+	// The rows are left to the pruner...
+	if rows("budgetd_buckets") != 6 || rows("budgetd_holds") != 1 || rows("budgetd_history") != history {
+		t.Fatalf("DeleteLimit deleted rows itself: %d buckets, %d holds, %d entries", rows("budgetd_buckets"), rows("budgetd_holds"), rows("budgetd_history"))
+	}
+	// ...and invisible meanwhile.
+	if _, err := svc.PutLimit(ctx, "h", spec); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := svc.Bucket(ctx, hr); err != nil || !st.Level.IsZero() || !st.Held.IsZero() || !st.UpdatedAt.IsZero() {
+		t.Fatalf("the re-created limit's bucket: %+v %v", st, err)
+	}
+	if es, _, err := svc.History(ctx, hr, "", 10); err != nil || len(es) != 0 {
+		t.Fatalf("the re-created limit's history: %+v %v", es, err)
+	}
+	if list, _, err := svc.ListBuckets(ctx, "h", "", 10); err != nil || len(list) != 0 {
+		t.Fatalf("the re-created limit's buckets: %+v %v", list, err)
+	}
+	if _, err := svc.Reservation(ctx, hold.Reservation.ID); !errors.Is(err, ledger.ErrReservationNotFound) {
+		t.Fatalf("the deleted limit's hold: %v", err)
+	}
+	if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: hr, Cost: d("1")}}, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Prune(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Left: other/k and the new h/k0 with its one entry, and other/k's entry.
+	if st.DeletedLimits != 1 || st.Rows < 5+1+history-1 || rows("budgetd_buckets") != 2 || rows("budgetd_holds") != 0 || rows("budgetd_history") != 2 {
+		t.Fatalf("after Prune %+v: %d buckets, %d holds, %d entries, want 2, 0, 2", st, rows("budgetd_buckets"), rows("budgetd_holds"), rows("budgetd_history"))
+	}
+	if b, err := svc.Bucket(ctx, hr); err != nil || b.Level.String() != "1" {
+		t.Fatalf("the re-created limit's bucket after Prune: %+v %v", b, err)
+	}
+	if st, err := s.Prune(ctx); err != nil || st.DeletedLimits != 0 {
+		t.Fatalf("a second Prune: %+v %v", st, err)
+	}
+
+	// The background pruner, woken by DeleteLimit (its interval is an hour).
+	bg, bgRows := pruneStore(t, clock, mysql.WithPruneBatch(2), mysql.WithPruneInterval(time.Hour))
+	bsvc := ledger.NewService(bg)
+	if _, err := bsvc.PutLimit(ctx, "h", spec); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := bsvc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "h", Key: fmt.Sprintf("k%d", i)}, Cost: d("1")}}, ledger.Idempotency{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := bsvc.DeleteLimit(ctx, "h"); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(20 * time.Second); bgRows("budgetd_buckets")+bgRows("budgetd_history") > 0; <-tick.C {
+		if time.Now().After(deadline) {
+			t.Fatalf("the background pruner left %d buckets and %d entries", bgRows("budgetd_buckets"), bgRows("budgetd_history"))
+		}
+	}
+}

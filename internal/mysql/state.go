@@ -22,6 +22,7 @@ type bucketRow struct {
 	state   bucket.State
 	marks   ledger.Marks   // the threshold marks (ledger.Watch)
 	grants  []ledger.Grant // its grants, oldest first, expired ones until the next grant or revocation
+	carry   ledger.Carry   // the rollover of a limit with rollover (ledger.CarryAt), kept from its first write of a period
 }
 
 // scanner is a *sql.Row or *sql.Rows.
@@ -75,6 +76,13 @@ func (b *bucketRow) decode(level string, updated int64, extra sql.NullString) er
 		b.marks = *x.Marks
 	}
 	b.grants = x.Grants
+	if c := x.Carry; c != nil {
+		u, ok := bucket.ParseAmount(c.Unused)
+		if !ok {
+			return fmt.Errorf("mysql: bucket %q: carry %q", b.key, c.Unused)
+		}
+		b.carry = ledger.Carry{Unused: u, Period: c.PeriodUS}
+	}
 	return nil
 }
 
@@ -85,6 +93,15 @@ type extraJSON struct {
 	Slots  []slotJSON     `json:"slots,omitempty"`
 	Marks  *ledger.Marks  `json:"marks,omitempty"`
 	Grants []ledger.Grant `json:"grants,omitempty"`
+	Carry  *carryJSON     `json:"carry,omitempty"`
+}
+
+// carryJSON is a bucket's ledger.Carry: the capacity it left unused at the
+// end of the period before (uncapped) and the start of the period it is
+// received in.
+type carryJSON struct {
+	Unused   string `json:"u"`
+	PeriodUS int64  `json:"p"`
 }
 
 type holdJSON struct {
@@ -98,20 +115,24 @@ type slotJSON struct {
 	Sum   string `json:"s"`
 }
 
-// encodeState returns the columns of st with marks m and grants gs: level,
-// updated_us and extra (NULL when there are no holds, slots, marks or
-// grants).
-func encodeState(st bucket.State, m ledger.Marks, gs []ledger.Grant) (level string, updated int64, extra sql.NullString, err error) {
+// encodeState returns the columns of st with marks m, grants gs and the
+// rollover carry c: level, updated_us and extra (NULL when there are no
+// holds, slots, marks, grants or carry). A carry of nothing is not kept
+// (memory.bucketRec.setCarry): ledger.CarryAt reads it as none.
+func encodeState(st bucket.State, m ledger.Marks, gs []ledger.Grant, c ledger.Carry) (level string, updated int64, extra sql.NullString, err error) {
 	level = st.Level.String()
 	if !st.Updated.IsZero() {
 		updated = st.Updated.UnixMicro()
 	}
-	if len(st.Holds) == 0 && len(st.Slots) == 0 && m == (ledger.Marks{}) && len(gs) == 0 {
+	if len(st.Holds) == 0 && len(st.Slots) == 0 && m == (ledger.Marks{}) && len(gs) == 0 && c.Unused.IsZero() {
 		return level, updated, extra, nil
 	}
 	x := extraJSON{Grants: gs}
 	if m != (ledger.Marks{}) {
 		x.Marks = &m
+	}
+	if !c.Unused.IsZero() {
+		x.Carry = &carryJSON{Unused: c.Unused.String(), PeriodUS: c.Period}
 	}
 	for _, h := range st.Holds {
 		x.Holds = append(x.Holds, holdJSON{ID: h.ID, Amount: h.Amount.String(), ExpiresUS: h.ExpiresAt.UnixMicro()})

@@ -59,3 +59,58 @@ func TestSupported(t *testing.T) {
 		}
 	}
 }
+
+// TestServerCheck: settings that would change answers, a read-only server,
+// missing privileges and a binary log that would stop the migration half-way
+// are refused, each with what to fix.
+func TestServerCheck(t *testing.T) {
+	all := []string{"GRANT ALL PRIVILEGES ON *.* TO `budgetd`@`%`"}
+	ok := server{sqlMode: "STRICT_ALL_TABLES,NO_ZERO_DATE", timeZone: "+00:00", autocommit: true, grants: all}
+	if err := ok.check("db"); err != nil {
+		t.Fatalf("a good server: %v", err)
+	}
+	for name, c := range map[string]struct {
+		change func(s *server)
+		want   string
+	}{
+		"not strict":     {func(s *server) { s.sqlMode = "NO_ENGINE_SUBSTITUTION" }, "clipped"},
+		"ansi quotes":    {func(s *server) { s.sqlMode = "STRICT_ALL_TABLES,ANSI_QUOTES" }, "sql_mode"},
+		"time zone":      {func(s *server) { s.timeZone = "SYSTEM" }, "time_zone"},
+		"autocommit off": {func(s *server) { s.autocommit = false }, "autocommit"},
+		"read-only":      {func(s *server) { s.readOnly = true }, "primary"},
+		"no privileges":  {func(s *server) { s.grants = []string{"GRANT USAGE ON *.* TO `u`@`%`"} }, "lacks SELECT, INSERT"},
+		"other database": {func(s *server) { s.grants = []string{"GRANT ALL PRIVILEGES ON `other`.* TO `u`@`%`"} }, "GRANT SELECT"},
+		"rows only": {func(s *server) {
+			s.grants = []string{"GRANT USAGE ON *.* TO `u`@`%`", "GRANT SELECT, INSERT, UPDATE, DELETE ON `db`.* TO `u`@`%`"}
+		}, "lacks CREATE, INDEX, ALTER, CREATE ROUTINE"},
+		"binary log": {func(s *server) {
+			s.logBin = true
+			s.grants = []string{"GRANT ALL PRIVILEGES ON `db`.* TO `u`@`%`"}
+		}, "log_bin_trust_function_creators"},
+	} {
+		s := ok
+		c.change(&s)
+		if err := s.check("db"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a refusal saying %q", name, err, c.want)
+		}
+	}
+	for name, s := range map[string]server{
+		"database grant": {grants: []string{"GRANT USAGE ON *.* TO `u`@`%`", "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, INDEX, ALTER, CREATE ROUTINE, ALTER ROUTINE, EXECUTE ON `db`.* TO `u`@`%`"}},
+		"pattern grant":  {grants: []string{"GRANT ALL ON `d\\_%`.* TO `u`@`%`"}},
+		"role":           {grants: []string{"GRANT USAGE ON *.* TO `u`@`%`", "GRANT `budgetd_role` TO `u`@`%`"}},
+		"migrated":       {logBin: true, migrated: true, grants: []string{"GRANT ALL PRIVILEGES ON `db`.* TO `u`@`%`"}},
+		"trusted":        {logBin: true, trustFns: true, grants: []string{"GRANT ALL PRIVILEGES ON `db`.* TO `u`@`%`"}},
+	} {
+		s.sqlMode, s.timeZone, s.autocommit = "STRICT_TRANS_TABLES", "+00:00", true
+		db := "db"
+		if name == "pattern grant" {
+			db = "d_test"
+		}
+		if err := s.check(db); err != nil {
+			t.Errorf("%s: %v, want it accepted", name, err)
+		}
+	}
+	if likeMatch(`d\_%`, "dxtest") {
+		t.Error(`d\_% matched dxtest: an escaped _ is a literal`)
+	}
+}

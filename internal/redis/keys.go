@@ -124,6 +124,17 @@ func (k keys) limitIdx() string            { return k.prefix + ":lim:{" + k.pref
 func (k keys) limitGen() string            { return k.prefix + ":lim:{" + k.prefix + "}:gen" }
 func (k keys) limitGens() string           { return k.prefix + ":lim:{" + k.prefix + "}:gens" }
 
+// overrides is the hash of a limit's overrides (pattern → value) and
+// overridePatterns the zset of their patterns, in the limit's slot.
+func (k keys) overrides(name string) string { return k.prefix + ":lim:{" + k.prefix + "}:o:" + name }
+func (k keys) overridePatterns(name string) string {
+	return k.prefix + ":lim:{" + k.prefix + "}:oi:" + name
+}
+
+// overrideLog is the stream of a limit's override changes: entry id
+// "<ov>-1", field p the pattern changed (overrideLogLen kept).
+func (k keys) overrideLog(name string) string { return k.prefix + ":lim:{" + k.prefix + "}:ol:" + name }
+
 func (k keys) outbox(slot int) string { return k.prefix + ":ev:{" + slotTag(slot) + "}" }
 func (k keys) eventLog() string       { return k.prefix + ":evlog:{" + k.prefix + "}" }
 func (k keys) eventCursor() string    { return k.prefix + ":evcur:{" + k.prefix + "}" }

@@ -33,6 +33,10 @@ const (
 	idemKeep = ledger.IdempotencyTTL + time.Hour
 	// holdKeep is how long a hold record outlives its expiry.
 	holdKeep = 24 * time.Hour
+	// overrideLogLen is about how many changes of a limit's overrides its
+	// log keeps (overrideLog): an instance that loaded them more changes
+	// ago reads them all again.
+	overrideLogLen = 10000
 	// ttlSlack is added to every bucket TTL.
 	ttlSlack = time.Minute
 )
@@ -53,18 +57,29 @@ const (
 	// clock and the bucket's active grants.
 	codeGrantInvalid  = "grant_invalid"
 	codeGrantNotFound = "grant_not_found"
+	// codeOverrideNotFound: no such override, or it expired by the store's
+	// clock; codeOverrideExpired: an override's expires_at is not after
+	// the store's clock.
+	codeOverrideNotFound = "override_not_found"
+	codeOverrideExpired  = "override_expired"
 )
+
+// errOverrideExpired is the refusal of an override that expires by the
+// store's clock.
+var errOverrideExpired = &ledger.InvalidError{Code: "invalid_request", Field: "expires_at", Reason: "is not after the store's clock"}
 
 // codeErrors are the ledger errors of the codes (codeStale is retried).
 var codeErrors = map[string]error{
-	codeStale:         errStale,
-	codeReused:        ledger.ErrIdempotencyKeyReused,
-	codeNotFound:      ledger.ErrReservationNotFound,
-	codeTooManyHolds:  ledger.ErrTooManyHolds,
-	codeLevelOverflow: ledger.ErrLevelOverflow,
-	codePeriodTable:   errPeriodTable,  // answered with the store's clock: a *periodTableError
-	codeGrantInvalid:  errGrantInvalid, // answered with the store's clock and grants: a *grantRefusal
-	codeGrantNotFound: ledger.ErrGrantNotFound,
+	codeStale:            errStale,
+	codeReused:           ledger.ErrIdempotencyKeyReused,
+	codeNotFound:         ledger.ErrReservationNotFound,
+	codeTooManyHolds:     ledger.ErrTooManyHolds,
+	codeLevelOverflow:    ledger.ErrLevelOverflow,
+	codePeriodTable:      errPeriodTable,  // answered with the store's clock: a *periodTableError
+	codeGrantInvalid:     errGrantInvalid, // answered with the store's clock and grants: a *grantRefusal
+	codeGrantNotFound:    ledger.ErrGrantNotFound,
+	codeOverrideNotFound: ledger.ErrOverrideNotFound,
+	codeOverrideExpired:  errOverrideExpired,
 }
 
 // luaConstants is the Lua that declares the constants above for the library.
@@ -79,8 +94,9 @@ func luaConstants() string {
 	fmt.Fprintf(&b, "local HOLD_KEEP_MS = %d\n", ms(holdKeep))
 	fmt.Fprintf(&b, "local SLACK_MS = %d\n", ms(ttlSlack))
 	fmt.Fprintf(&b, "local CLOCK_STEP_US = %d\n", ledger.ClockStep.Microseconds())
-	fmt.Fprintf(&b, "local E_STALE, E_REUSED, E_NOT_FOUND, E_TOO_MANY_HOLDS, E_LEVEL_OVERFLOW, E_PERIOD_TABLE, E_GRANT_INVALID, E_GRANT_NOT_FOUND = %q, %q, %q, %q, %q, %q, %q, %q\n",
-		codeStale, codeReused, codeNotFound, codeTooManyHolds, codeLevelOverflow, codePeriodTable, codeGrantInvalid, codeGrantNotFound)
+	fmt.Fprintf(&b, "local OV_LOG = %d\n", overrideLogLen)
+	fmt.Fprintf(&b, "local E_STALE, E_REUSED, E_NOT_FOUND, E_TOO_MANY_HOLDS, E_LEVEL_OVERFLOW, E_PERIOD_TABLE, E_GRANT_INVALID, E_GRANT_NOT_FOUND, E_OVERRIDE_NOT_FOUND, E_OVERRIDE_EXPIRED = %q, %q, %q, %q, %q, %q, %q, %q, %q, %q\n",
+		codeStale, codeReused, codeNotFound, codeTooManyHolds, codeLevelOverflow, codePeriodTable, codeGrantInvalid, codeGrantNotFound, codeOverrideNotFound, codeOverrideExpired)
 	return b.String()
 }
 

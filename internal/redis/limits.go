@@ -22,6 +22,8 @@ type defDoc struct {
 	WindowLength, WindowPrecision                                  string // a window limit's rule (µs); "" for the other kinds
 	Mode, Grace                                                    string // "" in a definition put before modes: enforce, grace 0
 	Thresholds                                                     string // as the limit lists them, comma-separated; "" for none
+	Rollover                                                       string // a periodic limit's rollover max; "" for none
+	Overrides                                                      string // the override counter ov; "" before any override
 }
 
 func (d defDoc) limit(name string) (cachedLimit, error) {
@@ -51,7 +53,13 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 	g, err6 := strconv.ParseInt(d.Gen, 10, 64)
 	mode, grace, err7 := parseMode(d.Mode, d.Grace)
 	var ths []ledger.Threshold
-	var err8 error
+	var err8, err9 error
+	var rollover *ledger.Rollover
+	if d.Rollover != "" {
+		var m decimal.Decimal
+		m, err9 = decimal.NewFromString(d.Rollover)
+		rollover = &ledger.Rollover{Max: m}
+	}
 	if d.Thresholds != "" {
 		for _, f := range strings.Split(d.Thresholds, ",") {
 			t, err := ledger.ParseThreshold("thresholds", f)
@@ -61,7 +69,7 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 			ths = append(ths, t)
 		}
 	}
-	for _, err := range []error{err1, err2, err3, err4, err5, err6, err7, err8} {
+	for _, err := range []error{err1, err2, err3, err4, err5, err6, err7, err8, err9} {
 		if err != nil {
 			return cachedLimit{}, fmt.Errorf("redis: limit %q is malformed: %w", name, err)
 		}
@@ -69,9 +77,9 @@ func (d defDoc) limit(name string) (cachedLimit, error) {
 	l := ledger.Limit{
 		Name: name, Capacity: c, LeakAmount: a, LeakPer: time.Duration(per) * time.Microsecond, Period: period,
 		Window: window, History: d.History == "1", RecordDenials: d.RecordDenials == "1", Mode: mode, Grace: grace,
-		Thresholds: ths, CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
+		Thresholds: ths, Rollover: rollover, CreatedAt: fromMicros(ct), UpdatedAt: fromMicros(ut),
 	}
-	return cachedLimit{l: l, gen: g, version: d.Version}, nil
+	return cachedLimit{l: l, gen: g, version: d.Version, ov: d.Overrides}, nil
 }
 
 // parseMode reads a stored mode and grace. A limit stored before limits had
@@ -110,7 +118,7 @@ func defFromPairs(v any) defDoc {
 func defFromMap(m map[string]string) defDoc {
 	return defDoc{Capacity: m["c"], Amount: m["a"], Per: m["p"], History: m["hi"], Created: m["ct"], Updated: m["ut"], Gen: m["g"], Version: m["v"],
 		Every: m["pe"], TZ: m["pz"], StartDay: m["pd"], WindowLength: m["wl"], WindowPrecision: m["wp"], RecordDenials: m["rd"],
-		Mode: m["m"], Grace: m["gr"], Thresholds: m["th"]}
+		Mode: m["m"], Grace: m["gr"], Thresholds: m["th"], Rollover: m["ro"], Overrides: m["ov"]}
 }
 
 // thresholdList is a limit's thresholds as its definition keeps them.
@@ -149,7 +157,7 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 		case err != nil:
 			return struct{}{}, err
 		case !prev.l.SameRule(l):
-			return struct{}{}, s.settleLimit(ctx, prev)
+			return struct{}{}, s.settleLimit(ctx, prev, l)
 		}
 		return struct{}{}, nil
 	})
@@ -158,7 +166,10 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	}
 	keys := []string{s.k.limitDef(l.Name), s.k.limitIdx(), s.k.limitGen(), s.k.limitGens()}
 	args := []any{s.nowArg(), l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), boolArg(l.History), "", "", "", "", "",
-		boolArg(l.RecordDenials), cmp.Or(l.Mode, ledger.ModeEnforce), l.Grace.String(), thresholdList(l.Thresholds)}
+		boolArg(l.RecordDenials), cmp.Or(l.Mode, ledger.ModeEnforce), l.Grace.String(), thresholdList(l.Thresholds), ""}
+	if l.Rollover != nil {
+		args[15] = l.Rollover.Max.String()
+	}
 	if p := l.Period; p != nil {
 		args[3], args[4], args[6], args[7] = "", "", p.Every, p.TZ
 		if p.StartDay != 0 {
@@ -178,6 +189,9 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	cur, old := defFromPairs(res[0]), defFromPairs(res[1])
 	cl, err := cur.limit(l.Name)
 	if err != nil {
+		return ledger.Limit{}, err
+	}
+	if err := s.loadOverrides(ctx, &cl); err != nil {
 		return ledger.Limit{}, err
 	}
 	cl = s.remember(cl)
@@ -203,18 +217,33 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 	return cl.l, nil
 }
 
-// settleLimit settles every bucket of cl to now under cl's rule and drops
-// its window slots (bucket.Switch), so that its level as of now is kept as
-// written now under the new rule. A bucket
+// settleLimit settles every bucket of cl whose rule changes with the new
+// limit l (under the override that applies to it, if any) to now under its
+// rule as of cl and drops its window slots (bucket.Switch), so that its
+// level as of now is kept as written now under the new rule. A bucket
 // written between its settle and the new definition is settled again by that
 // write at the old rate, so at most the time between the last settle and the
 // definition's switch (the length of the scan) leaks at the new rate.
-func (s *Store) settleLimit(ctx context.Context, cl cachedLimit) error {
+func (s *Store) settleLimit(ctx context.Context, cl cachedLimit, l ledger.Limit) error {
 	base := s.k.gen(cl.gen) + ":b:"
+	next := cl
+	next.l = l
+	now := s.storeNow()
 	var callErr error
 	err := s.scanKeys(ctx, base+"*", func(ctx context.Context, _ goredis.Cmdable, ks []string) error {
 		for _, bk := range ks {
-			t := target{lim: cl, bk: bk, hk: s.k.gen(cl.gen) + ":x:" + strings.TrimPrefix(bk, base), slot: slotOf(bk)}
+			lim := cl
+			if cl.ovs.len() > 0 {
+				key, ok := decodeKey(strings.TrimPrefix(bk, base))
+				if !ok {
+					continue
+				}
+				if termsOf(cl, key, now).SameRule(termsOf(next, key, now)) {
+					continue
+				}
+				lim = s.forKey(cl, key)
+			}
+			t := target{lim: lim, bk: bk, hk: s.k.gen(cl.gen) + ":x:" + strings.TrimPrefix(bk, base), slot: slotOf(bk)}
 			if _, err := s.call(ctx, "settle", false, nil, t, "", ledger.Idempotency{}); err != nil {
 				callErr = err // already translated (errStale, ErrUnavailable)
 				return err
@@ -261,6 +290,9 @@ func (s *Store) fetchLimit(ctx context.Context, name string) (cachedLimit, error
 	if err != nil {
 		return cachedLimit{}, err
 	}
+	if err := s.loadOverrides(ctx, &cl); err != nil {
+		return cachedLimit{}, err
+	}
 	return s.remember(cl), nil
 }
 
@@ -303,7 +335,8 @@ func (s *Store) ListLimits(ctx context.Context, after string, n int) ([]ledger.L
 // DeleteLimit removes the limit, then every key of its generation: buckets,
 // holds, history and idempotency records, node by node.
 func (s *Store) DeleteLimit(ctx context.Context, name string) error {
-	g, err := s.batch.do(ctx, &fcall{fn: fn("limit_delete"), keys: []string{s.k.limitDef(name), s.k.limitIdx(), s.k.limitGens()},
+	g, err := s.batch.do(ctx, &fcall{fn: fn("limit_delete"), keys: []string{s.k.limitDef(name), s.k.limitIdx(), s.k.limitGens(),
+		s.k.overrides(name), s.k.overridePatterns(name), s.k.overrideLog(name)},
 		args: []any{name}}).Text()
 	if err != nil {
 		return s.fail(ctx, "delete limit", err)
@@ -311,6 +344,11 @@ func (s *Store) DeleteLimit(ctx context.Context, name string) error {
 	s.forget(name)
 	if g == "" {
 		return fmt.Errorf("limit %q: %w", name, ledger.ErrLimitNotFound)
+	}
+	if gen, err := strconv.ParseInt(g, 10, 64); err == nil {
+		s.mu.Lock()
+		delete(s.ovSets, gen)
+		s.mu.Unlock()
 	}
 	err = s.scanKeys(ctx, s.k.prefix+":"+g+":*", func(ctx context.Context, c goredis.Cmdable, ks []string) error {
 		p := c.Pipeline()
@@ -351,7 +389,9 @@ func (s *Store) scanKeys(ctx context.Context, pattern string, fn func(ctx contex
 // remember caches cl, with its script arguments formatted, and returns it.
 func (s *Store) remember(cl cachedLimit) cachedLimit {
 	cl.fetched = time.Now()
-	cl.args = newLimitArgs(s.k, cl.l, cl.gen, cl.version, s.goNow().Add(time.Duration(s.periodSkew.Load())))
+	cl.at = s.storeNow()
+	cl.args = newLimitArgs(s.k, cl.l, cl.gen, cl.version, cl.at)
+	cl.ovArgs = &ovArgs{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limits[cl.l.Name] = cl

@@ -66,6 +66,8 @@ type limitDoc struct {
 	D  bool           `json:"d,omitempty"` // record_denials
 	M  string         `json:"m,omitempty"` // the mode; "" for enforce (and in records kept before modes)
 	G  string         `json:"g,omitempty"` // a soft limit's grace
+	R  string         `json:"r,omitempty"` // a periodic limit's rollover max; "" for none
+	O  string         `json:"o,omitempty"` // the pattern of the override that applied; "" for none
 	CT int64          `json:"ct"`
 	UT int64          `json:"ut"`
 }
@@ -85,6 +87,10 @@ func encodeLimit(l ledger.Limit) string {
 	if !l.Grace.IsZero() {
 		d.G = l.Grace.String()
 	}
+	if l.Rollover != nil {
+		d.R = l.Rollover.Max.String()
+	}
+	d.O = l.Override
 	if w := l.Window; w != nil {
 		d.W = &windowDoc{L: w.Length.Microseconds(), P: w.Precision.Microseconds()}
 	}
@@ -104,7 +110,14 @@ func decodeLimit(s string) (ledger.Limit, error) {
 		return ledger.Limit{}, fmt.Errorf("redis: bad limit document %q", s)
 	}
 	l := ledger.Limit{Name: d.N, Capacity: c, LeakAmount: a, LeakPer: time.Duration(d.P) * time.Microsecond,
-		Period: d.PD, History: d.H, RecordDenials: d.D, Mode: mode, Grace: grace, CreatedAt: fromMicros(d.CT), UpdatedAt: fromMicros(d.UT)}
+		Period: d.PD, History: d.H, RecordDenials: d.D, Mode: mode, Grace: grace, Override: d.O, CreatedAt: fromMicros(d.CT), UpdatedAt: fromMicros(d.UT)}
+	if d.R != "" {
+		m, err := decimal.NewFromString(d.R)
+		if err != nil {
+			return ledger.Limit{}, fmt.Errorf("redis: bad limit document %q", s)
+		}
+		l.Rollover = &ledger.Rollover{Max: m}
+	}
 	if d.W != nil {
 		l.Window = &ledger.Window{Length: time.Duration(d.W.L) * time.Microsecond, Precision: time.Duration(d.W.P) * time.Microsecond}
 	}
@@ -126,14 +139,14 @@ func (s *Store) target(ctx context.Context, ref ledger.BucketRef) (target, error
 		return target{}, err
 	}
 	bk := s.k.bucket(cl.gen, ref.Key)
-	return target{ref: ref, lim: cl, bk: bk, hk: s.k.history(cl.gen, ref.Key), slot: slotOf(bk)}, nil
+	return target{ref: ref, lim: s.forKey(cl, ref.Key), bk: bk, hk: s.k.history(cl.gen, ref.Key), slot: slotOf(bk)}, nil
 }
 
 // limitArgs are the arguments that describe a bucket's limit to a function
 // (bkt in budgetd.lua), formatted once when the limit is cached.
 type limitArgs struct {
 	ceiling    string // units: ledger.Limit.Ceiling, the bound the functions admit against (the capacity unless the mode bends it)
-	ceilArg    string // ceiling and how grants raise it (grantScale), as the functions take it
+	ceilArg    string // ceiling, how grants raise it (grantScale) and the rollover (rolloverArg), as the functions take it
 	leakAmount string // units, divided by gcd(amount, per); "P" for a periodic limit, "W" for a window
 	leakPer    string // µs, divided by gcd(amount, per); the period table; the window's "length:precision" in µs
 	history    string // historyFlag
@@ -154,7 +167,7 @@ func newLimitArgs(k keys, l ledger.Limit, gen int64, version string, at time.Tim
 		a, p = leakRatio(l)
 	}
 	ceiling := units(l.Ceiling())
-	return limitArgs{ceiling: ceiling, ceilArg: ceiling + grantScale(l), leakAmount: a, leakPer: p, history: historyFlag(l),
+	return limitArgs{ceiling: ceiling, ceilArg: ceiling + grantScale(l) + rolloverArg(l), leakAmount: a, leakPer: p, history: historyFlag(l),
 		version: strconv.FormatInt(gen, 10) + ":" + version, doc: encodeLimit(l), defKey: k.limitDef(l.Name),
 		thresholds: thresholdsArg(l)}
 }
@@ -172,6 +185,18 @@ func grantScale(l ledger.Limit) string {
 		return "/" + l.Grace.Shift(2).Add(decimal.New(1, 4)).String()
 	}
 	return ""
+}
+
+// rolloverArg is what follows the ceiling and its grant scale in the
+// functions' argument (bkt in budgetd.lua) for a periodic limit with
+// rollover: "~", its max and ":" and its capacity, in units (the capacity
+// in force at a period's end that ledger.CarryAt carries from); "" for
+// none.
+func rolloverArg(l ledger.Limit) string {
+	if l.Rollover == nil || l.Period == nil {
+		return ""
+	}
+	return "~" + units(l.Rollover.Max) + ":" + units(l.Capacity)
 }
 
 // thresholdsArg is a limit's thresholds as the functions read them
@@ -458,7 +483,10 @@ func parseMicros(s string) (time.Time, error) {
 // reply carries no limit and one that equals known is used as is; only a
 // replayed outcome may carry another one to decode. A level followed by
 // "g" and an amount is a bucket with active grants: their sum is added to
-// the limit's capacity (ledger.Limit.WithGrants).
+// the limit's capacity (ledger.Limit.WithGrants). Then "r", an amount in
+// units, "@" and a time in µs is the carry of a written bucket of a limit
+// with rollover (ledger.Carry): what it receives of it, at most the max,
+// is added too (ledger.Limit.WithRollover).
 func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, error) {
 	l := known.l
 	if j.Lim != "" && j.Lim != known.args.doc {
@@ -467,7 +495,20 @@ func (j snapJSON) snapshot(now time.Time, known cachedLimit) (ledger.Snapshot, e
 			return ledger.Snapshot{}, err
 		}
 	}
-	level, grants, granted := strings.Cut(j.L, "g")
+	rest, carried, rolled := strings.Cut(j.L, "r")
+	if rolled {
+		unused, period, _ := strings.Cut(carried, "@")
+		u, err := amountFromUnits(unused)
+		if err != nil {
+			return ledger.Snapshot{}, err
+		}
+		p, err := strconv.ParseInt(period, 10, 64)
+		if err != nil {
+			return ledger.Snapshot{}, fmt.Errorf("redis: bad carry %q: %w", carried, err)
+		}
+		l = l.WithRollover(ledger.Carry{Unused: u, Period: p})
+	}
+	level, grants, granted := strings.Cut(rest, "g")
 	if granted {
 		g, err := fromUnits(grants)
 		if err != nil {
@@ -823,7 +864,7 @@ func (s *Store) resolve(ctx context.Context, id, mode, amount string, overrun bo
 		if !ok {
 			return ledger.ResolveOutcome{}, fmt.Errorf("redis: hold %s has a bad bucket key", id)
 		}
-		t := target{lim: cl, bk: s.k.bucket(g, key), hk: s.k.history(g, key), slot: slot}
+		t := target{lim: s.forKey(cl, key), bk: s.k.bucket(g, key), hk: s.k.history(g, key), slot: slot}
 		ik := s.k.idemHold(g, slot, id, idem.Scope, idem.Key)
 		r, err := s.call(ctx, "resolve", false, []string{rk}, t, ik, idem, mode, amount, boolArg(overrun), ekey, meta.JSON())
 		if err != nil {

@@ -90,6 +90,10 @@ type Store struct {
 	discovering chan struct{}          // closed when the running discovery ends; nil when none runs
 	limits      map[string]cachedLimit // by name
 	gens        map[int64]string       // generation → name
+	ovSets      map[int64]*ovSet       // generation → its overrides as last loaded (kept across forgetAll)
+	// ovLoad serializes whole reads of a limit's overrides, so calls that
+	// find the same set missing read it once.
+	ovLoad sync.Mutex
 }
 
 type cachedLimit struct {
@@ -98,6 +102,14 @@ type cachedLimit struct {
 	version string // bumped by every PutLimit
 	fetched time.Time
 	args    limitArgs
+	at      time.Time // the clock its period tables were made around
+	// ov is the definition's override counter (bumped by every change of
+	// an override), ovs the limit's overrides loaded at it or later (nil:
+	// none), and ovArgs the script arguments of each override's terms
+	// (pattern and update time → limitArgs), formatted on first use.
+	ov     string
+	ovs    *ovSet
+	ovArgs *ovArgs
 }
 
 // Option configures a Store.
@@ -159,6 +171,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		cacheTTL: defaultLimitCacheTTL,
 		limits:   map[string]cachedLimit{},
 		gens:     map[int64]string{},
+		ovSets:   map[int64]*ovSet{},
 
 		callTimeout:    callTimeout,
 		eventRetention: DefaultEventRetention,

@@ -7,9 +7,16 @@
 package testenv
 
 import (
+	"database/sql"
+	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 )
 
 // The environment variables scripts/test sets.
@@ -62,4 +69,44 @@ func Program(t testing.TB, names ...string) string {
 	}
 	Missing(t, names[0]+" is not installed")
 	return ""
+}
+
+// mysqlSeq numbers the databases MySQLDatabase makes in this process.
+var mysqlSeq atomic.Int64
+
+// MySQLDatabase makes an empty database of its own for t on the server of
+// BUDGETD_TEST_MYSQL (skipping t, or failing it under CI, when unset),
+// drops it when t ends, and returns its mysql:// URL.
+func MySQLDatabase(t testing.TB) string {
+	t.Helper()
+	raw := Server(t, MySQL)
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		t.Fatalf("%s=%q: want mysql://USER:PASSWORD@HOST:PORT/DATABASE", MySQL, raw)
+	}
+	cfg := gomysql.NewConfig()
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.Net, cfg.Addr = "tcp", u.Host
+	if sock := u.Query().Get("socket"); sock != "" {
+		cfg.Net, cfg.Addr = "unix", sock
+	}
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	name := fmt.Sprintf("budgetd_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, mysqlSeq.Add(1))
+	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+		db.Close()
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		defer db.Close()
+		if _, err := db.Exec("DROP DATABASE IF EXISTS " + name); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u.Path = "/" + name
+	return u.String()
 }

@@ -393,7 +393,8 @@ func testOverrideThresholds(t *testing.T, e *env) {
 func testOverrideMultiBucket(t *testing.T, e *env) {
 	e.limit("l", "10", "1", time.Hour, true)
 	e.override("l", ledger.Override{Pattern: "vip*", Capacity: capacity("100")})
-	items := []ledger.Item{{Bucket: ref("l", "vip-1"), Cost: dec("50")}, {Bucket: ref("l", "std"), Cost: dec("5")}}
+	// The keys share a hash tag: one slot in Redis Cluster.
+	items := []ledger.Item{{Bucket: ref("l", "vip-1{t}"), Cost: dec("50")}, {Bucket: ref("l", "std{t}"), Cost: dec("5")}}
 	res, err := e.svc.Fillup(e.ctx, items, ledger.Idempotency{})
 	if err != nil || !res.Accepted || res.Limits[0].Override != "vip*" || res.Limits[1].Override != "" {
 		t.Fatalf("multi-bucket Fillup: %+v %v", res, err)

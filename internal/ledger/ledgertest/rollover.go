@@ -249,12 +249,13 @@ func testRolloverCanAcceptBeforeWrite(t *testing.T, e *env) {
 }
 
 // testRolloverMultiBucket: each item of a multi-bucket Fillup gets its own
-// bucket's rollover, also when replayed.
+// bucket's rollover, also when replayed. The keys share a hash tag, so the
+// call is one slot's in Redis Cluster.
 func testRolloverMultiBucket(t *testing.T, e *env) {
 	e.rolloverLimit("m", "100", "30")
-	e.fillup(ref("m", "a"), "10")
+	e.fillup(ref("m", "{t}a"), "10")
 	e.month(12)
-	items := []ledger.Item{{Bucket: ref("m", "a"), Cost: dec("120")}, {Bucket: ref("m", "new"), Cost: dec("10")}}
+	items := []ledger.Item{{Bucket: ref("m", "{t}a"), Cost: dec("120")}, {Bucket: ref("m", "{t}new"), Cost: dec("10")}}
 	idem := ledger.Idempotency{Scope: "s", Key: "k1", Hash: "h"}
 	res, err := e.svc.Fillup(e.ctx, items, idem)
 	if err != nil || !res.Accepted || !res.Limits[0].Received.Equal(dec("30")) || !res.Limits[1].Received.IsZero() {
@@ -270,8 +271,8 @@ func testRolloverMultiBucket(t *testing.T, e *env) {
 	}
 	eq(t, "a capacity replayed", res.Items[0].Capacity, "130")
 	e.month(13)
-	e.terms(ref("m", "new"), "130", "30")
-	e.terms(ref("m", "a"), "100", "0")
+	e.terms(ref("m", "{t}new"), "130", "30")
+	e.terms(ref("m", "{t}a"), "100", "0")
 }
 
 // testRolloverHolds: holds count in use, not in the level carried; a hold

@@ -23,6 +23,19 @@ end
 -- stale reports whether the limit definition dk (standalone only; nil in
 -- Redis Cluster, where it lives in another slot) has another version than
 -- the one the Go side decided with. Every function checks it before writing.
+-- The version may be followed by '@lo:hi' (µs, each '' for unbounded): the
+-- arguments hold only while lo <= now < hi, the span in which the override
+-- Go resolved for the bucket (or none) applies (a raise's expires_at, one
+-- more specific that expired). guard answers the version without it and
+-- whether now is inside; outside, the function answers E_PERIOD_TABLE with
+-- now, and Go resolves again at that clock.
+local function guard(version, now)
+  local at = string.find(version, '@', 1, true)
+  if not at then return version, true end
+  local lo, hi = string.match(string.sub(version, at + 1), '^(%d*):(%d*)$')
+  return string.sub(version, 1, at - 1), (lo == '' or now >= tonumber(lo)) and (hi == '' or now < tonumber(hi))
+end
+
 local function stale(dk, version)
   if not dk then return false end
   local v = redis.call('HMGET', dk, 'g', 'v')
@@ -91,6 +104,9 @@ end
 -- decision reports, and the marks a mode sets are Go's. The ceiling may be
 -- followed by '/' and k: a grant of g raises the ceiling by g × k / 10^4
 -- (c.gk; soft: 10^4 + 100 × grace, shadow: 0); without it by g (enforce).
+-- A periodic limit with rollover follows it with '~', its rollover max and
+-- ':' and its capacity in force (units, without grants): c.rmax, c.rcap
+-- (Rollover, below).
 -- The history flag is '0' (no history), '1' (history) or '2' (history, and
 -- denials are recorded too: c.deny), or, for a shadow limit that records
 -- denials, '3:' and its capacity (units): c.deny, and c.shcap, against
@@ -104,10 +120,16 @@ end
 -- <capacity>;<limit name>;<level>=<label>,..." (thresholds, above): c.ek,
 -- c.keep, c.th.
 local function bkt(bk, hk, ceil, ra, rp, hist, lim, th)
-  local gk
+  local gk, rmax, rcap
+  local tilde = string.find(ceil, '~', 1, true)
+  if tilde then
+    rmax, rcap = string.match(string.sub(ceil, tilde + 1), '^(%d+):(%d+)$')
+    rmax, rcap, ceil = nv(rmax), nv(rcap), string.sub(ceil, 1, tilde - 1)
+  end
   local slash = string.find(ceil, '/', 1, true)
   if slash then ceil, gk = string.sub(ceil, 1, slash - 1), tonumber(string.sub(ceil, slash + 1)) end
-  local c = { bk = bk, hk = hk, ceil = nv(ceil), gk = gk, hist = hist ~= '0', deny = hist == '2', lim = lim }
+  local c = { bk = bk, hk = hk, ceil = nv(ceil), gk = gk, hist = hist ~= '0', deny = hist == '2', lim = lim,
+    rmax = rmax, rcap = rcap }
   if #hist > 1 then c.deny, c.shcap = true, nv(string.sub(hist, 3)) end
   if th ~= '' then c.ek, c.keep, c.th = thresholds(th) end
   if ra == 'P' then c.starts = rp
@@ -217,21 +239,49 @@ local function drain_slots(st, amount)
 end
 
 -- in_period finds the period of a periodic bucket c that contains now in its
--- table: c.ps, c.pe = its start and end. It reports false when now is
--- outside the table (the caller answers E_PERIOD_TABLE with now, and budgetd
--- calls again with a table around that now).
+-- table: c.ps, c.pe = its start and end, and c.pp the start of the period
+-- before. It reports false when now is outside the table, or, for a limit
+-- with rollover (which needs c.pp), in its first period (the caller answers
+-- E_PERIOD_TABLE with now, and budgetd calls again with a table around that
+-- now, which starts a period before it).
 local function in_period(c, now)
-  local prev
+  local pp, prev
   for s in string.gmatch(c.starts, '[^,]+') do
     local t = tonumber(s)
     if t > now then
-      if not prev then return false end
-      c.ps, c.pe = prev, t
+      if not prev or (c.rmax and not pp) then return false end
+      c.pp, c.ps, c.pe = pp, prev, t
       return true
     end
-    prev = t
+    pp, prev = prev, t
   end
   return false
+end
+
+-- Rollover (ledger.CarryAt). A bucket of a limit with rollover keeps, from
+-- its first write in a period on, the carry it receives in that period in
+-- the field r = "unused:period" (unused in units, uncapped by max, a
+-- multiple of 10^6: an amount; period the period's start, µs); a carry of
+-- nothing is not kept. carry is the rule: the unused capacity of the
+-- bucket as stored (st, before this call writes it) for the period that
+-- contains now (c.ps): what it stored for this period when it was last
+-- written in it (or later), else, last written in the period before, the
+-- capacity in force (c.rcap) minus its level then, at least zero, else
+-- (an untouched period) the whole capacity. A bucket never written
+-- carries nothing (nil).
+local function carry(c, st)
+  if not c.rmax or st.u == 0 then return nil end
+  if st.u >= c.ps then
+    local u, p = string.match(st.r or '', '^(%d+):(%d+)$')
+    if u and tonumber(p) == c.ps then return nv(u) end
+    return pair(0, 0)
+  end
+  if st.u < c.pp then return c.rcap end
+  if vcmp(st.l, c.rcap) >= 0 then return pair(0, 0) end
+  local s = vs(vsub(c.rcap, st.l))
+  -- at most AmountScale (6) fractional digits: a multiple of 10^6 units
+  if #s <= 6 then return pair(0, 0) end
+  return nv(string.sub(s, 1, #s - 6) .. '000000')
 end
 
 -- Grants (ledger.Grant) live in their bucket's hash, one field per grant:
@@ -269,7 +319,9 @@ local function with_grants(c, g)
 end
 
 -- load reads a bucket at now (f: its fields when the caller already read
--- them), with its grants.
+-- them), with its grants and, for a limit with rollover, the carry it
+-- receives (st.ru, carry) of which at most c.rmax raises c's bounds as a
+-- grant does (ledger.Limit.WithRollover).
 local function load(c, now, f)
   f = f or redis.call('HGETALL', c.bk)
   local st = { l = pair(0, 0), u = 0, n = 0, holds = {}, grants = {} }
@@ -282,6 +334,7 @@ local function load(c, now, f)
     elseif k == 'ts' then st.ts = v
     elseif k == 'ta' then st.ta = tonumber(v)
     elseif k == 'tp' then st.tp = v
+    elseif k == 'r' then st.r = v
     elseif string.byte(k, 1) == 104 then -- 'h'
       local colon = string.find(v, ':', 1, true)
       st.holds[#st.holds + 1] = { id = string.sub(k, 2), a = string.sub(v, 1, colon - 1),
@@ -293,7 +346,15 @@ local function load(c, now, f)
       if e > now then st.g = vadd(st.g or pair(0, 0), nv(a)) end
     end
   end
-  if st.g then with_grants(c, st.g) end
+  local raise = st.g
+  if c.starts then
+    st.ru = carry(c, st)
+    if st.ru then
+      local r = vmin(st.ru, c.rmax)
+      if not vzero(r) then raise = vadd(raise or pair(0, 0), r) end
+    end
+  end
+  if raise then with_grants(c, raise) end
   if c.wp then st.ws = wslots(c, st, st.w) end
   return st
 end
@@ -517,6 +578,10 @@ local function keep(c, st, now)
   -- A bucket with a reached threshold lives until a write can notice its
   -- recovery: to the end of its period (the marks re-arm then), or, for
   -- the other kinds, without a TTL until a write clears the mark.
+  -- A written bucket of a limit with rollover above zero passes rollover
+  -- on into every next period, even untouched ones (ledger.Limit.PassesOn):
+  -- it is kept without a TTL.
+  if c.rmax and not vzero(c.rmax) and st.u ~= 0 then us = 1e300 end
   if st.ta and st.ta ~= 0 then
     if not c.starts then us = 1e300
     elseif st.tp == fmt(c.ps) and c.pe - now > us then us = c.pe - now end
@@ -550,6 +615,15 @@ local function finish(c, st, now)
     if st.w then redis.call('HDEL', c.bk, 'w') end
     st.w = nil
   end
+  -- The carry the bucket receives in the period it is now written in: its
+  -- level in the period before is gone from here on.
+  if st.ru and not vzero(st.ru) then
+    st.r = vs(st.ru) .. ':' .. fmt(c.ps)
+    redis.call('HSET', c.bk, 'r', st.r)
+  elseif st.r then
+    st.r = nil
+    redis.call('HDEL', c.bk, 'r')
+  end
   keep(c, st, now)
 end
 
@@ -579,8 +653,10 @@ local HOLD = { 'id', 'lim', 'e', 'a', 's', 'c', 't0', 'te', 'tr' }
 -- limit is '' in a fresh answer (the Go side knows the limit it passed) and
 -- the limit document in an idempotency record, so a replay shows the limit
 -- and the entry ids of the original call. A bucket's level is followed by
--- 'g' and the sum of its active grants (units) when it has any, so a
--- replay repeats them too. When ik is set the reply is also kept there for
+-- 'g' and the sum of its active grants (units) when it has any, then, for
+-- a written bucket of a limit with rollover, by 'r', the carry it receives
+-- (units, uncapped) and '@' the start of its period, so a replay repeats
+-- them too. When ik is set the reply is also kept there for
 -- ih.
 local function reply(now, x, rk, items, ik, ih)
   local ids, named = {}, false
@@ -601,6 +677,7 @@ local function reply(now, x, rk, items, ik, ih)
     if it.c.wp and it.st.ws ~= '' then hs = hs .. ';' .. fmt(it.c.wp) .. '@' .. it.st.ws end
     local l = vs(it.st.l)
     if it.st.g and not vzero(it.st.g) then l = l .. 'g' .. vs(it.st.g) end
+    if it.st.ru then l = l .. 'r' .. vs(it.st.ru) .. '@' .. fmt(it.c.ps) end
     out[k + 1], out[k + 2], out[k + 3], out[k + 4] = l, fmt(it.st.u), hs, ''
   end
   if ik then
@@ -740,7 +817,9 @@ local function fillup(keys, args)
     local a = 4 + 9 * (i - 1)
     local ceil, ra, rp, hist, version, lim, th, cost, meta = args[a + 1], args[a + 2], args[a + 3], args[a + 4],
       args[a + 5], args[a + 6], args[a + 7], args[a + 8], args[a + 9]
-    if check and stale(keys[2 * n + i], version) then return { E_STALE } end
+    local v, inside = guard(version, now)
+    if not inside then return { E_PERIOD_TABLE, fmt(now) } end
+    if check and stale(keys[2 * n + i], v) then return { E_STALE } end
     local f
     if n == 1 and not ik and ra ~= 'P' and ra ~= 'W' and hist == '0' then -- the usual call: fillup_lean
       f = redis.call('HGETALL', keys[1])
@@ -791,8 +870,11 @@ local function one_bucket(keys, args, b)
   local ik = ih ~= '' and keys[#keys] or nil
   local rec = idem_get(ik, ih)
   if rec then return nil, nil, nil, rec end
-  if check and stale(keys[b + 2], version) then return nil, nil, nil, { E_STALE } end
-  local c, now = bkt(keys[b], keys[b + 1], ceil, ra, rp, hist, lim, th), clock(now_arg)
+  local now = clock(now_arg)
+  local v, inside = guard(version, now)
+  if not inside then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
+  if check and stale(keys[b + 2], v) then return nil, nil, nil, { E_STALE } end
+  local c = bkt(keys[b], keys[b + 1], ceil, ra, rp, hist, lim, th)
   if c.starts and not in_period(c, now) then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
   return c, now, ik
 end
@@ -1052,7 +1134,7 @@ local function limit_put(keys, args)
   local now_arg, name, cap, amount, per, hist = args[1], args[2], args[3], args[4], args[5], args[6]
   local every, tz, sday = args[7] or '', args[8] or '', args[9] or ''
   local wl, wp, rd = args[10] or '', args[11] or '', args[12] or '0'
-  local mode, grace, th = args[13] or 'enforce', args[14] or '0', args[15] or ''
+  local mode, grace, th, ro = args[13] or 'enforce', args[14] or '0', args[15] or '', args[16] or ''
   local _, now = clock(now_arg)
   local old = redis.call('HGETALL', dk)
   local g, ct = redis.call('HGET', dk, 'g'), redis.call('HGET', dk, 'ct')
@@ -1063,7 +1145,7 @@ local function limit_put(keys, args)
     redis.call('HSET', gens, g, name)
   end
   redis.call('HSET', dk, 'c', cap, 'a', amount, 'p', per, 'hi', hist, 'ct', ct, 'ut', now, 'g', g,
-    'pe', every, 'pz', tz, 'pd', sday, 'wl', wl, 'wp', wp, 'rd', rd, 'm', mode, 'gr', grace, 'th', th)
+    'pe', every, 'pz', tz, 'pd', sday, 'wl', wl, 'wp', wp, 'rd', rd, 'm', mode, 'gr', grace, 'th', th, 'ro', ro)
   redis.call('HINCRBY', dk, 'v', 1)
   return { redis.call('HGETALL', dk), old }
 end
@@ -1078,7 +1160,67 @@ local function limit_delete(keys, args)
   redis.call('DEL', dk)
   redis.call('ZREM', idx, name)
   redis.call('HDEL', gens, g)
+  if keys[4] then redis.call('UNLINK', keys[4], keys[5], keys[6]) end
   return g
+end
+
+-- Overrides (docs/redis.md "Overrides") live in the limit's slot: a hash
+-- (pattern → "expires|created|updated|terms", times in µs, expires '' for
+-- none, terms JSON that only Go reads) and a zset of the patterns for
+-- listing in byte order. Every change bumps the definition's override
+-- counter ov (Go reloads a limit's overrides when it moves) and its version
+-- v (so a standalone bucket function answers stale and Go rereads).
+-- ov_active reports whether a stored override applies at now.
+local function ov_active(v, now)
+  local e = string.match(v, '^(%d*)|')
+  return e == '' or tonumber(e) > now
+end
+
+-- ov_changed bumps the counters and logs the change of pattern in the
+-- stream ol (id "<ov>-1", at most about OV_LOG entries), from which Go
+-- applies the changes since the counter it loaded at.
+local function ov_changed(dk, ol, pattern)
+  local ov = redis.call('HINCRBY', dk, 'ov', 1)
+  redis.call('HINCRBY', dk, 'v', 1)
+  redis.call('XADD', ol, 'MAXLEN', '~', OV_LOG, ov .. '-1', 'p', pattern)
+end
+
+-- override_put: KEYS = definition, overrides hash, patterns zset, log; ARGV =
+-- now, the limit's "generation:version" Go validated against, pattern,
+-- expires ('' for none), terms. Answers { stored value } or a code:
+-- E_NOT_FOUND (no limit), E_STALE (the limit changed), E_OVERRIDE_EXPIRED
+-- and now (expires is not after the store's clock).
+local function override_put(keys, args)
+  local dk, oh, oz = keys[1], keys[2], keys[3]
+  local now_arg, version, pattern, exp, terms = args[1], args[2], args[3], args[4], args[5]
+  local now = clock(now_arg)
+  local v = redis.call('HMGET', dk, 'g', 'v')
+  if not v[1] then return { E_NOT_FOUND } end
+  if v[1] .. ':' .. (v[2] or '') ~= version then return { E_STALE } end
+  if exp ~= '' and tonumber(exp) <= now then return { E_OVERRIDE_EXPIRED, fmt(now) } end
+  local ct = fmt(now)
+  local old = redis.call('HGET', oh, pattern)
+  if old and ov_active(old, now) then ct = string.match(old, '^%d*|(%d+)|') end
+  local val = exp .. '|' .. ct .. '|' .. fmt(now) .. '|' .. terms
+  redis.call('HSET', oh, pattern, val)
+  redis.call('ZADD', oz, 0, pattern)
+  ov_changed(dk, keys[4], pattern)
+  return { val }
+end
+
+-- override_delete: KEYS as override_put; ARGV = now, pattern. Removes an
+-- override that applies at now; answers { removed value }, E_NOT_FOUND (no
+-- limit) or E_OVERRIDE_NOT_FOUND (no such override, or expired).
+local function override_delete(keys, args)
+  local dk, oh, oz = keys[1], keys[2], keys[3]
+  local now = clock(args[1])
+  if not redis.call('HGET', dk, 'g') then return { E_NOT_FOUND } end
+  local old = redis.call('HGET', oh, args[2])
+  if not old or not ov_active(old, now) then return { E_OVERRIDE_NOT_FOUND } end
+  redis.call('HDEL', oh, args[2])
+  redis.call('ZREM', oz, args[2])
+  ov_changed(dk, keys[4], args[2])
+  return { old }
 end
 
 -- seal moves the events of one slot's outbox stream into the global log:
@@ -1131,4 +1273,6 @@ redis.register_function('budgetd_grant_revoke' .. V, grant_revoke)
 redis.register_function { function_name = 'budgetd_grant_list' .. V, callback = grant_list, flags = RO }
 redis.register_function('budgetd_limit_put' .. V, limit_put)
 redis.register_function('budgetd_limit_delete' .. V, limit_delete)
+redis.register_function('budgetd_override_put' .. V, override_put)
+redis.register_function('budgetd_override_delete' .. V, override_delete)
 redis.register_function('budgetd_seal' .. V, seal)

@@ -1,0 +1,298 @@
+package mysql_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/shopspring/decimal"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/mysql"
+	"github.com/budgetd/budgetd/migrations"
+)
+
+// direct opens url with the driver alone (no migration, no checks).
+func direct(t testing.TB, url string) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// pruneIndexes are the indexes migrations/mysql/0002 adds.
+var pruneIndexes = []string{"budgetd_holds_expiry", "budgetd_history_at", "budgetd_idempotency_created", "budgetd_events_at"}
+
+func indexes(t *testing.T, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.Query("SELECT DISTINCT index_name FROM information_schema.statistics WHERE table_schema = DATABASE() AND index_name IN ('" + strings.Join(pruneIndexes, "','") + "') ORDER BY index_name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestUpgradeFrom0001: a database at schema version 1 (as the first
+// budgetd with this store left it) holding limits, buckets, holds, history,
+// idempotency records and events is brought to version 2 by two instances
+// starting together under the migration lock: 0002 is applied once and
+// recorded with the file's checksum, its indexes exist, every row is kept,
+// the reads answer what they answered before, a replay answers what the
+// first call answered, and the store keeps working on the data.
+func TestUpgradeFrom0001(t *testing.T) {
+	ctx := context.Background()
+	url := newDatabase(t)
+	db := direct(t, url)
+
+	restore := mysql.AtSchemaVersion(1)
+	old, err := mysql.Open(ctx, url, mysql.WithPruneInterval(0))
+	restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := ledger.NewService(old)
+	spec := ledger.LimitSpec{Capacity: d("100"), LeakAmount: d("1"), LeakPer: time.Hour, History: true,
+		Thresholds: []ledger.Threshold{{Percent: decimal.NewFromInt(50)}}}
+	if _, err := svc.PutLimit(ctx, "api", spec); err != nil {
+		t.Fatal(err)
+	}
+	a := ledger.BucketRef{Limit: "api", Key: "a"}
+	idem := ledger.Idempotency{Scope: "fillup:api/a", Key: "k1", Hash: "h1"}
+	first, err := svc.Fillup(ctx, []ledger.Item{{Bucket: a, Cost: d("60.5"), Meta: ledger.Meta{"order": "1"}}}, idem)
+	if err != nil || !first.Accepted {
+		t.Fatalf("fillup: %+v %v", first, err)
+	}
+	open, err := svc.Reserve(ctx, a, d("10"), time.Hour, ledger.Idempotency{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := svc.Reserve(ctx, a, d("5"), time.Hour, ledger.Idempotency{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Commit(ctx, done.Reservation.ID, decimal.NewNullDecimal(d("4")), false, ledger.Idempotency{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+
+	var versions int
+	if err := db.QueryRow("SELECT COUNT(*) FROM budgetd_mysql_migrations").Scan(&versions); err != nil || versions != 1 {
+		t.Fatalf("before the upgrade: %d versions (%v), want 1", versions, err)
+	}
+	if got := indexes(t, db); len(got) != 0 {
+		t.Fatalf("before the upgrade the database has %v", got)
+	}
+	tables := []string{"budgetd_limits", "budgetd_buckets", "budgetd_history", "budgetd_holds", "budgetd_idempotency", "budgetd_events", "budgetd_event_seq"}
+	dump := func() map[string][][]string {
+		t.Helper()
+		out := map[string][][]string{}
+		for _, tb := range tables {
+			rows, err := db.Query("SELECT * FROM " + tb + " ORDER BY 1, 2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cols, _ := rows.Columns()
+			for rows.Next() {
+				raw := make([]sql.RawBytes, len(cols))
+				ptrs := make([]any, len(cols))
+				for i := range raw {
+					ptrs[i] = &raw[i]
+				}
+				if err := rows.Scan(ptrs...); err != nil {
+					t.Fatal(err)
+				}
+				row := make([]string, len(raw))
+				for i, r := range raw {
+					row[i] = string(r)
+				}
+				out[tb] = append(out[tb], row)
+			}
+			rows.Close()
+			if len(out[tb]) == 0 {
+				t.Fatalf("no %s rows before the upgrade", tb)
+			}
+		}
+		return out
+	}
+	before := dump()
+
+	// Two instances start together: the lock lets one apply 0002.
+	stores := make([]*mysql.Store, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stores[i], errs[i] = mysql.Open(ctx, url, mysql.WithPruneInterval(0))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Open %d after the upgrade: %v", i, err)
+		}
+		t.Cleanup(func() { stores[i].Close() })
+	}
+	file, err := migrations.MySQL.ReadFile("mysql/0002_prune_indexes.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(file)
+	var name, checksum string
+	if err := db.QueryRow("SELECT COUNT(*) FROM budgetd_mysql_migrations").Scan(&versions); err != nil || versions != 2 {
+		t.Fatalf("after the upgrade: %d versions (%v), want 2", versions, err)
+	}
+	if err := db.QueryRow("SELECT name, checksum FROM budgetd_mysql_migrations WHERE version = 2").Scan(&name, &checksum); err != nil {
+		t.Fatal(err)
+	}
+	if name != "0002_prune_indexes.sql" || checksum != hex.EncodeToString(sum[:]) {
+		t.Errorf("0002 recorded as %s %s, want the file's name and checksum %x", name, checksum, sum)
+	}
+	if got := indexes(t, db); !reflect.DeepEqual(got, []string{"budgetd_events_at", "budgetd_history_at", "budgetd_holds_expiry", "budgetd_idempotency_created"}) {
+		t.Errorf("indexes after the upgrade: %v, want all of %v", got, pruneIndexes)
+	}
+	if after := dump(); !reflect.DeepEqual(after, before) {
+		t.Errorf("rows changed by the upgrade:\n got %v\nwant %v", after, before)
+	}
+
+	svc = ledger.NewService(stores[1])
+	replay, err := svc.Fillup(ctx, []ledger.Item{{Bucket: a, Cost: d("60.5"), Meta: ledger.Meta{"order": "1"}}}, idem)
+	if err != nil || !replay.Replayed || !replay.Items[0].Level.Decimal().Equal(first.Items[0].Level.Decimal()) {
+		t.Errorf("replay after the upgrade: %+v %v, want the first answer %+v", replay, err, first)
+	}
+	res, err := svc.Reservation(ctx, open.Reservation.ID)
+	if err != nil || res.State != ledger.Active || !res.Amount.Equal(d("10")) {
+		t.Errorf("open hold after the upgrade: %+v %v", res, err)
+	}
+	if _, err := svc.Release(ctx, open.Reservation.ID, ledger.Idempotency{}, nil); err != nil {
+		t.Errorf("release after the upgrade: %v", err)
+	}
+	entries, _, err := svc.History(ctx, a, "", 100)
+	if err != nil || len(entries) != 5 {
+		t.Errorf("history after the upgrade: %d entries %v, want fillup, 2 reserves, commit, release", len(entries), err)
+	}
+	events, _, err := svc.Events(ctx, "", 10)
+	if err != nil || len(events) != 1 {
+		t.Errorf("events after the upgrade: %+v %v, want the 50%% crossing", events, err)
+	}
+	if _, err := stores[0].Prune(ctx); err != nil {
+		t.Errorf("prune after the upgrade: %v", err)
+	}
+}
+
+// TestPruneUsesIndexes: EXPLAIN of each of the pruner's scans, on tables
+// holding thousands of rows it must not delete, reads an index of
+// migrations/mysql/0002 rather than the whole table.
+func TestPruneUsesIndexes(t *testing.T) {
+	url := newDatabase(t)
+	open(t, url, mysql.WithPruneInterval(0))
+	db := direct(t, url)
+	const n = 3000
+	now := time.Now().UnixMicro()
+	fill := func(table, cols string, row func(i int) string) {
+		t.Helper()
+		var b strings.Builder
+		fmt.Fprintf(&b, "INSERT INTO %s (%s) VALUES ", table, cols)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			b.WriteString(row(i))
+		}
+		if _, err := db.Exec(b.String()); err != nil {
+			t.Fatalf("fill %s: %v", table, err)
+		}
+		if _, err := db.Exec("ANALYZE TABLE " + table); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill("budgetd_limits", "name, rev, spec, created_us, updated_us", func(i int) string {
+		return fmt.Sprintf("('l%d', 1, '{}', %d, %d)", i, now, now)
+	})
+	fill("budgetd_holds", "id, limit_id, bkey, amount, state, created_us, expires_us, resolved_us", func(i int) string {
+		if i%3 == 0 {
+			return fmt.Sprintf("('h%d', %d, 'k', 1, 'active', %d, %d, 0)", i, i%50+1, now, now+3600e6)
+		}
+		return fmt.Sprintf("('h%d', %d, 'k', 1, 'committed', %d, %d, %d)", i, i%50+1, now, now+3600e6, now)
+	})
+	fill("budgetd_history", "limit_id, bkey, seq, at_us, event, amount", func(i int) string {
+		return fmt.Sprintf("(%d, 'k', %d, %d, 'fillup', 1)", i%50+1, i, now)
+	})
+	fill("budgetd_idempotency", "id, hash, limits, outcome, created_us", func(i int) string {
+		return fmt.Sprintf("(UNHEX(SHA2('%d', 256)), 'h', ',1,', '{}', %d)", i, now)
+	})
+	fill("budgetd_events", "seq, limit_id, bkey, at_us, body", func(i int) string {
+		return fmt.Sprintf("(%d, 1, 'k', %d, '{}')", i+1, now)
+	})
+	want := map[string]struct{ table, index string }{
+		"expired holds": {"h", "budgetd_holds_expiry"},
+		"closed holds":  {"budgetd_holds", "budgetd_holds_expiry"},
+		"history":       {"budgetd_history", "budgetd_history_at"},
+		"idempotency":   {"budgetd_idempotency", "budgetd_idempotency_created"},
+		"events":        {"budgetd_events", "budgetd_events_at"},
+	}
+	cut := now - 86400e6
+	for name, q := range mysql.PruneStatements {
+		args := []any{cut, 1000}
+		if strings.Count(q, "?") == 3 {
+			args = []any{cut, cut, 1000}
+		}
+		rows, err := db.Query("EXPLAIN "+q, args...)
+		if err != nil {
+			t.Fatalf("EXPLAIN %s: %v", name, err)
+		}
+		cols, _ := rows.Columns()
+		found := false
+		for rows.Next() {
+			raw := make([]sql.NullString, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range raw {
+				ptrs[i] = &raw[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			row := map[string]string{}
+			for i, c := range cols {
+				row[c] = raw[i].String
+			}
+			if row["table"] != want[name].table {
+				continue
+			}
+			found = true
+			if row["type"] == "ALL" || row["key"] != want[name].index {
+				t.Errorf("%s: EXPLAIN reads %s by %q (type %s, %s rows), want index %s", name, row["table"], row["key"], row["type"], row["rows"], want[name].index)
+			}
+		}
+		rows.Close()
+		if !found {
+			t.Errorf("%s: EXPLAIN has no row for table %s", name, want[name].table)
+		}
+	}
+}
