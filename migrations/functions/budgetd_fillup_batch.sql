@@ -158,6 +158,7 @@ BEGIN
               INTO v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp
               FROM buckets bb WHERE bb.limit_id = v_lid AND bb.key = p_key FOR UPDATE;
         ELSE
+            v_base := NULL;
             SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.record_denials, l.created_at, l.updated_at,
                    l.period_every, l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
                    l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.override_lens, l.grant_rows, l.rollover_max,
