@@ -38,6 +38,8 @@ func newGrantID() string {
 
 // AddGrant adds a grant to a bucket's capacity.
 func (s *Store) AddGrant(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, expiresAt time.Time, idem ledger.Idempotency, meta ledger.Meta) (ledger.GrantOutcome, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	id := newGrantID() // one id for every attempt: it is written once
 	var out ledger.GrantOutcome
 	err := s.decide(ctx, []ledger.BucketRef{ref}, func(v *view) error {
@@ -63,6 +65,8 @@ func (s *Store) AddGrant(ctx context.Context, ref ledger.BucketRef, amount decim
 
 // RevokeGrant removes an active grant.
 func (s *Store) RevokeGrant(ctx context.Context, ref ledger.BucketRef, id string, idem ledger.Idempotency, meta ledger.Meta) (ledger.GrantOutcome, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var out ledger.GrantOutcome
 	err := s.decide(ctx, []ledger.BucketRef{ref}, func(v *view) error {
 		out = ledger.GrantOutcome{}
@@ -114,6 +118,8 @@ func activeGrants(gs []ledger.Grant, now time.Time) []ledger.Grant {
 // ListGrants lists a bucket's active grants, oldest first. It writes
 // nothing.
 func (s *Store) ListGrants(ctx context.Context, ref ledger.BucketRef) ([]ledger.Grant, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var out []ledger.Grant
 	err := s.decide(ctx, []ledger.BucketRef{ref}, func(v *view) error {
 		out = activeGrants(v.buckets[0].grants, v.now)

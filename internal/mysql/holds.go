@@ -28,6 +28,8 @@ func newHoldID() string {
 // Reserve adds a hold when it fits (bucket.Reserve), as the memory store
 // does.
 func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, ttl time.Duration, idem ledger.Idempotency, meta ledger.Meta) (ledger.ReserveOutcome, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	id := newHoldID() // one id for every attempt: it is written once
 	var out ledger.ReserveOutcome
 	err := s.decide(ctx, []ledger.BucketRef{ref}, func(v *view) error {
@@ -95,6 +97,8 @@ func scanHold(r scanner) (ledger.Reservation, error) {
 
 // Reservation returns a hold as stored and the store's clock: one read.
 func (s *Store) Reservation(ctx context.Context, id string) (ledger.Reservation, time.Time, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var us int64
 	row := s.db.QueryRowContext(ctx, "SELECT "+clockSQL+", "+holdCols+" FROM budgetd_holds h JOIN budgetd_limits l ON l.id = h.limit_id WHERE h.id = ?", id)
 	var res ledger.Reservation
@@ -120,6 +124,8 @@ func (f scanFunc) Scan(dest ...any) error { return f(dest...) }
 
 // Commit ends a hold and charges amount (the held amount when null).
 func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	return s.resolve(ctx, id, idem, func(v *view, h *ledger.Reservation) (string, error) {
 		l := v.limits[0].limit
 		charge := h.Amount
@@ -152,6 +158,8 @@ func (s *Store) Commit(ctx context.Context, id string, amount decimal.NullDecima
 
 // Release ends a hold without charging.
 func (s *Store) Release(ctx context.Context, id string, idem ledger.Idempotency, meta ledger.Meta) (ledger.ResolveOutcome, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	return s.resolve(ctx, id, idem, func(v *view, h *ledger.Reservation) (string, error) {
 		switch h.State {
 		case ledger.Released:
@@ -224,6 +232,8 @@ func (s *Store) resolve(ctx context.Context, id string, idem ledger.Idempotency,
 // ListHolds returns the bucket's active holds, oldest first. It writes
 // nothing.
 func (s *Store) ListHolds(ctx context.Context, ref ledger.BucketRef) ([]ledger.Reservation, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	l, err := s.readLimitTx(ctx, s.db, ref.Limit, false)
 	if err != nil {
 		return nil, err

@@ -52,6 +52,8 @@ func lockLease(ctx context.Context, tx *sql.Tx, name string) (leaseRow, error) {
 // expired or holder's own, holder holds it until ttl after the database's
 // clock. It answers whether holder holds it, with the cursor either way.
 func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, string, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if holder == "" {
 		return false, "", errors.New("mysql: acquire lease: empty holder")
 	}
@@ -83,6 +85,8 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 // it has not expired on the database's clock; it reports whether it did
 // (also when the cursor was already that).
 func (s *Store) AdvanceLease(ctx context.Context, name, holder, cursor string) (bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var done bool
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		done = false
@@ -110,6 +114,8 @@ func (s *Store) AdvanceLease(ctx context.Context, name, holder, cursor string) (
 // ReleaseLease ends holder's hold on the lease now, keeping its cursor;
 // nothing when holder does not hold it.
 func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	return s.withTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, "UPDATE budgetd_leases SET holder = '', expires_us = 0 WHERE name = ? AND holder = ?", name, holder)
 		return err

@@ -104,6 +104,8 @@ type limitRow struct {
 // old rule at now (bucket.Switch), in the same transaction, as the memory
 // store does.
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var out ledger.Limit
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		now, err := s.now(ctx, tx)
@@ -191,6 +193,8 @@ func (s *Store) switchBuckets(ctx context.Context, tx *sql.Tx, old limitRow, now
 
 // GetLimit returns a limit or ledger.ErrLimitNotFound.
 func (s *Store) GetLimit(ctx context.Context, name string) (ledger.Limit, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	r, err := s.readLimitTx(ctx, s.db, name, false)
 	if err != nil {
 		return ledger.Limit{}, err
@@ -228,6 +232,8 @@ func (s *Store) readLimitTx(ctx context.Context, q querier, name string, forUpda
 
 // ListLimits returns up to n limits with names after after, by name.
 func (s *Store) ListLimits(ctx context.Context, after string, n int) ([]ledger.Limit, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	rows, err := s.db.QueryContext(ctx, "SELECT name, spec, created_us, updated_us FROM budgetd_limits WHERE name > ? ORDER BY name LIMIT ?", []byte(after), n)
 	if err != nil {
 		return nil, classify(err)
@@ -258,6 +264,8 @@ func (s *Store) ListLimits(ctx context.Context, after string, n int) ([]ledger.L
 // bounded batches by the pruner (pruneDeleted), which DeleteLimit wakes, as
 // PostgreSQL's deleted_limits queue is.
 func (s *Store) DeleteLimit(ctx context.Context, name string) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		r, err := s.readLimitTx(ctx, tx, name, true)
 		if err != nil {

@@ -46,6 +46,7 @@ type Store struct {
 	isolation string
 	attempts  int
 	lockWait  time.Duration
+	timeout   time.Duration // the bound on every call (WithTimeout)
 
 	// The background pruner (prune.go).
 	pruneInterval time.Duration
@@ -78,6 +79,22 @@ const DefaultLockWait = 5 * time.Second
 // at least 1; DefaultLockWait), so that a decision stuck behind a lock gives
 // up, runs again and, after the bounded attempts, fails with 503.
 func WithLockWait(d time.Duration) Option { return func(s *Store) { s.lockWait = d } }
+
+// DefaultTimeout bounds every store call, as PostgreSQL's does.
+const DefaultTimeout = 5 * time.Second
+
+// WithTimeout bounds every store call, retries included (default 5s): a call
+// the server does not answer within it fails with ledger.ErrUnavailable (503)
+// and its connection is closed by the driver, never reused. The bound is a
+// context deadline only: the driver's readTimeout/writeTimeout are not set,
+// because they would also cut the migration lock's long GET_LOCK wait.
+func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d } }
+
+// bound gives a call its deadline: the store's timeout from now on, or the
+// caller's if that is sooner.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
+}
 
 // maxAttempts bounds how often a decision runs again after a conflict, a
 // deadlock (1213) or a lock-wait timeout (1205) before the call fails with
@@ -172,13 +189,16 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts, lockWait: DefaultLockWait,
+	s := &Store{isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts, lockWait: DefaultLockWait, timeout: DefaultTimeout,
 		pruneInterval: DefaultPruneInterval, pruneBatch: DefaultPruneBatch, pruneStop: make(chan struct{}), pruneKick: make(chan struct{}, 1), pruneDone: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
 	if s.isolation != RepeatableRead && s.isolation != ReadCommitted {
 		return nil, fmt.Errorf("mysql: isolation %q: must be %s or %s", s.isolation, RepeatableRead, ReadCommitted)
+	}
+	if s.timeout <= 0 {
+		return nil, fmt.Errorf("mysql: timeout %s: must be positive", s.timeout)
 	}
 	cfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(max(1, int(s.lockWait/time.Second)))
 	conn, err := mysql.NewConnector(cfg)
@@ -230,6 +250,8 @@ func supported(version string) error {
 
 // Ping reports whether the database answers.
 func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.db.PingContext(ctx); err != nil {
 		return classify(err)
 	}
@@ -263,8 +285,13 @@ const (
 // ledger.ErrUnavailable, a conflict in errConflict, and leaves the rest (a
 // bug) as it is.
 func classify(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.Canceled) {
 		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The store's deadline (or the caller's, sooner): no answer in time.
+		// The driver has closed the connection, so it is never reused.
+		return fmt.Errorf("mysql: no answer within the deadline; the outcome is unknown: %w: %w", ledger.ErrUnavailable, err)
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {

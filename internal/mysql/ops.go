@@ -18,6 +18,8 @@ import (
 
 // Inspect returns a bucket's state without writing anything: one read.
 func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snapshot, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var snap ledger.Snapshot
 	err := s.decide(ctx, []ledger.BucketRef{ref}, func(v *view) error {
 		snap = v.snapshot(0)
@@ -29,6 +31,8 @@ func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snaps
 // Fillup charges every item or none, with the rule of package bucket, as
 // the memory store does.
 func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	refs := make([]ledger.BucketRef, len(items))
 	for i, it := range items {
 		refs[i] = it.Bucket
@@ -66,6 +70,8 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 
 // Drain lowers a bucket's level, clamped at zero.
 func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.Decimal, idem ledger.Idempotency, meta ledger.Meta) (ledger.DrainOutcome, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var out ledger.DrainOutcome
 	err := s.decide(ctx, []ledger.BucketRef{ref}, func(v *view) error {
 		out = ledger.DrainOutcome{}
@@ -90,6 +96,8 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 // History lists a bucket's entries newest first (by time, then id), after
 // cursor ("MICROS.ID").
 func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var afterUS int64
 	var afterSeq uint64
 	if cursor != "" {
@@ -172,6 +180,8 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 // after, by the bytes of their keys, each a Snapshot at the database's
 // clock. It writes nothing.
 func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	l, err := s.readLimitTx(ctx, s.db, limit, false)
 	if err != nil {
 		return nil, err
@@ -201,6 +211,8 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 // Events lists up to n events after cursor (a sequence number), in the
 // order of their sequence, which is their commit order.
 func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.OutboxEvent, string, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var after uint64
 	if cursor != "" {
 		var err error
@@ -250,6 +262,8 @@ func (s *Store) eventsAfter(ctx context.Context, after uint64, n int) ([]ledger.
 
 // BucketEvents returns up to n of the bucket's events, newest first.
 func (s *Store) BucketEvents(ctx context.Context, ref ledger.BucketRef, n int) ([]ledger.OutboxEvent, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	l, err := s.readLimitTx(ctx, s.db, ref.Limit, false)
 	if errors.Is(err, ledger.ErrLimitNotFound) {
 		return nil, nil

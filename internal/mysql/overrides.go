@@ -20,6 +20,8 @@ var _ ledger.OverrideStore = (*Store)(nil)
 // PutOverride creates or replaces an override, settling the buckets whose
 // rule changes with it.
 func (s *Store) PutOverride(ctx context.Context, limit string, o ledger.Override) (ledger.Override, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var out ledger.Override
 	err := s.changeTerms(ctx, limit, o.Pattern, func(l limitRow, now time.Time) error {
 		if err := ledger.ValidateOverride(l.limit, o, now); err != nil {
@@ -39,6 +41,8 @@ func (s *Store) PutOverride(ctx context.Context, limit string, o ledger.Override
 // DeleteOverride removes an unexpired override, settling the buckets whose
 // rule changes.
 func (s *Store) DeleteOverride(ctx context.Context, limit, pattern string) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	return s.changeTerms(ctx, limit, pattern, func(l limitRow, now time.Time) error {
 		if o, ok := l.set.Get(pattern); !ok || !o.ActiveAt(now) {
 			return fmt.Errorf("override %q of %q: %w", pattern, limit, ledger.ErrOverrideNotFound)
@@ -50,6 +54,8 @@ func (s *Store) DeleteOverride(ctx context.Context, limit, pattern string) error
 
 // GetOverride returns an unexpired override.
 func (s *Store) GetOverride(ctx context.Context, limit, pattern string) (ledger.Override, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	l, now, err := s.limitNow(ctx, limit)
 	if err != nil {
 		return ledger.Override{}, err
@@ -63,6 +69,8 @@ func (s *Store) GetOverride(ctx context.Context, limit, pattern string) (ledger.
 
 // ListOverrides lists a limit's unexpired overrides by pattern.
 func (s *Store) ListOverrides(ctx context.Context, limit, after string, n int) ([]ledger.Override, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	l, now, err := s.limitNow(ctx, limit)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,238 @@
+package mysql_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/mysql"
+)
+
+// privateMariaDB starts a mariadbd of the test's own in a temporary
+// directory (as bench/chaos does), so that it can be stopped with SIGSTOP
+// without touching the shared test server, and returns its process and the
+// store URL. t.Cleanup resumes and stops it by its pid.
+func privateMariaDB(t *testing.T) (*os.Process, string) {
+	t.Helper()
+	bin, err := exec.LookPath("mariadbd")
+	if err != nil {
+		bin = "/usr/sbin/mariadbd"
+		if _, err := os.Stat(bin); err != nil {
+			t.Fatal("mariadbd not found: run scripts/install-deps")
+		}
+	}
+	tmp, err := os.MkdirTemp("", "budgetd-hung-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	dir, sock := filepath.Join(tmp, "data"), filepath.Join(tmp, "mysql.sock")
+	var asRoot []string
+	if os.Geteuid() == 0 {
+		asRoot = []string{"--user=root"}
+	}
+	install := exec.Command("mariadb-install-db", append([]string{"--no-defaults", "--datadir=" + dir,
+		"--auth-root-authentication-method=normal", "--skip-test-db"}, asRoot...)...)
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("mariadb-install-db: %v: %s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	logf, err := os.Create(filepath.Join(tmp, "mariadbd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, append([]string{"--no-defaults", "--datadir=" + dir, "--bind-address=127.0.0.1",
+		"--port=" + strconv.Itoa(port), "--socket=" + sock, "--pid-file=" + filepath.Join(tmp, "mariadbd.pid"),
+		"--skip-name-resolve", "--innodb-buffer-pool-size=32M"}, asRoot...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	deadline := time.Now().Add(2 * time.Minute)
+	for exec.Command("mariadb-admin", "--no-defaults", "--socket="+sock, "-uroot", "ping").Run() != nil {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(tmp, "mariadbd.log"))
+			t.Fatalf("mariadbd exited: %s", log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("mariadbd did not accept connections within 2m")
+		}
+		time.Sleep(50 * time.Millisecond) // polling with a deadline
+	}
+	const pass = "hung-test-pass"
+	q := fmt.Sprintf("CREATE USER 'budgetd'@'127.0.0.1' IDENTIFIED BY '%s'; GRANT ALL PRIVILEGES ON budgetd.* TO 'budgetd'@'127.0.0.1'; CREATE DATABASE budgetd;", pass)
+	if out, err := exec.Command("mariadb", "--no-defaults", "--socket="+sock, "-uroot", "-e", q).CombinedOutput(); err != nil {
+		t.Fatalf("create budgetd's user: %v: %s", err, out)
+	}
+	return cmd.Process, fmt.Sprintf("mysql://budgetd:%s@127.0.0.1:%d/budgetd", pass, port)
+}
+
+// TestHungServer: with the server stopped (SIGSTOP), every call — the ones
+// in flight when it stopped and the ones made after — ends within the
+// store's timeout with ledger.ErrUnavailable (503). Once the server resumes
+// the store serves again, and replaying every cut write with its
+// Idempotency-Key charges each exactly once: a write cut at the deadline was
+// wholly committed or wholly absent, and no connection was reused half-way.
+func TestHungServer(t *testing.T) {
+	proc, url := privateMariaDB(t)
+	const bound = time.Second
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	s := open(t, url, mysql.WithTimeout(bound), mysql.WithPruneInterval(0), mysql.WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	svc := ledger.NewService(s)
+	if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: decimal.NewFromInt(1_000_000), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ref := ledger.BucketRef{Limit: "l", Key: "k"}
+	ref2 := ledger.BucketRef{Limit: "l", Key: "k2"}
+	charge := func(key string) error {
+		_, err := s.Fillup(ctx, []ledger.Charge{{Bucket: ref, Cost: decimal.NewFromInt(1)}, {Bucket: ref2, Cost: decimal.NewFromInt(1)}},
+			ledger.Idempotency{Scope: "t", Key: key, Hash: "h", Caller: "c"})
+		return err
+	}
+
+	// Writers run before, across and after the stop; each remembers its keys.
+	var (
+		mu     sync.Mutex
+		keys   []string
+		wg     sync.WaitGroup
+		stop   = make(chan struct{})
+		failed = make(chan string, 1000)
+	)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("w%d-%d", w, i)
+				mu.Lock()
+				keys = append(keys, key)
+				mu.Unlock()
+				start := time.Now()
+				err := charge(key)
+				if took := time.Since(start); took > bound+time.Second {
+					failed <- fmt.Sprintf("%s took %s (bound %s): %v", key, took, bound, err)
+				}
+				if err != nil && !errors.Is(err, ledger.ErrUnavailable) {
+					failed <- fmt.Sprintf("%s: %v, want ErrUnavailable", key, err)
+				}
+			}
+		}()
+	}
+	// Let the writers reach the server, then stop it mid-flight.
+	for {
+		if lv := level(t, s, ref); lv.GreaterThanOrEqual(decimal.NewFromInt(20)) {
+			break
+		}
+	}
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = proc.Signal(syscall.SIGCONT)
+		}
+	}()
+	// Calls made while it is stopped: each ends within the bound, 503.
+	calls := map[string]func() error{
+		"Fillup":   func() error { return charge("during") },
+		"Inspect":  func() error { _, err := s.Inspect(ctx, ref); return err },
+		"PutLimit": func() error { _, err := svc.PutLimit(ctx, "m", ledger.LimitSpec{Capacity: decimal.NewFromInt(5), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}); return err },
+		"History":  func() error { _, _, err := s.History(ctx, ref, "", 10); return err },
+		"Ping":     func() error { return s.Ping(ctx) },
+	}
+	for round := range 2 {
+		for name, call := range calls {
+			start := time.Now()
+			err := call()
+			took := time.Since(start)
+			if !errors.Is(err, ledger.ErrUnavailable) {
+				t.Errorf("round %d: %s on a stopped server: %v, want ErrUnavailable", round, name, err)
+			}
+			if took > bound+500*time.Millisecond {
+				t.Errorf("round %d: %s took %s, bound %s", round, name, took, bound)
+			}
+		}
+	}
+	if err := proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	// The store serves again (polled with a deadline: the server needs a
+	// moment to notice the closed connections).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := s.Inspect(ctx, ref); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("store after SIGCONT: %v", err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(failed)
+	for f := range failed {
+		t.Error(f)
+	}
+	// Replay every key (and the one made while stopped): each must be
+	// charged exactly once on both buckets.
+	keys = append(keys, "during")
+	for _, k := range keys {
+		if err := charge(k); err != nil {
+			t.Fatalf("replay %s: %v", k, err)
+		}
+	}
+	want := decimal.NewFromInt(int64(len(keys)))
+	for _, r := range []ledger.BucketRef{ref, ref2} {
+		if lv := level(t, s, r); !lv.Equal(want) {
+			t.Errorf("%s: level %s after replaying %d keys: a cut write was half applied or doubled", r.Key, lv, len(keys))
+		}
+	}
+}
+
+func level(t *testing.T, s *mysql.Store, ref ledger.BucketRef) decimal.Decimal {
+	t.Helper()
+	snap, err := s.Inspect(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.State.Level.Decimal()
+}
