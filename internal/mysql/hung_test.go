@@ -173,11 +173,14 @@ func TestHungServer(t *testing.T) {
 	}()
 	// Calls made while it is stopped: each ends within the bound, 503.
 	calls := map[string]func() error{
-		"Fillup":   func() error { return charge("during") },
-		"Inspect":  func() error { _, err := s.Inspect(ctx, ref); return err },
-		"PutLimit": func() error { _, err := svc.PutLimit(ctx, "m", ledger.LimitSpec{Capacity: decimal.NewFromInt(5), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}); return err },
-		"History":  func() error { _, _, err := s.History(ctx, ref, "", 10); return err },
-		"Ping":     func() error { return s.Ping(ctx) },
+		"Fillup":  func() error { return charge("during") },
+		"Inspect": func() error { _, err := s.Inspect(ctx, ref); return err },
+		"PutLimit": func() error {
+			_, err := svc.PutLimit(ctx, "m", ledger.LimitSpec{Capacity: decimal.NewFromInt(5), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour})
+			return err
+		},
+		"History": func() error { _, _, err := s.History(ctx, ref, "", 10); return err },
+		"Ping":    func() error { return s.Ping(ctx) },
 	}
 	for round := range 2 {
 		for name, call := range calls {
