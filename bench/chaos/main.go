@@ -96,7 +96,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	write := fs.String("write", "", "write the report as Markdown to this file")
 	pgDeadline := fs.Duration("pg-deadline", 5*time.Second, "documented bound on a PostgreSQL call")
 	redisDeadline := fs.Duration("redis-deadline", 2*time.Second, "documented bound on a Redis call")
-	mysqlDeadline := fs.Duration("mysql-deadline", 0, "documented bound on a MySQL call (0: none documented yet, the hung-store scenario is not run)")
+	mysqlDeadline := fs.Duration("mysql-deadline", 5*time.Second, "documented bound on a MySQL call (0: none, the hung-store scenario is not run)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -329,8 +329,8 @@ func render(rs []result, mode string, took time.Duration, short bool) string {
 // hungRun hangs the store (SIGSTOP) under load for longer than its
 // documented bound on a call, p.faults times: calls must end in 503 within
 // the bound, and nothing may be lost or doubled. A store with no documented
-// bound (MySQL, so far: docs/mysql.md, "What is next") would hold its
-// callers for the whole hang; its row says so rather than pass or fail.
+// bound (a deadline of 0) would hold its callers for the whole hang; its row
+// says so rather than pass or fail.
 func hungRun(ctx context.Context, a *api, st store, name string, p params) (result, error) {
 	bound := p.deadline[name]
 	if bound == 0 {
