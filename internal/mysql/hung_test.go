@@ -157,9 +157,9 @@ func TestHungServer(t *testing.T) {
 		}()
 	}
 	// Let the writers reach the server, then stop it mid-flight.
-	for {
-		if lv := level(t, s, ref); lv.GreaterThanOrEqual(decimal.NewFromInt(20)) {
-			break
+	for warm := time.Now().Add(30 * time.Second); level(t, s, ref).LessThan(decimal.NewFromInt(20)); {
+		if time.Now().After(warm) {
+			t.Fatal("the writers charged less than 20 in 30s")
 		}
 	}
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
