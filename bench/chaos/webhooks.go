@@ -21,7 +21,7 @@ import (
 
 // webhookStores are the stores whose budgetd runs with --webhook-url and
 // the webhook fault scenario: the durable stores.
-var webhookStores = map[string]bool{"postgres": true, "redis": true}
+var webhookStores = map[string]bool{"postgres": true, "redis": true, "mysql": true}
 
 // hookRate is the most calls a second one client of the webhook scenario
 // makes.

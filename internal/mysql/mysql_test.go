@@ -184,8 +184,8 @@ func TestMigrate(t *testing.T) {
 	if err := db.QueryRow("SELECT COUNT(*) FROM " + dbName + ".budgetd_mysql_migrations").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 2 {
-		t.Fatalf("%d migration rows, want 2 (0001, 0002)", n)
+	if n != 3 {
+		t.Fatalf("%d migration rows, want 3 (0001, 0002, 0003)", n)
 	}
 	if _, err := db.Exec("UPDATE " + dbName + ".budgetd_mysql_migrations SET checksum = REPEAT('0', 64) WHERE version = 1"); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
+	"path"
 	"reflect"
 	"strings"
 	"sync"
@@ -57,11 +59,40 @@ func indexes(t *testing.T, db *sql.DB) []string {
 	return out
 }
 
+// checkApplied: every embedded migration file is recorded once in
+// budgetd_mysql_migrations, under its name and with its checksum.
+func checkApplied(t *testing.T, db *sql.DB) {
+	t.Helper()
+	files, err := fs.Glob(migrations.MySQL, "mysql/*.sql")
+	if err != nil || len(files) < 3 {
+		t.Fatalf("embedded migrations: %v %v", files, err)
+	}
+	var versions int
+	if err := db.QueryRow("SELECT COUNT(*) FROM budgetd_mysql_migrations").Scan(&versions); err != nil || versions != len(files) {
+		t.Fatalf("after the upgrade: %d versions (%v), want %d", versions, err, len(files))
+	}
+	for i, f := range files {
+		b, err := fs.ReadFile(migrations.MySQL, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		var name, checksum string
+		if err := db.QueryRow("SELECT name, checksum FROM budgetd_mysql_migrations WHERE version = ?", i+1).Scan(&name, &checksum); err != nil {
+			t.Fatalf("version %d: %v", i+1, err)
+		}
+		if name != path.Base(f) || checksum != hex.EncodeToString(sum[:]) {
+			t.Errorf("version %d recorded as %s %s, want %s with checksum %x", i+1, name, checksum, path.Base(f), sum)
+		}
+	}
+}
+
 // TestUpgradeFrom0001: a database at schema version 1 (as the first
 // budgetd with this store left it) holding limits, buckets, holds, history,
-// idempotency records and events is brought to version 2 by two instances
-// starting together under the migration lock: 0002 is applied once and
-// recorded with the file's checksum, its indexes exist, every row is kept,
+// idempotency records and events is brought to the latest version by two
+// instances starting together under the migration lock: 0002 and 0003 are
+// applied once and recorded with the files' checksums, their indexes and
+// the lease table exist, every row is kept,
 // the reads answer what they answered before, a replay answers what the
 // first call answered, and the store keeps working on the data.
 func TestUpgradeFrom0001(t *testing.T) {
@@ -159,21 +190,7 @@ func TestUpgradeFrom0001(t *testing.T) {
 		}
 		t.Cleanup(func() { stores[i].Close() })
 	}
-	file, err := migrations.MySQL.ReadFile("mysql/0002_prune_indexes.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(file)
-	var name, checksum string
-	if err := db.QueryRow("SELECT COUNT(*) FROM budgetd_mysql_migrations").Scan(&versions); err != nil || versions != 2 {
-		t.Fatalf("after the upgrade: %d versions (%v), want 2", versions, err)
-	}
-	if err := db.QueryRow("SELECT name, checksum FROM budgetd_mysql_migrations WHERE version = 2").Scan(&name, &checksum); err != nil {
-		t.Fatal(err)
-	}
-	if name != "0002_prune_indexes.sql" || checksum != hex.EncodeToString(sum[:]) {
-		t.Errorf("0002 recorded as %s %s, want the file's name and checksum %x", name, checksum, sum)
-	}
+	checkApplied(t, db)
 	if got := indexes(t, db); !reflect.DeepEqual(got, []string{"budgetd_events_at", "budgetd_history_at", "budgetd_holds_expiry", "budgetd_idempotency_created"}) {
 		t.Errorf("indexes after the upgrade: %v, want all of %v", got, pruneIndexes)
 	}
@@ -203,6 +220,54 @@ func TestUpgradeFrom0001(t *testing.T) {
 	}
 	if _, err := stores[0].Prune(ctx); err != nil {
 		t.Errorf("prune after the upgrade: %v", err)
+	}
+	if held, cursor, err := stores[0].AcquireLease(ctx, "webhook", "h", time.Hour); err != nil || !held || cursor != "" {
+		t.Errorf("lease after the upgrade: held %v cursor %q %v, want a free lease taken", held, cursor, err)
+	}
+}
+
+// TestUpgradeFrom0002: a database at schema version 2 (budgetd before the
+// webhook lease, whose --webhook-url was refused on MySQL) with a limit and
+// a crossing's event gets the lease table at the next start; its rows are
+// kept, and a deliverer's lease works on it at once.
+func TestUpgradeFrom0002(t *testing.T) {
+	ctx := context.Background()
+	url := newDatabase(t)
+	db := direct(t, url)
+	restore := mysql.AtSchemaVersion(2)
+	old, err := mysql.Open(ctx, url, mysql.WithPruneInterval(0))
+	restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := ledger.NewService(old)
+	if _, err := svc.PutLimit(ctx, "api", ledger.LimitSpec{Capacity: d("100"), LeakAmount: d("1"), LeakPer: time.Hour,
+		Thresholds: []ledger.Threshold{{Percent: decimal.NewFromInt(50)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "api", Key: "a"}, Cost: d("60")}}, ledger.Idempotency{}); err != nil || !out.Accepted {
+		t.Fatalf("fillup: %+v %v", out, err)
+	}
+	old.Close()
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'budgetd_leases'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("budgetd_leases before the upgrade: %d %v", n, err)
+	}
+
+	st := open(t, url, mysql.WithPruneInterval(0))
+	checkApplied(t, db)
+	if held, _, err := st.AcquireLease(ctx, "webhook", "h", time.Hour); err != nil || !held {
+		t.Fatalf("lease after the upgrade: held %v %v", held, err)
+	}
+	events, cursor, err := st.Events(ctx, "", 10)
+	if err != nil || len(events) != 1 {
+		t.Fatalf("events after the upgrade: %+v %v, want the 50%% crossing", events, err)
+	}
+	if ok, err := st.AdvanceLease(ctx, "webhook", "h", cursor); err != nil || !ok {
+		t.Fatalf("advance after the upgrade: %v %v", ok, err)
+	}
+	if _, got, err := st.AcquireLease(ctx, "webhook", "h", time.Hour); err != nil || got != cursor {
+		t.Fatalf("cursor after the upgrade: %q %v, want %q", got, err, cursor)
 	}
 }
 

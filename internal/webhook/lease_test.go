@@ -12,6 +12,7 @@ import (
 	"github.com/budgetd/budgetd/client"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/memory"
+	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/budgetd/budgetd/internal/redis"
 	"github.com/budgetd/budgetd/internal/testenv"
@@ -74,17 +75,29 @@ func openRedis(t *testing.T) *redis.Store {
 	return st
 }
 
+// openMySQL opens a MySQL store on url, closed when t ends.
+func openMySQL(t *testing.T, url string) *mysql.Store {
+	st, err := mysql.Open(context.Background(), url, mysql.WithPruneInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // TestLeaseTakeover: two deliverers share a store's lease. The first
 // delivers, the second sends nothing while the first holds the lease; the
 // first dies (its context ends without a release), and the second takes
-// over once the TTL ran out and delivers what came after, in order.
+// over once the TTL ran out and delivers what came after, in order. On
+// MySQL the two deliverers run on two Store instances of one database, as
+// two budgetd instances would.
 func TestLeaseTakeover(t *testing.T) {
-	for _, kind := range []string{"postgres", "redis"} {
+	for _, kind := range []string{"postgres", "redis", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
 			var (
-				out    webhook.Outbox
-				leases webhook.Leases
-				st     ledger.Store
+				out, out2       webhook.Outbox // d1's, d2's
+				leases, leases2 webhook.Leases
+				st              ledger.Store
 			)
 			switch kind {
 			case "postgres":
@@ -95,12 +108,19 @@ func TestLeaseTakeover(t *testing.T) {
 				// (one process shares it): the lease is what is tested.
 				m := memory.New()
 				st, out, leases = m, m, openRedis(t)
+			case "mysql":
+				url := testenv.MySQLDatabase(t)
+				my1, my2 := openMySQL(t, url), openMySQL(t, url)
+				st, out, leases, out2, leases2 = my1, my1, my1, my2, my2
+			}
+			if out2 == nil {
+				out2, leases2 = out, leases
 			}
 			em := newEmitter(t, st)
 			const ttl = 3 * time.Second
 			r1, r2 := newReceiver(t, nil), newReceiver(t, nil)
 			d1 := webhook.New(r1.srv.URL, key(t), out, leases, fast(webhook.WithLease(webhook.DefaultLeaseName, ttl), webhook.WithHolder("d1"), webhook.WithoutRelease())...)
-			d2 := webhook.New(r2.srv.URL, key(t), out, leases, fast(webhook.WithLease(webhook.DefaultLeaseName, ttl), webhook.WithHolder("d2"))...)
+			d2 := webhook.New(r2.srv.URL, key(t), out2, leases2, fast(webhook.WithLease(webhook.DefaultLeaseName, ttl), webhook.WithHolder("d2"))...)
 
 			stop1 := run(t, d1)
 			em.bucket(t, "a")

@@ -24,8 +24,6 @@ RETURNS TABLE (r_item int, r_fits boolean, r_level text, r_updated_us bigint, r_
                r_record_denials boolean, r_entry_id text, r_mode text, r_grace text, r_thresholds text[], r_override text,
                r_grants text, r_rollover text)
 LANGUAGE plpgsql AS $$
-DECLARE
-    g record;
 BEGIN
     IF p_all_or_none THEN
         r_item := 1;
@@ -44,23 +42,29 @@ BEGIN
               FROM budgetd_fillup_batch(p_limits[1], p_keys[1], p_costs, p_now, p_scopes, p_idems, p_hashes, p_metas) WITH ORDINALITY AS b;
         RETURN;
     END IF;
-    FOR g IN SELECT u.l, u.k, array_agg(u.o::int ORDER BY u.o) AS items
-               FROM unnest(p_limits, p_keys) WITH ORDINALITY AS u(l, k, o)
-               LEFT JOIN limits li ON li.name = u.l
-              GROUP BY u.l, u.k, li.id
-              ORDER BY li.id, u.k COLLATE "C", u.l COLLATE "C" LOOP
-        RETURN QUERY
-            SELECT g.items[b.ordinality::int], b.r_fits, b.r_level, b.r_updated_us, b.r_hold_amounts, b.r_hold_expires,
-                   b.r_now_us, b.r_capacity, b.r_leak_amount, b.r_leak_per_us, b.r_period, b.r_history,
-                   b.r_created_us, b.r_limit_updated_us, b.r_doc, b.r_err_code, b.r_err_msg,
-                   b.r_window_length_us, b.r_window_precision_us, b.r_slot_idx, b.r_slot_sums, b.r_record_denials, b.r_entry_id,
-                   b.r_mode, b.r_grace, b.r_thresholds, b.r_override, b.r_grants, b.r_rollover
-              FROM budgetd_fillup_batch(g.l, g.k,
-                       ARRAY(SELECT p_costs[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n), p_now,
-                       ARRAY(SELECT p_scopes[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n),
-                       ARRAY(SELECT p_idems[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n),
-                       ARRAY(SELECT p_hashes[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n),
-                       ARRAY(SELECT p_metas[i] FROM unnest(g.items) WITH ORDINALITY AS x(i, n) ORDER BY n))
-                   WITH ORDINALITY AS b;
-    END LOOP;
+    -- One statement for all the buckets: it groups the items by bucket, with
+    -- each group's arguments, reads each limit's row for all of its buckets
+    -- (budgetd_fillup_batch then locks only the bucket; it reads the limit
+    -- itself when it is not found, to answer as alone), and calls
+    -- budgetd_fillup_batch per bucket in lock order: the sorted, materialized
+    -- groups are the outer side of the nested loop that calls it, and a CTE
+    -- scan returns its rows in the order they were stored.
+    RETURN QUERY
+        WITH g AS MATERIALIZED (
+            SELECT li AS lim, q.l, q.k, q.items, q.costs, q.scopes, q.idems, q.hashes, q.metas
+              FROM (SELECT u.l, u.k, array_agg(u.o::int ORDER BY u.o) AS items,
+                           array_agg(p_costs[u.o] ORDER BY u.o) AS costs, array_agg(p_scopes[u.o] ORDER BY u.o) AS scopes,
+                           array_agg(p_idems[u.o] ORDER BY u.o) AS idems, array_agg(p_hashes[u.o] ORDER BY u.o) AS hashes,
+                           array_agg(p_metas[u.o] ORDER BY u.o) AS metas
+                      FROM unnest(p_limits, p_keys) WITH ORDINALITY AS u(l, k, o)
+                     GROUP BY u.l, u.k) q
+              LEFT JOIN limits li ON li.name = q.l
+             ORDER BY li.id, q.k COLLATE "C", q.l COLLATE "C")
+        SELECT g.items[b.ordinality::int], b.r_fits, b.r_level, b.r_updated_us, b.r_hold_amounts, b.r_hold_expires,
+               b.r_now_us, b.r_capacity, b.r_leak_amount, b.r_leak_per_us, b.r_period, b.r_history,
+               b.r_created_us, b.r_limit_updated_us, b.r_doc, b.r_err_code, b.r_err_msg,
+               b.r_window_length_us, b.r_window_precision_us, b.r_slot_idx, b.r_slot_sums, b.r_record_denials, b.r_entry_id,
+               b.r_mode, b.r_grace, b.r_thresholds, b.r_override, b.r_grants, b.r_rollover
+          FROM g CROSS JOIN LATERAL budgetd_fillup_batch(g.l, g.k, g.costs, p_now, g.scopes, g.idems, g.hashes, g.metas, g.lim)
+               WITH ORDINALITY AS b;
 END $$;

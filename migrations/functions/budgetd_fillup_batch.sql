@@ -19,14 +19,20 @@
 -- check); no other error is per item: any other failure fails the whole
 -- call, and so every caller in it.
 --
+-- p_l, when given, is the limit's row as the caller read it (budgetd_fillup
+-- reads the limits of all its buckets in one statement): the function then
+-- reads only the bucket. Without it, or when it is NULL (no such limit), the
+-- function reads the limit by name itself.
+--
 -- The work is done in as few statements as the rule allows, since each
 -- statement of a plpgsql function costs a plan check, a snapshot and an
 -- executor start beyond its own work: the limit and the locked bucket row in
--- one statement (a lateral sub-select FOR UPDATE), the holds in one scan
+-- one statement (a lateral sub-select FOR UPDATE; the bucket alone with p_l), the holds in one scan
 -- after the lock, the decisions in variables, then the row written once (a
 -- bucket never written is inserted with its final level, with no placeholder
 -- row unless nothing was charged), the history entries of the call in one
--- INSERT and its idempotency records in one INSERT. When the insert of a new
+-- INSERT and its idempotency records in one INSERT. A bucket without slots
+-- or rollover carry, before or after, is written without those columns. When the insert of a new
 -- bucket finds that a concurrent call created it first, the function starts
 -- over on that row (at SERIALIZABLE PostgreSQL reports a serialization
 -- failure instead, which the store retries); nothing is written before that
@@ -44,7 +50,8 @@
 -- included); or doc (an idempotent replay, the stored jsonb); or err_code
 -- and err_msg.
 CREATE OR REPLACE FUNCTION budgetd_fillup_batch(p_limit text, p_key text, p_costs text[], p_now timestamptz,
-                                     p_scopes text[], p_idems text[], p_hashes text[], p_metas text[] DEFAULT NULL)
+                                     p_scopes text[], p_idems text[], p_hashes text[], p_metas text[] DEFAULT NULL,
+                                     p_l limits DEFAULT NULL)
 RETURNS TABLE (r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts text[], r_hold_expires bigint[],
                r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_period jsonb, r_history boolean,
                r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text,
@@ -56,6 +63,7 @@ DECLARE
     v_n        int := coalesce(array_length(p_costs, 1), 0);
     v_now      timestamptz;
     v_l        limits;
+    v_base     limits;   -- the limit's row, once read
     v_lid      bigint;
     v_cap      numeric;
     v_ceil     numeric;  -- the mode's ceiling (budgetd_ceiling), what a cost is admitted against
@@ -134,19 +142,37 @@ DECLARE
     w_docs     jsonb[];
 BEGIN
     LOOP
-        SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.record_denials, l.created_at, l.updated_at,
-               l.period_every, l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
-               l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.override_lens, l.grant_rows, l.rollover_max,
-               b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found, b.th_sig, b.th_above, b.th_period, b.carry_unused, b.carry_period
-          INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_rec, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
-               v_mode, v_grace, v_ceil, v_ths, v_olens, v_grows, v_rmax,
-               v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp
-          FROM limits l
-          LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found, bb.th_sig, bb.th_above, bb.th_period,
-                                    bb.carry_unused, bb.carry_period FROM buckets bb
-                              WHERE bb.limit_id = l.id AND bb.key = p_key FOR UPDATE) b ON true
-         WHERE l.name = p_limit;
-        IF NOT FOUND THEN
+        IF p_l.id IS NOT NULL THEN
+            -- The limit as the caller read it (budgetd_fillup, once for all
+            -- the buckets of its call): only the bucket is read here.
+            v_base := p_l;
+            v_lid := p_l.id; v_cap := p_l.capacity; v_lamt := p_l.leak_amount; v_per := p_l.leak_per_us;
+            v_hist := p_l.history; v_rec := p_l.record_denials; v_lcre := p_l.created_at; v_lupd := p_l.updated_at;
+            v_every := p_l.period_every; v_starts := p_l.period_starts; v_period := budgetd_period_json(p_l);
+            v_wlen := p_l.window_length_us; v_wprec := p_l.window_precision_us; v_mode := p_l.mode; v_grace := p_l.grace;
+            v_ceil := budgetd_ceiling(p_l); v_ths := p_l.thresholds; v_olens := p_l.override_lens; v_grows := p_l.grant_rows;
+            v_rmax := p_l.rollover_max;
+            -- (No row: every target is NULL.)
+            SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true, bb.th_sig, bb.th_above, bb.th_period,
+                   bb.carry_unused, bb.carry_period
+              INTO v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp
+              FROM buckets bb WHERE bb.limit_id = v_lid AND bb.key = p_key FOR UPDATE;
+        ELSE
+            v_base := NULL;
+            SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.record_denials, l.created_at, l.updated_at,
+                   l.period_every, l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
+                   l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.override_lens, l.grant_rows, l.rollover_max,
+                   b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found, b.th_sig, b.th_above, b.th_period, b.carry_unused, b.carry_period
+              INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_rec, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
+                   v_mode, v_grace, v_ceil, v_ths, v_olens, v_grows, v_rmax,
+                   v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp
+              FROM limits l
+              LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found, bb.th_sig, bb.th_above, bb.th_period,
+                                        bb.carry_unused, bb.carry_period FROM buckets bb
+                                  WHERE bb.limit_id = l.id AND bb.key = p_key FOR UPDATE) b ON true
+             WHERE l.name = p_limit;
+        END IF;
+        IF v_lid IS NULL THEN
             -- As budgetd_fillup alone: the idempotency check first, then BD002.
             v_now := coalesce(p_now, budgetd_clock());
             FOR k IN 1 .. v_n LOOP
@@ -179,7 +205,10 @@ BEGIN
         IF cardinality(v_olens) > 0 THEN
             v_o := budgetd_override_of(v_lid, v_olens, p_key, v_now);
             IF v_o.limit_id IS NOT NULL THEN
-                SELECT * INTO v_l FROM limits WHERE id = v_lid;
+                IF v_base.id IS NULL THEN
+                    SELECT * INTO v_base FROM limits WHERE id = v_lid;
+                END IF;
+                v_l := v_base;
                 v_l := budgetd_with_override(v_l, v_o, v_now);
                 v_cap := v_l.capacity;
                 v_lamt := v_l.leak_amount;
@@ -196,7 +225,10 @@ BEGIN
         v_roll := NULL;
         IF v_rmax IS NOT NULL AND v_bupd IS NOT NULL THEN
             IF v_l.id IS NULL THEN
-                SELECT * INTO v_l FROM limits WHERE id = v_lid;
+                IF v_base.id IS NULL THEN
+                    SELECT * INTO v_base FROM limits WHERE id = v_lid;
+                END IF;
+                v_l := v_base;
             END IF;
             v_l := budgetd_with_rollover(v_l, p_key, v_blevel, v_bupd, v_bcu, v_bcp, v_now);
             v_cap := v_l.capacity;
@@ -209,7 +241,10 @@ BEGIN
             v_gsum := budgetd_grant_sum(v_lid, p_key, v_now);
             IF v_gsum > 0 THEN
                 IF v_l.id IS NULL THEN
-                    SELECT * INTO v_l FROM limits WHERE id = v_lid;
+                    IF v_base.id IS NULL THEN
+                        SELECT * INTO v_base FROM limits WHERE id = v_lid;
+                    END IF;
+                    v_l := v_base;
                 END IF;
                 v_l := budgetd_with_grants(v_l, v_gsum);
                 v_cap := v_l.capacity;
@@ -356,7 +391,10 @@ BEGIN
                 -- The document budgetd_fillup answers and stores.
                 IF v_limit IS NULL THEN
                     IF v_l.id IS NULL THEN
-                        SELECT * INTO v_l FROM limits WHERE id = v_lid;
+                        IF v_base.id IS NULL THEN
+                            SELECT * INTO v_base FROM limits WHERE id = v_lid;
+                        END IF;
+                        v_l := v_base;
                     END IF;
                     v_limit := budgetd_limit_json(v_l);
                 END IF;
@@ -377,11 +415,22 @@ BEGIN
         IF v_wrote THEN
             IF v_expired > 0 THEN
                 IF v_l.id IS NULL THEN
-                    SELECT * INTO v_l FROM limits WHERE id = v_lid;
+                    IF v_base.id IS NULL THEN
+                        SELECT * INTO v_base FROM limits WHERE id = v_lid;
+                    END IF;
+                    v_l := v_base;
                 END IF;
                 PERFORM budgetd_expire_holds(v_l, p_key, v_now);
             END IF;
-            IF v_bfound THEN
+            IF v_bfound AND v_wlen IS NULL AND v_bidx IS NULL AND v_l.rollover_period IS NULL THEN
+                -- No slots before or after, no carry to keep: the columns
+                -- that would stay as they are are not written.
+                UPDATE buckets
+                   SET level = v_level,
+                       updated_at = CASE WHEN updated_at IS NULL OR updated_at < v_now OR updated_at > v_now + budgetd_clock_step()
+                                         THEN v_now ELSE updated_at END
+                 WHERE limit_id = v_lid AND key = p_key;
+            ELSIF v_bfound THEN
                 UPDATE buckets
                    SET level = v_level, slot_idx = v_widx, slot_sum = v_wsum,
                        carry_unused = CASE WHEN v_l.rollover_period IS NULL THEN carry_unused ELSE v_l.rollover_unused END,
@@ -389,6 +438,10 @@ BEGIN
                        updated_at = CASE WHEN updated_at IS NULL OR updated_at < v_now OR updated_at > v_now + budgetd_clock_step()
                                          THEN v_now ELSE updated_at END
                  WHERE limit_id = v_lid AND key = p_key;
+            ELSIF v_wlen IS NULL THEN
+                INSERT INTO buckets (limit_id, key, level, updated_at) VALUES (v_lid, p_key, v_level, v_now)
+                ON CONFLICT DO NOTHING;
+                CONTINUE WHEN NOT FOUND;
             ELSE
                 INSERT INTO buckets (limit_id, key, level, updated_at, slot_idx, slot_sum) VALUES (v_lid, p_key, v_level, v_now, v_widx, v_wsum)
                 ON CONFLICT DO NOTHING;
@@ -399,7 +452,10 @@ BEGIN
             -- (budgetd_cross), each event with the use after its item.
             IF cardinality(v_ths) > 0 THEN
                 IF v_l.id IS NULL THEN
-                    SELECT * INTO v_l FROM limits WHERE id = v_lid;
+                    IF v_base.id IS NULL THEN
+                        SELECT * INTO v_base FROM limits WHERE id = v_lid;
+                    END IF;
+                    v_l := v_base;
                 END IF;
                 PERFORM budgetd_cross(v_l, p_key, coalesce(v_msig, 0), coalesce(v_mabove, 0), coalesce(v_mperiod, 0),
                                       v_before, v_afters, v_now, v_start);

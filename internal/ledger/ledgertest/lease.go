@@ -53,9 +53,21 @@ func Lease(t *testing.T, ls ledger.LeaseStore) {
 		t.Fatalf("a renewing: held %v cursor %q", held, cursor)
 	}
 
-	// a stops renewing: b takes over once the TTL has run out, not before.
+	// a stops renewing: its lease expires on the store's clock, after which
+	// a can no longer move the cursor, even before another holder took the
+	// lease (storing the cursor it holds is still a move while it holds).
 	start := time.Now()
 	deadline := start.Add(10 * time.Second)
+	for advance("a", "c1") {
+		if time.Now().After(deadline) {
+			t.Fatal("a still advances the cursor long after its TTL")
+		}
+		time.Sleep(20 * time.Millisecond) // polling the store's clock, with a deadline
+	}
+	if d := time.Since(start); d < ttl/4 {
+		t.Fatalf("a could not advance %v after its renewal, before the TTL %v", d, ttl)
+	}
+	// b takes over once the TTL has run out, not before.
 	for {
 		held, cursor := acquire("b", time.Hour)
 		if held {
