@@ -15,6 +15,18 @@ import (
 // common case (no override with an expiry applied at st.Updated, or it has
 // not expired by now) st is returned unchanged at the cost of one Resolve.
 func (s *Overrides) SettleExpiries(l Limit, key string, st bucket.State, now time.Time) (bucket.State, []bucket.Hold) {
+	return SettleExpiries(s, l, key, st, now)
+}
+
+// Resolver resolves the override that applies to a key at an instant, as
+// Overrides.Resolve does; a store with its own set of overrides implements it
+// to reuse SettleExpiries.
+type Resolver interface {
+	Resolve(key string, now time.Time) (Override, bool)
+}
+
+// SettleExpiries is Overrides.SettleExpiries over any Resolver.
+func SettleExpiries(s Resolver, l Limit, key string, st bucket.State, now time.Time) (bucket.State, []bucket.Hold) {
 	if st.Updated.IsZero() {
 		return st, nil
 	}
@@ -27,7 +39,11 @@ func (s *Overrides) SettleExpiries(l Limit, key string, st bucket.State, now tim
 		}
 		old := o.Apply(l)
 		t = o.ExpiresAt
-		if next := s.Effective(l, key, t); !old.SameRule(next) {
+		next := l
+		if n, ok := s.Resolve(key, t); ok {
+			next = n.Apply(l)
+		}
+		if !old.SameRule(next) {
 			ns, ex := bucket.Switch(old.Rule(), st, t)
 			st, expired = ns, append(expired, ex...)
 		}
