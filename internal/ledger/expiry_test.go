@@ -28,3 +28,21 @@ func TestSettleExpiriesLeak(t *testing.T) {
 		t.Fatalf("settled before the expiry: %v", ns.Updated)
 	}
 }
+
+// A chain of expired overrides is walked: the exact one (5/s to t0+10s),
+// then the prefix one (2/s to t0+15s), then the limit's 1/s: 100 → 50 → 40
+// → 35 at t0+20s.
+func TestSettleExpiriesChain(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	l := Limit{Capacity: decimal.NewFromInt(1000), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Second}
+	var s Overrides
+	s.Put(Override{Pattern: "k", LeakAmount: decimal.NewFromInt(5), LeakPer: time.Second, ExpiresAt: t0.Add(10 * time.Second)})
+	s.Put(Override{Pattern: "*", LeakAmount: decimal.NewFromInt(2), LeakPer: time.Second, ExpiresAt: t0.Add(15 * time.Second)})
+	st := bucket.State{Level: Amount(decimal.NewFromInt(100)), Updated: t0}
+	now := t0.Add(20 * time.Second)
+	ns, _ := s.SettleExpiries(l, "k", st, now)
+	got := bucket.LevelAt(l.Rule(), ns, now)
+	if want := Amount(decimal.NewFromInt(35)); got.Cmp(want) != 0 {
+		t.Fatalf("level = %v, want %v", got, want)
+	}
+}
