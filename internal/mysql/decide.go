@@ -243,9 +243,11 @@ func (s *Store) beginSQL() string {
 }
 
 // rollback ends whatever transaction an error left open on conn; a
-// connection that cannot roll back is dropped from the pool.
+// connection that cannot roll back within the call's deadline (a hung
+// server) is dropped from the pool, and the server rolls back when it sees
+// the connection closed.
 func rollback(ctx context.Context, conn *sql.Conn) {
-	if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	}
 }

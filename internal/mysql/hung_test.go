@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -165,6 +166,12 @@ func TestHungServer(t *testing.T) {
 	if err := proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// kill returns before every thread has stopped: wait for the state T.
+	for until := time.Now().Add(10 * time.Second); !stopped(proc.Pid); {
+		if time.Now().After(until) {
+			t.Fatal("mariadbd did not stop within 10s of SIGSTOP")
+		}
+	}
 	resumed := false
 	defer func() {
 		if !resumed {
@@ -238,4 +245,23 @@ func level(t *testing.T, s *mysql.Store, ref ledger.BucketRef) decimal.Decimal {
 		t.Fatal(err)
 	}
 	return snap.State.Level.Decimal()
+}
+
+// stopped says whether every thread of process pid is stopped (state T).
+func stopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }

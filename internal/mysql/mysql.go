@@ -200,6 +200,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if s.timeout <= 0 {
 		return nil, fmt.Errorf("mysql: timeout %s: must be positive", s.timeout)
 	}
+	// Establishing a connection (dial and handshake) is part of a call, so
+	// it cannot take longer than the call's bound either.
+	cfg.Timeout = min(cfg.Timeout, s.timeout)
 	cfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(max(1, int(s.lockWait/time.Second)))
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
