@@ -8,7 +8,9 @@
 //   - redis: one EVALSHA per request of a trivial integer leaky-bucket Lua
 //     script (the floor for the Redis store);
 //   - postgres: one INSERT … ON CONFLICT DO UPDATE … RETURNING per request
-//     through pgxpool (the floor for the PostgreSQL store).
+//     through pgxpool (the floor for the PostgreSQL store);
+//   - mysql: one INSERT … ON DUPLICATE KEY UPDATE per request through a
+//     database/sql pool (the floor for the MySQL store).
 //
 // PUT and DELETE /v1/limits/{name} answer 200 and 204 without doing anything,
 // so that budgetload drives it unchanged (with --mix fillup=100 --verify=false).
@@ -32,9 +34,14 @@ import (
 	"syscall"
 	"time"
 
+	"database/sql"
+
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	goredis "github.com/redis/go-redis/v9"
+
+	budgetmysql "github.com/budgetd/budgetd/internal/mysql"
 )
 
 func main() {
@@ -59,9 +66,9 @@ const (
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
-	mode := fs.String("mode", "echo", "echo, redis or postgres")
+	mode := fs.String("mode", "echo", "echo, redis, postgres or mysql")
 	addr := fs.String("addr", "127.0.0.1:8081", "listen address")
-	store := fs.String("store", "", "redis://… or postgres://… for those modes")
+	store := fs.String("store", "", "redis://…, postgres://… or mysql://… for those modes")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,8 +90,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		defer closeFn()
 		decide = d
+	case "mysql":
+		d, closeFn, err := mysqlDecider(ctx, *store)
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		decide = d
 	default:
-		return fmt.Errorf("--mode %q: want echo, redis or postgres", *mode)
+		return fmt.Errorf("--mode %q: want echo, redis, postgres or mysql", *mode)
 	}
 
 	e := echo.New()
@@ -212,4 +226,40 @@ func postgresDecider(ctx context.Context, url string) (decider, func(), error) {
 		err := pool.QueryRow(ctx, upsert, name, key, strconv.FormatInt(cost, 10), capS, leakS).Scan(&level)
 		return err == nil, level, err
 	}, pool.Close, nil
+}
+
+// mysqlUpsert leaks by whole seconds since the last charge and adds the cost
+// if it fits. MySQL has no RETURNING for an update, so the level is not read
+// back: the one statement is all the work, as in the other modes.
+const mysqlUpsert = `
+INSERT INTO baseline_bucket (name, ` + "`key`" + `, level, updated) VALUES (?, ?, ?, NOW(6))
+ON DUPLICATE KEY UPDATE
+  level = IF(GREATEST(0, level - ? * TIMESTAMPDIFF(MICROSECOND, updated, NOW(6)) / 1000000) + VALUES(level) <= ?,
+             GREATEST(0, level - ? * TIMESTAMPDIFF(MICROSECOND, updated, NOW(6)) / 1000000) + VALUES(level),
+             level),
+  updated = NOW(6)`
+
+func mysqlDecider(ctx context.Context, url string) (decider, func(), error) {
+	cfg, err := budgetmysql.ParseURL(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--store: %w", err)
+	}
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--store: %w", err)
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxIdleConns(64)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS baseline_bucket (
+		name VARCHAR(191) NOT NULL, `+"`key`"+` VARCHAR(191) NOT NULL, level DECIMAL(40,18) NOT NULL,
+		updated DATETIME(6) NOT NULL, PRIMARY KEY (name, `+"`key`"+`))`); err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("create table: %w", err)
+	}
+	return func(ctx context.Context, name, key string, cost int64) (bool, string, error) {
+		_, err := db.ExecContext(ctx, mysqlUpsert, name, key, cost, leakPerSecond, capacity, leakPerSecond)
+		// With budgetload's capacity every call fits; the level is not read
+		// back (see mysqlUpsert), so the answer carries the cost charged.
+		return err == nil, strconv.FormatInt(cost, 10), err
+	}, func() { db.Close() }, nil
 }
