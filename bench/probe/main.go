@@ -3,6 +3,8 @@
 //
 //	probe memsize [-n 1000000]   bytes per idle bucket of the memory store, in process
 //	probe pgsize URL             pg_database_size after VACUUM
+//	probe mysqlsize URL          data_length + index_length of the database's
+//	                             tables after ANALYZE TABLE (MySQL/MariaDB)
 //	probe pgreset URL            pg_stat_statements_reset()
 //	probe pgstats URL            the statements that took the most time since the reset
 //	probe redismem URL           INFO memory used_memory
@@ -43,7 +45,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe memsize|pgsize|pgreset|pgstats|redismem|redisreset|redisstats|evalsha|pgbench|webhooklat …")
+		fmt.Fprintln(os.Stderr, "usage: probe memsize|pgsize|mysqlsize|pgreset|pgstats|redismem|redisreset|redisstats|evalsha|pgbench|webhooklat …")
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -61,6 +63,8 @@ func main() {
 		err = memsize(os.Args[2:])
 	case "pgsize":
 		err = pgsize(ctx, arg())
+	case "mysqlsize":
+		err = mysqlsize(ctx, arg(), os.Stdout)
 	case "pgreset":
 		err = pgExec(ctx, arg(), "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()")
 	case "pgstats":
