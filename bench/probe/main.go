@@ -5,6 +5,8 @@
 //	probe pgsize URL             pg_database_size after VACUUM
 //	probe mysqlsize URL          data_length + index_length of the database's
 //	                             tables after ANALYZE TABLE (MySQL/MariaDB)
+//	probe mysqlreset URL         empties performance_schema's statement digests
+//	probe mysqlstats URL         the statements that took the most time since the reset
 //	probe pgreset URL            pg_stat_statements_reset()
 //	probe pgstats URL            the statements that took the most time since the reset
 //	probe redismem URL           INFO memory used_memory
@@ -45,7 +47,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe memsize|pgsize|mysqlsize|pgreset|pgstats|redismem|redisreset|redisstats|evalsha|pgbench|webhooklat …")
+		fmt.Fprintln(os.Stderr, "usage: probe memsize|pgsize|mysqlsize|mysqlreset|mysqlstats|pgreset|pgstats|redismem|redisreset|redisstats|evalsha|pgbench|webhooklat …")
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -65,6 +67,10 @@ func main() {
 		err = pgsize(ctx, arg())
 	case "mysqlsize":
 		err = mysqlsize(ctx, arg(), os.Stdout)
+	case "mysqlreset":
+		err = mysqlreset(ctx, arg())
+	case "mysqlstats":
+		err = mysqlstats(ctx, arg(), os.Stdout)
 	case "pgreset":
 		err = pgExec(ctx, arg(), "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()")
 	case "pgstats":

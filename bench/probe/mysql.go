@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 
@@ -19,15 +20,10 @@ import (
 // counterpart of pgsize: scripts/bench takes it before and after populating N
 // buckets and reports the difference over N.
 func mysqlsize(ctx context.Context, url string, out io.Writer) error {
-	cfg, err := budgetmysql.ParseURL(url)
+	db, err := openMySQL(url)
 	if err != nil {
 		return err
 	}
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		return err
-	}
-	db := sql.OpenDB(conn)
 	defer db.Close()
 	rows, err := db.QueryContext(ctx, `SELECT table_name FROM information_schema.TABLES
 		WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE' ORDER BY table_name`)
@@ -75,4 +71,68 @@ func mysqlsize(ctx context.Context, url string, out io.Writer) error {
 	}
 	_, err = fmt.Fprintln(out, n)
 	return err
+}
+
+// openMySQL opens a pool on a mysql:// URL as budgetd parses it.
+func openMySQL(url string) (*sql.DB, error) {
+	cfg, err := budgetmysql.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(conn), nil
+}
+
+// mysqlreset empties performance_schema's statement digests, so that
+// mysqlstats shows one run's statements only.
+func mysqlreset(ctx context.Context, url string) error {
+	db, err := openMySQL(url)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, "TRUNCATE TABLE performance_schema.events_statements_summary_by_digest")
+	return err
+}
+
+// mysqlstats prints the statements that took the most time since the last
+// mysqlreset, from performance_schema's digests (each statement of a
+// multi-statement call is its own): MariaDB's own profile, the counterpart
+// of pgstats. The server must run with performance_schema on.
+func mysqlstats(ctx context.Context, url string, out io.Writer) error {
+	db, err := openMySQL(url)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var on bool
+	if err := db.QueryRowContext(ctx, "SELECT @@performance_schema").Scan(&on); err != nil {
+		return err
+	}
+	if !on {
+		return errors.New("performance_schema is off: start the server with --performance-schema=ON")
+	}
+	// Timers are in picoseconds.
+	rows, err := db.QueryContext(ctx, `SELECT COUNT_STAR, ROUND(SUM_TIMER_WAIT / 1e9, 1), ROUND(AVG_TIMER_WAIT / 1e6, 1),
+		ROUND(SUM_ROWS_EXAMINED / GREATEST(COUNT_STAR, 1), 1), ROUND(SUM_ROWS_AFFECTED / GREATEST(COUNT_STAR, 1), 1),
+		REGEXP_REPLACE(LEFT(COALESCE(DIGEST_TEXT, '?'), 110), '\\s+', ' ')
+		FROM performance_schema.events_statements_summary_by_digest WHERE COUNT_STAR > 0
+		ORDER BY SUM_TIMER_WAIT DESC LIMIT 12`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	fmt.Fprintf(out, "%9s %10s %9s %9s %9s  %s\n", "calls", "total ms", "mean µs", "rows exam", "rows aff", "statement")
+	for rows.Next() {
+		var calls int64
+		var total, mean, examined, affected, q string
+		if err := rows.Scan(&calls, &total, &mean, &examined, &affected, &q); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%9d %10s %9s %9s %9s  %s\n", calls, total, mean, examined, affected, q)
+	}
+	return rows.Err()
 }

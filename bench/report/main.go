@@ -358,35 +358,7 @@ func main() {
 			kr.tRatio = kr.thresholds.tput() / kr.leaky.tput()
 			kinds = append(kinds, kr)
 		}
-		sr := scaleRow{store: st, perBucket: math.NaN(), manyN: meta["buckets"]}
-		n, _ := strconv.ParseFloat(meta["buckets"], 64)
-		switch st {
-		case "memory":
-			var m struct {
-				PerBucket float64 `json:"bytes_per_bucket"`
-			}
-			if json.Unmarshal([]byte(readText(filepath.Join(dir, "memsize.json"))), &m) == nil && m.PerBucket > 0 {
-				sr.perBucket, sr.method = m.PerBucket, "Go heap growth after GC, in process (`probe memsize`)"
-			}
-		default:
-			before, err1 := strconv.ParseFloat(readText(filepath.Join(dir, "mem-before.txt")), 64)
-			after, err2 := strconv.ParseFloat(readText(filepath.Join(dir, "mem-after.txt")), 64)
-			if err1 == nil && err2 == nil && n > 0 {
-				sr.perBucket = (after - before) / n
-				sr.method = map[string]string{"redis": "INFO used_memory delta", "postgres": "pg_database_size delta after VACUUM",
-					"mysql": "data_length + index_length delta after ANALYZE TABLE (`probe mysqlsize`)"}[st]
-			}
-		}
-		var pop struct {
-			Seconds float64 `json:"seconds"`
-		}
-		if json.Unmarshal([]byte(readText(filepath.Join(dir, "populate.json"))), &pop) == nil {
-			sr.populateSecond = pop.Seconds
-		}
-		sr.many = load(filepath.Join(dir, "scale"), meta["buckets"])
-		sr.few = load(filepath.Join(dir, "scale"), "1000")
-		sr.ratio = sr.many.tput() / sr.few.tput()
-		scales = append(scales, sr)
+		scales = append(scales, readScale(dir, st, meta))
 	}
 
 	if err := os.WriteFile(*mdPath, []byte(markdown(meta, rows, scales, kinds, skipped, *results, *notes, peersSection)), 0o644); err != nil {
@@ -397,6 +369,41 @@ func main() {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
+}
+
+// readScale reads a store's memory per idle bucket (the before and after
+// figures of its probe, or memory's memsize.json) and its runs over many
+// existing keys against few, from its directory of the results.
+func readScale(dir, st string, meta map[string]string) scaleRow {
+	sr := scaleRow{store: st, perBucket: math.NaN(), manyN: meta["buckets"]}
+	n, _ := strconv.ParseFloat(meta["buckets"], 64)
+	switch st {
+	case "memory":
+		var m struct {
+			PerBucket float64 `json:"bytes_per_bucket"`
+		}
+		if json.Unmarshal([]byte(readText(filepath.Join(dir, "memsize.json"))), &m) == nil && m.PerBucket > 0 {
+			sr.perBucket, sr.method = m.PerBucket, "Go heap growth after GC, in process (`probe memsize`)"
+		}
+	default:
+		before, err1 := strconv.ParseFloat(readText(filepath.Join(dir, "mem-before.txt")), 64)
+		after, err2 := strconv.ParseFloat(readText(filepath.Join(dir, "mem-after.txt")), 64)
+		if err1 == nil && err2 == nil && n > 0 {
+			sr.perBucket = (after - before) / n
+			sr.method = map[string]string{"redis": "INFO used_memory delta", "postgres": "pg_database_size delta after VACUUM",
+				"mysql": "data_length + index_length delta after ANALYZE TABLE (`probe mysqlsize`)"}[st]
+		}
+	}
+	var pop struct {
+		Seconds float64 `json:"seconds"`
+	}
+	if json.Unmarshal([]byte(readText(filepath.Join(dir, "populate.json"))), &pop) == nil {
+		sr.populateSecond = pop.Seconds
+	}
+	sr.many = load(filepath.Join(dir, "scale"), meta["buckets"])
+	sr.few = load(filepath.Join(dir, "scale"), "1000")
+	sr.ratio = sr.many.tput() / sr.few.tput()
+	return sr
 }
 
 func f0(v float64) string {
@@ -585,7 +592,8 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 	}
 	if prof.Len() > 0 {
 		w("\n## The stores' own profiles\n\nWhat the server spent its time on during run 1 of each case: Redis's `INFO commandstats` (µs per script call), ")
-		w("PostgreSQL's `pg_stat_statements` (with `track=all`, so the statements inside budgetd's functions are listed too). Both are reset before each run.\n\n%s", prof.String())
+		w("PostgreSQL's `pg_stat_statements` (with `track=all`, so the statements inside budgetd's functions are listed too), ")
+		w("MariaDB's `performance_schema` statement digests (each statement of budgetd's multi-statement write is its own). Each is reset before each run.\n\n%s", prof.String())
 	}
 	if notesPath != "" {
 		if n := readText(notesPath); n != "" {

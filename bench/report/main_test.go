@@ -188,3 +188,62 @@ func TestOverridesInReport(t *testing.T) {
 		t.Error("a section without any store's runs")
 	}
 }
+
+// A MySQL row: its ratio against the one-upsert baseline with its target
+// (1×, spread and hot), MariaDB's version in the machine table, mariadbd's
+// CPU in "Where the CPU goes", and the bytes per idle bucket from probe
+// mysqlsize's figures before and after the buckets were populated.
+func TestMySQLInReport(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("mysql/spread/budgetd-1.json", `{"ops_per_second":3000,"ops":30000,"latency":{"p50_ms":10,"p99_ms":40},"verify":{"ok":true}}`)
+	write("mysql/spread/budgetd-1.cpu", "service=300\nstore=900\nload=150\nseconds=10\nhz=100\n")
+	write("mysql/spread/baseline-1.json", `{"ops_per_second":2500,"ops":25000,"latency":{"p50_ms":12,"p99_ms":30}}`)
+	write("mysql/hot/budgetd-1.json", `{"ops_per_second":800,"ops":8000,"latency":{"p50_ms":50,"p99_ms":200}}`)
+	write("mysql/hot/baseline-1.json", `{"ops_per_second":1000,"ops":10000,"latency":{"p50_ms":40,"p99_ms":90}}`)
+	write("mysql/mem-before.txt", "1000000\n")
+	write("mysql/mem-after.txt", "3000000\n")
+	meta := map[string]string{"buckets": "10000", "mariadb": "10.11.19-MariaDB-0+deb12u1"}
+	var rows []row
+	for _, mode := range []string{"spread", "hot"} {
+		r := row{store: "mysql", mode: mode, bd: load(filepath.Join(dir, "mysql", mode), "budgetd"), bl: load(filepath.Join(dir, "mysql", mode), "baseline")}
+		r.ratio, r.p99Ratio = r.bd.tput()/r.bl.tput(), r.bd.p99()/r.bl.p99()
+		rows = append(rows, r)
+	}
+	scale := readScale(filepath.Join(dir, "mysql"), "mysql", meta)
+	md := markdown(meta, rows, []scaleRow{scale}, nil, map[string]string{}, dir, "", "")
+	for _, line := range []string{
+		"| MariaDB | 10.11.19-MariaDB-0+deb12u1 |",
+		"| mysql | spread | 3000 | 2500 | **1.20** | 10.00 / 40.00 | 12.00 / 30.00 | 1.33 | 0 | ok ×1 |",
+		"| mysql spread: throughput ≥ 1.00× the one upsert per request (database/sql) | 1.20× | met |",
+		"| mysql hot: throughput ≥ 1.00× the one upsert per request (database/sql) | 0.80× | **missed** |",
+		"| mysql hot: p99 ≤ 2× the baseline's | 2.22× (200.00 ms vs 90.00 ms) | **missed** |",
+		"| mysql | spread | budgetd | 3000 | 100 | 300 | 50 | **450** |",
+		"| mysql | 200 | data_length + index_length delta after ANALYZE TABLE (`probe mysqlsize`) |",
+		"MySQL ↔ one `INSERT … ON DUPLICATE KEY UPDATE",
+	} {
+		if !strings.Contains(md, line) {
+			t.Errorf("no %q in:\n%s", line, md)
+		}
+	}
+	svg := chart(rows, meta)
+	if !strings.Contains(svg, "<title>mysql spread: 1.20×</title>") {
+		t.Errorf("no MySQL bar in the ratio panel:\n%s", svg)
+	}
+	// A MariaDB that did not start is a skipped row, and its targets are
+	// said to be unmeasured.
+	md = markdown(meta, nil, nil, nil, map[string]string{"mysql": "MariaDB did not start: mariadbd not found"}, dir, "", "")
+	for _, line := range []string{"| mysql | — | skipped: MariaDB did not start: mariadbd not found |", "| mysql: every target | skipped | not measured |"} {
+		if !strings.Contains(md, line) {
+			t.Errorf("no %q in:\n%s", line, md)
+		}
+	}
+}
