@@ -229,6 +229,7 @@ func TestMySQLInReport(t *testing.T) {
 		"| mysql | spread | budgetd | 3000 | 100 | 300 | 50 | **450** |",
 		"| mysql | 200 | data_length + index_length delta after ANALYZE TABLE (`probe mysqlsize`) |",
 		"MySQL ↔ one `INSERT … ON DUPLICATE KEY UPDATE",
+		"MySQL's throughput target is parity with its one-upsert baseline",
 	} {
 		if !strings.Contains(md, line) {
 			t.Errorf("no %q in:\n%s", line, md)
