@@ -353,6 +353,12 @@ func prunable(l ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time
 	if set != nil && set.Len() > 0 && set.Effective(l, b.key, now).Override != "" {
 		return false
 	}
+	st := b.state
+	if set != nil && set.Len() > 0 {
+		// Its level at now under the limit's rule counts from the end of
+		// the last override that applied to it (settleExpiries).
+		st, _ = set.SettleExpiries(l, b.key, st, now)
+	}
 	if len(b.grants) > 0 && ledger.ActiveGrants(b.grants, now).Sign() > 0 {
 		return false
 	}
@@ -364,7 +370,7 @@ func prunable(l ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time
 			return false
 		}
 	}
-	d := bucket.CanAccept(l.Rule(), b.state, now, bucket.Amount{})
+	d := bucket.CanAccept(l.Rule(), st, now, bucket.Amount{})
 	return d.Level.Sign() == 0 && d.Held.Sign() == 0
 }
 
