@@ -339,7 +339,8 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 
 // prunable says whether bucket b of limit l (with its overrides set) may be
 // deleted at now, by the rules of the PostgreSQL store (budgetd_prune_buckets)
-// and the memory store: it was written, is empty at now, has no hold (an
+// and the memory store: it was written, is empty at now (settled at the
+// end of any temporary rule change since its write), has no hold (an
 // expired one is recorded first), no active grant, no reached threshold
 // mark its next write must see, and no override applies to its key (its own
 // terms decide when it is empty), and it may not pass rollover on
