@@ -14,9 +14,9 @@ import (
 // terms returns l as it applies to the bucket b of key at now (b nil for
 // a bucket not looked up, or not stored), first settling b through the
 // ends of temporary rule changes since its last write (settleExpiries):
-// with the override that resolves
-// for it (overrideSet.Effective, as ledger.Overrides resolves), the rollover it receives
-// (ledger.CarryAt, ledger.Limit.WithRollover) and its active grants
+// with the override that resolves for it (overrideSet.Effective, as
+// ledger.Overrides resolves), the rollover it receives (ledger.CarryAt,
+// ledger.Limit.WithRollover) and its active grants
 // (ledger.Limit.WithGrants) added to its capacity. The caller holds
 // limitsMu for reading, and b's shard lock when b is not nil.
 func (s *Store) terms(l ledger.Limit, key string, b *bucketRec, now time.Time) ledger.Limit {

@@ -354,8 +354,9 @@ func (v *view) terms(i int) {
 
 // termsAt returns base, a limit as stored, as it applies to bucket b at now
 // (memory.Store.terms), first settling b's state through the ends of
-// temporary rule changes since its last write (settleExpiries): with the override of set that resolves for b's key
-// (ledger.Overrides.Effective), the rollover b receives (ledger.CarryAt, with
+// temporary rule changes since its last write (settleExpiries): with the
+// override of set that resolves for b's key (ledger.Overrides.Effective),
+// the rollover b receives (ledger.CarryAt, with
 // the capacity of the override in force at the period's last microsecond;
 // ledger.Limit.WithRollover) and its active grants (ledger.Limit.WithGrants)
 // added to its capacity.

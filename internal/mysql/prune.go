@@ -355,7 +355,7 @@ func prunable(l ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time
 		return false
 	}
 	st := b.state
-	if set != nil && set.Len() > 0 {
+	if set.Len() > 0 {
 		// Its level at now under the limit's rule counts from the end of
 		// the last override that applied to it (settleExpiries).
 		st, _ = set.SettleExpiries(l, b.key, st, now)
