@@ -422,11 +422,14 @@ func (s *overrideSet) Resolve(key string, now time.Time) (ledger.Override, bool)
 // override of s changes a rule. It is the same first test SettleExpiries
 // makes, without building an Override: nothing is allocated, and a set
 // without an expiring override, or a bucket written since the latest
-// expiry, costs two comparisons.
+// expiry, costs two comparisons, inlined. s is not nil.
 func (s *overrideSet) mayExpire(key string, updated int64, now time.Time) bool {
-	if s == nil || s.rules == 0 || s.expiring == 0 || updated >= s.lastExpiry {
-		return false
-	}
+	return s.rules != 0 && s.expiring != 0 && updated < s.lastExpiry && s.expiredAt(key, updated, now)
+}
+
+// expiredAt is the rest of mayExpire: the override that applied to key at
+// updated has an expiry, by now.
+func (s *overrideSet) expiredAt(key string, updated int64, now time.Time) bool {
 	i := s.resolve(key, time.UnixMicro(updated))
 	if i == 0 {
 		return false
