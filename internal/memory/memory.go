@@ -438,7 +438,9 @@ func snapshot(l ledger.Limit, b *bucketRec, now time.Time) ledger.Snapshot {
 	return ledger.Snapshot{Limit: l, State: b.state(), Now: now}
 }
 
-// Inspect returns a bucket's state without writing anything.
+// Inspect returns a bucket's state without writing anything but the
+// settling at the end of a temporary rule change that any call on the
+// bucket makes first (terms), which changes no answer.
 func (s *Store) Inspect(_ context.Context, ref ledger.BucketRef) (ledger.Snapshot, error) {
 	s.limitsMu.RLock()
 	defer s.limitsMu.RUnlock()

@@ -19,6 +19,14 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestOverrideExpiry(t *testing.T) {
+	factory := func(t *testing.T, clock *ledgertest.Clock) ledger.Store {
+		return memory.New(memory.WithClock(clock.Now))
+	}
+	ledgertest.RunOverrideExpiry(t, factory)
+	ledgertest.RunOverrideExpiryChanges(t, factory)
+}
+
 // BenchmarkMemoryPerRecord reports the heap cost of what the store keeps: a
 // bucket with a level (one Fillup each, history off), and an idempotency
 // record (the same, with an Idempotency-Key).

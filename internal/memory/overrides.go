@@ -12,14 +12,19 @@ import (
 )
 
 // terms returns l as it applies to the bucket b of key at now (b nil for
-// a bucket not looked up, or not stored): with the override that resolves
-// for it (overrideSet.Effective, as ledger.Overrides resolves), the rollover it receives
-// (ledger.CarryAt, ledger.Limit.WithRollover) and its active grants
+// a bucket not looked up, or not stored), first settling b through the
+// ends of temporary rule changes since its last write (settleExpiries):
+// with the override that resolves for it (overrideSet.Effective, as
+// ledger.Overrides resolves), the rollover it receives (ledger.CarryAt,
+// ledger.Limit.WithRollover) and its active grants
 // (ledger.Limit.WithGrants) added to its capacity. The caller holds
 // limitsMu for reading, and b's shard lock when b is not nil.
 func (s *Store) terms(l ledger.Limit, key string, b *bucketRec, now time.Time) ledger.Limit {
 	raw, set := l, s.overrides[l.Name]
 	if set.Len() > 0 {
+		if b != nil && b.updated != 0 && set.mayExpire(key, b.updated, now) {
+			s.settleExpiries(raw, set, key, b, now)
+		}
 		l = set.Effective(l, key, now)
 	}
 	if l.Rollover != nil && b != nil && b.updated != 0 {
@@ -35,6 +40,20 @@ func (s *Store) terms(l ledger.Limit, key string, b *bucketRec, now time.Time) l
 		}
 	}
 	return l
+}
+
+// settleExpiries settles b, key's bucket of the limit l (without its
+// overrides), at each expiry since its last write at which the override in
+// force ended and the rule changed (ledger.SettleExpiries), as a PUT of the
+// limit at that instant would have: the store writes nothing at an expiry,
+// so whichever call next looks at the bucket under its terms (a decision, a
+// read, the sweeper, a change of terms) settles it first, and every later
+// reading of it is the same. The holds the switches expired are recorded as
+// every expired hold is (apply); the rollover carry stays as stored. The
+// caller holds limitsMu for reading and b's shard lock.
+func (s *Store) settleExpiries(l ledger.Limit, set *overrideSet, key string, b *bucketRec, now time.Time) {
+	ns, expired := ledger.SettleExpiries(set, l, key, b.state(), now)
+	s.apply(l, &s.shards[s.shardOf(ledger.BucketRef{Limit: l.Name, Key: key})], b, ns, expired)
 }
 
 // ServesRollover marks the memory store as a ledger.RolloverStore.

@@ -47,3 +47,63 @@ func TestSweepUnderOverrides(t *testing.T) {
 		t.Fatalf("slow after the sweep: %+v %v", st, err)
 	}
 }
+
+// expiryEnv is a memory store with a leaky limit "l" (capacity 100, 10 an
+// hour, with history or not) and a temporary override of key "k" leaking 1 an hour
+// until t0+2h; "k" was charged 50 at t0. Settled at its expiry, "k" is at
+// 48 then and leaks 10 an hour after it.
+type expiryEnv struct {
+	t     *testing.T
+	clock *ledgertest.Clock
+	s     *memory.Store
+	svc   *ledger.Service
+	t0    time.Time
+}
+
+func newExpiryEnv(t *testing.T, history bool) *expiryEnv {
+	t.Helper()
+	clock := ledgertest.NewClock()
+	s := memory.New(memory.WithClock(clock.Now))
+	e := &expiryEnv{t: t, clock: clock, s: s, svc: ledger.NewService(s), t0: clock.Now()}
+	if _, err := e.svc.PutLimit(t.Context(), "l", ledger.LimitSpec{Capacity: decimal.NewFromInt(100), LeakAmount: decimal.NewFromInt(10), LeakPer: time.Hour, History: history}); err != nil {
+		t.Fatal(err)
+	}
+	e.put(ledger.Override{Pattern: "k", LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour, ExpiresAt: e.t0.Add(2 * time.Hour)})
+	if _, err := e.svc.Fillup(t.Context(), []ledger.Item{{Bucket: ledger.BucketRef{Limit: "l", Key: "k"}, Cost: decimal.NewFromInt(50)}}, ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *expiryEnv) put(o ledger.Override) {
+	e.t.Helper()
+	if _, err := e.svc.PutOverride(e.t.Context(), "l", o); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// level checks the level of "k" at t0+at.
+func (e *expiryEnv) level(at time.Duration, want string) {
+	e.t.Helper()
+	e.clock.Set(e.t0.Add(at))
+	st, err := e.svc.Bucket(e.t.Context(), ledger.BucketRef{Limit: "l", Key: "k"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !st.Level.Decimal().Equal(decimal.RequireFromString(want)) {
+		e.t.Fatalf("level at t0+%s = %s, want %s", at, st.Level, want)
+	}
+}
+
+// TestSweepKeepsExpiredOverride: the sweeper settles a bucket at the end of
+// its temporary slow leak before it judges it empty. Unsettled, 50 charged
+// under 1/h would read as 0 under the limit's 10/h after 5h and be pruned.
+func TestSweepKeepsExpiredOverride(t *testing.T) {
+	e := newExpiryEnv(t, false) // nothing but its level keeps it
+	e.clock.Set(e.t0.Add(5 * time.Hour))
+	e.s.Sweep()
+	if e.s.Buckets() != 1 {
+		t.Fatalf("the sweep pruned the bucket: %d buckets", e.s.Buckets())
+	}
+	e.level(5*time.Hour, "18") // 48 at t0+2h, 3h at 10/h
+}

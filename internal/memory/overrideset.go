@@ -45,6 +45,13 @@ type overrideSet struct {
 	// rules counts the overrides that change a rule (a leak rate, a zone
 	// or start day, a window length), expired ones included.
 	rules int
+	// expiring counts the overrides with an expiry, expired ones included,
+	// and lastExpiry is the latest expiry ever put (Unix microseconds,
+	// never lowered): a bucket written at or after it, or in a set without
+	// both an expiring override and one that changes a rule, has no end of
+	// a temporary rule change to settle (mayExpire).
+	expiring   int
+	lastExpiry int64
 }
 
 // overrideRec is one override, without pointers. Indexes into recs are
@@ -141,12 +148,19 @@ func (s *overrideSet) Put(o ledger.Override) {
 	if r.flags&flagRule != 0 {
 		s.rules--
 	}
+	if r.flags&flagExpires != 0 {
+		s.expiring--
+	}
 	r.flags &= flagLive | flagPrefix
 	if changesRule(o) {
 		r.flags |= flagRule
 		s.rules++
 	}
 	delete(s.odd, i-1)
+	if !o.ExpiresAt.IsZero() {
+		s.expiring++
+		s.lastExpiry = max(s.lastExpiry, o.ExpiresAt.UnixMicro())
+	}
 	if !s.encode(r, o) {
 		r.flags |= flagOdd
 		if s.odd == nil {
@@ -331,6 +345,9 @@ func (s *overrideSet) Delete(pattern string) bool {
 	if s.recs[i-1].flags&flagRule != 0 {
 		s.rules--
 	}
+	if s.recs[i-1].flags&flagExpires != 0 {
+		s.expiring--
+	}
 	if n := s.recs[i-1].plen; n > inlinePattern {
 		s.garbage += int(n)
 	}
@@ -387,6 +404,38 @@ func (s *overrideSet) resolve(key string, now time.Time) uint32 {
 		}
 	}
 	return 0
+}
+
+// Resolve returns the override that applies to key at now, as
+// ledger.Overrides.Resolve does: s is a ledger.Resolver, for
+// ledger.SettleExpiries.
+func (s *overrideSet) Resolve(key string, now time.Time) (ledger.Override, bool) {
+	if i := s.resolve(key, now); i != 0 {
+		return s.override(i - 1), true
+	}
+	return ledger.Override{}, false
+}
+
+// mayExpire reports whether ledger.SettleExpiries has anything to settle
+// for key's bucket last written at updated (Unix microseconds, not 0): the
+// override that applied to it then has an expiry, by now, and some
+// override of s changes a rule. It is the same first test SettleExpiries
+// makes, without building an Override: nothing is allocated, and a set
+// without an expiring override, or a bucket written since the latest
+// expiry, costs two comparisons, inlined. s is not nil.
+func (s *overrideSet) mayExpire(key string, updated int64, now time.Time) bool {
+	return s.rules != 0 && s.expiring != 0 && updated < s.lastExpiry && s.expiredAt(key, updated, now)
+}
+
+// expiredAt is the rest of mayExpire: the override that applied to key at
+// updated has an expiry, by now.
+func (s *overrideSet) expiredAt(key string, updated int64, now time.Time) bool {
+	i := s.resolve(key, time.UnixMicro(updated))
+	if i == 0 {
+		return false
+	}
+	r := &s.recs[i-1]
+	return r.flags&flagExpires != 0 && r.expires <= now.UnixMicro()
 }
 
 // Effective returns l as it applies to key at now: with the override that

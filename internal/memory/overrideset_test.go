@@ -80,6 +80,10 @@ func TestOverrideSetMatchesLedger(t *testing.T) {
 		if step%50 != 0 {
 			continue
 		}
+		rules := false
+		for _, o := range want.List("", want.Len(), time.Time{}) {
+			rules = rules || changesRule(o)
+		}
 		for _, k := range append(keys, fmt.Sprintf("gen-%d", rng.IntN(3000)), fmt.Sprintf("gen-%d-x", rng.IntN(3000))) {
 			for _, d := range []time.Duration{0, 499 * time.Microsecond, 500*time.Microsecond - time.Nanosecond, 500 * time.Microsecond, time.Second} {
 				now := base.Truncate(time.Microsecond).Add(d)
@@ -87,6 +91,18 @@ func TestOverrideSetMatchesLedger(t *testing.T) {
 				i := got.resolve(k, now)
 				if wok != (i != 0) || wok && !sameOverride(w, got.override(i-1)) {
 					t.Fatalf("step %d: resolve(%q, +%s) = %d, want %+v %v", step, k, d, i, w, wok)
+				}
+				if g, gok := got.Resolve(k, now); gok != wok || wok && !sameOverride(w, g) {
+					t.Fatalf("step %d: Resolve(%q, +%s) = %+v %v, want %+v %v", step, k, d, g, gok, w, wok)
+				}
+				// mayExpire is SettleExpiries' first test: the override in
+				// force at the bucket's write has expired by the read, and
+				// some override changes a rule.
+				for _, later := range []time.Duration{0, 250 * time.Microsecond, time.Second} {
+					wantMay := wok && rules && !w.ExpiresAt.IsZero() && !w.ExpiresAt.After(now.Add(later))
+					if may := got.mayExpire(k, now.UnixMicro(), now.Add(later)); may != wantMay {
+						t.Fatalf("step %d: mayExpire(%q, +%s, +%s) = %v, want %v (override %+v)", step, k, d, later, may, wantMay, w)
+					}
 				}
 			}
 		}

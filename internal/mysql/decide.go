@@ -353,14 +353,17 @@ func (v *view) terms(i int) {
 }
 
 // termsAt returns base, a limit as stored, as it applies to bucket b at now
-// (memory.Store.terms): with the override of set that resolves for b's key
-// (ledger.Overrides.Effective), the rollover b receives (ledger.CarryAt, with
+// (memory.Store.terms), first settling b's state through the ends of
+// temporary rule changes since its last write (settleExpiries): with the
+// override of set that resolves for b's key (ledger.Overrides.Effective),
+// the rollover b receives (ledger.CarryAt, with
 // the capacity of the override in force at the period's last microsecond;
 // ledger.Limit.WithRollover) and its active grants (ledger.Limit.WithGrants)
 // added to its capacity.
 func termsAt(base ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time) ledger.Limit {
 	l := base
 	if set.Len() > 0 {
+		settleExpiries(base, set, b, now)
 		l = set.Effective(base, b.key, now)
 	}
 	if l.Rollover != nil && !b.state.Updated.IsZero() {
@@ -373,6 +376,22 @@ func termsAt(base ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Ti
 		l = l.WithGrants(ledger.ActiveGrants(b.grants, now))
 	}
 	return l
+}
+
+// settleExpiries settles b's state, as read, at each expiry since its last
+// write at which the override in force ended and the rule changed
+// (ledger.SettleExpiries), as a PUT of the limit at that instant would
+// have (memory.Store.settleExpiries): nothing is written at an expiry, so
+// every reading of the bucket settles it first, and the decision that next
+// writes it stores the settled state. Its holds stay in it: the ones that
+// ended by an expiry are ignored by every rule from then on and recorded
+// as expired as any other (the next write's bucket.Expired, the pruner's
+// pruneExpired), so a read still writes nothing. A bucket without an
+// override that expired since its write costs one Resolve.
+func settleExpiries(base ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time) {
+	holds := b.state.Holds
+	b.state, _ = set.SettleExpiries(base, b.key, b.state, now)
+	b.state.Holds = holds
 }
 
 // lockBuckets reads v's bucket rows for update, in the order of their

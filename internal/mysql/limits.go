@@ -177,7 +177,7 @@ func (s *Store) switchBuckets(ctx context.Context, tx *sql.Tx, old limitRow, now
 	for _, b := range bs {
 		v := &view{now: now, limits: []limitRow{old}, base: []ledger.Limit{old.limit}, buckets: []bucketRow{b}, dirty: []bool{false}, entries: make([][]entryRow, 1)}
 		v.terms(0)
-		ns, expired := bucket.Switch(v.limits[0].limit.Rule(), b.state, now)
+		ns, expired := bucket.Switch(v.limits[0].limit.Rule(), v.buckets[0].state, now)
 		v.expire(0, expired)
 		v.set(0, ns)
 		q, args, err := s.writeSQL(v, false, false)

@@ -72,6 +72,18 @@ func TestConformanceReadCommitted(t *testing.T) {
 	ledgertest.Run(t, factory(mysql.ReadCommitted))
 }
 
+// TestOverrideExpiry runs the conformance cases of the end of a temporary
+// rule change, and of the changes of terms after one, at both isolation
+// levels.
+func TestOverrideExpiry(t *testing.T) {
+	for _, iso := range []string{mysql.RepeatableRead, mysql.ReadCommitted} {
+		t.Run(iso, func(t *testing.T) {
+			ledgertest.RunOverrideExpiry(t, factory(iso))
+			ledgertest.RunOverrideExpiryChanges(t, factory(iso))
+		})
+	}
+}
+
 // TestConcurrentFillupsTwoInstances: 50 Fillups of 1 at once on one bucket
 // of capacity 10 holding 1, from two Store instances on one database and the
 // database's own clock, admit exactly 9, and the bucket's level and history

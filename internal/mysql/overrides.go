@@ -142,14 +142,22 @@ func (s *Store) changeTerms(ctx context.Context, limit, pattern string, change f
 			// The bucket's terms before the change, with its rollover and
 			// grants (memory.Store.changeTerms): the carry is kept with it.
 			v := &view{now: now, limits: []limitRow{{id: l.id, rev: l.rev, set: before}}, base: []ledger.Limit{l.limit}, buckets: []bucketRow{b}, dirty: []bool{false}, entries: make([][]entryRow, 1)}
+			// terms settled it at the expiries before now under the
+			// overrides before the change: it is written when that moved
+			// it, even when its rule at now stays, since the overrides
+			// after the change may no longer tell those expiries.
 			v.terms(0)
-			old := v.limits[0].limit
+			old, st := v.limits[0].limit, v.buckets[0].state
 			if old.SameRule(l.set.Effective(l.limit, b.key, now)) {
-				continue
+				if st.Updated.Equal(b.state.Updated) {
+					continue
+				}
+				v.set(0, st)
+			} else {
+				ns, expired := bucket.Switch(old.Rule(), st, now)
+				v.expire(0, expired)
+				v.set(0, ns)
 			}
-			ns, expired := bucket.Switch(old.Rule(), b.state, now)
-			v.expire(0, expired)
-			v.set(0, ns)
 			q, args, err := s.writeSQL(v, false, false)
 			if err != nil {
 				return err

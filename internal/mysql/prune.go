@@ -339,7 +339,8 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 
 // prunable says whether bucket b of limit l (with its overrides set) may be
 // deleted at now, by the rules of the PostgreSQL store (budgetd_prune_buckets)
-// and the memory store: it was written, is empty at now, has no hold (an
+// and the memory store: it was written, is empty at now (settled at the
+// end of any temporary rule change since its write), has no hold (an
 // expired one is recorded first), no active grant, no reached threshold
 // mark its next write must see, and no override applies to its key (its own
 // terms decide when it is empty), and it may not pass rollover on
@@ -353,6 +354,12 @@ func prunable(l ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time
 	if set != nil && set.Len() > 0 && set.Effective(l, b.key, now).Override != "" {
 		return false
 	}
+	st := b.state
+	if set.Len() > 0 {
+		// Its level at now under the limit's rule counts from the end of
+		// the last override that applied to it (settleExpiries).
+		st, _ = set.SettleExpiries(l, b.key, st, now)
+	}
 	if len(b.grants) > 0 && ledger.ActiveGrants(b.grants, now).Sign() > 0 {
 		return false
 	}
@@ -364,7 +371,7 @@ func prunable(l ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time
 			return false
 		}
 	}
-	d := bucket.CanAccept(l.Rule(), b.state, now, bucket.Amount{})
+	d := bucket.CanAccept(l.Rule(), st, now, bucket.Amount{})
 	return d.Level.Sign() == 0 && d.Held.Sign() == 0
 }
 

@@ -397,3 +397,37 @@ func TestDeleteLimitBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestPruneAfterOverrideExpiry: the pruner judges a bucket whose temporary
+// slow leak has ended by its level settled at the expiry: 50 charged under
+// 1 an hour is 49 at the end of that hour, not the 0 that the limit's
+// 100 a second would make of it from the charge on. Once it has leaked empty
+// under the limit's rule, it is pruned.
+func TestPruneAfterOverrideExpiry(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	s, rows := pruneStore(t, clock)
+	svc := ledger.NewService(s)
+	if _, err := svc.PutLimit(ctx, "api", ledger.LimitSpec{Capacity: d("100"), LeakAmount: d("100"), LeakPer: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	t0 := clock.Now()
+	if _, err := svc.PutOverride(ctx, "api", ledger.Override{Pattern: "k", LeakAmount: d("1"), LeakPer: time.Hour, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "api", Key: "k"}, Cost: d("50")}}, ledger.Idempotency{}); err != nil || !out.Accepted {
+		t.Fatalf("fillup: %+v %v", out, err)
+	}
+	clock.Set(t0.Add(time.Hour + 100*time.Millisecond))
+	if st, err := s.Prune(ctx); err != nil || st.EmptyBuckets != 0 || rows("budgetd_buckets") != 1 {
+		t.Fatalf("prune: %+v %v, %d buckets; want the bucket kept", st, err, rows("budgetd_buckets"))
+	}
+	b, err := svc.Bucket(ctx, ledger.BucketRef{Limit: "api", Key: "k"})
+	if err != nil || !b.Level.Decimal().Equal(d("39")) {
+		t.Fatalf("bucket: %+v %v; want 49 at the expiry, then 0.1s at 100/s", b, err)
+	}
+	clock.Set(t0.Add(time.Hour + time.Second))
+	if st, err := s.Prune(ctx); err != nil || st.EmptyBuckets != 1 || rows("budgetd_buckets") != 0 {
+		t.Fatalf("prune: %+v %v, %d buckets; want the empty bucket pruned", st, err, rows("budgetd_buckets"))
+	}
+}
