@@ -84,6 +84,7 @@ DECLARE
     v_olens    int[];    -- the limit's override pattern lengths (limits.override_lens)
     v_orules   boolean;  -- limits.override_rules and override_expiry: whether to look for expiries crossed
     v_oexp     timestamptz;
+    v_ou       overrides;  -- the override in force at the bucket's last write, when one may have expired since
     v_sw       record;   -- the bucket settled at them (budgetd_expiry_switch)
     v_o        overrides;
     v_ovr      text;     -- the pattern of the override that applies, NULL for none
@@ -202,46 +203,57 @@ BEGIN
         END IF;
         v_bfound := coalesce(v_bfound, false);
         v_now := coalesce(p_now, budgetd_clock());
-        -- The bucket settled at the expiries of overrides it crossed since
-        -- its last write (budgetd_settle_expiries, inline), written at once
-        -- so that everything below builds on it; nothing to look at unless
-        -- an override of the limit changes a rule and one expired after it.
-        IF v_orules AND v_oexp > v_bupd THEN
-            IF v_base.id IS NULL THEN
-                SELECT * INTO v_base FROM limits WHERE id = v_lid;
-            END IF;
-            SELECT * INTO v_sw FROM budgetd_expiry_switch(v_base, p_key, v_blevel, v_bupd, v_bidx, v_bsum, v_now);
-            IF v_sw.switched THEN
-                v_blevel := v_sw.level;
-                v_bupd := v_sw.updated_at;
-                v_bidx := NULL;
-                v_bsum := NULL;
-                UPDATE buckets SET level = v_blevel, updated_at = v_bupd, slot_idx = NULL, slot_sum = NULL
-                 WHERE limit_id = v_lid AND key = p_key;
-            END IF;
-        END IF;
         -- The bucket's own terms, when an override applies (budgetd_terms).
         v_l := NULL;
         v_limit := NULL;
         v_ovr := NULL;
-        IF cardinality(v_olens) > 0 THEN
-            v_o := budgetd_override_of(v_lid, v_olens, p_key, v_now);
-            IF v_o.limit_id IS NOT NULL THEN
+        v_o := NULL;
+        v_ou := NULL;
+        IF cardinality(v_olens) > 0 AND v_orules AND v_oexp > v_bupd AND v_bupd <= v_now THEN
+            -- An override of the limit changes a rule and one expired after
+            -- the bucket's last write: the override in force at that write
+            -- (one probe, as usual). Unless it has expired by now it is the
+            -- one in force now too (one more specific and unexpired now was
+            -- unexpired then), and the bucket crossed no expiry.
+            v_ou := budgetd_override_of(v_lid, v_olens, p_key, v_bupd);
+            IF v_ou.expires_at IS NULL OR v_ou.expires_at > v_now THEN
+                v_o := v_ou;
+            ELSE
+                -- It has: the bucket settled at the expiries it crossed
+                -- (budgetd_settle_expiries, inline), written at once so that
+                -- everything below builds on it; then the override of now.
                 IF v_base.id IS NULL THEN
                     SELECT * INTO v_base FROM limits WHERE id = v_lid;
                 END IF;
-                v_l := v_base;
-                v_l := budgetd_with_override(v_l, v_o, v_now);
-                v_cap := v_l.capacity;
-                v_lamt := v_l.leak_amount;
-                v_per := v_l.leak_per_us;
-                v_starts := v_l.period_starts;
-                v_period := budgetd_period_json(v_l);
-                v_wlen := v_l.window_length_us;
-                v_wprec := v_l.window_precision_us;
-                v_ceil := budgetd_ceiling(v_l);
-                v_ovr := v_o.pattern;
+                SELECT * INTO v_sw FROM budgetd_expiry_switch(v_base, p_key, v_blevel, v_bupd, v_bidx, v_bsum, v_now);
+                IF v_sw.switched THEN
+                    v_blevel := v_sw.level;
+                    v_bupd := v_sw.updated_at;
+                    v_bidx := NULL;
+                    v_bsum := NULL;
+                    UPDATE buckets SET level = v_blevel, updated_at = v_bupd, slot_idx = NULL, slot_sum = NULL
+                     WHERE limit_id = v_lid AND key = p_key;
+                END IF;
+                v_o := budgetd_override_of(v_lid, v_olens, p_key, v_now);
             END IF;
+        ELSIF cardinality(v_olens) > 0 THEN
+            v_o := budgetd_override_of(v_lid, v_olens, p_key, v_now);
+        END IF;
+        IF v_o.limit_id IS NOT NULL THEN
+            IF v_base.id IS NULL THEN
+                SELECT * INTO v_base FROM limits WHERE id = v_lid;
+            END IF;
+            v_l := v_base;
+            v_l := budgetd_with_override(v_l, v_o, v_now);
+            v_cap := v_l.capacity;
+            v_lamt := v_l.leak_amount;
+            v_per := v_l.leak_per_us;
+            v_starts := v_l.period_starts;
+            v_period := budgetd_period_json(v_l);
+            v_wlen := v_l.window_length_us;
+            v_wprec := v_l.window_precision_us;
+            v_ceil := budgetd_ceiling(v_l);
+            v_ovr := v_o.pattern;
         END IF;
         -- Then the rollover it receives (budgetd_terms).
         v_roll := NULL;
