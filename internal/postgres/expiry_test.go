@@ -3,12 +3,14 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
+	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 )
 
@@ -202,3 +204,156 @@ func TestOverrideExpiryListPruneAndWrites(t *testing.T) {
 
 // amount is a bucket.Amount as a decimal.
 func amount(a fmt.Stringer) decimal.Decimal { return decimal.RequireFromString(a.String()) }
+
+// TestUpgradeOverrideExpiry: a database whose limits have overrides from
+// before migration 0018 gets limits.override_rules and override_expiry from
+// the overrides it has, so that a bucket written before the upgrade is
+// settled at its override's expiry after it.
+func TestUpgradeOverrideExpiry(t *testing.T) {
+	ctx := context.Background()
+	url := dsn(t)
+	schema := newSchema(t)
+	clock := ledgertest.NewClock()
+	t0 := clock.Now()
+	openAt := func() (*postgres.Store, *ledger.Service) {
+		s, err := postgres.Open(ctx, url, postgres.WithSchema(schema), postgres.WithPruneInterval(0), postgres.WithClock(clock.Now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, ledger.NewService(s)
+	}
+	s, svc := openAt()
+	if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("10"), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"plain", "caps"} {
+		if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("10"), LeakPer: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	overrides := []struct {
+		limit string
+		o     ledger.Override
+	}{
+		{"l", ledger.Override{Pattern: "k", LeakAmount: dec("1"), LeakPer: time.Hour, ExpiresAt: t0.Add(2 * time.Hour)}},
+		{"l", ledger.Override{Pattern: "c", Capacity: decimal.NewNullDecimal(dec("200")), ExpiresAt: t0.Add(5 * time.Hour)}},
+		{"caps", ledger.Override{Pattern: "c", Capacity: decimal.NewNullDecimal(dec("200")), ExpiresAt: t0.Add(5 * time.Hour)}},
+	}
+	for _, o := range overrides {
+		if _, err := svc.PutOverride(ctx, o.limit, o.o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "l", Key: "k"}, Cost: dec("50")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
+		t.Fatalf("Fillup: %+v %v", res, err)
+	}
+	s.Close()
+
+	// The schema as before 0018: without the columns, 0018 not applied.
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, sql := range []string{
+		"ALTER TABLE limits DROP COLUMN override_rules, DROP COLUMN override_expiry",
+		"DELETE FROM budgetd_migrations WHERE version = 18",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+
+	clock.Set(t0.Add(3 * time.Hour))
+	s, svc = openAt()
+	defer s.Close()
+	rows, err := conn.Query(ctx, "SELECT name, override_rules, override_expiry FROM limits ORDER BY name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var name string
+		var rules bool
+		var exp *time.Time
+		if err := rows.Scan(&name, &rules, &exp); err != nil {
+			t.Fatal(err)
+		}
+		got[name] = fmt.Sprint(rules, " ", exp != nil && exp.Equal(t0.Add(5*time.Hour)))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"l": "true true", "caps": "false true", "plain": "false false"}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("limit %s after 0018: override_rules, override_expiry = 5h: %q, want %q", name, got[name], w)
+		}
+	}
+	st, err := svc.Bucket(ctx, ledger.BucketRef{Limit: "l", Key: "k"})
+	if err != nil || !amount(st.Level).Equal(dec("38")) {
+		t.Errorf("bucket after the upgrade: %+v %v, want level 38 (2h at 1/h, 1h at 10/h)", st, err)
+	}
+}
+
+// TestOverrideExpiryConcurrentFillups: Fillups from many goroutines (so
+// coalesced and not) on a bucket that crossed its override's expiry settle
+// it once: every decision builds on the settled level, at both isolation
+// levels.
+func TestOverrideExpiryConcurrentFillups(t *testing.T) {
+	for _, iso := range []string{"read-committed", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			t0 := clock.Now()
+			s := open(t, postgres.WithIsolation(iso), postgres.WithClock(clock.Now), postgres.WithMaxAttempts(100))
+			ctx := context.Background()
+			svc := ledger.NewService(s)
+			if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("10"), LeakPer: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := svc.PutOverride(ctx, "l", ledger.Override{Pattern: "k", LeakAmount: dec("1"), LeakPer: time.Hour, ExpiresAt: t0.Add(2 * time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			r := ledger.BucketRef{Limit: "l", Key: "k"}
+			if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("50")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
+				t.Fatalf("Fillup: %+v %v", res, err)
+			}
+			// 3h: settled 38 (the limit's rule alone: 20); 62 fit, 20 × 3 of them.
+			clock.Set(t0.Add(3 * time.Hour))
+			const n = 20
+			levels := make(chan decimal.Decimal, n)
+			var wg sync.WaitGroup
+			for range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("3")}}, ledger.Idempotency{})
+					if err != nil || !res.Accepted {
+						t.Errorf("Fillup: %+v %v", res, err)
+						return
+					}
+					levels <- amount(res.Items[0].Level)
+				}()
+			}
+			wg.Wait()
+			close(levels)
+			seen := map[string]bool{}
+			for l := range levels {
+				seen[l.String()] = true
+			}
+			for i := 1; i <= n; i++ {
+				if w := dec("38").Add(decimal.NewFromInt(int64(3 * i))); !seen[w.String()] {
+					t.Errorf("no decision left the level at %s (38 + 3 × %d); levels: %v", w, i, seen)
+				}
+			}
+			if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: dec("3")}}, ledger.Idempotency{}); err != nil || res.Accepted {
+				t.Errorf("Fillup past the settled capacity (98 + 3): %+v %v", res, err)
+			}
+		})
+	}
+}
