@@ -10,7 +10,9 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// The listing statements read the tables directly and write nothing. Each is
+// The listing statements read the tables directly and write nothing. A
+// bucket that crossed the expiry of an override that changed its rule is
+// listed settled there (budgetd_expiry_switch), as a decision would see it. Each is
 // one statement, so it sees the limit, its buckets and their holds in one
 // snapshot; a limit that does not exist yields no row at all. Keys are
 // COLLATE "C", so the primary key (limit_id, key) gives byte order and a page
@@ -21,7 +23,8 @@ WITH l AS (SELECT * FROM limits WHERE name = $1),
      t AS (SELECT coalesce($4::timestamptz, date_trunc('microseconds', clock_timestamp())) AS now)
 SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_every, l.period_tz, l.period_start_day,
        l.window_length_us, l.window_precision_us, l.history, l.record_denials, l.mode, l.grace::text, l.thresholds, l.created_at, l.updated_at, t.now,
-       b.key, b.level::text, b.updated_at, hs.amounts, hs.expires, b.slot_idx, b.slot_sum::text[],
+       b.key, coalesce(sx.level, b.level)::text, coalesce(sx.updated_at, b.updated_at), hs.amounts, hs.expires,
+       CASE WHEN sx.switched THEN NULL ELSE b.slot_idx END, CASE WHEN sx.switched THEN NULL ELSE b.slot_sum::text[] END,
        o.pattern, o.capacity::text, o.leak_amount::text, o.leak_per_us, o.period_tz, o.period_start_day, o.window_length_us,
        gs.amount, l.rollover_max::text, ro.received
   FROM l CROSS JOIN t
@@ -31,6 +34,10 @@ SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_ev
          WHERE b.limit_id = l.id AND b.key > $2::text COLLATE "C" AND b.updated_at IS NOT NULL
          ORDER BY b.key
          LIMIT $3) b ON true
+  LEFT JOIN LATERAL (
+        SELECT s.level, s.updated_at, s.switched
+          FROM limits li CROSS JOIN LATERAL budgetd_expiry_switch(li, b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum, t.now) s
+         WHERE li.id = l.id AND b.key IS NOT NULL AND l.override_rules AND l.override_expiry > b.updated_at AND s.switched) sx ON true
   LEFT JOIN LATERAL (
         SELECT array_agg(h.amount::text ORDER BY h.expires_at, h.id) AS amounts,
                array_agg(h.expires_at ORDER BY h.expires_at, h.id) AS expires

@@ -108,3 +108,13 @@ func TestConformanceReadCommitted(t *testing.T) {
 func TestConformanceSerializable(t *testing.T) {
 	ledgertest.Run(t, factory("serializable"))
 }
+
+// The end of a temporary rule change settled at its expires_at
+// (budgetd_expiry_switch), at both isolation levels.
+func TestOverrideExpiryReadCommitted(t *testing.T) {
+	ledgertest.RunOverrideExpiry(t, factory("read-committed"))
+}
+
+func TestOverrideExpirySerializable(t *testing.T) {
+	ledgertest.RunOverrideExpiry(t, factory("serializable"))
+}

@@ -12,6 +12,7 @@ DECLARE
     v_out     jsonb;
     v_now     timestamptz;
     v_l       limits;
+    v_raw     limits;
     v_level   numeric;
     v_entry   bigint;
     v_before  numeric;
@@ -21,9 +22,11 @@ BEGIN
         RETURN v_out;
     END IF;
     v_l := budgetd_limit(p_limit);
+    v_raw := v_l;
     IF v_amount > 0 THEN
         PERFORM budgetd_lock_bucket(v_l.id, p_key);
         v_now := coalesce(p_now, budgetd_clock());
+        PERFORM budgetd_settle_expiries(v_l, p_key, v_now);
         v_l := budgetd_terms(v_l, p_key, v_now);
         SELECT budgetd_level_at(b.level, b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
                                 v_l.window_length_us, v_l.window_precision_us, b.slot_idx, b.slot_sum)
@@ -45,7 +48,7 @@ BEGIN
         v_l := budgetd_terms(v_l, p_key, v_now);
     END IF;
     v_out := jsonb_build_object('removed', v_removed::text, 'limit', budgetd_limit_json(v_l),
-                                'state', budgetd_state_json(v_l.id, p_key), 'now_us', budgetd_us(v_now),
+                                'state', budgetd_expiry_state_json(v_raw, p_key, v_now), 'now_us', budgetd_us(v_now),
                                 'entry_id', v_entry::text);
     PERFORM budgetd_idem_put(p_scope, p_idem, p_hash, ARRAY[v_l.id], v_out, v_now);
     RETURN v_out;

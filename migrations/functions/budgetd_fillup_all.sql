@@ -45,6 +45,7 @@ BEGIN
     END LOOP;
     v_now := coalesce(p_now, budgetd_clock());
     FOR i IN 1 .. v_n LOOP
+        PERFORM budgetd_settle_expiries(v_lims[i], p_keys[i], v_now);
         v_lims[i] := budgetd_terms(v_lims[i], p_keys[i], v_now);
         v_l := v_lims[i];
         SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = p_keys[i];

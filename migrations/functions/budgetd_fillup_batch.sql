@@ -82,6 +82,10 @@ DECLARE
     v_wlen     bigint;  -- the window of a window limit (NULL: another kind)
     v_wprec    bigint;
     v_olens    int[];    -- the limit's override pattern lengths (limits.override_lens)
+    v_orules   boolean;  -- limits.override_rules and override_expiry: whether to look for expiries crossed
+    v_oexp     timestamptz;
+    v_ou       overrides;  -- the override in force at the bucket's last write, when one may have expired since
+    v_sw       record;   -- the bucket settled at them (budgetd_expiry_switch)
     v_o        overrides;
     v_ovr      text;     -- the pattern of the override that applies, NULL for none
     v_grows    int;      -- the limit's rows of grants (limits.grant_rows)
@@ -151,7 +155,7 @@ BEGIN
             v_every := p_l.period_every; v_starts := p_l.period_starts; v_period := budgetd_period_json(p_l);
             v_wlen := p_l.window_length_us; v_wprec := p_l.window_precision_us; v_mode := p_l.mode; v_grace := p_l.grace;
             v_ceil := budgetd_ceiling(p_l); v_ths := p_l.thresholds; v_olens := p_l.override_lens; v_grows := p_l.grant_rows;
-            v_rmax := p_l.rollover_max;
+            v_rmax := p_l.rollover_max; v_orules := p_l.override_rules; v_oexp := p_l.override_expiry;
             -- (No row: every target is NULL.)
             SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true, bb.th_sig, bb.th_above, bb.th_period,
                    bb.carry_unused, bb.carry_period
@@ -162,9 +166,10 @@ BEGIN
             SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.record_denials, l.created_at, l.updated_at,
                    l.period_every, l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
                    l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.override_lens, l.grant_rows, l.rollover_max,
+                   l.override_rules, l.override_expiry,
                    b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found, b.th_sig, b.th_above, b.th_period, b.carry_unused, b.carry_period
               INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_rec, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
-                   v_mode, v_grace, v_ceil, v_ths, v_olens, v_grows, v_rmax,
+                   v_mode, v_grace, v_ceil, v_ths, v_olens, v_grows, v_rmax, v_orules, v_oexp,
                    v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp
               FROM limits l
               LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found, bb.th_sig, bb.th_above, bb.th_period,
@@ -202,24 +207,53 @@ BEGIN
         v_l := NULL;
         v_limit := NULL;
         v_ovr := NULL;
-        IF cardinality(v_olens) > 0 THEN
-            v_o := budgetd_override_of(v_lid, v_olens, p_key, v_now);
-            IF v_o.limit_id IS NOT NULL THEN
+        v_o := NULL;
+        v_ou := NULL;
+        IF cardinality(v_olens) > 0 AND v_orules AND v_oexp > v_bupd AND v_bupd <= v_now THEN
+            -- An override of the limit changes a rule and one expired after
+            -- the bucket's last write: the override in force at that write
+            -- (one probe, as usual). Unless it has expired by now it is the
+            -- one in force now too (one more specific and unexpired now was
+            -- unexpired then), and the bucket crossed no expiry.
+            v_ou := budgetd_override_of(v_lid, v_olens, p_key, v_bupd);
+            IF v_ou.expires_at IS NULL OR v_ou.expires_at > v_now THEN
+                v_o := v_ou;
+            ELSE
+                -- It has: the bucket settled at the expiries it crossed
+                -- (budgetd_settle_expiries, inline), written at once so that
+                -- everything below builds on it; then the override of now.
                 IF v_base.id IS NULL THEN
                     SELECT * INTO v_base FROM limits WHERE id = v_lid;
                 END IF;
-                v_l := v_base;
-                v_l := budgetd_with_override(v_l, v_o, v_now);
-                v_cap := v_l.capacity;
-                v_lamt := v_l.leak_amount;
-                v_per := v_l.leak_per_us;
-                v_starts := v_l.period_starts;
-                v_period := budgetd_period_json(v_l);
-                v_wlen := v_l.window_length_us;
-                v_wprec := v_l.window_precision_us;
-                v_ceil := budgetd_ceiling(v_l);
-                v_ovr := v_o.pattern;
+                SELECT * INTO v_sw FROM budgetd_expiry_switch(v_base, p_key, v_blevel, v_bupd, v_bidx, v_bsum, v_now);
+                IF v_sw.switched THEN
+                    v_blevel := v_sw.level;
+                    v_bupd := v_sw.updated_at;
+                    v_bidx := NULL;
+                    v_bsum := NULL;
+                    UPDATE buckets SET level = v_blevel, updated_at = v_bupd, slot_idx = NULL, slot_sum = NULL
+                     WHERE limit_id = v_lid AND key = p_key;
+                END IF;
+                v_o := budgetd_override_of(v_lid, v_olens, p_key, v_now);
             END IF;
+        ELSIF cardinality(v_olens) > 0 THEN
+            v_o := budgetd_override_of(v_lid, v_olens, p_key, v_now);
+        END IF;
+        IF v_o.limit_id IS NOT NULL THEN
+            IF v_base.id IS NULL THEN
+                SELECT * INTO v_base FROM limits WHERE id = v_lid;
+            END IF;
+            v_l := v_base;
+            v_l := budgetd_with_override(v_l, v_o, v_now);
+            v_cap := v_l.capacity;
+            v_lamt := v_l.leak_amount;
+            v_per := v_l.leak_per_us;
+            v_starts := v_l.period_starts;
+            v_period := budgetd_period_json(v_l);
+            v_wlen := v_l.window_length_us;
+            v_wprec := v_l.window_precision_us;
+            v_ceil := budgetd_ceiling(v_l);
+            v_ovr := v_o.pattern;
         END IF;
         -- Then the rollover it receives (budgetd_terms).
         v_roll := NULL;

@@ -134,6 +134,7 @@ DECLARE
     v_entry bigint;
     v_out   jsonb;
 BEGIN
+    PERFORM budgetd_settle_expiries(p_l, p_g.key, p_now);
     v_e := budgetd_terms(p_l, p_g.key, p_now);
     IF v_e.history THEN
         PERFORM budgetd_expire_holds(v_e, p_g.key, p_now);

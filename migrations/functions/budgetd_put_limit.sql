@@ -60,6 +60,17 @@ BEGIN
                                  OR v_old.window_length_us IS DISTINCT FROM v_l.window_length_us
                                  OR v_old.window_precision_us IS DISTINCT FROM v_l.window_precision_us)
                              AND cardinality(v_old.override_lens) > 0 THEN
+        -- Each bucket first settled at the expiries of overrides it crossed
+        -- since its last write (budgetd_expiry_switch): those that ended in
+        -- the limit's own rule ended in the old one.
+        IF v_old.override_rules AND v_old.override_expiry IS NOT NULL THEN
+            UPDATE buckets AS b
+               SET level = s.level, updated_at = s.updated_at, slot_idx = NULL, slot_sum = NULL
+              FROM buckets bb
+             CROSS JOIN LATERAL budgetd_expiry_switch(v_old, bb.key, bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, v_now) s
+             WHERE bb.limit_id = v_old.id AND bb.level > 0 AND bb.updated_at < v_old.override_expiry
+               AND s.switched AND b.limit_id = bb.limit_id AND b.key = bb.key;
+        END IF;
         -- Each bucket under the terms in force for it (budgetd_terms).
         UPDATE buckets AS b
            SET level = trim_scale(budgetd_level_at(b.level, b.updated_at, (x.e).leak_amount, (x.e).leak_per_us, v_now,

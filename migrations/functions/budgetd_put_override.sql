@@ -6,7 +6,11 @@
 -- covers with a positive stored level whose rule (leak rate, period, window)
 -- changes with it is settled at now under the rule in force before, as
 -- budgetd_put_limit settles one (bucket.Switch); a change of capacity alone
--- writes no bucket. limits.override_lens is kept up to date. Returns the
+-- writes no bucket. Before that, every bucket the pattern covers is settled
+-- at the expiries of overrides it crossed since its last write
+-- (budgetd_expiry_switch), under the overrides as they were: the change may
+-- replace an expired override, or change what follows an expiry. limits.override_lens,
+-- override_rules and override_expiry are kept up to date. Returns the
 -- override's document (budgetd_override_json), NULL when a DELETE found no
 -- unexpired override.
 CREATE OR REPLACE FUNCTION budgetd_put_override(p_name text, p_pattern text, p_now timestamptz, p_delete boolean,
@@ -37,6 +41,16 @@ BEGIN
         IF NOT FOUND THEN
             RETURN NULL;
         END IF;
+    END IF;
+    -- The buckets the pattern covers, settled at the expiries they crossed.
+    IF v_l.override_rules AND v_l.override_expiry IS NOT NULL THEN
+        UPDATE buckets AS b
+           SET level = s.level, updated_at = s.updated_at, slot_idx = NULL, slot_sum = NULL
+          FROM buckets bb
+         CROSS JOIN LATERAL budgetd_expiry_switch(v_l, bb.key, bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, v_now) s
+         WHERE bb.limit_id = v_l.id AND bb.level > 0 AND bb.updated_at < v_l.override_expiry
+           AND CASE WHEN v_prefix IS NULL THEN bb.key = p_pattern ELSE starts_with(bb.key, v_prefix) END
+           AND s.switched AND b.limit_id = bb.limit_id AND b.key = bb.key;
     END IF;
     -- The buckets the pattern covers, with the terms in force for each.
     SELECT coalesce(array_agg(b.key ORDER BY b.key), '{}'), coalesce(array_agg(budgetd_terms(v_l, b.key, v_now) ORDER BY b.key), '{}')
@@ -70,9 +84,17 @@ BEGIN
     ELSE
         v_lens := ARRAY(SELECT DISTINCT u.n FROM unnest(v_l.override_lens || coalesce(v_plen, -1)) AS u(n) ORDER BY u.n DESC);
     END IF;
-    IF v_lens IS DISTINCT FROM v_l.override_lens THEN
-        UPDATE limits SET override_lens = v_lens WHERE id = v_l.id;
-        v_l.override_lens := v_lens;
+    IF v_lens IS DISTINCT FROM v_l.override_lens
+       OR (NOT p_delete AND NOT v_l.override_rules
+           AND (p_leak_per_us IS NOT NULL OR p_tz IS NOT NULL OR p_start_day IS NOT NULL OR p_window_length_us IS NOT NULL))
+       OR (NOT p_delete AND p_expires_at > coalesce(v_l.override_expiry, '-infinity')) THEN
+        UPDATE limits
+           SET override_lens = v_lens,
+               override_rules = override_rules OR (NOT p_delete AND (p_leak_per_us IS NOT NULL OR p_tz IS NOT NULL
+                                                                     OR p_start_day IS NOT NULL OR p_window_length_us IS NOT NULL)),
+               override_expiry = CASE WHEN p_delete THEN override_expiry ELSE greatest(override_expiry, p_expires_at) END
+         WHERE id = v_l.id
+        RETURNING override_lens, override_rules, override_expiry INTO v_l.override_lens, v_l.override_rules, v_l.override_expiry;
     END IF;
     -- Settle each bucket whose rule changes, under the rule it had.
     FOR i IN 1 .. cardinality(v_keys) LOOP

@@ -30,6 +30,7 @@ BEGIN
     v_l := budgetd_limit(p_limit);
     v_created := budgetd_lock_bucket(v_l.id, p_key);
     v_now := coalesce(p_now, budgetd_clock());
+    PERFORM budgetd_settle_expiries(v_l, p_key, v_now);
     v_l := budgetd_terms(v_l, p_key, v_now);
     SELECT coalesce(sum(amount), 0), count(*) INTO v_held, v_count
       FROM holds WHERE limit_id = v_l.id AND key = p_key AND state = 'active' AND expires_at > v_now;

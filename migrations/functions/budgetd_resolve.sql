@@ -35,6 +35,7 @@ BEGIN
         RAISE EXCEPTION 'reservation "%" not found', p_id USING ERRCODE = budgetd_code_reservation_not_found();
     END IF;
     v_now := coalesce(p_now, budgetd_clock());
+    PERFORM budgetd_settle_expiries(v_l, v_h.key, v_now);
     v_l := budgetd_terms(v_l, v_h.key, v_now);
     IF v_h.state = 'expired' OR (v_h.state = 'active' AND v_now >= v_h.expires_at) THEN
         PERFORM budgetd_expire_holds(v_l, v_h.key, v_now);
