@@ -19,7 +19,8 @@ import (
 // key and a multi-bucket Fillup: one function call each, as
 // TestOverridesOneRoundTrip), a listing shows the settled state, and a PUT
 // that replaces the expired override, after which the instance's copy no
-// longer knows it, keeps the switch.
+// longer knows it, keeps the switch: a capacity raise (no change of rule)
+// and a new leak (a change of rule, over a bucket empty at the expiry).
 func TestOverrideExpirySettles(t *testing.T) {
 	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
 		t.Run(env, func(t *testing.T) {
@@ -36,8 +37,12 @@ func TestOverrideExpirySettles(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// {t}z leaks 100/h for its first hour: empty at its expiry.
+			if _, err := svc.PutOverride(ctx, "l", ledger.Override{Pattern: "{t}z", LeakAmount: num("100"), LeakPer: time.Hour, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
 			ref := func(key string) ledger.BucketRef { return ledger.BucketRef{Limit: "l", Key: key} }
-			for _, k := range []string{"{t}k", "{t}j", "{t}r"} {
+			for _, k := range []string{"{t}k", "{t}j", "{t}r", "{t}z"} {
 				if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ref(k), Cost: num("50")}}, ledger.Idempotency{}); err != nil {
 					t.Fatal(err)
 				}
@@ -86,6 +91,11 @@ func TestOverrideExpirySettles(t *testing.T) {
 			if _, err := svc.PutOverride(ctx, "l", ledger.Override{Pattern: "{t}r", Capacity: decimal.NewNullDecimal(num("200"))}); err != nil {
 				t.Fatal(err)
 			}
+			// A slower leak replaces {t}z's: a change of rule, whose settle
+			// keeps the switch to an empty bucket at its expiry.
+			if _, err := svc.PutOverride(ctx, "l", ledger.Override{Pattern: "{t}z", LeakAmount: num("5"), LeakPer: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
 			clock.Set(t0.Add(4 * time.Hour))
 			st, err := svc.Bucket(ctx, ref("{t}r"))
 			if err != nil {
@@ -93,6 +103,9 @@ func TestOverrideExpirySettles(t *testing.T) {
 			}
 			if st.Level.String() != "28" || st.Capacity.String() != "200" {
 				t.Errorf("after the PUT replacing the expired override: level %s capacity %s, want 28 (38 at 3h, 1h at 10/h) and 200", st.Level, st.Capacity)
+			}
+			if st, err := svc.Bucket(ctx, ref("{t}z")); err != nil || !st.Level.IsZero() {
+				t.Errorf("after the PUT of a new rule over the expired one: %+v %v, want level 0 (empty at the expiry)", st, err)
 			}
 		})
 	}

@@ -73,13 +73,38 @@ func (o *ovSet) get(pattern string) (ledger.Override, bool) {
 // pattern, formatted on first use; an entry made for another version of
 // the override (its update time) is made again.
 type ovArgs struct {
-	mu sync.RWMutex
-	m  map[string]ovArgsEntry
+	mu    sync.RWMutex
+	m     map[string]ovArgsEntry
+	rules map[string]ovRuleEntry // ruleChanges' "|T=rule" of an expired override, by pattern
 }
 
 type ovArgsEntry struct {
 	updated time.Time
 	args    limitArgs
+}
+
+type ovRuleEntry struct {
+	updated time.Time
+	change  string
+}
+
+// rule is what ruleChanges appends for o's expiry, formatted on first use
+// per version of o.
+func (a *ovArgs) rule(o ledger.Override, make func() string) string {
+	a.mu.RLock()
+	e, ok := a.rules[o.Pattern]
+	a.mu.RUnlock()
+	if ok && e.updated.Equal(o.UpdatedAt) {
+		return e.change
+	}
+	e = ovRuleEntry{updated: o.UpdatedAt, change: make()}
+	a.mu.Lock()
+	if a.rules == nil {
+		a.rules = map[string]ovRuleEntry{}
+	}
+	a.rules[o.Pattern] = e
+	a.mu.Unlock()
+	return e.change
 }
 
 func (a *ovArgs) get(pattern string, updated time.Time, make func() limitArgs) limitArgs {
@@ -372,12 +397,12 @@ func (s *Store) forKey(cl cachedLimit, key string) cachedLimit {
 // specific than the one in force now), so a call inside the span has
 // passed them all.
 func ruleChanges(cl cachedLimit, key string, now time.Time) string {
-	var cands []ledger.Override
+	cands := make([]ledger.Override, 0, 4)
 	cl.ovs.candidates(key, func(c ledger.Override) bool {
 		cands = append(cands, c)
 		return !c.ActiveAt(now)
 	})
-	var b strings.Builder
+	out := ""
 	for i := 0; i < len(cands); {
 		o := cands[i]
 		if o.ExpiresAt.IsZero() || o.ExpiresAt.After(now) {
@@ -393,11 +418,11 @@ func ruleChanges(cl cachedLimit, key string, now time.Time) string {
 			next = cands[j].Apply(cl.l)
 		}
 		if !old.SameRule(next) {
-			b.WriteString("|" + strconv.FormatInt(t.UnixMicro(), 10) + "=" + ruleArg(old, t))
+			out += cl.ovArgs.rule(o, func() string { return "|" + strconv.FormatInt(t.UnixMicro(), 10) + "=" + ruleArg(old, t) })
 		}
 		i = j
 	}
-	return b.String()
+	return out
 }
 
 // ruleArg is l's rule as expire_rules in budgetd.lua takes it at t: the

@@ -936,14 +936,15 @@ end
 -- calls it on every bucket of the limit first. With ARGV[11] = 'x' it
 -- only keeps what expire_rules switched, if anything: a PUT that replaces
 -- an expired override which changed the rule, so that the switch at its
--- expiry outlives the override Go passed it from.
+-- expiry outlives the override Go passed it from (a bucket switched to a
+-- level of zero is written by the plain settle too, for the same reason).
 local function settle_bucket(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1)
   if early then return early end
   local st = load(c, now)
   if args[11] == 'x' then
     if st.switched then finish(c, st, now) end
-  elseif not (vzero(st.l) or st.u == 0 or (now <= st.u and not st.w)) then
+  elseif st.switched or not (vzero(st.l) or st.u == 0 or (now <= st.u and not st.w)) then
     settle(c, st, now)
     if c.wp then st.ws = '' end
     finish(c, st, now)
