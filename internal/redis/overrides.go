@@ -73,13 +73,38 @@ func (o *ovSet) get(pattern string) (ledger.Override, bool) {
 // pattern, formatted on first use; an entry made for another version of
 // the override (its update time) is made again.
 type ovArgs struct {
-	mu sync.RWMutex
-	m  map[string]ovArgsEntry
+	mu    sync.RWMutex
+	m     map[string]ovArgsEntry
+	rules map[string]ovRuleEntry // ruleChanges' "|T=rule" of an expired override, by pattern
 }
 
 type ovArgsEntry struct {
 	updated time.Time
 	args    limitArgs
+}
+
+type ovRuleEntry struct {
+	updated time.Time
+	change  string
+}
+
+// rule is what ruleChanges appends for o's expiry, formatted on first use
+// per version of o.
+func (a *ovArgs) rule(o ledger.Override, make func() string) string {
+	a.mu.RLock()
+	e, ok := a.rules[o.Pattern]
+	a.mu.RUnlock()
+	if ok && e.updated.Equal(o.UpdatedAt) {
+		return e.change
+	}
+	e = ovRuleEntry{updated: o.UpdatedAt, change: make()}
+	a.mu.Lock()
+	if a.rules == nil {
+		a.rules = map[string]ovRuleEntry{}
+	}
+	a.rules[o.Pattern] = e
+	a.mu.Unlock()
+	return e.change
 }
 
 func (a *ovArgs) get(pattern string, updated time.Time, make func() limitArgs) limitArgs {
@@ -353,8 +378,66 @@ func (s *Store) forKey(cl cachedLimit, key string) cachedLimit {
 			return strconv.FormatInt(v, 10)
 		}
 		out.args.version += "@" + g(lo) + ":" + g(hi)
+		if lo != 0 {
+			out.args.version += ruleChanges(cl, key, now)
+		}
 	}
 	return out
+}
+
+// ruleChanges is ledger.SettleExpiries' walk for key up to now, for a
+// bucket last written at any time: per instant T ≤ now at which the
+// override in force for key expired and the rule changed, ascending,
+// "|T=" and the rule that applied up to T (ruleArg), or "" for none.
+// Overrides only end, never start, between two changes of the set, so the
+// override in force at t is the first candidate that applies at t, and it
+// changes only when that one expires: the function (expire_rules in
+// budgetd.lua) switches the bucket at each T after its last write. Every T
+// is at or before the span's lo (T is the expiry of an override more
+// specific than the one in force now), so a call inside the span has
+// passed them all.
+func ruleChanges(cl cachedLimit, key string, now time.Time) string {
+	cands := make([]ledger.Override, 0, 4)
+	cl.ovs.candidates(key, func(c ledger.Override) bool {
+		cands = append(cands, c)
+		return !c.ActiveAt(now)
+	})
+	out := ""
+	for i := 0; i < len(cands); {
+		o := cands[i]
+		if o.ExpiresAt.IsZero() || o.ExpiresAt.After(now) {
+			break
+		}
+		t := o.ExpiresAt
+		j := i + 1
+		for j < len(cands) && !cands[j].ActiveAt(t) {
+			j++
+		}
+		old, next := o.Apply(cl.l), cl.l
+		if j < len(cands) {
+			next = cands[j].Apply(cl.l)
+		}
+		if !old.SameRule(next) {
+			out += cl.ovArgs.rule(o, func() string { return "|" + strconv.FormatInt(t.UnixMicro(), 10) + "=" + ruleArg(old, t) })
+		}
+		i = j
+	}
+	return out
+}
+
+// ruleArg is l's rule as expire_rules in budgetd.lua takes it at t: the
+// leak as bkt takes it ("amount/per", divided by their gcd), "P/" and the
+// start of l's period that contains t (µs), or "W/" and its window.
+func ruleArg(l ledger.Limit, t time.Time) string {
+	switch {
+	case l.Window != nil:
+		return "W/" + windowArg(*l.Window)
+	case l.Period != nil:
+		start, _ := l.Rule().Period.Bounds(t)
+		return "P/" + strconv.FormatInt(start.UnixMicro(), 10)
+	}
+	a, p := leakRatio(l)
+	return a + "/" + p
 }
 
 // overrideCall runs override_put or override_delete on the limit's slot.
@@ -507,7 +590,9 @@ func (s *Store) DeleteOverride(ctx context.Context, limit, pattern string) error
 // cl that pattern covers whose rule (leak rate, period, window) changes
 // when pattern's override becomes o (nil: removed), as PutLimit settles
 // the buckets of a new rule, and returns their keys. A change of capacity
-// alone changes no rule: nothing is scanned then.
+// alone changes no rule: nothing is scanned then. Replacing an expired
+// override that changed the rule keeps, in each bucket it covered, the
+// switch at its expiry (settle_bucket's 'x').
 func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern string, o *ledger.Override, now time.Time) ([]string, error) {
 	old, had := cl.ovs.get(pattern)
 	rule := func(o ledger.Override) bool {
@@ -516,6 +601,10 @@ func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern stri
 	if !(had && rule(old)) && !(o != nil && rule(*o)) {
 		return nil, nil
 	}
+	// A replaced override that changed the rule and has expired: the
+	// buckets it covered may not be written since, and are switched at its
+	// expiry only while it is in the set (ruleChanges).
+	expired := had && rule(old) && !old.ActiveAt(now)
 	// The set after the change: a copy of the candidates is enough per key.
 	after := func(key string) ledger.Limit {
 		set := &ledger.Overrides{}
@@ -541,6 +630,15 @@ func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern stri
 				continue
 			}
 			if termsOf(cl, key, now).SameRule(after(key)) {
+				if expired {
+					// Keep the switch at the replaced override's expiry,
+					// which the set after the change no longer knows.
+					t := target{lim: s.forKey(cl, key), bk: bk, hk: s.k.history(cl.gen, key), slot: slotOf(bk)}
+					if _, err := s.call(ctx, "settle", false, nil, t, "", ledger.Idempotency{}, "x"); err != nil {
+						callErr = err
+						return err
+					}
+				}
 				continue
 			}
 			t := target{lim: s.forKey(cl, key), bk: bk, hk: s.k.history(cl.gen, key), slot: slotOf(bk)}

@@ -76,4 +76,18 @@ func TestConformanceCluster(t *testing.T) {
 	})
 }
 
+func TestOverrideExpiryStandalone(t *testing.T) {
+	url := serverURL(t, "BUDGETD_TEST_REDIS")
+	ledgertest.RunOverrideExpiry(t, func(t *testing.T, clock *ledgertest.Clock) ledger.Store {
+		return openTest(t, url, WithClock(clock.Now))
+	})
+}
+
+func TestOverrideExpiryCluster(t *testing.T) {
+	url := serverURL(t, "BUDGETD_TEST_REDIS_CLUSTER")
+	ledgertest.RunOverrideExpiry(t, func(t *testing.T, clock *ledgertest.Clock) ledger.Store {
+		return openTest(t, url, WithClock(clock.Now))
+	})
+}
+
 var _ = time.Second

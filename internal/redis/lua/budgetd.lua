@@ -28,12 +28,16 @@ end
 -- Go resolved for the bucket (or none) applies (a raise's expires_at, one
 -- more specific that expired). guard answers the version without it and
 -- whether now is inside; outside, the function answers E_PERIOD_TABLE with
--- now, and Go resolves again at that clock.
+-- now, and Go resolves again at that clock. The span may be followed by the
+-- rule changes that ended overrides made before lo (all at or before lo):
+-- '|' T '=' rule, per instant T, ascending (expire_rules, below); guard
+-- answers them as a third value (nil for none).
 local function guard(version, now)
   local at = string.find(version, '@', 1, true)
   if not at then return version, true end
-  local lo, hi = string.match(string.sub(version, at + 1), '^(%d*):(%d*)$')
-  return string.sub(version, 1, at - 1), (lo == '' or now >= tonumber(lo)) and (hi == '' or now < tonumber(hi))
+  local lo, hi, sw = string.match(version, '^(%d*):(%d*)(.*)$', at + 1)
+  return string.sub(version, 1, at - 1), (lo == '' or now >= tonumber(lo)) and (hi == '' or now < tonumber(hi)),
+    sw ~= '' and sw or nil
 end
 
 local function stale(dk, version)
@@ -318,10 +322,57 @@ local function with_grants(c, g)
   end
 end
 
+-- level_at: bucket.LevelAt. leaked = floor(amount × dt / per), in units.
+local function level_at(c, st, now)
+  if c.wp then return wlevel(c, st, now) end
+  if c.starts then
+    -- bucket.periodLevel: the stored level when written in this period
+    -- or later, else zero; it does not leak.
+    if vzero(st.l) or st.u == 0 or st.u < c.ps then return pair(0, 0) end
+    return st.l
+  end
+  if vzero(st.l) or st.u == 0 or now <= st.u then return st.l end
+  return leak(c.lp, st.l, now - st.u)
+end
+
+-- expire_rules is ledger.SettleExpiries: the end of a temporary override
+-- that changed the bucket's rule settles it at its expires_at, as a PUT of
+-- the limit would have then, with no write at that instant. c.sw is what Go
+-- passed after the span (guard): per instant T at which the override in
+-- force for the key expired and the rule changed, ascending, the rule that
+-- applied up to T: '|' T '=' ra '/' rp, ra and rp as bkt takes a leaky
+-- limit's leak, or 'P' and the start (µs) of its period that contains T,
+-- or 'W' and its "length:precision". Go knows them for every key (its copy
+-- of the overrides), not when the bucket was last written: each T after
+-- the stored time st.u switches the bucket under the rule before it
+-- (bucket.Switch: the level at T, st.u = T, the slots dropped, so the level
+-- reads as one charge at T under the next rule). Expired holds are left to
+-- settle, which records them at their own expiry as it would have. It only
+-- changes st: a function that writes the bucket keeps the switched state,
+-- one that does not (a read, a denial) switches it again next time.
+local function expire_rules(c, st)
+  if st.u == 0 then return end
+  for t, ra, rp in string.gmatch(c.sw, '|(%d+)=([^/|]+)/([^|]+)') do
+    t = tonumber(t)
+    if t > st.u then
+      local o = {}
+      if ra == 'P' then o.starts, o.ps = rp, tonumber(rp)
+      elseif ra == 'W' then
+        local colon = string.find(rp, ':', 1, true)
+        o.wl, o.wp = tonumber(string.sub(rp, 1, colon - 1)), tonumber(string.sub(rp, colon + 1))
+        st.ws = wslots(o, st, not st.switched and st.w or nil)
+      else o.lp = leak_params(ra, rp) end
+      st.l, st.u, st.switched = level_at(o, st, t), t, true
+    end
+  end
+end
+
 -- load reads a bucket at now (f: its fields when the caller already read
 -- them), with its grants and, for a limit with rollover, the carry it
 -- receives (st.ru, carry) of which at most c.rmax raises c's bounds as a
--- grant does (ledger.Limit.WithRollover).
+-- grant does (ledger.Limit.WithRollover). A bucket whose rule changed at an
+-- override's expiry since its last write reads as switched then
+-- (expire_rules).
 local function load(c, now, f)
   f = f or redis.call('HGETALL', c.bk)
   local st = { l = pair(0, 0), u = 0, n = 0, holds = {}, grants = {} }
@@ -346,6 +397,7 @@ local function load(c, now, f)
       if e > now then st.g = vadd(st.g or pair(0, 0), nv(a)) end
     end
   end
+  if c.sw then expire_rules(c, st) end
   local raise = st.g
   if c.starts then
     st.ru = carry(c, st)
@@ -355,21 +407,8 @@ local function load(c, now, f)
     end
   end
   if raise then with_grants(c, raise) end
-  if c.wp then st.ws = wslots(c, st, st.w) end
+  if c.wp then st.ws = wslots(c, st, not st.switched and st.w or nil) end
   return st
-end
-
--- level_at: bucket.LevelAt. leaked = floor(amount × dt / per), in units.
-local function level_at(c, st, now)
-  if c.wp then return wlevel(c, st, now) end
-  if c.starts then
-    -- bucket.periodLevel: the stored level when written in this period
-    -- or later, else zero; it does not leak.
-    if vzero(st.l) or st.u == 0 or st.u < c.ps then return pair(0, 0) end
-    return st.l
-  end
-  if vzero(st.l) or st.u == 0 or now <= st.u then return st.l end
-  return leak(c.lp, st.l, now - st.u)
 end
 
 -- fits: bucket.CanAccept's accept test, against the mode's ceiling. It keeps the level at now in st.lv
@@ -714,7 +753,9 @@ end
 -- pair of arith.lua, with the same bounds (H < 2^52), and the leak is
 -- arith.lua's fast path; anything beyond them goes to the general path.
 -- It returns nil for the general path to go on (also when the bucket has
--- other fields: holds, a history counter).
+-- other fields: holds, a history counter, or was last written before sw,
+-- the last instant at which an override's expiry changed its rule:
+-- expire_rules).
 -- A limit with thresholds (th, as thresholds parsed it) takes it too while
 -- nothing is reached, which is what notice would find and leave: the
 -- bucket has no marks (ts, ta, tp) or marks of this list with none reached
@@ -724,7 +765,7 @@ end
 -- bucket without marks gets the ones notice writes then (ta = 0), in the
 -- same HSET. Anything else (a crossing, a reached mark, marks of another
 -- list) is the general path's.
-local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost, th)
+local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost, th, sw)
   local ls, us, ts, ta, tp = '0', '0', nil, nil, nil
   for i = 1, #f, 2 do
     local k = f[i]
@@ -734,6 +775,7 @@ local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost, th)
     elseif th and k == 'tp' then tp = f[i + 1]
     else return nil end
   end
+  if sw and tonumber(us) < sw then return nil end
   local marks = false -- the marks notice would write: the bucket has none
   if th then
     if not ts and not ta and not tp then marks = true
@@ -817,17 +859,18 @@ local function fillup(keys, args)
     local a = 4 + 9 * (i - 1)
     local ceil, ra, rp, hist, version, lim, th, cost, meta = args[a + 1], args[a + 2], args[a + 3], args[a + 4],
       args[a + 5], args[a + 6], args[a + 7], args[a + 8], args[a + 9]
-    local v, inside = guard(version, now)
+    local v, inside, sw = guard(version, now)
     if not inside then return { E_PERIOD_TABLE, fmt(now) } end
     if check and stale(keys[2 * n + i], v) then return { E_STALE } end
     local f
     if n == 1 and not ik and ra ~= 'P' and ra ~= 'W' and hist == '0' then -- the usual call: fillup_lean
       f = redis.call('HGETALL', keys[1])
       local t = th ~= '' and select(3, thresholds(th)) or nil
-      local out = fillup_lean(keys[1], f, now, nows, ceil, ra, rp, cost, t)
+      local out = fillup_lean(keys[1], f, now, nows, ceil, ra, rp, cost, t, sw and tonumber(string.match(sw, '(%d+)=[^|]*$')))
       if out then return out end
     end
     local c = bkt(keys[2 * i - 1], keys[2 * i], ceil, ra, rp, hist, lim, th)
+    c.sw = sw
     if c.starts and not in_period(c, now) then return { E_PERIOD_TABLE, fmt(now) } end
     local st = load(c, now, f)
     local cv = nv(cost)
@@ -871,10 +914,11 @@ local function one_bucket(keys, args, b)
   local rec = idem_get(ik, ih)
   if rec then return nil, nil, nil, rec end
   local now = clock(now_arg)
-  local v, inside = guard(version, now)
+  local v, inside, sw = guard(version, now)
   if not inside then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
   if check and stale(keys[b + 2], v) then return nil, nil, nil, { E_STALE } end
   local c = bkt(keys[b], keys[b + 1], ceil, ra, rp, hist, lim, th)
+  c.sw = sw
   if c.starts and not in_period(c, now) then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
   return c, now, ik
 end
@@ -889,12 +933,18 @@ end
 -- settle_bucket is bucket.Switch: it settles a bucket to now under the
 -- passed (old) rule and drops its window slots, so the level as of now
 -- reads as one charge made now under any rule. A PUT that changes the rule
--- calls it on every bucket of the limit first.
+-- calls it on every bucket of the limit first. With ARGV[11] = 'x' it
+-- only keeps what expire_rules switched, if anything: a PUT that replaces
+-- an expired override which changed the rule, so that the switch at its
+-- expiry outlives the override Go passed it from (a bucket switched to a
+-- level of zero is written by the plain settle too, for the same reason).
 local function settle_bucket(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1)
   if early then return early end
   local st = load(c, now)
-  if not (vzero(st.l) or st.u == 0 or (now <= st.u and not st.w)) then
+  if args[11] == 'x' then
+    if st.switched then finish(c, st, now) end
+  elseif st.switched or not (vzero(st.l) or st.u == 0 or (now <= st.u and not st.w)) then
     settle(c, st, now)
     if c.wp then st.ws = '' end
     finish(c, st, now)
