@@ -250,7 +250,7 @@ func TestEventsKeepReachedBucket(t *testing.T) {
 		}
 		fill(t, s, ledger.BucketRef{Limit: "marked", Key: "k"}, "1")
 		cl, _ := s.fetchLimit(ctx, "marked")
-		if f, err := s.client.HGetAll(ctx, s.k.bucket(cl.gen, "k")).Result(); err != nil || f["ta"] != "" || ttl("marked") <= 0 {
+		if f, err := s.client.HGetAll(ctx, s.k.bucket(cl.gen, "k")).Result(); err != nil || f["t"] != "" || ttl("marked") <= 0 {
 			t.Fatalf("after the thresholds were removed: fields %v %v, TTL %s", f, err, ttl("marked"))
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,10 +27,12 @@ func TestLeanFillupThresholds(t *testing.T) {
 		clock := ledgertest.NewClock()
 		s := openTest(t, url, WithClock(clock.Now))
 		ctx := context.Background()
+		ths := parseThresholds(t, "50%", "80%", "900000000000")
 		if _, err := s.PutLimit(ctx, ledger.Limit{Name: "lt", Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: time.Hour,
-			Thresholds: parseThresholds(t, "50%", "80%", "900000000000")}); err != nil {
+			Thresholds: ths}); err != nil {
 			t.Fatal(err)
 		}
+		sig := strconv.FormatUint(uint64(ledger.ThresholdSig(ths)), 10)
 		nonce := strings.ReplaceAll(testPrefix(), "-", "_")
 		body := luaConstants() + arithLua + "\n" + budgetdLua
 		general := "    local c = bkt(keys[2 * i - 1], keys[2 * i], ceil"
@@ -85,7 +88,7 @@ func TestLeanFillupThresholds(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if a, b := fields("a"), fields("b"); fmt.Sprint(a) != fmt.Sprint(b) || a["ta"] != "0" || a["l"] == "" {
+		if a, b := fields("a"), fields("b"); fmt.Sprint(a) != fmt.Sprint(b) || a["t"] != sig+":0:0" || a["l"] == "" {
 			t.Fatalf("lean bucket %v, general bucket %v: want the same, with marks of none reached", a, b)
 		}
 		if evs, _ := readAll(t, s, "", 100); len(evs) != 0 {
@@ -107,8 +110,107 @@ func TestLeanFillupThresholds(t *testing.T) {
 		if evs, _ := readAll(t, s, cursor, 100); len(evs) != 0 {
 			t.Fatalf("events %v after a Fillup that crossed nothing", evs)
 		}
-		if f := fields("a"); f["ta"] != "1" || f["l"] != "51000000000000" {
+		if f := fields("a"); f["t"] != sig+":1:0" || f["l"] != "51000000000000" {
 			t.Fatalf("bucket %v, want level 51 and the 50%% mark", f)
+		}
+	})
+}
+
+// TestThresholdMarksUpgrade: a bucket whose threshold marks an earlier
+// version wrote in three fields (ts, ta, tp) behaves after the upgrade as
+// it did: a reached mark emits no second crossed event, an unreached one
+// crosses once, a reached one recovers once; the first write moves the
+// marks into the field t and drops the old ones. A bucket with both (an
+// earlier version, during a rolling upgrade, marked it after this one did)
+// goes by the old fields, which only that version writes. A limit whose
+// thresholds were removed drops them all.
+func TestThresholdMarksUpgrade(t *testing.T) {
+	eachServer(t, func(t *testing.T, url string) {
+		clock := ledgertest.NewClock()
+		s := openTest(t, url, WithClock(clock.Now))
+		ctx := context.Background()
+		ths := parseThresholds(t, "50%", "80%", "900000000000")
+		put := func(th []ledger.Threshold) {
+			t.Helper()
+			if _, err := s.PutLimit(ctx, ledger.Limit{Name: "up", Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: time.Hour,
+				Thresholds: th}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		put(ths)
+		sig := strconv.FormatUint(uint64(ledger.ThresholdSig(ths)), 10)
+		ref := func(key string) ledger.BucketRef { return ledger.BucketRef{Limit: "up", Key: key} }
+		now := strconv.FormatInt(clock.Now().UnixMicro(), 10)
+		// stored writes a bucket as the earlier version left it: its level
+		// (whole units) at now, and its marks.
+		stored := func(key, level string, marks ...string) {
+			t.Helper()
+			tg, err := s.target(ctx, ref(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := []any{"l", level + "000000000000", "u", now}
+			for _, m := range marks {
+				args = append(args, m)
+			}
+			if err := s.client.HSet(ctx, tg.bk, args...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fields := func(key string) map[string]string {
+			t.Helper()
+			tg, _ := s.target(ctx, ref(key))
+			m, err := s.client.HGetAll(ctx, tg.bk).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		marked := func(key, want string) {
+			t.Helper()
+			f := fields(key)
+			if f["t"] != want || f["ts"] != "" || f["ta"] != "" || f["tp"] != "" {
+				t.Fatalf("bucket %s: %v, want the marks %q in t alone", key, f, want)
+			}
+		}
+		stored("reached", "60", "ts", sig, "ta", "1", "tp", "0")   // 50% reached
+		stored("unreached", "40", "ts", sig, "ta", "0", "tp", "0") // none reached
+		stored("recovers", "60", "ts", sig, "ta", "3", "tp", "0")  // 50% and 80% marked, 60 used
+		stored("both", "60", "t", sig+":0:0", "ts", sig, "ta", "1", "tp", "0")
+		fill(t, s, ref("reached"), "1")    // 61: nothing new
+		fill(t, s, ref("unreached"), "20") // 60: crosses 50%
+		fill(t, s, ref("recovers"), "1")   // 61: below 80%, recovers it
+		fill(t, s, ref("both"), "1")       // 61: 50% reached, by the old fields
+		evs, cursor := readAll(t, s, "", 100)
+		got := map[string]string{}
+		for _, ev := range evs {
+			got[ev.Bucket.Key] += string(ev.Type) + " " + ev.Threshold + "@" + ev.Used.String() + ";"
+		}
+		want := map[string]string{"unreached": "threshold.crossed 50%@60;", "recovers": "threshold.recovered 80%@61;"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+		for _, k := range []string{"reached", "unreached", "recovers", "both"} {
+			marked(k, sig+":1:0")
+		}
+		// Written again: the marks in t keep the buckets as they were.
+		fill(t, s, ref("reached"), "1")
+		fill(t, s, ref("both"), "1")
+		fill(t, s, ref("unreached"), "25") // 85: crosses 80%
+		if evs, _ := readAll(t, s, cursor, 100); len(evs) != 1 || evs[0].Bucket.Key != "unreached" || evs[0].Threshold != "80%" ||
+			evs[0].Type != ledger.EventThresholdCrossed {
+			t.Fatalf("events %+v, want unreached's 80%% crossed alone", evs)
+		}
+		marked("unreached", sig+":3:0")
+		// The thresholds removed: the next write drops old marks and new.
+		stored("old", "10", "ts", sig, "ta", "0", "tp", "0")
+		put(nil)
+		fill(t, s, ref("old"), "1")
+		fill(t, s, ref("reached"), "1")
+		for _, k := range []string{"old", "reached"} {
+			if f := fields(k); len(f) != 2 || f["l"] == "" || f["u"] == "" {
+				t.Fatalf("bucket %s after the thresholds were removed: %v, want only l and u", k, f)
+			}
 		}
 	})
 }

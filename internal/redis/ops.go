@@ -153,7 +153,7 @@ type limitArgs struct {
 	version    string // "generation:version"
 	doc        string // encodeLimit
 	defKey     string // the definition key, checked against version on a standalone server
-	thresholds string // "" for none, else thresholdsArg: what follows the outbox stream in the functions' argument
+	thresholds string // "" for none, else thresholdsArg (the outbox is another argument: list)
 }
 
 func newLimitArgs(k keys, l ledger.Limit, gen int64, version string, at time.Time) limitArgs {
@@ -243,19 +243,21 @@ func windowArg(w ledger.Window) string {
 
 // list is the limit's arguments in the order the functions read them, for
 // a bucket in slot. The limit document goes only into idempotency records,
-// so a call without a key passes none; a limit with thresholds names the
-// outbox stream of the slot, where the function appends the events, and
-// how long (ms) the stream keeps an entry.
+// so a call without a key passes none. A limit with thresholds passes them
+// (the same string for every bucket, so the functions parse it once:
+// thresholds in budgetd.lua) and then, apart, the outbox stream of the
+// slot, where the function appends the events, and how long (ms) the
+// stream keeps an entry: "<stream>;<keep>".
 func (a *limitArgs) list(k keys, slot int, keep string, idem ledger.Idempotency) []any {
 	doc := ""
 	if idem.Key != "" {
 		doc = a.doc
 	}
-	th := ""
+	ob := ""
 	if a.thresholds != "" {
-		th = k.outbox(slot) + ";" + keep + ";" + a.thresholds
+		ob = k.outbox(slot) + ";" + keep
 	}
-	return []any{a.ceilArg, a.leakAmount, a.leakPer, a.history, a.version, doc, th}
+	return []any{a.ceilArg, a.leakAmount, a.leakPer, a.history, a.version, doc, a.thresholds, ob}
 }
 
 // leakRatio returns the leak amount (units) and period (µs) divided by their
@@ -655,7 +657,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			}
 			keys, ih = append(keys, ik), reqHash(idem)
 		}
-		args := make([]any, 0, 4+9*len(ts))
+		args := make([]any, 0, 4+10*len(ts))
 		args = append(args, s.nowArg(), ih, check, len(ts))
 		for i, t := range ts {
 			args = append(append(args, t.lim.args.list(s.k, t.slot, s.keepArg, idem)...), units(items[i].Cost), items[i].Meta.JSON())

@@ -59,33 +59,24 @@ local function idem_get(ik, ih)
   return { 'replay', string.sub(v, colon + n + 1) }
 end
 
--- thresholds reads a limit's thresholds argument (bkt): the outbox stream
--- of the bucket's slot and how long it keeps an entry (ms: the store's
--- event retention), then the rest, which is the limit's and is parsed
--- once per library load and kept (a cache, as memo below, emptied when it
--- reaches TH_MAX entries): the digest sig (ledger.ThresholdSig), the
--- capacity (units), the limit's name, and per threshold, in the limit's
--- order, the level it is reached at (units) and its label ("80%"); pk[i]
--- is a percentage threshold's percentage in hundredths (8000 for "80%"),
--- false for an amount, so that grants move its level (with_grants); and
--- min, the lowest level (fillup_lean, which takes no bucket with grants:
--- a use below it reaches none).
--- th_args keeps the same for the whole argument (at most TH_MAX), so the
--- call of a hot bucket, which repeats it, does not match it again.
+-- thresholds reads a limit's thresholds argument (bkt), which is the
+-- limit's alone (the outbox of the bucket's slot is another argument), so
+-- it is parsed once per library load and kept (a cache, as memo below,
+-- emptied when it reaches TH_MAX entries): the digest sig
+-- (ledger.ThresholdSig), the capacity (units), the limit's name, and per
+-- threshold, in the limit's order, the level it is reached at (units) and
+-- its label ("80%"); pk[i] is a percentage threshold's percentage in
+-- hundredths (8000 for "80%"), false for an amount, so that grants move
+-- its level (with_grants); min, the lowest level (fillup_lean, which
+-- takes no bucket with grants: a use below it reaches none); and z, the
+-- marks field of a bucket with none of them reached outside a period
+-- (marks, below: "<sig>:0:0"), which fillup_lean compares and writes.
 local TH_MAX, th_memo, th_n = 256, {}, 0
-local th_args, th_args_n = {}, 0 -- arg -> { ek, keep, t }: the whole argument, as a hot bucket repeats it
 local function thresholds(arg)
-  local w = th_args[arg]
-  if w then return w[1], w[2], w[3] end
-  local ek, keep, rest = string.match(arg, '^([^;]*);([^;]*);(.*)$')
-  local t = th_memo[rest]
-  if t then
-    if th_args_n >= TH_MAX then th_args, th_args_n = {}, 0 end
-    th_args[arg], th_args_n = { ek, keep, t }, th_args_n + 1
-    return ek, keep, t
-  end
-  local sig, cap, name, list = string.match(rest, '^([^;]*);([^;]*);([^;]*);(.*)$')
-  t = { sig = sig, cap = cap, name = name, lv = {}, lab = {}, pk = {} }
+  local t = th_memo[arg]
+  if t then return t end
+  local sig, cap, name, list = string.match(arg, '^([^;]*);([^;]*);([^;]*);(.*)$')
+  t = { sig = sig, cap = cap, name = name, lv = {}, lab = {}, pk = {}, z = sig .. ':0:0' }
   for lv, lab in string.gmatch(list, '([^=,]+)=([^,]+)') do
     local i, pk = #t.lv + 1, false
     local ip, fp = string.match(lab, '^(%d+)%.?(%d*)%%$')
@@ -94,8 +85,8 @@ local function thresholds(arg)
     if not t.min or vcmp(t.lv[i], t.min) < 0 then t.min = t.lv[i] end
   end
   if th_n >= TH_MAX then th_memo, th_n = {}, 0 end
-  th_memo[rest], th_n = t, th_n + 1
-  return ek, keep, t
+  th_memo[arg], th_n = t, th_n + 1
+  return t
 end
 
 -- bkt is one bucket of a call: its keys and its limit as the Go side passed
@@ -120,10 +111,12 @@ end
 -- computed around its clock: Lua never computes a calendar. A window limit
 -- passes 'W' and "length:precision" (µs): c.wl, c.wp.
 -- th is the limit's thresholds ('' for none, then the functions do no more
--- than this one comparison): "<outbox stream>;<retention ms>;<sig>;
--- <capacity>;<limit name>;<level>=<label>,..." (thresholds, above): c.ek,
--- c.keep, c.th.
-local function bkt(bk, hk, ceil, ra, rp, hist, lim, th)
+-- than this one comparison): "<sig>;<capacity>;<limit name>;<level>=<label>,..."
+-- (thresholds, above): c.th; ob is the outbox stream of the bucket's slot
+-- and how long it keeps an entry (ms: the store's event retention),
+-- "<stream>;<retention>" ('' without thresholds): c.ob, which notice
+-- splits only when it appends an event.
+local function bkt(bk, hk, ceil, ra, rp, hist, lim, th, ob)
   local gk, rmax, rcap
   local tilde = string.find(ceil, '~', 1, true)
   if tilde then
@@ -135,7 +128,7 @@ local function bkt(bk, hk, ceil, ra, rp, hist, lim, th)
   local c = { bk = bk, hk = hk, ceil = nv(ceil), gk = gk, hist = hist ~= '0', deny = hist == '2', lim = lim,
     rmax = rmax, rcap = rcap }
   if #hist > 1 then c.deny, c.shcap = true, nv(string.sub(hist, 3)) end
-  if th ~= '' then c.ek, c.keep, c.th = thresholds(th) end
+  if th ~= '' then c.th, c.ob = thresholds(th), ob end
   if ra == 'P' then c.starts = rp
   elseif ra == 'W' then
     local colon = string.find(rp, ':', 1, true)
@@ -367,6 +360,24 @@ local function expire_rules(c, st)
   end
 end
 
+-- marks reads a bucket's threshold marks (notice) into st.ts (the sig of
+-- the thresholds they were computed for), st.ta (bit i-1 set when
+-- threshold i is reached) and st.tp (the start of the period they belong
+-- to, µs; '0' for the other kinds). They live in one field of the bucket's
+-- hash, t = "<ts>:<ta>:<tp>", so a fresh bucket's first write (fillup_lean)
+-- stores one field more, not three, and compares one string. Versions
+-- before this one kept them in three fields, ts, ta and tp: a bucket that
+-- has them was last marked by such a version (this one drops them whenever
+-- it writes t), so they win over t, and its next write here moves them
+-- into t (st.old: notice).
+local function marks(st)
+  if st.old then st.ts, st.ta, st.tp = st.ots, st.ota, st.otp
+  elseif st.tm then
+    local ts, ta, tp = string.match(st.tm, '^([^:]*):(%d+):(%d+)$')
+    st.ts, st.ta, st.tp = ts, tonumber(ta), tp
+  end
+end
+
 -- load reads a bucket at now (f: its fields when the caller already read
 -- them), with its grants and, for a limit with rollover, the carry it
 -- receives (st.ru, carry) of which at most c.rmax raises c's bounds as a
@@ -382,9 +393,10 @@ local function load(c, now, f)
     elseif k == 'u' then st.u = tonumber(v)
     elseif k == 'n' then st.n = tonumber(v)
     elseif k == 'w' then st.w = v
-    elseif k == 'ts' then st.ts = v
-    elseif k == 'ta' then st.ta = tonumber(v)
-    elseif k == 'tp' then st.tp = v
+    elseif k == 't' then st.tm = v
+    elseif k == 'ts' then st.ots, st.old = v, true
+    elseif k == 'ta' then st.ota, st.old = tonumber(v), true
+    elseif k == 'tp' then st.otp, st.old = v, true
     elseif k == 'r' then st.r = v
     elseif string.byte(k, 1) == 104 then -- 'h'
       local colon = string.find(v, ':', 1, true)
@@ -397,6 +409,7 @@ local function load(c, now, f)
       if e > now then st.g = vadd(st.g or pair(0, 0), nv(a)) end
     end
   end
+  marks(st)
   if c.sw then expire_rules(c, st) end
   local raise = st.g
   if c.starts then
@@ -516,11 +529,9 @@ local function used(c, st, now) return vadd(level_at(c, st, now), held_sum(st.ho
 local function before(c, st, now) return c.th and used(c, st, now) end
 
 -- notice is ledger.Cross for a write that took bucket c from use pre
--- (before) to its state st at now. It keeps the marks in the bucket's hash
--- (ts: the sig of the thresholds they were computed for, ta: bit i-1 set
--- when threshold i is reached, tp: the start of the period they belong to,
--- '0' for the other kinds) and appends one entry per event to the outbox
--- stream of the bucket's slot (c.ek), in the order of the thresholds: type
+-- (before) to its state st at now. It keeps the marks (above) in the
+-- bucket's field t and appends one entry per event to the outbox
+-- stream of the bucket's slot (c.ob), in the order of the thresholds: type
 -- t ('c' crossed, 'r' recovered), time at, limit l, encoded key k, label
 -- th, used u and capacity c (units), period start ps ('' unless periodic).
 -- The stream's ids are Redis's clock (ms); an entry no sealer moved into
@@ -530,9 +541,9 @@ local function before(c, st, now) return c.th and used(c, st, now) end
 local function notice(c, st, now, pre)
   local th = c.th
   if not th then
-    if st.ts then
-      redis.call('HDEL', c.bk, 'ts', 'ta', 'tp')
-      st.ts, st.ta, st.tp = nil, nil, nil
+    if st.ts or st.tm or st.old then
+      redis.call('HDEL', c.bk, 't', 'ts', 'ta', 'tp')
+      st.ts, st.ta, st.tp, st.tm, st.old = nil, nil, nil, nil, nil
     end
     return
   end
@@ -558,6 +569,7 @@ local function notice(c, st, now, pre)
     if reached ~= was then
       if reached then above = bit.bor(above, b) else above = bit.band(above, bit.bnot(b)) end
       if not key then
+        if not c.ek then c.ek, c.keep = string.match(c.ob, '^([^;]*);([^;]*)$') end
         u = vs(after)
         local _, e = string.find(c.bk, ':b:', 1, true)
         key = string.sub(c.bk, e + 1)
@@ -569,9 +581,14 @@ local function notice(c, st, now, pre)
       c.emitted = true
     end
   end
-  if st.ts ~= th.sig or st.ta ~= above or st.tp ~= period then
+  if st.old or st.ts ~= th.sig or st.ta ~= above or st.tp ~= period then
     st.ts, st.ta, st.tp = th.sig, above, period
-    redis.call('HSET', c.bk, 'ts', th.sig, 'ta', above, 'tp', period)
+    st.tm = th.sig .. ':' .. above .. ':' .. period
+    redis.call('HSET', c.bk, 't', st.tm)
+    if st.old then
+      redis.call('HDEL', c.bk, 'ts', 'ta', 'tp')
+      st.old = nil
+    end
   end
 end
 
@@ -758,28 +775,24 @@ end
 -- expire_rules).
 -- A limit with thresholds (th, as thresholds parsed it) takes it too while
 -- nothing is reached, which is what notice would find and leave: the
--- bucket has no marks (ts, ta, tp) or marks of this list with none reached
--- (ts = th.sig, ta = 0, tp = '0': a leaky bucket has no period), and the
--- level after the charge (its use: it has no holds) is below th.min, the
--- lowest threshold level, so notice would compare and emit nothing. A
--- bucket without marks gets the ones notice writes then (ta = 0), in the
--- same HSET. Anything else (a crossing, a reached mark, marks of another
--- list) is the general path's.
+-- bucket has no marks or marks of this list with none reached (its field
+-- t is th.z: a leaky bucket has no period), and the level after the
+-- charge (its use: it has no holds) is below th.min, the lowest threshold
+-- level, so notice would compare and emit nothing. A bucket without marks
+-- gets the ones notice writes then (th.z), in the same HSET. Anything else
+-- (a crossing, a reached mark, marks of another list, marks in the fields
+-- of an earlier version) is the general path's.
 local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost, th, sw)
-  local ls, us, ts, ta, tp = '0', '0', nil, nil, nil
+  local ls, us, tm = '0', '0', nil
   for i = 1, #f, 2 do
     local k = f[i]
     if k == 'l' then ls = f[i + 1] elseif k == 'u' then us = f[i + 1]
-    elseif th and k == 'ts' then ts = f[i + 1]
-    elseif th and k == 'ta' then ta = f[i + 1]
-    elseif th and k == 'tp' then tp = f[i + 1]
+    elseif th and k == 't' then tm = f[i + 1]
     else return nil end
   end
   if sw and tonumber(us) < sw then return nil end
-  local marks = false -- the marks notice would write: the bucket has none
   if th then
-    if not ts and not ta and not tp then marks = true
-    elseif ts ~= th.sig or ta ~= '0' or tp ~= '0' then return nil end
+    if tm and tm ~= th.z then return nil end
     if th.min.h == nil then return nil end
   end
   local cv, cp = nv_memo(cost), ceil_memo(ceil)
@@ -821,7 +834,7 @@ local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost, th, sw)
       if u > now + CLOCK_STEP_US then stepped = true end
       if now > u or stepped then u, us = now, nows end
       if h == 0 then ls = fmt(l) else ls = string.format('%d%012d', h, l) end
-      if marks then redis.call('HSET', bk, 'l', ls, 'u', us, 'ts', th.sig, 'ta', '0', 'tp', '0')
+      if th and not tm then redis.call('HSET', bk, 'l', ls, 'u', us, 't', th.z)
       else redis.call('HSET', bk, 'l', ls, 'u', us) end
       local t = (h * E12 + l) * lp.rp / lp.raf
       t = t * (1 + 1e-9) + 1
@@ -845,8 +858,8 @@ end
 -- limit definition, then, when ih ~= '', the idempotency record, which a
 -- call of several items precedes with where an earlier version kept it.
 -- ARGV = now, ih, check ('1': the definitions are in KEYS), n, then per
--- item 9 arguments: ceiling, leak amount, leak period, history flag,
--- version, limit document, thresholds, cost, meta ('' for none).
+-- item 10 arguments: ceiling, leak amount, leak period, history flag,
+-- version, limit document, thresholds, outbox, cost, meta ('' for none).
 local function fillup(keys, args)
   local now_arg, ih, check = args[1], args[2], args[3] == '1'
   local n = args[4] == '1' and 1 or tonumber(args[4]) -- one item spares a strtod
@@ -856,20 +869,20 @@ local function fillup(keys, args)
   local now, nows = clock(now_arg)
   local items, accepted = {}, true
   for i = 1, n do
-    local a = 4 + 9 * (i - 1)
-    local ceil, ra, rp, hist, version, lim, th, cost, meta = args[a + 1], args[a + 2], args[a + 3], args[a + 4],
-      args[a + 5], args[a + 6], args[a + 7], args[a + 8], args[a + 9]
+    local a = 4 + 10 * (i - 1)
+    local ceil, ra, rp, hist, version, lim, th, ob, cost, meta = args[a + 1], args[a + 2], args[a + 3], args[a + 4],
+      args[a + 5], args[a + 6], args[a + 7], args[a + 8], args[a + 9], args[a + 10]
     local v, inside, sw = guard(version, now)
     if not inside then return { E_PERIOD_TABLE, fmt(now) } end
     if check and stale(keys[2 * n + i], v) then return { E_STALE } end
     local f
     if n == 1 and not ik and ra ~= 'P' and ra ~= 'W' and hist == '0' then -- the usual call: fillup_lean
       f = redis.call('HGETALL', keys[1])
-      local t = th ~= '' and select(3, thresholds(th)) or nil
+      local t = th ~= '' and thresholds(th) or nil
       local out = fillup_lean(keys[1], f, now, nows, ceil, ra, rp, cost, t, sw and tonumber(string.match(sw, '(%d+)=[^|]*$')))
       if out then return out end
     end
-    local c = bkt(keys[2 * i - 1], keys[2 * i], ceil, ra, rp, hist, lim, th)
+    local c = bkt(keys[2 * i - 1], keys[2 * i], ceil, ra, rp, hist, lim, th, ob)
     c.sw = sw
     if c.starts and not in_period(c, now) then return { E_PERIOD_TABLE, fmt(now) } end
     local st = load(c, now, f)
@@ -903,13 +916,14 @@ end
 
 -- one_bucket reads the arguments every single-bucket function starts with:
 -- ARGV = now, ih, check, ceiling, leak amount, leak period, history flag,
--- version, limit document, thresholds, then the function's own from 11 on. KEYS = the
+-- version, limit document, thresholds, outbox, then the function's own from 12 on. KEYS = the
 -- bucket at b, its history at b + 1, then (check) the definition, then (ih)
 -- the idempotency record. It returns the bucket, now and the record key, or
 -- the answer to give instead (a replay or an error code).
 local function one_bucket(keys, args, b)
   local now_arg, ih, check = args[1], args[2], args[3] == '1'
-  local ceil, ra, rp, hist, version, lim, th = args[4], args[5], args[6], args[7], args[8], args[9], args[10]
+  local ceil, ra, rp, hist, version, lim, th, ob = args[4], args[5], args[6], args[7], args[8], args[9], args[10],
+    args[11]
   local ik = ih ~= '' and keys[#keys] or nil
   local rec = idem_get(ik, ih)
   if rec then return nil, nil, nil, rec end
@@ -917,7 +931,7 @@ local function one_bucket(keys, args, b)
   local v, inside, sw = guard(version, now)
   if not inside then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
   if check and stale(keys[b + 2], v) then return nil, nil, nil, { E_STALE } end
-  local c = bkt(keys[b], keys[b + 1], ceil, ra, rp, hist, lim, th)
+  local c = bkt(keys[b], keys[b + 1], ceil, ra, rp, hist, lim, th, ob)
   c.sw = sw
   if c.starts and not in_period(c, now) then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
   return c, now, ik
@@ -952,12 +966,12 @@ local function settle_bucket(keys, args)
   return reply(now, '', nil, {})
 end
 
--- drain: ARGV[11] = amount, ARGV[12] = meta. x = the amount removed (and
+-- drain: ARGV[12] = amount, ARGV[13] = meta. x = the amount removed (and
 -- the drain entry's id, see reply).
 local function drain(keys, args)
   local c, now, ik, early = one_bucket(keys, args, 1)
   if early then return early end
-  local amount = nv(args[11])
+  local amount = nv(args[12])
   local st = load(c, now)
   local removed, eid = pair(0, 0), nil
   -- A drain that can remove nothing (the level is zero now) is a no-op.
@@ -967,28 +981,28 @@ local function drain(keys, args)
     removed = vmin(amount, st.l)
     st.l = vsub(st.l, removed)
     if c.wp then drain_slots(st, removed) end
-    eid = record(c, st, now, 'drain', vs(removed), '', args[12])
+    eid = record(c, st, now, 'drain', vs(removed), '', args[13])
     notice(c, st, now, pre)
     finish(c, st, now)
   end
   return reply(now, vs(removed), nil, { { c = c, st = st, eid = eid } }, ik, args[2])
 end
 
--- reserve: KEYS = the new hold's record, then as in one_bucket; ARGV[11..]
+-- reserve: KEYS = the new hold's record, then as in one_bucket; ARGV[12..]
 -- = amount, ttl (µs), hold id, limit name, encoded bucket key, meta. x =
 -- accepted ('1'/'0'), and the id of the reserved or denied entry (reply).
 local function reserve(keys, args)
   local rk = keys[1]
   local c, now, ik, early = one_bucket(keys, args, 2)
   if early then return early end
-  local amount, ttl, id, lname, ekey = nv(args[11]), tonumber(args[12]), args[13], args[14], args[15]
+  local amount, ttl, id, lname, ekey = nv(args[12]), tonumber(args[13]), args[14], args[15], args[16]
   local st = load(c, now)
   local active = 0
   for _, h in ipairs(st.holds) do if h.e > now then active = active + 1 end end
   if active >= MAX_HOLDS then return { E_TOO_MANY_HOLDS } end
   if not fits(c, st, now, amount) then
     unstep(c, st, now)
-    local eid = deny(c, st, now, vs(amount), args[16])
+    local eid = deny(c, st, now, vs(amount), args[17])
     return reply(now, '0', nil, { { c = c, st = st, eid = eid } }, ik, args[2])
   end
   local pre = before(c, st, now)
@@ -998,7 +1012,7 @@ local function reserve(keys, args)
   redis.call('PEXPIRE', rk, fmt(math.ceil(ttl / 1000) + HOLD_KEEP_MS + SLACK_MS))
   redis.call('HSET', c.bk, 'h' .. id, vs(amount) .. ':' .. fmt(exp))
   st.holds[#st.holds + 1] = { id = id, a = vs(amount), e = exp }
-  local eid = record(c, st, now, st.sh and 'reserved!' or 'reserved', vs(amount), id, args[16])
+  local eid = record(c, st, now, st.sh and 'reserved!' or 'reserved', vs(amount), id, args[17])
   notice(c, st, now, pre)
   finish(c, st, now)
   return reply(now, '1', rk, { { c = c, st = st, eid = eid } }, ik, args[2])
@@ -1012,14 +1026,14 @@ local function drop_hold(c, st, id)
 end
 
 -- resolve: KEYS = the hold record, its bucket, history (then definition and
--- idempotency record as in one_bucket); ARGV[11..] = mode ('c' commit, 'r'
+-- idempotency record as in one_bucket); ARGV[12..] = mode ('c' commit, 'r'
 -- release), amount ('' = the held amount), overrun ('1'), the encoded bucket
 -- key the Go side read from the record, meta. x = the refusal ('' when none).
 local function resolve(keys, args)
   local rk = keys[1]
   local c, now, ik, early = one_bucket(keys, args, 2)
   if early then return early end
-  local mode, amount, overrun, ekey = args[11], args[12], args[13] == '1', args[14]
+  local mode, amount, overrun, ekey = args[12], args[13], args[14] == '1', args[15]
   local h = {}
   local f = redis.call('HGETALL', rk)
   for i = 1, #f, 2 do h[f[i]] = f[i + 1] end
@@ -1046,7 +1060,7 @@ local function resolve(keys, args)
       charge_slot(c, st, charge)
       drop_hold(c, st, h.id)
       redis.call('HSET', rk, 's', 'c', 'c', vs(charge), 'tr', fmt(now))
-      record(c, st, now, 'committed', vs(charge), h.id, args[15])
+      record(c, st, now, 'committed', vs(charge), h.id, args[16])
       notice(c, st, now, pre)
       finish(c, st, now)
     end
@@ -1057,7 +1071,7 @@ local function resolve(keys, args)
     settle(c, st, now)
     drop_hold(c, st, h.id)
     redis.call('HSET', rk, 's', 'r', 'tr', fmt(now))
-    record(c, st, now, 'released', h.a, h.id, args[15])
+    record(c, st, now, 'released', h.a, h.id, args[16])
     notice(c, st, now, pre)
     finish(c, st, now)
   end
@@ -1070,13 +1084,13 @@ local function reservation(keys, args)
   return reply(clock(args[1]), '', keys[1], {})
 end
 
--- history: ARGV[11..] = cursor time ('' for the first page), cursor id, n.
+-- history: ARGV[12..] = cursor time ('' for the first page), cursor id, n.
 -- Records due expiries, then lists up to n + 1 entries newest first by
 -- (time, id) as x, one "time|id|event|amount|hold[|meta]" per line.
 local function history(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1)
   if early then return early end
-  local ct, cid, n = args[11], args[12], tonumber(args[13])
+  local ct, cid, n = args[12], args[13], tonumber(args[14])
   local st = load(c, now)
   if expire_holds(c, st, now) then finish(c, st, now) end
   local out = {}
@@ -1104,7 +1118,7 @@ local function grant_str(g)
   return g.id .. '|' .. g.a .. '|' .. fmt(g.e) .. '|' .. fmt(g.t) .. '|' .. fmt(g.q)
 end
 
--- grant_add: ARGV[11..] = amount (units), expires (µs; '' for the end of
+-- grant_add: ARGV[12..] = amount (units), expires (µs; '' for the end of
 -- the current period of a periodic limit), room (units: the most the
 -- bucket's active grants may sum to, ledger.MaxAmount minus the limit's
 -- capacity), the new grant's id, meta. It refuses a grant that expires by
@@ -1116,7 +1130,7 @@ end
 local function grant_add(keys, args)
   local c, now, ik, early = one_bucket(keys, args, 1)
   if early then return early end
-  local amount, exp, room, id = args[11], args[12], args[13], args[14]
+  local amount, exp, room, id = args[12], args[13], args[14], args[15]
   local st = load(c, now)
   if exp == '' then exp = c.pe else exp = tonumber(exp) end
   local sum = vadd(st.g or pair(0, 0), nv(amount))
@@ -1129,19 +1143,19 @@ local function grant_add(keys, args)
   redis.call('HSET', c.bk, 'G' .. id, amount .. ':' .. fmt(exp) .. ':' .. fmt(now) .. ':' .. fmt(g.q))
   st.grants[#st.grants + 1], st.g = g, sum
   expire_holds(c, st, now)
-  local eid = record(c, st, now, 'granted', amount, id, args[15])
+  local eid = record(c, st, now, 'granted', amount, id, args[16])
   keep(c, st, now)
   return reply(now, grant_str(g), nil, { { c = c, st = st, eid = eid } }, ik, args[2])
 end
 
--- grant_revoke: ARGV[11..] = the grant's id, meta. It removes the grant
+-- grant_revoke: ARGV[12..] = the grant's id, meta. It removes the grant
 -- while it counts (E_GRANT_NOT_FOUND otherwise: unknown, revoked or
 -- expired) and records a revoked entry. x = the grant (grant_str) and the
 -- revoked entry's id (reply).
 local function grant_revoke(keys, args)
   local c, now, ik, early = one_bucket(keys, args, 1)
   if early then return early end
-  local id = args[11]
+  local id = args[12]
   local st = load(c, now)
   local found, kept = nil, {}
   for _, g in ipairs(st.grants) do
@@ -1151,7 +1165,7 @@ local function grant_revoke(keys, args)
   redis.call('HDEL', c.bk, 'G' .. id)
   st.grants, st.g = kept, vsub(st.g, nv(found.a))
   expire_holds(c, st, now)
-  local eid = record(c, st, now, 'revoked', found.a, id, args[12])
+  local eid = record(c, st, now, 'revoked', found.a, id, args[13])
   keep(c, st, now)
   return reply(now, grant_str(found), nil, { { c = c, st = st, eid = eid } }, ik, args[2])
 end
