@@ -1,5 +1,16 @@
 package mysql
 
+import (
+	"context"
+	"net"
+)
+
+// WithDial makes the store's connections with dial (a test counts the
+// round trips on them).
+func WithDial(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
+	return func(s *Store) { s.dial = dial }
+}
+
 // AtSchemaVersion makes Open apply the embedded migrations up to version v
 // only, until restore is called: the upgrade test builds a database as an
 // older budgetd left it. Not for parallel tests.

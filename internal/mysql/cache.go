@@ -1,0 +1,296 @@
+package mysql
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+)
+
+// The decision cache (docs/mysql.md "Round trips and the clock") keeps, for
+// the buckets this Store wrote last, the row as it wrote it (version, state)
+// and the limit row it decided with (id, rev, spec). A decision on buckets
+// that are all in it skips the read: it decides on the cached rows at an
+// estimate of the database's clock and sends the one multi-statement write,
+// which compare-and-sets every row it decided on (the limits' revs, the
+// buckets' versions and last_us) and checks that the estimate was not after
+// the database's clock, nor more than cacheSkew behind it. A miss, or a write
+// that finds anything changed, costs the read: the decision runs again as
+// without the cache. The cache is a speed-up only; correctness is the
+// compare-and-set's, as for every write.
+
+// cacheSkew is how far behind the database's clock a cached decision's
+// "now" may be: about what a read's clock is behind the commit of its write
+// anyway (a round trip and the decision).
+const cacheSkew = 100 * time.Millisecond
+
+// cacheStripes is the number of in-process locks that serialise the
+// decisions of this Store on one bucket while the cache is on, so that they
+// take turns on the cached row rather than fail each other's
+// compare-and-set.
+const cacheStripes = 1024
+
+// Default bounds of the cache (WithCache).
+const (
+	DefaultCacheEntries = 100_000
+	DefaultCacheBytes   = 64 << 20
+)
+
+// errMiss is a cached decision that could not be made or kept: the decision
+// runs again on a read.
+var errMiss = errors.New("mysql: decide on a read")
+
+// WithCache turns the decision cache on with at most entries entries
+// (buckets and limits) and about bytes bytes of them (DefaultCacheEntries,
+// DefaultCacheBytes); entries <= 0 turns it off.
+func WithCache(entries, bytes int) Option {
+	return func(s *Store) {
+		s.cache = nil
+		if entries > 0 && bytes > 0 {
+			s.cache = newDecisionCache(entries, bytes)
+		}
+	}
+}
+
+// cacheKey is a limit's entry (id 0, name its name) or a bucket's (id its
+// limit's id, name its key).
+type cacheKey struct {
+	id   uint64
+	name string
+}
+
+type cacheEntry struct {
+	k    cacheKey
+	lim  limitRow  // a limit's entry: the limit as stored (base), not its terms
+	b    bucketRow // a bucket's entry: the row as written
+	size int
+}
+
+type decisionCache struct {
+	maxEntries, maxBytes int
+	stripes              [cacheStripes]chan struct{}
+
+	mu      sync.Mutex
+	entries map[cacheKey]*list.Element
+	lru     list.List // front: the most recently used
+	bytes   int
+	clockUS int64     // the database's clock a read returned,
+	clockAt time.Time // and when the read returned (monotonic)
+
+	hits, misses, conflicts atomic.Int64
+}
+
+func newDecisionCache(entries, bytes int) *decisionCache {
+	c := &decisionCache{maxEntries: entries, maxBytes: bytes, entries: map[cacheKey]*list.Element{}}
+	for i := range c.stripes {
+		c.stripes[i] = make(chan struct{}, 1)
+	}
+	return c
+}
+
+// cacheable says whether a decision with opts may be made on the cache: not
+// a Commit's or a Release's, which read their hold.
+func cacheable(opts []readOpt) bool {
+	return !slices.ContainsFunc(opts, func(o readOpt) bool { return o.hold != "" })
+}
+
+// lock takes the stripes of refs, in order, and returns their release.
+func (c *decisionCache) lock(ctx context.Context, refs []ledger.BucketRef) (func(), error) {
+	idx := make([]uint32, 0, len(refs))
+	for _, r := range refs {
+		h := fnv.New32a()
+		h.Write([]byte(r.Limit))
+		h.Write([]byte{0})
+		h.Write([]byte(r.Key))
+		idx = append(idx, h.Sum32()%cacheStripes)
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	unlock := func(n int) {
+		for _, i := range idx[:n] {
+			<-c.stripes[i]
+		}
+	}
+	for n, i := range idx {
+		select {
+		case c.stripes[i] <- struct{}{}:
+		case <-ctx.Done():
+			unlock(n)
+			return nil, ctx.Err()
+		}
+	}
+	return func() { unlock(len(idx)) }, nil
+}
+
+// sawClock keeps the database's clock that a read returned just now: a lower
+// bound of the database's clock from now on, plus the time since.
+func (c *decisionCache) sawClock(us int64) {
+	if c == nil {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	c.clockUS, c.clockAt = us, now
+	c.mu.Unlock()
+}
+
+// view returns a view of refs from the cache, without its clock, or false
+// when one of them is missing.
+func (c *decisionCache) view(refs []ledger.BucketRef) (*view, int64, bool) {
+	v := &view{limits: make([]limitRow, len(refs)), base: make([]ledger.Limit, len(refs)), buckets: make([]bucketRow, len(refs)), dirty: make([]bool, len(refs)), entries: make([][]entryRow, len(refs)), cached: true}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.clockAt.IsZero() {
+		c.misses.Add(1)
+		return nil, 0, false
+	}
+	for i, r := range refs {
+		le, ok := c.entries[cacheKey{name: r.Limit}]
+		if !ok {
+			c.misses.Add(1)
+			return nil, 0, false
+		}
+		lim := le.Value.(*cacheEntry).lim
+		be, ok := c.entries[cacheKey{id: lim.id, name: r.Key}]
+		if !ok {
+			c.misses.Add(1)
+			return nil, 0, false
+		}
+		c.lru.MoveToFront(le)
+		c.lru.MoveToFront(be)
+		b := be.Value.(*cacheEntry).b
+		b.state.Holds, b.state.Slots, b.grants = slices.Clone(b.state.Holds), slices.Clone(b.state.Slots), slices.Clone(b.grants)
+		v.limits[i], v.buckets[i] = lim, b
+	}
+	c.hits.Add(1)
+	return v, c.clockUS + time.Since(c.clockAt).Microseconds(), true
+}
+
+// wrote keeps the rows that v's write, just committed, wrote: each as a read
+// of it would return it, with the limit row it was decided with.
+func (c *decisionCache) wrote(v *view) {
+	if c == nil {
+		return
+	}
+	for i, d := range v.dirty {
+		if !d {
+			continue
+		}
+		old := v.buckets[i]
+		level, updated, extra, err := encodeState(old.state, old.marks, old.grants, old.carry)
+		b := bucketRow{key: old.key, exists: true, version: old.version + 1, hseq: old.hseq, last: max(old.last, v.now.UnixMicro())}
+		if !old.exists {
+			b.version = 1
+		}
+		if err == nil {
+			err = b.decode(level, updated, extra)
+		}
+		lim := v.limits[i]
+		lim.limit = v.base[i]
+		c.mu.Lock()
+		if err != nil {
+			c.remove(cacheKey{id: lim.id, name: old.key})
+		} else {
+			c.put(&cacheEntry{k: cacheKey{name: lim.limit.Name}, lim: lim, size: 512 + 256*lim.set.Len()})
+			c.put(&cacheEntry{k: cacheKey{id: lim.id, name: b.key}, b: b, size: 256 + len(b.key) + len(extra.String)})
+		}
+		c.mu.Unlock()
+	}
+}
+
+// drop forgets v's buckets: the write of a decision on them failed.
+func (c *decisionCache) drop(v *view) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range v.buckets {
+		c.remove(cacheKey{id: v.limits[i].id, name: v.buckets[i].key})
+	}
+}
+
+// put adds or replaces e and evicts the least recently used entries beyond
+// the bounds. An entry too large for the cache is not kept. Under mu.
+func (c *decisionCache) put(e *cacheEntry) {
+	c.remove(e.k)
+	if e.size > c.maxBytes/16 {
+		return
+	}
+	c.entries[e.k] = c.lru.PushFront(e)
+	c.bytes += e.size
+	for c.lru.Len() > c.maxEntries || c.bytes > c.maxBytes {
+		c.remove(c.lru.Back().Value.(*cacheEntry).k)
+	}
+}
+
+// remove forgets k's entry. Under mu.
+func (c *decisionCache) remove(k cacheKey) {
+	if el, ok := c.entries[k]; ok {
+		c.bytes -= el.Value.(*cacheEntry).size
+		c.lru.Remove(el)
+		delete(c.entries, k)
+	}
+}
+
+// decideCached makes the decision of fn on the cached rows of refs with one
+// round trip, or returns errMiss when it cannot (a row is not cached, fn
+// fails or writes nothing, or the write finds a row changed or the clock
+// estimate off): the caller decides again on a read.
+func (s *Store) decideCached(ctx context.Context, refs []ledger.BucketRef, fn func(v *view) error) error {
+	v, clock, ok := s.cache.view(refs)
+	if !ok {
+		return errMiss
+	}
+	v.guard = !s.at(v, clock)
+	if err := fn(v); err != nil {
+		// Perhaps an answer to stale terms: decide on a read.
+		return errMiss
+	}
+	query, args, err := s.writeSQL(v, true, true)
+	if err != nil {
+		return err
+	}
+	if query == "" {
+		// A decision that writes nothing checks nothing either: a
+		// denial must be of the rows as they are, so read them.
+		return errMiss
+	}
+	if err := s.exec(ctx, query, args); err != nil {
+		s.cache.drop(v)
+		if errors.Is(err, errConflict) {
+			s.cache.conflicts.Add(1)
+			return errMiss
+		}
+		return err // the outcome is unknown: the rows are no longer cached
+	}
+	s.cache.wrote(v)
+	return nil
+}
+
+// exec runs a multi-statement write on a connection of its own and rolls
+// back what a failed write left open.
+func (s *Store) exec(ctx context.Context, query string, args []any) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return classify(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, query, args...); err != nil {
+		rollback(ctx, conn)
+		return classify(err)
+	}
+	return nil
+}
+
+// CacheStats returns the decision cache's hits, misses and the cached
+// decisions whose write found a row changed (zeros when it is off).
+func (s *Store) CacheStats() (hits, misses, conflicts int64) {
+	if s.cache == nil {
+		return 0, 0, 0
+	}
+	return s.cache.hits.Load(), s.cache.misses.Load(), s.cache.conflicts.Load()
+}
