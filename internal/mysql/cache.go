@@ -74,6 +74,7 @@ type cacheEntry struct {
 
 type decisionCache struct {
 	maxEntries, maxBytes int
+	skew                 time.Duration // cacheSkew
 	stripes              [cacheStripes]chan struct{}
 
 	mu      sync.Mutex
@@ -87,7 +88,7 @@ type decisionCache struct {
 }
 
 func newDecisionCache(entries, bytes int) *decisionCache {
-	c := &decisionCache{maxEntries: entries, maxBytes: bytes, entries: map[cacheKey]*list.Element{}}
+	c := &decisionCache{maxEntries: entries, maxBytes: bytes, skew: cacheSkew, entries: map[cacheKey]*list.Element{}}
 	for i := range c.stripes {
 		c.stripes[i] = make(chan struct{}, 1)
 	}

@@ -59,7 +59,10 @@ func TestCacheOneRoundTrip(t *testing.T) {
 		t.Run(iso, func(t *testing.T) {
 			url := newDatabase(t)
 			var writes atomic.Int64
-			s := openCounted(t, url, &writes, mysql.WithIsolation(iso))
+			// A long skew: a stall of a loaded machine between the decision
+			// and its write must not fail the clock guard here (that guard is
+			// TestCacheClockGuard's).
+			s := openCounted(t, url, &writes, mysql.WithIsolation(iso), mysql.WithCacheSkew(time.Minute))
 			other := ledger.NewService(open(t, url, mysql.WithIsolation(iso), mysql.WithPruneInterval(0)))
 			ctx := context.Background()
 			spec := ledger.LimitSpec{Capacity: decimal.NewFromInt(100), Period: &ledger.Period{Every: "year"}, History: true}
@@ -159,6 +162,41 @@ func TestCacheOneRoundTrip(t *testing.T) {
 				t.Errorf("cache: %d hits, %d misses, %d conflicts; want some, some and 4", hits, misses, conflicts)
 			}
 		})
+	}
+}
+
+// TestCacheClockGuard: a cached decision is kept only when its "now", the
+// cache's estimate of the database's clock, is neither after the database's
+// clock nor more than the skew behind it. With the estimate an hour ahead,
+// then an hour behind, the cached write fails and the decision runs again on
+// a read, at the database's clock (the test server's, on this machine).
+func TestCacheClockGuard(t *testing.T) {
+	url := newDatabase(t)
+	var writes atomic.Int64
+	s := openCounted(t, url, &writes)
+	ctx := context.Background()
+	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(100), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ref := ledger.BucketRef{Limit: "l", Key: "k"}
+	if _, err := s.Fillup(ctx, charge(ref, 1), ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []time.Duration{time.Hour, -time.Hour} {
+		mysql.ShiftCacheClock(s, d)
+		_, _, c0 := s.CacheStats()
+		before := time.Now()
+		out, err := s.Fillup(ctx, charge(ref, 1), ledger.Idempotency{})
+		after := time.Now()
+		if err != nil || !out.Accepted {
+			t.Fatalf("Fillup: %+v, %v", out, err)
+		}
+		if now := out.Items[0].Snapshot.Now; now.Before(before.Add(-time.Minute)) || now.After(after.Add(time.Minute)) {
+			t.Errorf("estimate moved by %s: decided at %s, between %s and %s by this machine's clock", d, now, before, after)
+		}
+		if _, _, c := s.CacheStats(); c != c0+1 {
+			t.Errorf("estimate moved by %s: %d cached writes failed, want 1", d, c-c0)
+		}
 	}
 }
 

@@ -484,7 +484,7 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 	if v.guard {
 		// First, before any lock wait: the clock at the commit is later.
 		q.WriteString("SELECT budgetd_assert(? BETWEEN " + clockSQL + " - ? AND " + clockSQL + ");\n")
-		args = append(args, v.now.UnixMicro(), cacheSkew.Microseconds())
+		args = append(args, v.now.UnixMicro(), s.cache.skew.Microseconds())
 	}
 	var lims []limitRow
 	for _, l := range v.limits {

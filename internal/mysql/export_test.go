@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"net"
+	"time"
 )
 
 // WithDial makes the store's connections with dial (a test counts the
@@ -36,4 +37,16 @@ var PruneStatements = map[string]string{
 	"history":       pruneHistory,
 	"idempotency":   pruneIdempotency,
 	"events":        pruneEvents,
+}
+
+// WithCacheSkew sets how far behind the database's clock a cached decision
+// may be (cacheSkew): a test that counts round trips makes it long, so that
+// a stall of a loaded machine does not fail the clock guard.
+func WithCacheSkew(d time.Duration) Option { return func(s *Store) { s.cache.skew = d } }
+
+// ShiftCacheClock moves the cache's estimate of the database's clock by d.
+func ShiftCacheClock(s *Store, d time.Duration) {
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	s.cache.clockUS += d.Microseconds()
 }
