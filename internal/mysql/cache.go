@@ -83,6 +83,8 @@ type decisionCache struct {
 	bytes   int
 	clockUS int64     // the database's clock a read returned,
 	clockAt time.Time // and when the read returned (monotonic)
+	// clockReset: a cached write failed; the next read's clock is taken.
+	clockReset bool
 
 	hits, misses, conflicts atomic.Int64
 }
@@ -129,15 +131,20 @@ func (c *decisionCache) lock(ctx context.Context, refs []ledger.BucketRef) (func
 	return func() { unlock(len(idx)) }, nil
 }
 
-// sawClock keeps the database's clock that a read returned just now: a lower
-// bound of the database's clock from now on, plus the time since.
+// sawClock keeps the database's clock that a read returned just now, plus
+// the time since, as the estimate of the database's clock when it is the
+// greater of the two lower bounds (a read whose goroutine stalled before it
+// got here returns an older one), or when a cached write failed since the
+// last (perhaps on the clock guard: the database's clock stepped back).
 func (c *decisionCache) sawClock(us int64) {
 	if c == nil {
 		return
 	}
 	now := time.Now()
 	c.mu.Lock()
-	c.clockUS, c.clockAt = us, now
+	if c.clockAt.IsZero() || c.clockReset || us > c.clockUS+now.Sub(c.clockAt).Microseconds() {
+		c.clockUS, c.clockAt, c.clockReset = us, now, false
+	}
 	c.mu.Unlock()
 }
 
@@ -212,6 +219,7 @@ func (c *decisionCache) drop(v *view) {
 	for i := range v.buckets {
 		c.remove(cacheKey{id: v.limits[i].id, name: v.buckets[i].key})
 	}
+	c.clockReset = true
 }
 
 // put adds or replaces e and evicts the least recently used entries beyond
