@@ -30,6 +30,11 @@ import (
 // anyway (a round trip and the decision).
 const cacheSkew = 100 * time.Millisecond
 
+// cacheCool is how long a bucket whose cached write failed is not cached
+// again: while another instance writes it too, each cached write would fail
+// and cost two round trips more than a read.
+const cacheCool = time.Second
+
 // cacheStripes is the number of in-process locks that serialise the
 // decisions of this Store on one bucket while the cache is on, so that they
 // take turns on the cached row rather than fail each other's
@@ -70,11 +75,13 @@ type cacheEntry struct {
 	lim  limitRow  // a limit's entry: the limit as stored (base), not its terms
 	b    bucketRow // a bucket's entry: the row as written
 	size int
+	cool time.Time // a bucket not to cache until then (no row), after a failed cached write
 }
 
 type decisionCache struct {
 	maxEntries, maxBytes int
 	skew                 time.Duration // cacheSkew
+	cool                 time.Duration // cacheCool
 	stripes              [cacheStripes]chan struct{}
 
 	mu      sync.Mutex
@@ -90,7 +97,7 @@ type decisionCache struct {
 }
 
 func newDecisionCache(entries, bytes int) *decisionCache {
-	c := &decisionCache{maxEntries: entries, maxBytes: bytes, skew: cacheSkew, entries: map[cacheKey]*list.Element{}}
+	c := &decisionCache{maxEntries: entries, maxBytes: bytes, skew: cacheSkew, cool: cacheCool, entries: map[cacheKey]*list.Element{}}
 	for i := range c.stripes {
 		c.stripes[i] = make(chan struct{}, 1)
 	}
@@ -166,7 +173,7 @@ func (c *decisionCache) view(refs []ledger.BucketRef) (*view, int64, bool) {
 		}
 		lim := le.Value.(*cacheEntry).lim
 		be, ok := c.entries[cacheKey{id: lim.id, name: r.Key}]
-		if !ok {
+		if !ok || !be.Value.(*cacheEntry).cool.IsZero() {
 			c.misses.Add(1)
 			return nil, 0, false
 		}
@@ -201,23 +208,33 @@ func (c *decisionCache) wrote(v *view) {
 		}
 		lim := v.limits[i]
 		lim.limit = v.base[i]
+		k := cacheKey{id: lim.id, name: b.key}
 		c.mu.Lock()
-		if err != nil {
-			c.remove(cacheKey{id: lim.id, name: old.key})
-		} else {
+		el, ok := c.entries[k]
+		switch {
+		case ok && time.Now().Before(el.Value.(*cacheEntry).cool):
+			// Cooling: another instance writes this bucket too.
+		case err != nil:
+			c.remove(k)
+		default:
 			c.put(&cacheEntry{k: cacheKey{name: lim.limit.Name}, lim: lim, size: 512 + 256*lim.set.Len()})
-			c.put(&cacheEntry{k: cacheKey{id: lim.id, name: b.key}, b: b, size: 256 + len(b.key) + len(extra.String)})
+			c.put(&cacheEntry{k: k, b: b, size: 256 + len(b.key) + len(extra.String)})
 		}
 		c.mu.Unlock()
 	}
 }
 
-// drop forgets v's buckets: the write of a decision on them failed.
-func (c *decisionCache) drop(v *view) {
+// drop forgets v's buckets: the write of a decision on them failed. After
+// a conflict they are not cached again for c.cool.
+func (c *decisionCache) drop(v *view, conflict bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range v.buckets {
-		c.remove(cacheKey{id: v.limits[i].id, name: v.buckets[i].key})
+		k := cacheKey{id: v.limits[i].id, name: v.buckets[i].key}
+		c.remove(k)
+		if conflict {
+			c.put(&cacheEntry{k: k, size: 64 + len(k.name), cool: time.Now().Add(c.cool)})
+		}
 	}
 	c.clockReset = true
 }
@@ -269,7 +286,7 @@ func (s *Store) decideCached(ctx context.Context, refs []ledger.BucketRef, fn fu
 		return errMiss
 	}
 	if err := s.exec(ctx, query, args); err != nil {
-		s.cache.drop(v)
+		s.cache.drop(v, errors.Is(err, errConflict))
 		if errors.Is(err, errConflict) {
 			s.cache.conflicts.Add(1)
 			return errMiss

@@ -61,8 +61,9 @@ func TestCacheOneRoundTrip(t *testing.T) {
 			var writes atomic.Int64
 			// A long skew: a stall of a loaded machine between the decision
 			// and its write must not fail the clock guard here (that guard is
-			// TestCacheClockGuard's).
-			s := openCounted(t, url, &writes, mysql.WithIsolation(iso), mysql.WithCacheSkew(time.Minute))
+			// TestCacheClockGuard's); no cooling after a conflict (that is
+			// TestCacheCools's).
+			s := openCounted(t, url, &writes, mysql.WithIsolation(iso), mysql.WithCacheSkew(time.Minute), mysql.WithCacheCool(0))
 			other := ledger.NewService(open(t, url, mysql.WithIsolation(iso), mysql.WithPruneInterval(0)))
 			ctx := context.Background()
 			spec := ledger.LimitSpec{Capacity: decimal.NewFromInt(100), Period: &ledger.Period{Every: "year"}, History: true}
@@ -173,7 +174,7 @@ func TestCacheOneRoundTrip(t *testing.T) {
 func TestCacheClockGuard(t *testing.T) {
 	url := newDatabase(t)
 	var writes atomic.Int64
-	s := openCounted(t, url, &writes)
+	s := openCounted(t, url, &writes, mysql.WithCacheCool(0))
 	ctx := context.Background()
 	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(100), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}); err != nil {
 		t.Fatal(err)
@@ -196,6 +197,37 @@ func TestCacheClockGuard(t *testing.T) {
 		}
 		if _, _, c := s.CacheStats(); c != c0+1 {
 			t.Errorf("estimate moved by %s: %d cached writes failed, want 1", d, c-c0)
+		}
+	}
+}
+
+// TestCacheCools: two cached stores charging one bucket in turn (a load
+// balancer without affinity) fail each other's cached write once each, and
+// then, while the bucket cools, decide on a read (two round trips), not on
+// the cache (four: the failed write, its rollback, the read, the write).
+func TestCacheCools(t *testing.T) {
+	url := newDatabase(t)
+	var writes atomic.Int64
+	stores := []*mysql.Store{openCounted(t, url, &writes, mysql.WithCacheSkew(time.Minute), mysql.WithCacheCool(time.Minute)), openCounted(t, url, &writes, mysql.WithCacheSkew(time.Minute), mysql.WithCacheCool(time.Minute))}
+	ctx := context.Background()
+	if _, err := stores[0].PutLimit(ctx, ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(100), Period: &ledger.Period{Every: "year"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stores {
+		if err := s.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref := ledger.BucketRef{Limit: "l", Key: "k"}
+	want := []int64{2, 2, 4, 4, 2, 2, 2, 2, 2, 2}
+	for i, w := range want {
+		w0 := writes.Load()
+		out, err := stores[i%2].Fillup(ctx, charge(ref, 1), ledger.Idempotency{})
+		if err != nil || !out.Accepted || out.Items[0].Snapshot.State.Level.String() != fmt.Sprint(i+1) {
+			t.Fatalf("Fillup %d: %+v, %v", i, out, err)
+		}
+		if got := writes.Load() - w0; got != w {
+			t.Errorf("Fillup %d, from store %d: %d round trips, want %d", i, i%2, got, w)
 		}
 	}
 }

@@ -44,6 +44,10 @@ var PruneStatements = map[string]string{
 // a stall of a loaded machine does not fail the clock guard.
 func WithCacheSkew(d time.Duration) Option { return func(s *Store) { s.cache.skew = d } }
 
+// WithCacheCool sets how long a bucket whose cached write failed is not
+// cached again (cacheCool).
+func WithCacheCool(d time.Duration) Option { return func(s *Store) { s.cache.cool = d } }
+
 // ShiftCacheClock moves the cache's estimate of the database's clock by d.
 func ShiftCacheClock(s *Store, d time.Duration) {
 	s.cache.mu.Lock()
