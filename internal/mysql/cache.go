@@ -75,7 +75,11 @@ type cacheEntry struct {
 	lim  limitRow  // a limit's entry: the limit as stored (base), not its terms
 	b    bucketRow // a bucket's entry: the row as written
 	size int
-	cool time.Time // a bucket not to cache until then (no row), after a failed cached write
+	// suspect: a cached write on b failed; the read that follows tells
+	// whether b changed (another writer: the bucket cools) or not (the
+	// clock guard or a limit failed it).
+	suspect bool
+	cool    time.Time // a bucket not to cache until then (no row)
 }
 
 type decisionCache struct {
@@ -173,7 +177,7 @@ func (c *decisionCache) view(refs []ledger.BucketRef) (*view, int64, bool) {
 		}
 		lim := le.Value.(*cacheEntry).lim
 		be, ok := c.entries[cacheKey{id: lim.id, name: r.Key}]
-		if !ok || !be.Value.(*cacheEntry).cool.IsZero() {
+		if !ok || be.Value.(*cacheEntry).suspect || !be.Value.(*cacheEntry).cool.IsZero() {
 			c.misses.Add(1)
 			return nil, 0, false
 		}
@@ -210,10 +214,16 @@ func (c *decisionCache) wrote(v *view) {
 		lim.limit = v.base[i]
 		k := cacheKey{id: lim.id, name: b.key}
 		c.mu.Lock()
-		el, ok := c.entries[k]
+		var e cacheEntry
+		if el, ok := c.entries[k]; ok {
+			e = *el.Value.(*cacheEntry)
+		}
 		switch {
-		case ok && time.Now().Before(el.Value.(*cacheEntry).cool):
-			// Cooling: another instance writes this bucket too.
+		case e.suspect && c.cool > 0 && (e.b.version != old.version || e.b.last != old.last || !old.exists):
+			// Another instance wrote it since this one did: cool.
+			c.put(&cacheEntry{k: k, size: 64 + len(k.name), cool: time.Now().Add(c.cool)})
+		case time.Now().Before(e.cool):
+			// Cooling.
 		case err != nil:
 			c.remove(k)
 		default:
@@ -225,15 +235,16 @@ func (c *decisionCache) wrote(v *view) {
 }
 
 // drop forgets v's buckets: the write of a decision on them failed. After
-// a conflict they are not cached again for c.cool.
+// a conflict they are suspect: when the read that follows finds one changed
+// since this Store wrote it (wrote), it is not cached again for c.cool.
 func (c *decisionCache) drop(v *view, conflict bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i := range v.buckets {
-		k := cacheKey{id: v.limits[i].id, name: v.buckets[i].key}
+	for i, b := range v.buckets {
+		k := cacheKey{id: v.limits[i].id, name: b.key}
 		c.remove(k)
 		if conflict {
-			c.put(&cacheEntry{k: k, size: 64 + len(k.name), cool: time.Now().Add(c.cool)})
+			c.put(&cacheEntry{k: k, b: bucketRow{version: b.version, last: b.last}, size: 64 + len(k.name), suspect: true})
 		}
 	}
 	c.clockReset = true

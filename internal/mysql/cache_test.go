@@ -170,11 +170,12 @@ func TestCacheOneRoundTrip(t *testing.T) {
 // cache's estimate of the database's clock, is neither after the database's
 // clock nor more than the skew behind it. With the estimate an hour ahead,
 // then an hour behind, the cached write fails and the decision runs again on
-// a read, at the database's clock (the test server's, on this machine).
+// a read, at the database's clock (the test server's, on this machine); the
+// bucket, unchanged, is cached again at once (it does not cool).
 func TestCacheClockGuard(t *testing.T) {
 	url := newDatabase(t)
 	var writes atomic.Int64
-	s := openCounted(t, url, &writes, mysql.WithCacheCool(0))
+	s := openCounted(t, url, &writes)
 	ctx := context.Background()
 	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(100), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}); err != nil {
 		t.Fatal(err)
