@@ -365,11 +365,14 @@ func TestNewOptions(t *testing.T) {
 		cfg.authFile != "/k" || len(words) != 1 || words[0] != "migrate" {
 		t.Fatalf("%+v %v %v", cfg, words, err)
 	}
-	if cfg, _, _ := parseConfig(nil, env(nil), io.Discard); cfg.insecureNoAuth || cfg.maxConns != 4096 || cfg.idleTimeout != 30*time.Second || cfg.logFormat != "text" {
+	if cfg, _, err := parseConfig(nil, env(map[string]string{"BUDGETD_MYSQL_CACHE": "1000"}), io.Discard); err != nil || cfg.mysqlCache != 1000 {
+		t.Fatalf("BUDGETD_MYSQL_CACHE=1000: %+v %v", cfg, err)
+	}
+	if cfg, _, _ := parseConfig(nil, env(nil), io.Discard); cfg.insecureNoAuth || cfg.maxConns != 4096 || cfg.idleTimeout != 30*time.Second || cfg.logFormat != "text" || cfg.mysqlCache != 0 {
 		t.Fatalf("defaults %+v", cfg)
 	}
 	for _, args := range [][]string{{"--log-format", "xml"}, {"--max-conns", "0"}, {"--idle-timeout", "0s"}, {"--tls-key", "k"},
-		{"--insecure-no-auth=maybe"}, {"--shutdown-delay", "-1s"}} {
+		{"--insecure-no-auth=maybe"}, {"--shutdown-delay", "-1s"}, {"--mysql-cache", "-1"}, {"--mysql-cache", "many"}} {
 		var ue usageError
 		if _, _, err := parseConfig(args, env(nil), io.Discard); !errors.As(err, &ue) {
 			t.Errorf("%v: %v, want a usage error", args, err)

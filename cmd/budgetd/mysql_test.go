@@ -58,6 +58,7 @@ func TestMySQLStartRefusals(t *testing.T) {
 		{"wrong password", []string{"--store", wrong.String()}, nil, "check the user and password", false},
 		{"no privileges", nil, map[string]string{"BUDGETD_STORE": noPriv.String()}, "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, INDEX, ALTER, CREATE ROUTINE, ALTER ROUTINE, EXECUTE ON `" + dbName + "`.*", false},
 		{"isolation", []string{"--store", good, "--mysql-isolation", "serializable"}, nil, "--mysql-isolation must be repeatable-read or read-committed", true},
+		{"cache", []string{"--store", good, "--mysql-cache", "-1"}, nil, "--mysql-cache must be a whole number of at least 0", true},
 		{"migrate without privileges", []string{"--store", noPriv.String(), "migrate"}, nil, "Access denied", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {

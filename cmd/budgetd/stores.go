@@ -32,13 +32,17 @@ func openStoreURL(ctx context.Context, cfg config, log *slog.Logger) (openedStor
 			close:      func() { st.Close() },
 		}, nil
 	case isMySQLURL(cfg.store):
-		st, err := mysql.Open(ctx, cfg.store, mysql.WithIsolation(cfg.mysqlIsolation))
+		st, err := mysql.Open(ctx, cfg.store, mysql.WithIsolation(cfg.mysqlIsolation), mysql.WithCache(cfg.mysqlCache, mysql.DefaultCacheBytes))
+		cache := ""
+		if cfg.mysqlCache > 0 {
+			cache = fmt.Sprintf(", decision cache of %d", cfg.mysqlCache)
+		}
 		if err != nil {
 			return openedStore{}, fmt.Errorf("open mysql store %s: %w", redact(cfg.store), err)
 		}
 		return openedStore{
 			store:    st,
-			describe: fmt.Sprintf("mysql store at %s (%s, migrations applied)", redact(cfg.store), cfg.mysqlIsolation),
+			describe: fmt.Sprintf("mysql store at %s (%s%s, migrations applied)", redact(cfg.store), cfg.mysqlIsolation, cache),
 			close:    func() { st.Close() },
 		}, nil
 	case redis.IsURL(cfg.store):

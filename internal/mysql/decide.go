@@ -37,6 +37,10 @@ type view struct {
 	hold   *ledger.Reservation
 	idem   *idemRow // the idempotency record to write, nil for none
 	events []eventRow
+	// cached is a view of the decision cache (cache.go), not of a read: its
+	// write also checks the rows it does not change, and, when guard, that
+	// "now" is the database's clock or a little behind it.
+	cached, guard bool
 }
 
 // eventRow is an event a decision emits, of bucket i of the view.
@@ -156,6 +160,16 @@ func (v *view) snapshot(i int) ledger.Snapshot {
 // attempts the call fails with ledger.ErrUnavailable. fn must be
 // deterministic in the view: it runs again on every attempt.
 func (s *Store) decide(ctx context.Context, refs []ledger.BucketRef, fn func(v *view) error, opts ...readOpt) error {
+	if s.cache != nil && cacheable(opts) {
+		unlock, err := s.cache.lock(ctx, refs)
+		if err != nil {
+			return classify(err)
+		}
+		defer unlock()
+		if err := s.decideCached(ctx, refs, fn); !errors.Is(err, errMiss) {
+			return err
+		}
+	}
 	var err error
 	for attempt := range s.attempts {
 		err = s.attempt(ctx, refs, attempt > 0, fn, opts)
@@ -230,6 +244,7 @@ func (s *Store) attempt(ctx context.Context, refs []ledger.BucketRef, locked boo
 		return classify(err)
 	}
 	open = false
+	s.cache.wrote(v)
 	return nil
 }
 
@@ -321,10 +336,17 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 			return nil, err
 		}
 	}
-	// The clock is read when the statement starts, a moment before its
-	// snapshot: a write that committed in between may carry a later time.
-	// "Now" is then that time, so a bucket's history never runs back in id
-	// order (unless the clock stepped back further than ledger.ClockStep).
+	s.cache.sawClock(clock)
+	s.at(v, clock)
+	return v, nil
+}
+
+// at sets v's "now" from the database's clock (in microseconds) and its
+// limits' terms at now. The clock is read when the statement starts, a
+// moment before its snapshot: a write that committed in between may carry a
+// later time. "Now" is then that time, so a bucket's history never runs back
+// in id order (unless the clock stepped back further than ledger.ClockStep).
+func (s *Store) at(v *view, clock int64) (fake bool) {
 	for _, b := range v.buckets {
 		if b.last > clock && b.last-clock <= ledger.ClockStep.Microseconds() {
 			clock = b.last
@@ -332,13 +354,13 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 	}
 	v.now = time.UnixMicro(clock).UTC()
 	if t := s.clock(); !t.IsZero() {
-		v.now = t.UTC().Truncate(time.Microsecond)
+		v.now, fake = t.UTC().Truncate(time.Microsecond), true
 	}
 	for i := range v.limits {
 		v.base[i] = v.limits[i].limit
 		v.terms(i)
 	}
-	return v, nil
+	return fake
 }
 
 // terms sets bucket i's limit to its terms at v.now (termsAt), and keeps
@@ -460,11 +482,11 @@ func (s *Store) lockBuckets(ctx context.Context, conn *sql.Conn, v *view) (int64
 func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 	var idx []int
 	for i, d := range v.dirty {
-		if d {
+		if d || v.cached {
 			idx = append(idx, i)
 		}
 	}
-	if len(idx) == 0 && len(v.holds) == 0 && v.idem == nil && len(v.events) == 0 {
+	if !slices.Contains(v.dirty, true) && len(v.holds) == 0 && v.idem == nil && len(v.events) == 0 {
 		return "", nil, nil
 	}
 	slices.SortFunc(idx, func(a, b int) int {
@@ -477,6 +499,11 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 	var args []any
 	if begin {
 		q.WriteString(s.beginSQL() + ";\n")
+	}
+	if v.guard {
+		// First, before any lock wait: the clock at the commit is later.
+		q.WriteString("SELECT budgetd_assert(? BETWEEN " + clockSQL + " - ? AND " + clockSQL + ");\n")
+		args = append(args, v.now.UnixMicro(), s.cache.skew.Microseconds())
 	}
 	var lims []limitRow
 	for _, l := range v.limits {
@@ -491,15 +518,29 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 	}
 	for _, i := range idx {
 		b := &v.buckets[i]
+		key := []byte(b.key)
+		if !v.dirty[i] {
+			// A row of a cached view that the decision does not change (only
+			// a cached view gets here): it must still be the row the decision
+			// decided on.
+			q.WriteString("SELECT budgetd_assert(COUNT(*) = 1) FROM budgetd_buckets WHERE limit_id = ? AND bkey = ? AND version = ? AND last_us = ? LOCK IN SHARE MODE;\n")
+			args = append(args, v.limits[i].id, key, b.version, b.last)
+			continue
+		}
 		level, updated, extra, err := encodeState(b.state, b.marks, b.grants, b.carry)
 		if err != nil {
 			return "", nil, err
 		}
-		key := []byte(b.key)
 		if b.exists {
-			q.WriteString("UPDATE budgetd_buckets SET version = version + 1, level = ?, updated_us = ?, extra = ?, hseq = ?, last_us = GREATEST(last_us, ?) WHERE limit_id = ? AND bkey = ? AND version = ?;\n")
-			q.WriteString("SELECT budgetd_assert(ROW_COUNT() = 1);\n")
+			q.WriteString("UPDATE budgetd_buckets SET version = version + 1, level = ?, updated_us = ?, extra = ?, hseq = ?, last_us = GREATEST(last_us, ?) WHERE limit_id = ? AND bkey = ? AND version = ?")
 			args = append(args, level, updated, extra, b.hseq, v.now.UnixMicro(), v.limits[i].id, key, b.version)
+			if v.cached {
+				// last_us as well: a row the pruner deleted and another
+				// instance wrote again counts its versions from 1 once more.
+				q.WriteString(" AND last_us = ?")
+				args = append(args, b.last)
+			}
+			q.WriteString(";\nSELECT budgetd_assert(ROW_COUNT() = 1);\n")
 		} else {
 			q.WriteString("INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, hseq, last_us) VALUES (?, ?, 1, ?, ?, ?, ?, ?);\n")
 			args = append(args, v.limits[i].id, key, level, updated, extra, b.hseq, v.now.UnixMicro())

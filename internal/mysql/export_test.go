@@ -1,5 +1,17 @@
 package mysql
 
+import (
+	"context"
+	"net"
+	"time"
+)
+
+// WithDial makes the store's connections with dial (a test counts the
+// round trips on them).
+func WithDial(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
+	return func(s *Store) { s.dial = dial }
+}
+
 // AtSchemaVersion makes Open apply the embedded migrations up to version v
 // only, until restore is called: the upgrade test builds a database as an
 // older budgetd left it. Not for parallel tests.
@@ -25,4 +37,20 @@ var PruneStatements = map[string]string{
 	"history":       pruneHistory,
 	"idempotency":   pruneIdempotency,
 	"events":        pruneEvents,
+}
+
+// WithCacheSkew sets how far behind the database's clock a cached decision
+// may be (cacheSkew): a test that counts round trips makes it long, so that
+// a stall of a loaded machine does not fail the clock guard.
+func WithCacheSkew(d time.Duration) Option { return func(s *Store) { s.cache.skew = d } }
+
+// WithCacheCool sets how long a bucket whose cached write failed is not
+// cached again (cacheCool).
+func WithCacheCool(d time.Duration) Option { return func(s *Store) { s.cache.cool = d } }
+
+// ShiftCacheClock moves the cache's estimate of the database's clock by d.
+func ShiftCacheClock(s *Store, d time.Duration) {
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	s.cache.clockUS += d.Microseconds()
 }

@@ -46,7 +46,9 @@ type Store struct {
 	isolation string
 	attempts  int
 	lockWait  time.Duration
-	timeout   time.Duration // the bound on every call (WithTimeout)
+	timeout   time.Duration                                                     // the bound on every call (WithTimeout)
+	cache     *decisionCache                                                    // nil when off (WithCache)
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error) // tests count round trips with it
 
 	// The background pruner (prune.go).
 	pruneInterval time.Duration
@@ -204,6 +206,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	// it cannot take longer than the call's bound either.
 	cfg.Timeout = min(cfg.Timeout, s.timeout)
 	cfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(max(1, int(s.lockWait/time.Second)))
+	if s.dial != nil {
+		cfg.DialFunc = s.dial
+	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: %w", err)

@@ -1,0 +1,333 @@
+package mysql
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+)
+
+// The decision cache (docs/mysql.md "Round trips and the clock") keeps, for
+// the buckets this Store wrote last, the row as it wrote it (version, state)
+// and the limit row it decided with (id, rev, spec). A decision on buckets
+// that are all in it skips the read: it decides on the cached rows at an
+// estimate of the database's clock and sends the one multi-statement write,
+// which compare-and-sets every row it decided on (the limits' revs, the
+// buckets' versions and last_us) and checks that the estimate was not after
+// the database's clock, nor more than cacheSkew behind it. A miss, or a write
+// that finds anything changed, costs the read: the decision runs again as
+// without the cache. The cache is a speed-up only; correctness is the
+// compare-and-set's, as for every write.
+
+// cacheSkew is how far behind the database's clock a cached decision's
+// "now" may be: about what a read's clock is behind the commit of its write
+// anyway (a round trip and the decision).
+const cacheSkew = 100 * time.Millisecond
+
+// cacheCool is how long a bucket whose cached write failed is not cached
+// again: while another instance writes it too, each cached write would fail
+// and cost two round trips more than a read.
+const cacheCool = time.Second
+
+// cacheStripes is the number of in-process locks that serialise the
+// decisions of this Store on one bucket while the cache is on, so that they
+// take turns on the cached row rather than fail each other's
+// compare-and-set.
+const cacheStripes = 1024
+
+// Default bounds of the cache (WithCache).
+const (
+	DefaultCacheEntries = 100_000
+	DefaultCacheBytes   = 64 << 20
+)
+
+// errMiss is a cached decision that could not be made or kept: the decision
+// runs again on a read.
+var errMiss = errors.New("mysql: decide on a read")
+
+// WithCache turns the decision cache on with at most entries entries
+// (buckets and limits) and about bytes bytes of them (DefaultCacheEntries,
+// DefaultCacheBytes); entries <= 0 turns it off.
+func WithCache(entries, bytes int) Option {
+	return func(s *Store) {
+		s.cache = nil
+		if entries > 0 && bytes > 0 {
+			s.cache = newDecisionCache(entries, bytes)
+		}
+	}
+}
+
+// cacheKey is a limit's entry (id 0, name its name) or a bucket's (id its
+// limit's id, name its key).
+type cacheKey struct {
+	id   uint64
+	name string
+}
+
+type cacheEntry struct {
+	k    cacheKey
+	lim  limitRow  // a limit's entry: the limit as stored (base), not its terms
+	b    bucketRow // a bucket's entry: the row as written
+	size int
+	// suspect: a cached write on b failed; the read that follows tells
+	// whether b changed (another writer: the bucket cools) or not (the
+	// clock guard or a limit failed it).
+	suspect bool
+	cool    time.Time // a bucket not to cache until then (no row)
+}
+
+type decisionCache struct {
+	maxEntries, maxBytes int
+	skew                 time.Duration // cacheSkew
+	cool                 time.Duration // cacheCool
+	stripes              [cacheStripes]chan struct{}
+
+	mu      sync.Mutex
+	entries map[cacheKey]*list.Element
+	lru     list.List // front: the most recently used
+	bytes   int
+	clockUS int64     // the database's clock a read returned,
+	clockAt time.Time // and when the read returned (monotonic)
+	// clockReset: a cached write failed; the next read's clock is taken.
+	clockReset bool
+
+	hits, misses, conflicts atomic.Int64
+}
+
+func newDecisionCache(entries, bytes int) *decisionCache {
+	c := &decisionCache{maxEntries: entries, maxBytes: bytes, skew: cacheSkew, cool: cacheCool, entries: map[cacheKey]*list.Element{}}
+	for i := range c.stripes {
+		c.stripes[i] = make(chan struct{}, 1)
+	}
+	return c
+}
+
+// cacheable says whether a decision with opts may be made on the cache: not
+// a Commit's or a Release's, which read their hold.
+func cacheable(opts []readOpt) bool {
+	return !slices.ContainsFunc(opts, func(o readOpt) bool { return o.hold != "" })
+}
+
+// lock takes the stripes of refs, in order, and returns their release.
+func (c *decisionCache) lock(ctx context.Context, refs []ledger.BucketRef) (func(), error) {
+	idx := make([]uint32, 0, len(refs))
+	for _, r := range refs {
+		h := fnv.New32a()
+		h.Write([]byte(r.Limit))
+		h.Write([]byte{0})
+		h.Write([]byte(r.Key))
+		idx = append(idx, h.Sum32()%cacheStripes)
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	unlock := func(n int) {
+		for _, i := range idx[:n] {
+			<-c.stripes[i]
+		}
+	}
+	for n, i := range idx {
+		select {
+		case c.stripes[i] <- struct{}{}:
+		case <-ctx.Done():
+			unlock(n)
+			return nil, ctx.Err()
+		}
+	}
+	return func() { unlock(len(idx)) }, nil
+}
+
+// sawClock keeps the database's clock that a read returned just now, plus
+// the time since, as the estimate of the database's clock when it is the
+// greater of the two lower bounds (a read whose goroutine stalled before it
+// got here returns an older one), or when a cached write failed since the
+// last (perhaps on the clock guard: the database's clock stepped back).
+func (c *decisionCache) sawClock(us int64) {
+	if c == nil {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	if c.clockAt.IsZero() || c.clockReset || us > c.clockUS+now.Sub(c.clockAt).Microseconds() {
+		c.clockUS, c.clockAt, c.clockReset = us, now, false
+	}
+	c.mu.Unlock()
+}
+
+// view returns a view of refs from the cache, without its clock, or false
+// when one of them is missing.
+func (c *decisionCache) view(refs []ledger.BucketRef) (*view, int64, bool) {
+	v := &view{limits: make([]limitRow, len(refs)), base: make([]ledger.Limit, len(refs)), buckets: make([]bucketRow, len(refs)), dirty: make([]bool, len(refs)), entries: make([][]entryRow, len(refs)), cached: true}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.clockAt.IsZero() {
+		c.misses.Add(1)
+		return nil, 0, false
+	}
+	for i, r := range refs {
+		le, ok := c.entries[cacheKey{name: r.Limit}]
+		if !ok {
+			c.misses.Add(1)
+			return nil, 0, false
+		}
+		lim := le.Value.(*cacheEntry).lim
+		be, ok := c.entries[cacheKey{id: lim.id, name: r.Key}]
+		if !ok || be.Value.(*cacheEntry).suspect || !be.Value.(*cacheEntry).cool.IsZero() {
+			c.misses.Add(1)
+			return nil, 0, false
+		}
+		c.lru.MoveToFront(le)
+		c.lru.MoveToFront(be)
+		b := be.Value.(*cacheEntry).b
+		b.state.Holds, b.state.Slots, b.grants = slices.Clone(b.state.Holds), slices.Clone(b.state.Slots), slices.Clone(b.grants)
+		v.limits[i], v.buckets[i] = lim, b
+	}
+	c.hits.Add(1)
+	return v, c.clockUS + time.Since(c.clockAt).Microseconds(), true
+}
+
+// wrote keeps the rows that v's write, just committed, wrote: each as a read
+// of it would return it, with the limit row it was decided with.
+func (c *decisionCache) wrote(v *view) {
+	if c == nil {
+		return
+	}
+	for i, d := range v.dirty {
+		if !d {
+			continue
+		}
+		old := v.buckets[i]
+		level, updated, extra, err := encodeState(old.state, old.marks, old.grants, old.carry)
+		b := bucketRow{key: old.key, exists: true, version: old.version + 1, hseq: old.hseq, last: max(old.last, v.now.UnixMicro())}
+		if !old.exists {
+			b.version = 1
+		}
+		if err == nil {
+			err = b.decode(level, updated, extra)
+		}
+		lim := v.limits[i]
+		lim.limit = v.base[i]
+		k := cacheKey{id: lim.id, name: b.key}
+		c.mu.Lock()
+		var e cacheEntry
+		if el, ok := c.entries[k]; ok {
+			e = *el.Value.(*cacheEntry)
+		}
+		switch {
+		case e.suspect && c.cool > 0 && (e.b.version != old.version || e.b.last != old.last || !old.exists):
+			// Another instance wrote it since this one did: cool.
+			c.put(&cacheEntry{k: k, size: 64 + len(k.name), cool: time.Now().Add(c.cool)})
+		case time.Now().Before(e.cool):
+			// Cooling.
+		case err != nil:
+			c.remove(k)
+		default:
+			c.put(&cacheEntry{k: cacheKey{name: lim.limit.Name}, lim: lim, size: 512 + 256*lim.set.Len()})
+			c.put(&cacheEntry{k: k, b: b, size: 256 + len(b.key) + len(extra.String)})
+		}
+		c.mu.Unlock()
+	}
+}
+
+// drop forgets v's buckets: the write of a decision on them failed. After
+// a conflict they are suspect: when the read that follows finds one changed
+// since this Store wrote it (wrote), it is not cached again for c.cool.
+func (c *decisionCache) drop(v *view, conflict bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, b := range v.buckets {
+		k := cacheKey{id: v.limits[i].id, name: b.key}
+		c.remove(k)
+		if conflict {
+			c.put(&cacheEntry{k: k, b: bucketRow{version: b.version, last: b.last}, size: 64 + len(k.name), suspect: true})
+		}
+	}
+	c.clockReset = true
+}
+
+// put adds or replaces e and evicts the least recently used entries beyond
+// the bounds. An entry too large for the cache is not kept. Under mu.
+func (c *decisionCache) put(e *cacheEntry) {
+	c.remove(e.k)
+	if e.size > c.maxBytes/16 {
+		return
+	}
+	c.entries[e.k] = c.lru.PushFront(e)
+	c.bytes += e.size
+	for c.lru.Len() > c.maxEntries || c.bytes > c.maxBytes {
+		c.remove(c.lru.Back().Value.(*cacheEntry).k)
+	}
+}
+
+// remove forgets k's entry. Under mu.
+func (c *decisionCache) remove(k cacheKey) {
+	if el, ok := c.entries[k]; ok {
+		c.bytes -= el.Value.(*cacheEntry).size
+		c.lru.Remove(el)
+		delete(c.entries, k)
+	}
+}
+
+// decideCached makes the decision of fn on the cached rows of refs with one
+// round trip, or returns errMiss when it cannot (a row is not cached, fn
+// fails or writes nothing, or the write finds a row changed or the clock
+// estimate off): the caller decides again on a read.
+func (s *Store) decideCached(ctx context.Context, refs []ledger.BucketRef, fn func(v *view) error) error {
+	v, clock, ok := s.cache.view(refs)
+	if !ok {
+		return errMiss
+	}
+	v.guard = !s.at(v, clock)
+	if err := fn(v); err != nil {
+		// Perhaps an answer to stale terms: decide on a read.
+		return errMiss
+	}
+	query, args, err := s.writeSQL(v, true, true)
+	if err != nil {
+		return err
+	}
+	if query == "" {
+		// A decision that writes nothing checks nothing either: a
+		// denial must be of the rows as they are, so read them.
+		return errMiss
+	}
+	if err := s.exec(ctx, query, args); err != nil {
+		s.cache.drop(v, errors.Is(err, errConflict))
+		if errors.Is(err, errConflict) {
+			s.cache.conflicts.Add(1)
+			return errMiss
+		}
+		return err // the outcome is unknown: the rows are no longer cached
+	}
+	s.cache.wrote(v)
+	return nil
+}
+
+// exec runs a multi-statement write on a connection of its own and rolls
+// back what a failed write left open.
+func (s *Store) exec(ctx context.Context, query string, args []any) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return classify(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, query, args...); err != nil {
+		rollback(ctx, conn)
+		return classify(err)
+	}
+	return nil
+}
+
+// CacheStats returns the decision cache's hits, misses and the cached
+// decisions whose write found a row changed (zeros when it is off).
+func (s *Store) CacheStats() (hits, misses, conflicts int64) {
+	if s.cache == nil {
+		return 0, 0, 0
+	}
+	return s.cache.hits.Load(), s.cache.misses.Load(), s.cache.conflicts.Load()
+}
