@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -204,6 +206,14 @@ func (s *Overrides) Len() int {
 		return 0
 	}
 	return len(s.exact) + len(s.prefix)
+}
+
+// Clone returns a copy of s that changes independently of it (nil for nil).
+func (s *Overrides) Clone() *Overrides {
+	if s == nil {
+		return nil
+	}
+	return &Overrides{exact: maps.Clone(s.exact), prefix: maps.Clone(s.prefix), lengths: slices.Clone(s.lengths), counts: maps.Clone(s.counts)}
 }
 
 // Put adds o or replaces the override of its pattern.

@@ -227,7 +227,7 @@ func (c *decisionCache) wrote(v *view) {
 		case err != nil:
 			c.remove(k)
 		default:
-			c.put(&cacheEntry{k: cacheKey{name: lim.limit.Name}, lim: lim, size: 512 + 256*lim.set.Len()})
+			c.put(&cacheEntry{k: cacheKey{name: lim.limit.Name}, lim: lim, size: 512})
 			c.put(&cacheEntry{k: k, b: b, size: 256 + len(b.key) + len(extra.String)})
 		}
 		c.mu.Unlock()

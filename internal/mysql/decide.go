@@ -282,7 +282,7 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 		if i > 0 {
 			q.WriteString(" UNION ALL ")
 		}
-		fmt.Fprintf(&q, "SELECT %d, %s, l.id, l.rev, l.spec, l.created_us, l.updated_us", i, clockSQL)
+		fmt.Fprintf(&q, "SELECT %d, %s, l.id, l.rev, l.oseq, l.spec, l.created_us, l.updated_us", i, clockSQL)
 		if locked {
 			q.WriteString(", NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM budgetd_limits l WHERE l.name = ?")
 			args = append(args, []byte(r.Limit))
@@ -306,10 +306,10 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 		var version, hseq, last sql.NullInt64
 		var level, extra sql.NullString
 		var bupdated sql.NullInt64
-		if err := rows.Scan(&i, &clock, &lr.id, &lr.rev, &text, &created, &updated, &key, &version, &level, &bupdated, &extra, &hseq, &last); err != nil {
+		if err := rows.Scan(&i, &clock, &lr.id, &lr.rev, &lr.oseq, &text, &created, &updated, &key, &version, &level, &bupdated, &extra, &hseq, &last); err != nil {
 			return nil, classify(err)
 		}
-		if lr.limit, lr.set, err = decodeSpecSet(refs[i].Limit, text, created, updated); err != nil {
+		if lr.limit, err = decodeSpec(refs[i].Limit, text, created, updated); err != nil {
 			return nil, err
 		}
 		v.limits[i], found[i] = lr, true
@@ -329,6 +329,14 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 	for i, ok := range found {
 		if !ok {
 			return nil, fmt.Errorf("limit %q: %w", refs[i].Limit, ledger.ErrLimitNotFound)
+		}
+	}
+	for i := range v.limits {
+		// The overrides as of the rev read (the Store's copy; the rows
+		// changed since it, when it is older): the write's check of the rev
+		// holds the decision to them.
+		if v.limits[i].set, err = s.overrides(ctx, conn, v.limits[i].id, v.limits[i].oseq, true); err != nil {
+			return nil, err
 		}
 	}
 	if locked {

@@ -72,7 +72,7 @@ type snapJSON struct {
 }
 
 func encodeSnap(s ledger.Snapshot) (snapJSON, error) {
-	spec, err := encodeSpec(s.Limit, nil)
+	spec, err := encodeSpec(s.Limit)
 	if err != nil {
 		return snapJSON{}, err
 	}

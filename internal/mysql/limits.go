@@ -28,16 +28,15 @@ type spec struct {
 	Mode          string             `json:"mode"`
 	Grace         string             `json:"grace"`
 	Thresholds    []ledger.Threshold `json:"thresholds,omitempty"`
-	// Overrides are the limit's overrides (SPEC "Terms per customer"),
-	// kept in its row so that a decision reads them with it and a change
-	// of them bumps its rev like any change of the limit.
-	Overrides []ledger.Override `json:"overrides,omitempty"`
+	// A limit's overrides are rows of budgetd_overrides (overrides.go);
+	// before schema version 4 they were a list "overrides" here, which
+	// migrations/mysql/0004 moved there.
 	// Rollover is the limit's rollover (nil: none).
 	Rollover *ledger.Rollover `json:"rollover,omitempty"`
 }
 
-func encodeSpec(l ledger.Limit, os []ledger.Override) (string, error) {
-	sp := spec{Overrides: os,
+func encodeSpec(l ledger.Limit) (string, error) {
+	sp := spec{
 		Capacity: l.Capacity.String(), LeakAmount: l.LeakAmount.String(), LeakPerUS: l.LeakPer.Microseconds(),
 		Period: l.Period, History: l.History, RecordDenials: l.RecordDenials, Mode: l.Mode, Grace: l.Grace.String(),
 		Thresholds: l.Thresholds, Rollover: l.Rollover,
@@ -50,22 +49,11 @@ func encodeSpec(l ledger.Limit, os []ledger.Override) (string, error) {
 }
 
 func decodeSpec(name, text string, createdUS, updatedUS int64) (ledger.Limit, error) {
-	l, _, err := decodeSpecSet(name, text, createdUS, updatedUS)
-	return l, err
-}
-
-// decodeSpecSet is decodeSpec with the limit's overrides.
-func decodeSpecSet(name, text string, createdUS, updatedUS int64) (ledger.Limit, *ledger.Overrides, error) {
 	var sp spec
 	if err := json.Unmarshal([]byte(text), &sp); err != nil {
-		return ledger.Limit{}, nil, fmt.Errorf("mysql: limit %q: spec: %w", name, err)
+		return ledger.Limit{}, fmt.Errorf("mysql: limit %q: spec: %w", name, err)
 	}
-	set := &ledger.Overrides{}
-	for _, o := range sp.Overrides {
-		set.Put(o)
-	}
-	l, err := limitOf(name, sp, createdUS, updatedUS)
-	return l, set, err
+	return limitOf(name, sp, createdUS, updatedUS)
 }
 
 // limitOf is the limit of a decoded spec.
@@ -91,12 +79,15 @@ func limitOf(name string, sp spec, createdUS, updatedUS int64) (ledger.Limit, er
 }
 
 // limitRow is a limit as a decision read it: its id and rev, which the
-// decision's write checks.
+// decision's write checks, and oseq, the last change of its overrides.
 type limitRow struct {
 	id    uint64
 	rev   uint64
+	oseq  uint64
 	limit ledger.Limit
-	set   *ledger.Overrides // its overrides
+	// set is its overrides at oseq (Store.overrides), nil until loaded
+	// and when it has none. It is shared: never changed.
+	set *ledger.Overrides
 }
 
 // PutLimit creates the limit or updates it in place. A change of its rule
@@ -116,7 +107,7 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 		old, err := s.readLimitTx(ctx, tx, l.Name, true)
 		switch {
 		case errors.Is(err, ledger.ErrLimitNotFound):
-			text, err := encodeSpec(l, nil)
+			text, err := encodeSpec(l)
 			if err != nil {
 				return err
 			}
@@ -128,11 +119,16 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 			return err
 		default:
 			if !old.limit.SameRule(l) {
+				// Every bucket is settled under its terms: all the overrides
+				// (the limit's row is held, so they are those at oseq).
+				if old.set, err = s.overrides(ctx, tx, old.id, old.oseq, false); err != nil {
+					return err
+				}
 				if err := s.switchBuckets(ctx, tx, old, now); err != nil {
 					return err
 				}
 			}
-			text, err := encodeSpec(l, allOverrides(old.set))
+			text, err := encodeSpec(l)
 			if err != nil {
 				return err
 			}
@@ -212,21 +208,32 @@ type querier interface {
 // readLimitTx reads the named limit, locking its row for update when
 // forUpdate.
 func (s *Store) readLimitTx(ctx context.Context, q querier, name string, forUpdate bool) (limitRow, error) {
-	query := "SELECT id, rev, spec, created_us, updated_us FROM budgetd_limits WHERE name = ?"
+	query := "SELECT id, rev, oseq, spec, created_us, updated_us FROM budgetd_limits WHERE name = ?"
 	if forUpdate {
 		query += " FOR UPDATE"
 	}
 	var r limitRow
 	var text string
 	var created, updated int64
-	err := q.QueryRowContext(ctx, query, []byte(name)).Scan(&r.id, &r.rev, &text, &created, &updated)
+	err := q.QueryRowContext(ctx, query, []byte(name)).Scan(&r.id, &r.rev, &r.oseq, &text, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return limitRow{}, fmt.Errorf("limit %q: %w", name, ledger.ErrLimitNotFound)
 	}
 	if err != nil {
 		return limitRow{}, classify(err)
 	}
-	r.limit, r.set, err = decodeSpecSet(name, text, created, updated)
+	r.limit, err = decodeSpec(name, text, created, updated)
+	return r, err
+}
+
+// readLimitSet is readLimitTx (not for update) with the limit's overrides
+// (Store.overrides), for the reads that apply them.
+func (s *Store) readLimitSet(ctx context.Context, q querier, name string) (limitRow, error) {
+	r, err := s.readLimitTx(ctx, q, name, false)
+	if err != nil {
+		return r, err
+	}
+	r.set, err = s.overrides(ctx, q, r.id, r.oseq, false)
 	return r, err
 }
 
@@ -266,6 +273,7 @@ func (s *Store) ListLimits(ctx context.Context, after string, n int) ([]ledger.L
 func (s *Store) DeleteLimit(ctx context.Context, name string) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	var id uint64
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		r, err := s.readLimitTx(ctx, tx, name, true)
 		if err != nil {
@@ -275,11 +283,13 @@ func (s *Store) DeleteLimit(ctx context.Context, name string) error {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, "DELETE FROM budgetd_limits WHERE id = ?", r.id)
+		id = r.id
 		return err
 	})
 	if err != nil {
 		return err
 	}
+	s.ovs.forget(id)
 	select {
 	case s.pruneKick <- struct{}{}:
 	default:

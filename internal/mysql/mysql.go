@@ -48,6 +48,7 @@ type Store struct {
 	lockWait  time.Duration
 	timeout   time.Duration                                                     // the bound on every call (WithTimeout)
 	cache     *decisionCache                                                    // nil when off (WithCache)
+	ovs       overrideCache                                                     // the limits' overrides it read (overrides.go)
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error) // tests count round trips with it
 
 	// The background pruner (prune.go).

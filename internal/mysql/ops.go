@@ -182,7 +182,7 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	l, err := s.readLimitTx(ctx, s.db, limit, false)
+	l, err := s.readLimitSet(ctx, s.db, limit)
 	if err != nil {
 		return nil, err
 	}

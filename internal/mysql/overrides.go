@@ -3,8 +3,12 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/bucket"
@@ -13,9 +17,108 @@ import (
 
 var _ ledger.OverrideStore = (*Store)(nil)
 
-// A limit's overrides live in its row (spec), so that every decision reads
-// them with the limit and any change of them bumps its rev: a decision that
-// read the terms before a change runs again after it.
+// A limit's overrides are rows of budgetd_overrides, one per pattern
+// (migrations/mysql/0004). Every change of one bumps the limit's rev, so
+// that a decision that read the terms before the change fails its
+// compare-and-set and runs again, and its oseq, the number the changed row
+// carries in seq (a delete leaves a tombstone, body NULL). Each Store keeps
+// every limit's overrides it has read, parsed, with the oseq they reflect
+// (overrideCache): a decision reads the limit's oseq with its row and, when
+// the Store's copy is older, reads only the rows changed since. A limit that
+// never had an override (oseq 0) costs nothing more.
+
+// overrideCache is a Store's copy of its limits' overrides, by limit id.
+// A copy is never changed: a refresh makes a new one.
+type overrideCache struct {
+	mu sync.Mutex
+	m  map[uint64]overrideCopy
+}
+
+// overrideCopy is a limit's overrides as they were at its oseq seq.
+type overrideCopy struct {
+	seq uint64
+	set *ledger.Overrides
+}
+
+func (c *overrideCache) get(id uint64) overrideCopy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[id]
+}
+
+// keep stores cp as id's copy unless a newer one is there.
+func (c *overrideCache) keep(id uint64, cp overrideCopy) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[uint64]overrideCopy{}
+	}
+	if c.m[id].seq < cp.seq {
+		c.m[id] = cp
+	}
+}
+
+// forget drops a deleted limit's copy.
+func (c *overrideCache) forget(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
+}
+
+// overrides returns the overrides of limit id whose row read oseq: nil for
+// none. The Store's copy serves when it is at oseq; an older one is brought
+// forward by reading the rows whose seq is above its own (all of them the
+// first time), through q (inside the caller's transaction when it has one).
+// The rows read may be newer than oseq (a change committed after the
+// limit's row was read): then exact asks for errConflict (a decision runs
+// again, as when its compare-and-set of the rev fails), and otherwise the
+// newer overrides are returned.
+func (s *Store) overrides(ctx context.Context, q querier, id, oseq uint64, exact bool) (*ledger.Overrides, error) {
+	if oseq == 0 {
+		return nil, nil
+	}
+	cp := s.ovs.get(id)
+	if cp.seq < oseq {
+		rows, err := q.QueryContext(ctx, "SELECT pattern, seq, body FROM budgetd_overrides WHERE limit_id = ? AND seq > ?", id, cp.seq)
+		if err != nil {
+			return nil, classify(err)
+		}
+		set, seq := cp.set.Clone(), cp.seq
+		if set == nil {
+			set = &ledger.Overrides{}
+		}
+		for rows.Next() {
+			var n uint64
+			var body sql.NullString
+			var pattern []byte
+			if err := rows.Scan(&pattern, &n, &body); err != nil {
+				rows.Close()
+				return nil, classify(err)
+			}
+			seq = max(seq, n)
+			if !body.Valid {
+				set.Delete(string(pattern))
+				continue
+			}
+			var o ledger.Override
+			if err := json.Unmarshal([]byte(body.String), &o); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("mysql: override of limit %d: %w", id, err)
+			}
+			set.Put(o)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, classify(err)
+		}
+		cp = overrideCopy{seq: seq, set: set}
+		s.ovs.keep(id, cp)
+	}
+	if exact && cp.seq != oseq {
+		return nil, errConflict
+	}
+	return cp.set, nil
+}
+
 
 // PutOverride creates or replaces an override, settling the buckets whose
 // rule changes with it.
@@ -23,17 +126,16 @@ func (s *Store) PutOverride(ctx context.Context, limit string, o ledger.Override
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var out ledger.Override
-	err := s.changeTerms(ctx, limit, o.Pattern, func(l limitRow, now time.Time) error {
+	err := s.changeTerms(ctx, limit, o.Pattern, func(l limitRow, old *ledger.Override, now time.Time) (*ledger.Override, error) {
 		if err := ledger.ValidateOverride(l.limit, o, now); err != nil {
-			return err
+			return nil, err
 		}
 		o.CreatedAt, o.UpdatedAt = now, now
-		if old, ok := l.set.Get(o.Pattern); ok && old.ActiveAt(now) {
+		if old != nil && old.ActiveAt(now) {
 			o.CreatedAt = old.CreatedAt
 		}
-		l.set.Put(o)
 		out = o
-		return nil
+		return &o, nil
 	})
 	return out, err
 }
@@ -43,39 +145,133 @@ func (s *Store) PutOverride(ctx context.Context, limit string, o ledger.Override
 func (s *Store) DeleteOverride(ctx context.Context, limit, pattern string) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	return s.changeTerms(ctx, limit, pattern, func(l limitRow, now time.Time) error {
-		if o, ok := l.set.Get(pattern); !ok || !o.ActiveAt(now) {
-			return fmt.Errorf("override %q of %q: %w", pattern, limit, ledger.ErrOverrideNotFound)
+	return s.changeTerms(ctx, limit, pattern, func(l limitRow, old *ledger.Override, now time.Time) (*ledger.Override, error) {
+		if old == nil || !old.ActiveAt(now) {
+			return nil, fmt.Errorf("override %q of %q: %w", pattern, limit, ledger.ErrOverrideNotFound)
 		}
-		l.set.Delete(pattern)
-		return nil
+		return nil, nil
 	})
 }
 
-// GetOverride returns an unexpired override.
+// GetOverride returns an unexpired override: one row.
 func (s *Store) GetOverride(ctx context.Context, limit, pattern string) (ledger.Override, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	l, now, err := s.limitNow(ctx, limit)
+	l, err := s.readLimitTx(ctx, s.db, limit, false)
 	if err != nil {
 		return ledger.Override{}, err
 	}
-	o, ok := l.set.Get(pattern)
-	if !ok || !o.ActiveAt(now) {
+	now, err := s.now(ctx, s.db)
+	if err != nil {
+		return ledger.Override{}, err
+	}
+	o, err := overrideRow(ctx, s.db, l.id, pattern, false)
+	if err != nil {
+		return ledger.Override{}, err
+	}
+	if o == nil || !o.ActiveAt(now) {
 		return ledger.Override{}, fmt.Errorf("override %q of %q: %w", pattern, limit, ledger.ErrOverrideNotFound)
 	}
-	return o, nil
+	return *o, nil
 }
 
 // ListOverrides lists a limit's unexpired overrides by pattern.
 func (s *Store) ListOverrides(ctx context.Context, limit, after string, n int) ([]ledger.Override, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	l, now, err := s.limitNow(ctx, limit)
+	l, err := s.readLimitSet(ctx, s.db, limit)
+	if err != nil {
+		return nil, err
+	}
+	now, err := s.now(ctx, s.db)
 	if err != nil {
 		return nil, err
 	}
 	return l.set.List(after, n, now), nil
+}
+
+// overrideRow reads the override of pattern, expired or not, nil when there
+// is none (or a tombstone), locking the row (or its gap) when forUpdate.
+func overrideRow(ctx context.Context, q querier, id uint64, pattern string, forUpdate bool) (*ledger.Override, error) {
+	query := "SELECT body FROM budgetd_overrides WHERE limit_id = ? AND pattern = ?"
+	if forUpdate {
+		query += " FOR UPDATE"
+	}
+	var body sql.NullString
+	err := q.QueryRowContext(ctx, query, id, []byte(pattern)).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !body.Valid {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	var o ledger.Override
+	if err := json.Unmarshal([]byte(body.String), &o); err != nil {
+		return nil, fmt.Errorf("mysql: override %q of limit %d: %w", pattern, id, err)
+	}
+	return &o, nil
+}
+
+// candidatePatterns are the patterns that may cover key: the key itself and
+// each of its prefixes followed by "*" (the empty one included).
+func candidatePatterns(key string) []string {
+	out := make([]string, 0, len(key)+2)
+	out = append(out, key)
+	for n := 0; n <= len(key); n++ {
+		out = append(out, key[:n]+"*")
+	}
+	return out
+}
+
+// candidateBatch bounds the patterns of one IN list.
+const candidateBatch = 500
+
+// coveringOverrides reads, in the caller's transaction, every override
+// (expired ones included) whose pattern covers one of keys, and pattern's:
+// all that the terms of those keys' buckets read (termsAt resolves a
+// bucket's key only), whatever the number of the limit's other overrides.
+func coveringOverrides(ctx context.Context, tx *sql.Tx, id uint64, pattern string, keys []string) (*ledger.Overrides, error) {
+	seen := map[string]bool{pattern: true}
+	patterns := []string{pattern}
+	for _, k := range keys {
+		for _, p := range candidatePatterns(k) {
+			if !seen[p] {
+				seen[p] = true
+				patterns = append(patterns, p)
+			}
+		}
+	}
+	set := &ledger.Overrides{}
+	for len(patterns) > 0 {
+		batch := patterns[:min(len(patterns), candidateBatch)]
+		patterns = patterns[len(batch):]
+		args := []any{id}
+		for _, p := range batch {
+			args = append(args, []byte(p))
+		}
+		rows, err := tx.QueryContext(ctx, "SELECT pattern, body FROM budgetd_overrides WHERE limit_id = ? AND body IS NOT NULL AND pattern IN (?"+strings.Repeat(", ?", len(batch)-1)+") LOCK IN SHARE MODE", args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var p []byte
+			var body string
+			if err := rows.Scan(&p, &body); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			var o ledger.Override
+			if err := json.Unmarshal([]byte(body), &o); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("mysql: override %q of limit %d: %w", p, id, err)
+			}
+			set.Put(o)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+	}
+	return set, nil
 }
 
 // allOverrides returns every override of set, expired ones included: the
@@ -88,22 +284,15 @@ func allOverrides(set *ledger.Overrides) []ledger.Override {
 	return set.List("", math.MaxInt, time.Time{})
 }
 
-// limitNow reads a limit and the store's clock.
-func (s *Store) limitNow(ctx context.Context, name string) (limitRow, time.Time, error) {
-	l, err := s.readLimitTx(ctx, s.db, name, false)
-	if err != nil {
-		return limitRow{}, time.Time{}, err
-	}
-	now, err := s.now(ctx, s.db)
-	return l, now, err
-}
-
-// changeTerms runs change on the limit's overrides in one transaction that
-// holds the limit's row, settles at now, under the terms in force before the
-// change, every bucket the pattern covers whose rule changes with it and
-// whose stored level is positive (memory.Store.changeTerms), and stores the
-// overrides with a new rev.
-func (s *Store) changeTerms(ctx context.Context, limit, pattern string, change func(l limitRow, now time.Time) error) error {
+// changeTerms runs change on the limit's override of pattern (nil: none,
+// or a tombstone) in one transaction that holds the limit's row, settles at
+// now, under the terms in force before the change, every bucket the pattern
+// covers whose rule changes with it and whose stored level is positive
+// (memory.Store.changeTerms), and writes the override's row (a tombstone
+// when change returns nil) with the limit's next oseq and a new rev. It reads
+// the overrides that cover those buckets only (coveringOverrides), so it
+// costs the same whatever the number of the limit's other overrides.
+func (s *Store) changeTerms(ctx context.Context, limit, pattern string, change func(l limitRow, old *ledger.Override, now time.Time) (*ledger.Override, error)) error {
 	return s.withTx(ctx, func(tx *sql.Tx) error {
 		now, err := s.now(ctx, tx)
 		if err != nil {
@@ -113,11 +302,20 @@ func (s *Store) changeTerms(ctx context.Context, limit, pattern string, change f
 		if err != nil {
 			return err
 		}
+		old, err := overrideRow(ctx, tx, l.id, pattern, true)
+		if err != nil {
+			return err
+		}
+		o, err := change(l, old, now)
+		if err != nil {
+			return err
+		}
 		rows, err := tx.QueryContext(ctx, "SELECT bkey, version, level, updated_us, extra, hseq, last_us FROM budgetd_buckets WHERE limit_id = ? AND level > 0 FOR UPDATE", l.id)
 		if err != nil {
 			return err
 		}
 		var bs []bucketRow
+		var keys []string
 		for rows.Next() {
 			var b bucketRow
 			if err := b.scan(rows); err != nil {
@@ -126,17 +324,23 @@ func (s *Store) changeTerms(ctx context.Context, limit, pattern string, change f
 			}
 			if (ledger.Override{Pattern: pattern}).Matches(b.key) {
 				bs = append(bs, b)
+				keys = append(keys, b.key)
 			}
 		}
 		if err := rows.Close(); err != nil {
 			return err
 		}
-		before := &ledger.Overrides{}
-		for _, o := range allOverrides(l.set) {
-			before.Put(o)
-		}
-		if err := change(l, now); err != nil {
-			return err
+		var before, after *ledger.Overrides
+		if len(bs) > 0 {
+			if before, err = coveringOverrides(ctx, tx, l.id, pattern, keys); err != nil {
+				return err
+			}
+			after = before.Clone()
+			if o != nil {
+				after.Put(*o)
+			} else {
+				after.Delete(pattern)
+			}
 		}
 		for _, b := range bs {
 			// The bucket's terms before the change, with its rollover and
@@ -147,14 +351,14 @@ func (s *Store) changeTerms(ctx context.Context, limit, pattern string, change f
 			// it, even when its rule at now stays, since the overrides
 			// after the change may no longer tell those expiries.
 			v.terms(0)
-			old, st := v.limits[0].limit, v.buckets[0].state
-			if old.SameRule(l.set.Effective(l.limit, b.key, now)) {
+			prev, st := v.limits[0].limit, v.buckets[0].state
+			if prev.SameRule(after.Effective(l.limit, b.key, now)) {
 				if st.Updated.Equal(b.state.Updated) {
 					continue
 				}
 				v.set(0, st)
 			} else {
-				ns, expired := bucket.Switch(old.Rule(), st, now)
+				ns, expired := bucket.Switch(prev.Rule(), st, now)
 				v.expire(0, expired)
 				v.set(0, ns)
 			}
@@ -166,11 +370,18 @@ func (s *Store) changeTerms(ctx context.Context, limit, pattern string, change f
 				return err
 			}
 		}
-		text, err := encodeSpec(l.limit, allOverrides(l.set))
-		if err != nil {
+		var body sql.NullString
+		if o != nil {
+			b, err := json.Marshal(o)
+			if err != nil {
+				return err
+			}
+			body = sql.NullString{String: string(b), Valid: true}
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE budgetd_limits SET rev = rev + 1, oseq = oseq + 1 WHERE id = ?", l.id); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, "UPDATE budgetd_limits SET rev = rev + 1, spec = ? WHERE id = ?", text, l.id)
+		_, err = tx.ExecContext(ctx, "INSERT INTO budgetd_overrides (limit_id, pattern, seq, body) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE seq = VALUES(seq), body = VALUES(body)", l.id, []byte(pattern), l.oseq+1, body)
 		return err
 	})
 }

@@ -153,7 +153,8 @@ func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
 func (s *Store) pruneDeleted(ctx context.Context, st *PruneStats) error {
 	rows, err := s.db.QueryContext(ctx, `SELECT t.limit_id FROM (
 		SELECT DISTINCT limit_id FROM budgetd_buckets UNION SELECT DISTINCT limit_id FROM budgetd_holds
-		UNION SELECT DISTINCT limit_id FROM budgetd_history) t
+		UNION SELECT DISTINCT limit_id FROM budgetd_history
+		UNION SELECT DISTINCT limit_id FROM budgetd_overrides) t
 		WHERE NOT EXISTS (SELECT 1 FROM budgetd_limits l WHERE l.id = t.limit_id) ORDER BY t.limit_id LIMIT ?`, s.pruneBatch)
 	if err != nil {
 		return classify(err)
@@ -172,7 +173,7 @@ func (s *Store) pruneDeleted(ctx context.Context, st *PruneStats) error {
 	}
 	for _, id := range ids {
 		left := false
-		for _, table := range []string{"budgetd_history", "budgetd_holds", "budgetd_buckets"} {
+		for _, table := range []string{"budgetd_history", "budgetd_holds", "budgetd_buckets", "budgetd_overrides"} {
 			for round := 0; ; round++ {
 				if round == maxPruneRounds {
 					left = true
@@ -269,7 +270,7 @@ func (s *Store) pruneExpired(ctx context.Context, now time.Time) (int, error) {
 // those that are idle and empty at now (prunable); done is true once the
 // scan reached the end (the cursor starts again).
 func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, done bool, err error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT b.limit_id, l.name, l.spec, l.created_us, l.updated_us, `+bucketCols+`,
+	rows, err := s.db.QueryContext(ctx, `SELECT b.limit_id, l.name, l.oseq, l.spec, l.created_us, l.updated_us, `+bucketCols+`,
 		EXISTS (SELECT 1 FROM budgetd_history e WHERE e.limit_id = b.limit_id AND e.bkey = b.bkey)
 		FROM budgetd_buckets b LEFT JOIN budgetd_limits l ON l.id = b.limit_id
 		WHERE b.limit_id > ? OR b.limit_id = ? AND b.bkey > ?
@@ -287,14 +288,14 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 	for rows.Next() {
 		var id uint64
 		var name, spec sql.NullString
-		var created, updated sql.NullInt64
+		var created, updated, oseq sql.NullInt64
 		var b bucketRow
 		var history bool
 		var key []byte
 		var level string
 		var bupdated int64
 		var extra sql.NullString
-		if err := rows.Scan(&id, &name, &spec, &created, &updated, &key, &b.version, &level, &bupdated, &extra, &b.hseq, &b.last, &history); err != nil {
+		if err := rows.Scan(&id, &name, &oseq, &spec, &created, &updated, &key, &b.version, &level, &bupdated, &extra, &b.hseq, &b.last, &history); err != nil {
 			rows.Close()
 			return 0, false, classify(err)
 		}
@@ -311,7 +312,12 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 			rows.Close()
 			return 0, false, err
 		}
-		l, set, err := decodeSpecSet(name.String, spec.String, created.Int64, updated.Int64)
+		l, err := decodeSpec(name.String, spec.String, created.Int64, updated.Int64)
+		if err != nil {
+			rows.Close()
+			return 0, false, err
+		}
+		set, err := s.overrides(ctx, s.db, id, uint64(oseq.Int64), false)
 		if err != nil {
 			rows.Close()
 			return 0, false, err

@@ -87,6 +87,18 @@ func checkApplied(t *testing.T, db *sql.DB) {
 	}
 }
 
+// withOseq adds budgetd_limits.oseq (migrations/mysql/0004) to a database at
+// an older version, for the tests that write its rows with this budgetd's
+// code, which reads the column: 0 for a limit without overrides, as the old
+// rows are. 0004 then leaves the column as it is (it adds it only when
+// missing).
+func withOseq(t *testing.T, db *sql.DB) {
+	t.Helper()
+	if _, err := db.Exec("ALTER TABLE budgetd_limits ADD COLUMN oseq BIGINT UNSIGNED NOT NULL DEFAULT 0"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestUpgradeFrom0001: a database at schema version 1 (as the first
 // budgetd with this store left it) holding limits, buckets, holds, history,
 // idempotency records and events is brought to the latest version by two
@@ -106,6 +118,7 @@ func TestUpgradeFrom0001(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	withOseq(t, db)
 	svc := ledger.NewService(old)
 	spec := ledger.LimitSpec{Capacity: d("100"), LeakAmount: d("1"), LeakPer: time.Hour, History: true,
 		Thresholds: []ledger.Threshold{{Percent: decimal.NewFromInt(50)}}}
@@ -240,6 +253,7 @@ func TestUpgradeFrom0002(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	withOseq(t, db)
 	svc := ledger.NewService(old)
 	if _, err := svc.PutLimit(ctx, "api", ledger.LimitSpec{Capacity: d("100"), LeakAmount: d("1"), LeakPer: time.Hour,
 		Thresholds: []ledger.Threshold{{Percent: decimal.NewFromInt(50)}}}); err != nil {
