@@ -119,7 +119,6 @@ func (s *Store) overrides(ctx context.Context, q querier, id, oseq uint64, exact
 	return cp.set, nil
 }
 
-
 // PutOverride creates or replaces an override, settling the buckets whose
 // rule changes with it.
 func (s *Store) PutOverride(ctx context.Context, limit string, o ledger.Override) (ledger.Override, error) {
