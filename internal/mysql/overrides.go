@@ -68,55 +68,75 @@ func (c *overrideCache) forget(id uint64) {
 // overrides returns the overrides of limit id whose row read oseq: nil for
 // none. The Store's copy serves when it is at oseq; an older one is brought
 // forward by reading the rows whose seq is above its own (all of them the
-// first time), through q (inside the caller's transaction when it has one).
-// The rows read may be newer than oseq (a change committed after the
-// limit's row was read): then exact asks for errConflict (a decision runs
-// again, as when its compare-and-set of the rev fails), and otherwise the
-// newer overrides are returned.
+// first time; changedOverrides). Those may be newer than oseq (a change
+// committed after the limit's row was read): then exact asks for
+// errConflict (a decision runs again, as when its compare-and-set of the rev
+// fails), and otherwise the newer overrides are returned.
 func (s *Store) overrides(ctx context.Context, q querier, id, oseq uint64, exact bool) (*ledger.Overrides, error) {
 	if oseq == 0 {
 		return nil, nil
 	}
 	cp := s.ovs.get(id)
 	if cp.seq < oseq {
-		rows, err := q.QueryContext(ctx, "SELECT pattern, seq, body FROM budgetd_overrides WHERE limit_id = ? AND seq > ?", id, cp.seq)
+		next, err := changedOverrides(ctx, q, id, cp)
 		if err != nil {
-			return nil, classify(err)
+			return nil, err
 		}
-		set, seq := cp.set.Clone(), cp.seq
-		if set == nil {
-			set = &ledger.Overrides{}
-		}
-		for rows.Next() {
-			var n uint64
-			var body sql.NullString
-			var pattern []byte
-			if err := rows.Scan(&pattern, &n, &body); err != nil {
-				rows.Close()
-				return nil, classify(err)
-			}
-			seq = max(seq, n)
-			if !body.Valid {
-				set.Delete(string(pattern))
-				continue
-			}
-			var o ledger.Override
-			if err := json.Unmarshal([]byte(body.String), &o); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("mysql: override of limit %d: %w", id, err)
-			}
-			set.Put(o)
-		}
-		if err := rows.Close(); err != nil {
-			return nil, classify(err)
-		}
-		cp = overrideCopy{seq: seq, set: set}
+		cp = next
 		s.ovs.keep(id, cp)
 	}
 	if exact && cp.seq != oseq {
 		return nil, errConflict
 	}
 	return cp.set, nil
+}
+
+// changedOverrides returns cp brought forward by the rows of limit id whose
+// seq is above cp's: a copy of its set with them applied, at the highest seq
+// read. One statement through q (the decision's connection, in autocommit or
+// in its locked attempt's transaction), a locking read, as eventsAfter reads
+// events, for the same reason: changes take their seq under the limit's row
+// lock and commit in that order, but InnoDB may let the next change take the
+// lock (and commit) a moment before the first's commit is visible to a new
+// snapshot; a consistent read could then return a later change without an
+// earlier one, and the copy, labelled with the later seq, would miss the
+// earlier one for good. A locking read reads the latest committed version of
+// every row and waits for one still committing; its locks end with the
+// statement, or with the transaction it is in (a change of the limit's
+// overrides that meets them waits that long, or, on a deadlock, runs again).
+func changedOverrides(ctx context.Context, q querier, id uint64, cp overrideCopy) (overrideCopy, error) {
+	rows, err := q.QueryContext(ctx, "SELECT pattern, seq, body FROM budgetd_overrides WHERE limit_id = ? AND seq > ? LOCK IN SHARE MODE", id, cp.seq)
+	if err != nil {
+		return cp, classify(err)
+	}
+	set, seq := cp.set.Clone(), cp.seq
+	if set == nil {
+		set = &ledger.Overrides{}
+	}
+	for rows.Next() {
+		var n uint64
+		var body sql.NullString
+		var pattern []byte
+		if err := rows.Scan(&pattern, &n, &body); err != nil {
+			rows.Close()
+			return cp, classify(err)
+		}
+		seq = max(seq, n)
+		if !body.Valid {
+			set.Delete(string(pattern))
+			continue
+		}
+		var o ledger.Override
+		if err := json.Unmarshal([]byte(body.String), &o); err != nil {
+			rows.Close()
+			return cp, fmt.Errorf("mysql: override of limit %d: %w", id, err)
+		}
+		set.Put(o)
+	}
+	if err := rows.Close(); err != nil {
+		return cp, classify(err)
+	}
+	return overrideCopy{seq: seq, set: set}, nil
 }
 
 // PutOverride creates or replaces an override, settling the buckets whose
