@@ -8,6 +8,24 @@ import (
 	"testing"
 )
 
+// resultsDir makes an empty results folder for t and a write that puts
+// text at a path inside it (as scripts/bench lays out its runs: store/load/
+// file), making the folders on the way.
+func resultsDir(t *testing.T) (string, func(name, text string)) {
+	t.Helper()
+	dir := t.TempDir()
+	return dir, func(name, text string) {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // gobench is what scripts/bench keeps of go test -bench -benchmem: two
 // packages with a benchmark of the same name, one benchmark run three times.
 const gobench = `goos: linux
@@ -103,12 +121,7 @@ func TestPgbenchInReport(t *testing.T) {
 // A run's .cpu file becomes CPU per operation: ticks over the clock rate,
 // over the operations of the measured window.
 func TestCPUPerOp(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, text string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, write := resultsDir(t)
 	// 1,000 ops/s for 10 s; 50 ticks of 100 Hz = 0.5 s of service CPU = 50 µs per op.
 	write("budgetd-1.json", `{"ops_per_second":1000,"ops":10000,"latency":{"p50_ms":1,"p99_ms":2}}`)
 	write("budgetd-1.cpu", "service=50\nstore=100\nload=20\nseconds=10\nhz=100\n")
@@ -151,16 +164,7 @@ func TestThresholdsInReport(t *testing.T) {
 // without, per store and load, with SPEC's 10% target, the setup runs'
 // verify and put time, and shows a store that answered 501 as skipped.
 func TestOverridesInReport(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, text string) {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, write := resultsDir(t)
 	run := func(tput int) string {
 		return fmt.Sprintf(`{"ops_per_second":%d,"ops":1000,"latency":{"p50_ms":1,"p99_ms":2}}`, tput)
 	}
@@ -194,16 +198,7 @@ func TestOverridesInReport(t *testing.T) {
 // CPU in "Where the CPU goes", and the bytes per idle bucket from probe
 // mysqlsize's figures before and after the buckets were populated.
 func TestMySQLInReport(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, text string) {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, write := resultsDir(t)
 	write("mysql/spread/budgetd-1.json", `{"ops_per_second":3000,"ops":30000,"latency":{"p50_ms":10,"p99_ms":40},"verify":{"ok":true}}`)
 	write("mysql/spread/budgetd-1.cpu", "service=300\nstore=900\nload=150\nseconds=10\nhz=100\n")
 	write("mysql/spread/baseline-1.json", `{"ops_per_second":2500,"ops":25000,"latency":{"p50_ms":12,"p99_ms":30}}`)
