@@ -92,29 +92,8 @@ func TestRolloverGrantBound(t *testing.T) {
 	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
 		t.Run(env, func(t *testing.T) {
 			clock := ledgertest.NewClock()
-			clock.Set(time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC))
 			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
-			ctx := context.Background()
-			svc := ledger.NewService(s)
-			spec := ledger.LimitSpec{Capacity: num("999999999990"), Period: &ledger.Period{Every: "month"}, Rollover: &ledger.Rollover{Max: num("30")}}
-			if _, err := svc.PutLimit(ctx, "big", spec); err != nil {
-				t.Fatal(err)
-			}
-			r := ledger.BucketRef{Limit: "big", Key: "k"}
-			if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: num("1")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
-				t.Fatalf("Fillup: %+v %v", res, err)
-			}
-			clock.Set(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
-			out, err := svc.AddGrant(ctx, r, num("10"), time.Time{}, ledger.Idempotency{}, nil)
-			if err != nil {
-				t.Fatalf("a grant within the bound without the rollover: %v", err)
-			}
-			if out.Bucket.Capacity.String() != "1000000000030" || out.Bucket.Rollover.String() != "30" {
-				t.Errorf("after the grant: capacity %s, rollover %s, want 1000000000030 and 30", out.Bucket.Capacity, out.Bucket.Rollover)
-			}
-			if _, err := svc.AddGrant(ctx, r, num("0.000001"), time.Time{}, ledger.Idempotency{}, nil); err == nil {
-				t.Error("a grant past the bound was accepted")
-			}
+			ledgertest.RolloverGrantBound(t, s, clock)
 		})
 	}
 }
@@ -179,32 +158,8 @@ func TestRolloverOverrideAtEnd(t *testing.T) {
 	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
 		t.Run(env, func(t *testing.T) {
 			clock := ledgertest.NewClock()
-			clock.Set(time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC))
 			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
-			ctx := context.Background()
-			svc := ledger.NewService(s)
-			spec := ledger.LimitSpec{Capacity: num("100"), Period: &ledger.Period{Every: "month"}, Rollover: &ledger.Rollover{Max: num("30")}}
-			if _, err := svc.PutLimit(ctx, "m", spec); err != nil {
-				t.Fatal(err)
-			}
-			december := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-			for key, end := range map[string]time.Time{"until": december, "before": december.Add(-time.Microsecond)} {
-				o := ledger.Override{Pattern: key, Capacity: decimalOf("200"), ExpiresAt: end}
-				if _, err := svc.PutOverride(ctx, "m", o); err != nil {
-					t.Fatal(err)
-				}
-				r := ledger.BucketRef{Limit: "m", Key: key}
-				if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: num("150")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
-					t.Fatalf("Fillup %s: %+v %v", key, res, err)
-				}
-			}
-			clock.Set(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
-			for key, want := range map[string]string{"until": "130", "before": "100"} {
-				d, err := svc.CanAccept(ctx, ledger.BucketRef{Limit: "m", Key: key}, num("1"))
-				if err != nil || d.Capacity.String() != want {
-					t.Errorf("%s: capacity %s (%v), want %s", key, d.Capacity, err, want)
-				}
-			}
+			ledgertest.RolloverOverrideAtEnd(t, s, clock, false)
 		})
 	}
 }
