@@ -94,18 +94,14 @@ func TestMySQLStartRefusals(t *testing.T) {
 // mysqlAdmin opens the test server as the test user, without a database.
 func mysqlAdmin(t *testing.T, raw string) *sql.DB {
 	t.Helper()
-	cfg, err := mysql.ParseURL(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DBName = ""
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	t.Cleanup(func() { db.Close() })
-	return db
+	return testenv.MySQLDB(t, raw, func(raw string) (*gomysql.Config, error) {
+		cfg, err := mysql.ParseURL(raw)
+		if err != nil {
+			return nil, err
+		}
+		cfg.DBName = ""
+		return cfg, nil
+	})
 }
 
 // TestMySQLRefusesServer: budgetd refuses a server older than it supports,
