@@ -26,6 +26,16 @@ func resultsDir(t *testing.T) (string, func(name, text string)) {
 	}
 }
 
+// wantLines fails t for each of lines that md does not contain.
+func wantLines(t *testing.T, md string, lines ...string) {
+	t.Helper()
+	for _, line := range lines {
+		if !strings.Contains(md, line) {
+			t.Errorf("no %q in:\n%s", line, md)
+		}
+	}
+}
+
 // gobench is what scripts/bench keeps of go test -bench -benchmem: two
 // packages with a benchmark of the same name, one benchmark run three times.
 const gobench = `goos: linux
@@ -74,15 +84,11 @@ func TestAllocTargetsInReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	md = markdown(map[string]string{}, nil, nil, nil, map[string]string{}, dir, "", "")
-	for _, line := range []string{
+	wantLines(t, md,
 		"| `internal/bucket` Fillup (the bucket rule): ≤ 0 allocs/op | 0 | met |",
 		"| `internal/http` Fillup (one bucket through the handler): ≤ 20 allocs/op | 18 | met |",
 		"| `internal/http` MultiFillup3 (three buckets in one call): ≤ 60 allocs/op | 31 | met |",
-	} {
-		if !strings.Contains(md, line) {
-			t.Errorf("no %q in:\n%s", line, md)
-		}
-	}
+	)
 }
 
 // A PostgreSQL row with pgbench runs gets its own section and a target on
@@ -98,17 +104,13 @@ func TestPgbenchInReport(t *testing.T) {
 		{store: "postgres", mode: "hot", bd: mk(3000, 10), bl: mk(500, 40), pgb: mk(600, 50)},
 	}
 	md := markdown(map[string]string{"concurrency": "64", "nproc": "2"}, rows, nil, nil, map[string]string{}, t.TempDir(), "", "")
-	for _, line := range []string{
+	wantLines(t, md,
 		"## PostgreSQL against pgbench",
 		"`pgbench -n -M prepared -c 64 -j 2`",
 		"| spread | 6000 | 4000 | **1.50** | 1.00 / 20.00 | 1.00 / 25.00 | 0 |",
 		"| hot | 3000 | 600 | **5.00** |",
 		"| postgres spread: throughput ≥ 1.2× pgbench running the baseline's upsert | 1.50× | met |",
-	} {
-		if !strings.Contains(md, line) {
-			t.Errorf("no %q in:\n%s", line, md)
-		}
-	}
+	)
 	if strings.Contains(md, "postgres hot: throughput ≥ 1.2× pgbench") {
 		t.Error("a pgbench target on the hot key, which issue 28 does not set")
 	}
@@ -178,16 +180,12 @@ func TestOverridesInReport(t *testing.T) {
 	}
 	write("redis/overrides/skipped.txt", "501 not_served")
 	md := overridesSection(dir)
-	for _, want := range []string{
+	wantLines(t, md,
 		"| memory | spread | 100000 | 950 | 1000 | **0.95** | met | 1.00 / 2.00 | 1.00 / 2.00 | 11 s | ok ×1, ok ×1 |",
 		"| memory | hot | 100000 | 800 | 1000 | **0.80** | **missed** |",
 		"| redis | — | skipped: 501 not_served |",
 		"target ≥ 0.90",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("no %q in:\n%s", want, md)
-		}
-	}
+	)
 	if overridesSection(t.TempDir()) != "" {
 		t.Error("a section without any store's runs")
 	}
@@ -215,7 +213,7 @@ func TestMySQLInReport(t *testing.T) {
 	}
 	scale := readScale(filepath.Join(dir, "mysql"), "mysql", meta)
 	md := markdown(meta, rows, []scaleRow{scale}, nil, map[string]string{}, dir, "", "")
-	for _, line := range []string{
+	wantLines(t, md,
 		"| MariaDB | 10.11.19-MariaDB-0+deb12u1 |",
 		"| mysql | spread | 3000 | 2500 | **1.20** | 10.00 / 40.00 | 12.00 / 30.00 | 1.33 | 0 | ok ×1 |",
 		"| mysql spread: throughput ≥ 1.00× the one upsert per request (database/sql) | 1.20× | met |",
@@ -225,11 +223,7 @@ func TestMySQLInReport(t *testing.T) {
 		"| mysql | 200 | data_length + index_length delta after ANALYZE TABLE (`probe mysqlsize`) |",
 		"MySQL ↔ one `INSERT … ON DUPLICATE KEY UPDATE",
 		"MySQL's throughput target is parity with its one-upsert baseline",
-	} {
-		if !strings.Contains(md, line) {
-			t.Errorf("no %q in:\n%s", line, md)
-		}
-	}
+	)
 	svg := chart(rows, meta)
 	if !strings.Contains(svg, "<title>mysql spread: 1.20×</title>") {
 		t.Errorf("no MySQL bar in the ratio panel:\n%s", svg)
@@ -237,9 +231,5 @@ func TestMySQLInReport(t *testing.T) {
 	// A MariaDB that did not start is a skipped row, and its targets are
 	// said to be unmeasured.
 	md = markdown(meta, nil, nil, nil, map[string]string{"mysql": "MariaDB did not start: mariadbd not found"}, dir, "", "")
-	for _, line := range []string{"| mysql | — | skipped: MariaDB did not start: mariadbd not found |", "| mysql: every target | skipped | not measured |"} {
-		if !strings.Contains(md, line) {
-			t.Errorf("no %q in:\n%s", line, md)
-		}
-	}
+	wantLines(t, md, "| mysql | — | skipped: MariaDB did not start: mariadbd not found |", "| mysql: every target | skipped | not measured |")
 }
