@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/testenv"
@@ -94,14 +93,7 @@ func TestMySQLStartRefusals(t *testing.T) {
 // mysqlAdmin opens the test server as the test user, without a database.
 func mysqlAdmin(t *testing.T, raw string) *sql.DB {
 	t.Helper()
-	return testenv.MySQLDB(t, raw, func(raw string) (*gomysql.Config, error) {
-		cfg, err := mysql.ParseURL(raw)
-		if err != nil {
-			return nil, err
-		}
-		cfg.DBName = ""
-		return cfg, nil
-	})
+	return testenv.MySQLDB(t, raw, testenv.NoDatabase(mysql.ParseURL))
 }
 
 // TestMySQLRefusesServer: budgetd refuses a server older than it supports,

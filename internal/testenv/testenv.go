@@ -129,3 +129,17 @@ func MySQLDB(t testing.TB, url string, parse func(string) (*gomysql.Config, erro
 	t.Cleanup(func() { db.Close() })
 	return db
 }
+
+// NoDatabase wraps parse so that the config it returns names no database:
+// MySQLDB(t, url, NoDatabase(mysql.ParseURL)) opens the server itself, to
+// make or look at databases.
+func NoDatabase(parse func(string) (*gomysql.Config, error)) func(string) (*gomysql.Config, error) {
+	return func(url string) (*gomysql.Config, error) {
+		cfg, err := parse(url)
+		if err != nil {
+			return nil, err
+		}
+		cfg.DBName = ""
+		return cfg, nil
+	}
+}
