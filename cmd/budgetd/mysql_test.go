@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/testenv"
 )
