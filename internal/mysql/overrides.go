@@ -397,10 +397,11 @@ func (s *Store) changeTerms(ctx context.Context, limit, pattern string, change f
 			}
 			body = sql.NullString{String: string(b), Valid: true}
 		}
-		if _, err := tx.ExecContext(ctx, "UPDATE budgetd_limits SET rev = rev + 1, oseq = oseq + 1 WHERE id = ?", l.id); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, "INSERT INTO budgetd_overrides (limit_id, pattern, seq, body) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE seq = VALUES(seq), body = VALUES(body)", l.id, []byte(pattern), l.oseq+1, body)
+		// One round trip: the limit's row is held by this transaction, so
+		// every change of its lock queue waits for as few as possible.
+		_, err = tx.ExecContext(ctx, "UPDATE budgetd_limits SET rev = rev + 1, oseq = oseq + 1 WHERE id = ?;\n"+
+			"INSERT INTO budgetd_overrides (limit_id, pattern, seq, body) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE seq = VALUES(seq), body = VALUES(body)",
+			l.id, l.id, []byte(pattern), l.oseq+1, body)
 		return err
 	})
 }
