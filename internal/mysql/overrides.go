@@ -32,18 +32,46 @@ var _ ledger.OverrideStore = (*Store)(nil)
 type overrideCache struct {
 	mu sync.Mutex
 	m  map[uint64]overrideCopy
+	// busy has a channel for each limit whose copy one decision is
+	// bringing forward; it is closed when that is done. The others wait
+	// for it rather than read the same rows (all of them, the first time)
+	// at once.
+	busy map[uint64]chan struct{}
+}
+
+// claim returns id's copy when it is at oseq or newer; else, when another
+// caller is bringing it forward, a channel to wait on; else it makes the
+// caller the one to do it (done: call it with the new copy, or none).
+func (c *overrideCache) claim(id, oseq uint64) (cp overrideCopy, wait chan struct{}, done func(*overrideCopy)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cp = c.m[id]
+	if cp.seq >= oseq {
+		return cp, nil, nil
+	}
+	if ch, ok := c.busy[id]; ok {
+		return cp, ch, nil
+	}
+	if c.busy == nil {
+		c.busy = map[uint64]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	c.busy[id] = ch
+	return cp, nil, func(next *overrideCopy) {
+		if next != nil {
+			c.keep(id, *next)
+		}
+		c.mu.Lock()
+		delete(c.busy, id)
+		c.mu.Unlock()
+		close(ch)
+	}
 }
 
 // overrideCopy is a limit's overrides as they were at its oseq seq.
 type overrideCopy struct {
 	seq uint64
 	set *ledger.Overrides
-}
-
-func (c *overrideCache) get(id uint64) overrideCopy {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[id]
 }
 
 // keep stores cp as id's copy unless a newer one is there.
@@ -68,7 +96,7 @@ func (c *overrideCache) forget(id uint64) {
 // overrides returns the overrides of limit id whose row read oseq: nil for
 // none. The Store's copy serves when it is at oseq; an older one is brought
 // forward by reading the rows whose seq is above its own (all of them the
-// first time; changedOverrides). Those may be newer than oseq (a change
+// first time; changedOverrides), by one caller at a time for each limit. Those may be newer than oseq (a change
 // committed after the limit's row was read): then exact asks for
 // errConflict (a decision runs again, as when its compare-and-set of the rev
 // fails), and otherwise the newer overrides are returned.
@@ -76,14 +104,28 @@ func (s *Store) overrides(ctx context.Context, q querier, id, oseq uint64, exact
 	if oseq == 0 {
 		return nil, nil
 	}
-	cp := s.ovs.get(id)
-	if cp.seq < oseq {
-		next, err := changedOverrides(ctx, q, id, cp)
-		if err != nil {
-			return nil, err
+	var cp overrideCopy
+	for {
+		c, wait, done := s.ovs.claim(id, oseq)
+		if wait != nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, classify(ctx.Err())
+			}
 		}
-		cp = next
-		s.ovs.keep(id, cp)
+		if done != nil {
+			next, err := changedOverrides(ctx, q, id, c)
+			if err != nil {
+				done(nil)
+				return nil, err
+			}
+			done(&next)
+			c = next
+		}
+		cp = c
+		break
 	}
 	if exact && cp.seq != oseq {
 		return nil, errConflict
