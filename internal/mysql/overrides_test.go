@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -269,5 +270,88 @@ func TestUpgradeOverridesOutOfSpec(t *testing.T) {
 	}
 	if _, err := svc.GetLimit(ctx, "plain"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOverridesConcurrentCopies: while Store A puts 120 overrides from eight
+// goroutines and then deletes every other one, Store B decides on their keys
+// from four goroutines, bringing its copy forward again and again; at the
+// end B (and a third Store reading them all at once) resolves every key as
+// the table says: no change was missed by a copy labelled with a later seq.
+func TestOverridesConcurrentCopies(t *testing.T) {
+	ctx := context.Background()
+	url := newDatabase(t)
+	a := ledger.NewService(open(t, url, mysql.WithPruneInterval(0)))
+	b := ledger.NewService(open(t, url, mysql.WithPruneInterval(0)))
+	if _, err := a.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: d("1000"), LeakAmount: d("1"), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 120
+	key := func(i int) string { return fmt.Sprintf("p-%03d", i) }
+	run := func(change func(i int) error) {
+		t.Helper()
+		var done atomic.Bool
+		errs := make(chan error, 16)
+		var readers sync.WaitGroup
+		for r := range 4 {
+			readers.Add(1)
+			go func() {
+				defer readers.Done()
+				for i := r; !done.Load(); i = (i + 7) % n {
+					if _, err := b.CanAccept(ctx, ledger.BucketRef{Limit: "l", Key: key(i)}, decimal.NewFromInt(1)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		work := make(chan int)
+		writers := make(chan error, 8)
+		for range 8 {
+			go func() {
+				var err error
+				for i := range work {
+					if err == nil {
+						err = change(i)
+					}
+				}
+				writers <- err
+			}()
+		}
+		for i := range n {
+			work <- i
+		}
+		close(work)
+		for range 8 {
+			if err := <-writers; err != nil {
+				t.Error(err)
+			}
+		}
+		done.Store(true)
+		readers.Wait()
+		select {
+		case err := <-errs:
+			t.Fatalf("B's decision: %v", err)
+		default:
+		}
+	}
+	run(func(i int) error { _, err := a.PutOverride(ctx, "l", capOverride(key(i), int64(i+1))); return err })
+	run(func(i int) error {
+		if i%2 == 1 {
+			return nil
+		}
+		return a.DeleteOverride(ctx, "l", key(i))
+	})
+	c := ledger.NewService(open(t, url, mysql.WithPruneInterval(0)))
+	for _, svc := range []*ledger.Service{b, c} {
+		for i := range n {
+			want := "1000"
+			if i%2 == 1 {
+				want = fmt.Sprint(i + 1)
+			}
+			if got := capacityOf(t, svc, key(i)); got != want {
+				t.Errorf("%s: capacity %s, want %s", key(i), got, want)
+			}
+		}
 	}
 }
