@@ -96,8 +96,9 @@ func (c *overrideCache) forget(id uint64) {
 // overrides returns the overrides of limit id whose row read oseq: nil for
 // none. The Store's copy serves when it is at oseq; an older one is brought
 // forward by reading the rows whose seq is above its own (all of them the
-// first time; changedOverrides), by one caller at a time for each limit. Those may be newer than oseq (a change
-// committed after the limit's row was read): then exact asks for
+// first time; changedOverrides), by one caller at a time for each limit.
+// Those may be newer than oseq (a change committed after the limit's row was
+// read): then exact asks for
 // errConflict (a decision runs again, as when its compare-and-set of the rev
 // fails), and otherwise the newer overrides are returned.
 func (s *Store) overrides(ctx context.Context, q querier, id, oseq uint64, exact bool) (*ledger.Overrides, error) {
