@@ -196,8 +196,8 @@ func TestMigrate(t *testing.T) {
 	if err := db.QueryRow("SELECT COUNT(*) FROM " + dbName + ".budgetd_mysql_migrations").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 3 {
-		t.Fatalf("%d migration rows, want 3 (0001, 0002, 0003)", n)
+	if n != 4 {
+		t.Fatalf("%d migration rows, want 4 (0001 to 0004)", n)
 	}
 	if _, err := db.Exec("UPDATE " + dbName + ".budgetd_mysql_migrations SET checksum = REPEAT('0', 64) WHERE version = 1"); err != nil {
 		t.Fatal(err)
