@@ -102,7 +102,7 @@ func withOseq(t *testing.T, db *sql.DB) {
 // TestUpgradeFrom0001: a database at schema version 1 (as the first
 // budgetd with this store left it) holding limits, buckets, holds, history,
 // idempotency records and events is brought to the latest version by two
-// instances starting together under the migration lock: 0002 and 0003 are
+// instances starting together under the migration lock: 0002 to 0004 are
 // applied once and recorded with the files' checksums, their indexes and
 // the lease table exist, every row is kept,
 // the reads answer what they answered before, a replay answers what the
