@@ -288,7 +288,7 @@ func TestPruneBackground(t *testing.T) {
 }
 
 // TestDeleteLimitBatches: DeleteLimit removes the limit's row at once and
-// leaves its buckets, holds and history to the pruner, which deletes them in
+// leaves its buckets, holds, history and override rows to the pruner, which deletes them in
 // bounded batches (of 2 here); meanwhile they are invisible: a re-created
 // limit of the same name starts empty, its old hold is not found. Another
 // limit's rows and the re-created limit's are kept. DeleteLimit wakes the
@@ -301,6 +301,11 @@ func TestDeleteLimitBatches(t *testing.T) {
 	spec := ledger.LimitSpec{Capacity: d("100"), LeakAmount: d("1"), LeakPer: time.Hour, History: true}
 	for _, name := range []string{"h", "other"} {
 		if _, err := svc.PutLimit(ctx, name, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ref := range []struct{ limit, pattern string }{{"h", "x1"}, {"h", "x2"}, {"h", "x*"}, {"other", "x1"}} {
+		if _, err := svc.PutOverride(ctx, ref.limit, ledger.Override{Pattern: ref.pattern, Capacity: decimal.NewNullDecimal(d("50"))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -328,7 +333,7 @@ func TestDeleteLimitBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The rows are left to the pruner...
-	if rows("budgetd_buckets") != 6 || rows("budgetd_holds") != 1 || rows("budgetd_history") != history {
+	if rows("budgetd_buckets") != 6 || rows("budgetd_holds") != 1 || rows("budgetd_history") != history || rows("budgetd_overrides") != 4 {
 		t.Fatalf("DeleteLimit deleted rows itself: %d buckets, %d holds, %d entries", rows("budgetd_buckets"), rows("budgetd_holds"), rows("budgetd_history"))
 	}
 	// ...and invisible meanwhile.
@@ -347,6 +352,9 @@ func TestDeleteLimitBatches(t *testing.T) {
 	if _, err := svc.Reservation(ctx, hold.Reservation.ID); !errors.Is(err, ledger.ErrReservationNotFound) {
 		t.Fatalf("the deleted limit's hold: %v", err)
 	}
+	if os, err := svc.ListOverrides(ctx, "h", "", 10); err != nil || len(os) != 0 {
+		t.Fatalf("the re-created limit's overrides: %+v %v", os, err)
+	}
 	if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: hr, Cost: d("1")}}, ledger.Idempotency{}); err != nil {
 		t.Fatal(err)
 	}
@@ -354,9 +362,10 @@ func TestDeleteLimitBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Left: other/k and the new h/k0 with its one entry, and other/k's entry.
-	if st.DeletedLimits != 1 || st.Rows < 5+1+history-1 || rows("budgetd_buckets") != 2 || rows("budgetd_holds") != 0 || rows("budgetd_history") != 2 {
-		t.Fatalf("after Prune %+v: %d buckets, %d holds, %d entries, want 2, 0, 2", st, rows("budgetd_buckets"), rows("budgetd_holds"), rows("budgetd_history"))
+	// Left: other/k and the new h/k0 with its one entry, other/k's entry,
+	// and other's override.
+	if st.DeletedLimits != 1 || st.Rows < 5+1+history-1+3 || rows("budgetd_buckets") != 2 || rows("budgetd_holds") != 0 || rows("budgetd_history") != 2 || rows("budgetd_overrides") != 1 {
+		t.Fatalf("after Prune %+v: %d buckets, %d holds, %d entries, %d overrides, want 2, 0, 2, 1", st, rows("budgetd_buckets"), rows("budgetd_holds"), rows("budgetd_history"), rows("budgetd_overrides"))
 	}
 	if b, err := svc.Bucket(ctx, hr); err != nil || b.Level.String() != "1" {
 		t.Fatalf("the re-created limit's bucket after Prune: %+v %v", b, err)
