@@ -41,9 +41,9 @@ func TestOverridesTwoStores(t *testing.T) {
 		t.Run(fmt.Sprintf("cache=%v", cached), func(t *testing.T) {
 			ctx := context.Background()
 			url := newDatabase(t)
-			var opts []mysql.Option
+			opts := []mysql.Option{mysql.WithCache(0, 0)}
 			if cached {
-				opts = append(opts, mysql.WithCache(mysql.DefaultCacheEntries, mysql.DefaultCacheBytes))
+				opts = []mysql.Option{mysql.WithCache(mysql.DefaultCacheEntries, mysql.DefaultCacheBytes)}
 			}
 			a := ledger.NewService(open(t, url, append(opts, mysql.WithPruneInterval(0))...))
 			b := ledger.NewService(open(t, url, append(opts, mysql.WithPruneInterval(0))...))
