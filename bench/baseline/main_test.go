@@ -3,14 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/testenv"
@@ -63,16 +60,7 @@ func TestMySQLModeChargesOneRowPerBucket(t *testing.T) {
 		t.Fatalf("fractional cost: %d %s", code, body)
 	}
 
-	cfg, err := mysql.ParseURL(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
+	db := testenv.MySQLDB(t, raw, mysql.ParseURL)
 	levels := map[string]string{}
 	rows, err := db.Query("SELECT `key`, CAST(level AS CHAR) FROM baseline_bucket WHERE name = 'l'")
 	if err != nil {

@@ -3,12 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"strconv"
 	"strings"
 	"testing"
-
-	gomysql "github.com/go-sql-driver/mysql"
 
 	budgetmysql "github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/testenv"
@@ -21,16 +18,7 @@ import (
 func TestMySQLSizeCountsRows(t *testing.T) {
 	raw := testenv.MySQLDatabase(t)
 	ctx := context.Background()
-	cfg, err := budgetmysql.ParseURL(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
+	db := testenv.MySQLDB(t, raw, budgetmysql.ParseURL)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE t (id INT PRIMARY KEY, pad CHAR(96) NOT NULL, KEY (pad)) ENGINE=InnoDB`); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,34 @@ import (
 	"testing"
 )
 
+// resultsDir makes an empty results folder for t and a write that puts
+// text at a path inside it (as scripts/bench lays out its runs: store/load/
+// file), making the folders on the way.
+func resultsDir(t *testing.T) (string, func(name, text string)) {
+	t.Helper()
+	dir := t.TempDir()
+	return dir, func(name, text string) {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// wantLines fails t for each of lines that md does not contain.
+func wantLines(t *testing.T, md string, lines ...string) {
+	t.Helper()
+	for _, line := range lines {
+		if !strings.Contains(md, line) {
+			t.Errorf("no %q in:\n%s", line, md)
+		}
+	}
+}
+
 // gobench is what scripts/bench keeps of go test -bench -benchmem: two
 // packages with a benchmark of the same name, one benchmark run three times.
 const gobench = `goos: linux
@@ -56,15 +84,11 @@ func TestAllocTargetsInReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	md = markdown(map[string]string{}, nil, nil, nil, map[string]string{}, dir, "", "")
-	for _, line := range []string{
+	wantLines(t, md,
 		"| `internal/bucket` Fillup (the bucket rule): ≤ 0 allocs/op | 0 | met |",
 		"| `internal/http` Fillup (one bucket through the handler): ≤ 20 allocs/op | 18 | met |",
 		"| `internal/http` MultiFillup3 (three buckets in one call): ≤ 60 allocs/op | 31 | met |",
-	} {
-		if !strings.Contains(md, line) {
-			t.Errorf("no %q in:\n%s", line, md)
-		}
-	}
+	)
 }
 
 // A PostgreSQL row with pgbench runs gets its own section and a target on
@@ -80,17 +104,13 @@ func TestPgbenchInReport(t *testing.T) {
 		{store: "postgres", mode: "hot", bd: mk(3000, 10), bl: mk(500, 40), pgb: mk(600, 50)},
 	}
 	md := markdown(map[string]string{"concurrency": "64", "nproc": "2"}, rows, nil, nil, map[string]string{}, t.TempDir(), "", "")
-	for _, line := range []string{
+	wantLines(t, md,
 		"## PostgreSQL against pgbench",
 		"`pgbench -n -M prepared -c 64 -j 2`",
 		"| spread | 6000 | 4000 | **1.50** | 1.00 / 20.00 | 1.00 / 25.00 | 0 |",
 		"| hot | 3000 | 600 | **5.00** |",
 		"| postgres spread: throughput ≥ 1.2× pgbench running the baseline's upsert | 1.50× | met |",
-	} {
-		if !strings.Contains(md, line) {
-			t.Errorf("no %q in:\n%s", line, md)
-		}
-	}
+	)
 	if strings.Contains(md, "postgres hot: throughput ≥ 1.2× pgbench") {
 		t.Error("a pgbench target on the hot key, which issue 28 does not set")
 	}
@@ -103,12 +123,7 @@ func TestPgbenchInReport(t *testing.T) {
 // A run's .cpu file becomes CPU per operation: ticks over the clock rate,
 // over the operations of the measured window.
 func TestCPUPerOp(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, text string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, write := resultsDir(t)
 	// 1,000 ops/s for 10 s; 50 ticks of 100 Hz = 0.5 s of service CPU = 50 µs per op.
 	write("budgetd-1.json", `{"ops_per_second":1000,"ops":10000,"latency":{"p50_ms":1,"p99_ms":2}}`)
 	write("budgetd-1.cpu", "service=50\nstore=100\nload=20\nseconds=10\nhz=100\n")
@@ -151,16 +166,7 @@ func TestThresholdsInReport(t *testing.T) {
 // without, per store and load, with SPEC's 10% target, the setup runs'
 // verify and put time, and shows a store that answered 501 as skipped.
 func TestOverridesInReport(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, text string) {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, write := resultsDir(t)
 	run := func(tput int) string {
 		return fmt.Sprintf(`{"ops_per_second":%d,"ops":1000,"latency":{"p50_ms":1,"p99_ms":2}}`, tput)
 	}
@@ -174,16 +180,12 @@ func TestOverridesInReport(t *testing.T) {
 	}
 	write("redis/overrides/skipped.txt", "501 not_served")
 	md := overridesSection(dir)
-	for _, want := range []string{
+	wantLines(t, md,
 		"| memory | spread | 100000 | 950 | 1000 | **0.95** | met | 1.00 / 2.00 | 1.00 / 2.00 | 11 s | ok ×1, ok ×1 |",
 		"| memory | hot | 100000 | 800 | 1000 | **0.80** | **missed** |",
 		"| redis | — | skipped: 501 not_served |",
 		"target ≥ 0.90",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("no %q in:\n%s", want, md)
-		}
-	}
+	)
 	if overridesSection(t.TempDir()) != "" {
 		t.Error("a section without any store's runs")
 	}
@@ -194,16 +196,7 @@ func TestOverridesInReport(t *testing.T) {
 // CPU in "Where the CPU goes", and the bytes per idle bucket from probe
 // mysqlsize's figures before and after the buckets were populated.
 func TestMySQLInReport(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, text string) {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, write := resultsDir(t)
 	write("mysql/spread/budgetd-1.json", `{"ops_per_second":3000,"ops":30000,"latency":{"p50_ms":10,"p99_ms":40},"verify":{"ok":true}}`)
 	write("mysql/spread/budgetd-1.cpu", "service=300\nstore=900\nload=150\nseconds=10\nhz=100\n")
 	write("mysql/spread/baseline-1.json", `{"ops_per_second":2500,"ops":25000,"latency":{"p50_ms":12,"p99_ms":30}}`)
@@ -220,7 +213,7 @@ func TestMySQLInReport(t *testing.T) {
 	}
 	scale := readScale(filepath.Join(dir, "mysql"), "mysql", meta)
 	md := markdown(meta, rows, []scaleRow{scale}, nil, map[string]string{}, dir, "", "")
-	for _, line := range []string{
+	wantLines(t, md,
 		"| MariaDB | 10.11.19-MariaDB-0+deb12u1 |",
 		"| mysql | spread | 3000 | 2500 | **1.20** | 10.00 / 40.00 | 12.00 / 30.00 | 1.33 | 0 | ok ×1 |",
 		"| mysql spread: throughput ≥ 1.00× the one upsert per request (database/sql) | 1.20× | met |",
@@ -230,11 +223,7 @@ func TestMySQLInReport(t *testing.T) {
 		"| mysql | 200 | data_length + index_length delta after ANALYZE TABLE (`probe mysqlsize`) |",
 		"MySQL ↔ one `INSERT … ON DUPLICATE KEY UPDATE",
 		"MySQL's throughput target is parity with its one-upsert baseline",
-	} {
-		if !strings.Contains(md, line) {
-			t.Errorf("no %q in:\n%s", line, md)
-		}
-	}
+	)
 	svg := chart(rows, meta)
 	if !strings.Contains(svg, "<title>mysql spread: 1.20×</title>") {
 		t.Errorf("no MySQL bar in the ratio panel:\n%s", svg)
@@ -242,9 +231,5 @@ func TestMySQLInReport(t *testing.T) {
 	// A MariaDB that did not start is a skipped row, and its targets are
 	// said to be unmeasured.
 	md = markdown(meta, nil, nil, nil, map[string]string{"mysql": "MariaDB did not start: mariadbd not found"}, dir, "", "")
-	for _, line := range []string{"| mysql | — | skipped: MariaDB did not start: mariadbd not found |", "| mysql: every target | skipped | not measured |"} {
-		if !strings.Contains(md, line) {
-			t.Errorf("no %q in:\n%s", line, md)
-		}
-	}
+	wantLines(t, md, "| mysql | — | skipped: MariaDB did not start: mariadbd not found |", "| mysql: every target | skipped | not measured |")
 }

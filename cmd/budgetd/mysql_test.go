@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
-
 	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/testenv"
 )
@@ -94,18 +92,7 @@ func TestMySQLStartRefusals(t *testing.T) {
 // mysqlAdmin opens the test server as the test user, without a database.
 func mysqlAdmin(t *testing.T, raw string) *sql.DB {
 	t.Helper()
-	cfg, err := mysql.ParseURL(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DBName = ""
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	t.Cleanup(func() { db.Close() })
-	return db
+	return testenv.MySQLDB(t, raw, testenv.NoDatabase(mysql.ParseURL))
 }
 
 // TestMySQLRefusesServer: budgetd refuses a server older than it supports,

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,85 +16,29 @@ import (
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/mysql"
+	"github.com/budgetd/budgetd/internal/testenv/mariadb"
 )
 
 // privateMariaDB starts a mariadbd of the test's own in a temporary
-// directory (as bench/chaos does), so that it can be stopped with SIGSTOP
-// without touching the shared test server, and returns its process and the
-// store URL. t.Cleanup resumes and stops it by its pid.
+// directory (as bench/chaos does, with package mariadb), so that it can be
+// stopped with SIGSTOP without touching the shared test server, and returns
+// its process and the store URL. t.Cleanup resumes and stops it by its pid.
 func privateMariaDB(t *testing.T) (*os.Process, string) {
 	t.Helper()
-	bin, err := exec.LookPath("mariadbd")
-	if err != nil {
-		bin = "/usr/sbin/mariadbd"
-		if _, err := os.Stat(bin); err != nil {
-			t.Fatal("mariadbd not found: run scripts/install-deps")
-		}
-	}
 	tmp, err := os.MkdirTemp("", "budgetd-hung-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(tmp) })
-	dir, sock := filepath.Join(tmp, "data"), filepath.Join(tmp, "mysql.sock")
-	var asRoot []string
-	if os.Geteuid() == 0 {
-		asRoot = []string{"--user=root"}
-	}
-	install := exec.Command("mariadb-install-db", append([]string{"--no-defaults", "--datadir=" + dir,
-		"--auth-root-authentication-method=normal", "--skip-test-db"}, asRoot...)...)
-	if out, err := install.CombinedOutput(); err != nil {
-		t.Fatalf("mariadb-install-db: %v: %s", err, out)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := mariadb.New(tmp, "--innodb-buffer-pool-size=32M")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	logf, err := os.Create(filepath.Join(tmp, "mariadbd.log"))
-	if err != nil {
+	t.Cleanup(srv.Stop)
+	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer logf.Close()
-	cmd := exec.Command(bin, append([]string{"--no-defaults", "--datadir=" + dir, "--bind-address=127.0.0.1",
-		"--port=" + strconv.Itoa(port), "--socket=" + sock, "--pid-file=" + filepath.Join(tmp, "mariadbd.pid"),
-		"--skip-name-resolve", "--innodb-buffer-pool-size=32M"}, asRoot...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	deadline := time.Now().Add(2 * time.Minute)
-	for exec.Command("mariadb-admin", "--no-defaults", "--socket="+sock, "-uroot", "ping").Run() != nil {
-		select {
-		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(tmp, "mariadbd.log"))
-			t.Fatalf("mariadbd exited: %s", log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("mariadbd did not accept connections within 2m")
-		}
-		time.Sleep(50 * time.Millisecond) // polling with a deadline
-	}
-	const pass = "hung-test-pass"
-	q := fmt.Sprintf("CREATE USER 'budgetd'@'127.0.0.1' IDENTIFIED BY '%s'; GRANT ALL PRIVILEGES ON budgetd.* TO 'budgetd'@'127.0.0.1'; CREATE DATABASE budgetd;", pass)
-	if out, err := exec.Command("mariadb", "--no-defaults", "--socket="+sock, "-uroot", "-e", q).CombinedOutput(); err != nil {
-		t.Fatalf("create budgetd's user: %v: %s", err, out)
-	}
-	return cmd.Process, fmt.Sprintf("mysql://budgetd:%s@127.0.0.1:%d/budgetd", pass, port)
+	return srv.Process(), srv.URL()
 }
 
 // TestHungServer: with the server stopped (SIGSTOP), every call — the ones

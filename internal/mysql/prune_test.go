@@ -2,7 +2,6 @@ package mysql_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"runtime"
@@ -11,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/shopspring/decimal"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/mysql"
+	"github.com/budgetd/budgetd/internal/testenv"
 )
 
 // pruneStore opens a store on a database of its own on clock, with the
@@ -26,16 +25,7 @@ func pruneStore(t *testing.T, clock *ledgertest.Clock, opts ...mysql.Option) (*m
 	t.Helper()
 	url := newDatabase(t)
 	s := open(t, url, append([]mysql.Option{mysql.WithClock(clock.Now), mysql.WithPruneInterval(0)}, opts...)...)
-	cfg, err := mysql.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	t.Cleanup(func() { db.Close() })
+	db := testenv.MySQLDB(t, url, mysql.ParseURL)
 	return s, func(table string) int {
 		t.Helper()
 		var n int

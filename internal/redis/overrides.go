@@ -460,10 +460,26 @@ func (s *Store) overrideCall(ctx context.Context, op, limit string, args ...any)
 	return res, nil
 }
 
+// changeOverrides runs a change of overrides as withFreshLimits does, one
+// at a time in this instance (Store.ovChange), so that only changes from
+// other instances can make its version check fail.
+func changeOverrides[T any](ctx context.Context, s *Store, op func(ctx context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, s.callTimeout, errCallTimeout)
+	defer cancel()
+	select {
+	case s.ovChange <- struct{}{}:
+	case <-ctx.Done():
+		var zero T
+		return zero, s.fail(ctx, "change override", context.Cause(ctx))
+	}
+	defer func() { <-s.ovChange }()
+	return retryStale(ctx, s, op)
+}
+
 // PutOverride creates or replaces an override, validated against the
 // limit as stored, after settling the buckets whose rule changes with it.
 func (s *Store) PutOverride(ctx context.Context, limit string, o ledger.Override) (ledger.Override, error) {
-	return withFreshLimits(ctx, s, func(ctx context.Context) (ledger.Override, error) {
+	return changeOverrides(ctx, s, func(ctx context.Context) (ledger.Override, error) {
 		cl, err := s.fetchLimit(ctx, limit)
 		if err != nil {
 			return ledger.Override{}, err
@@ -560,7 +576,7 @@ func (s *Store) ListOverrides(ctx context.Context, limit, after string, n int) (
 // DeleteOverride removes an override that applies at the store's clock,
 // after settling the buckets whose rule changes.
 func (s *Store) DeleteOverride(ctx context.Context, limit, pattern string) error {
-	_, err := withFreshLimits(ctx, s, func(ctx context.Context) (struct{}, error) {
+	_, err := changeOverrides(ctx, s, func(ctx context.Context) (struct{}, error) {
 		cl, err := s.fetchLimit(ctx, limit)
 		if err != nil {
 			return struct{}{}, err

@@ -386,3 +386,48 @@ func TestOverrideChangedByAnotherInstance(t *testing.T) {
 	}
 	capacity("40", "k*")
 }
+
+// TestOverridesPutConcurrently puts overrides on one limit from many
+// goroutines of one instance, as a bulk import does (budgetload --overrides
+// puts them from 64 connections): every change bumps the limit's version,
+// which each change checks, so without serializing them they failed each
+// other's check and answered 503 once retryStale gave up.
+func TestOverridesPutConcurrently(t *testing.T) {
+	eachServer(t, func(t *testing.T, url string) {
+		s := ledger.NewService(openTest(t, url))
+		ctx := context.Background()
+		if _, err := s.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		const workers, each = 32, 8
+		errs := make(chan error, workers)
+		for w := range workers {
+			go func() {
+				for i := range each {
+					p := fmt.Sprintf("k%d-%d", w, i)
+					if i%2 == 1 {
+						p += "*"
+					}
+					if _, err := s.PutOverride(ctx, "l", ledger.Override{Pattern: p, Capacity: decimalOf("20")}); err != nil {
+						errs <- fmt.Errorf("put %s: %w", p, err)
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range workers {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		list, err := s.ListOverrides(ctx, "l", "", 1000)
+		if err != nil || len(list) != workers*each {
+			t.Fatalf("%d overrides listed (%v), want %d", len(list), err, workers*each)
+		}
+		d, err := s.CanAccept(ctx, ledger.BucketRef{Limit: "l", Key: "k3-1x"}, num("1"))
+		if err != nil || d.Capacity.String() != "20" {
+			t.Fatalf("capacity %s (%v) under k3-1*, want 20", d.Capacity, err)
+		}
+	})
+}

@@ -94,6 +94,11 @@ type Store struct {
 	// ovLoad serializes whole reads of a limit's overrides, so calls that
 	// find the same set missing read it once.
 	ovLoad sync.Mutex
+	// ovChange (a lock of capacity one) serializes this instance's changes
+	// of overrides: each checks the limit's version, which every change
+	// bumps, so concurrent changes through one instance would otherwise
+	// fail each other's check until retryStale gives up.
+	ovChange chan struct{}
 }
 
 type cachedLimit struct {
@@ -172,6 +177,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		limits:   map[string]cachedLimit{},
 		gens:     map[int64]string{},
 		ovSets:   map[int64]*ovSet{},
+		ovChange: make(chan struct{}, 1),
 
 		callTimeout:    callTimeout,
 		eventRetention: DefaultEventRetention,

@@ -17,157 +17,130 @@ import (
 // or without rollover, it gets the periodic TTL (the day's end plus the
 // minute). On both set-ups.
 func TestRolloverKeepsTheBucket(t *testing.T) {
-	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
-		t.Run(env, func(t *testing.T) {
-			clock := ledgertest.NewClock()
-			clock.Set(time.Date(2026, 11, 10, 23, 59, 0, 0, time.UTC))
-			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
-			ctx := context.Background()
-			svc := ledger.NewService(s)
-			day := &ledger.Period{Every: "day"}
-			for name, r := range map[string]*ledger.Rollover{"ro": {Max: num("30")}, "zero": {Max: num("0")}, "none": nil} {
-				if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: num("100"), Period: day, Rollover: r}); err != nil {
-					t.Fatal(err)
-				}
+	eachServer(t, func(t *testing.T, url string) {
+		clock := ledgertest.NewClock()
+		clock.Set(time.Date(2026, 11, 10, 23, 59, 0, 0, time.UTC))
+		s := openTest(t, url, WithClock(clock.Now))
+		ctx := context.Background()
+		svc := ledger.NewService(s)
+		day := &ledger.Period{Every: "day"}
+		for name, r := range map[string]*ledger.Rollover{"ro": {Max: num("30")}, "zero": {Max: num("0")}, "none": nil} {
+			if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: num("100"), Period: day, Rollover: r}); err != nil {
+				t.Fatal(err)
 			}
-			pttl := func(limit string) (time.Duration, []string) {
-				t.Helper()
-				cl, err := s.limitFor(ctx, limit)
-				if err != nil {
-					t.Fatal(err)
-				}
-				bk := s.k.bucket(cl.gen, "k")
-				d, err := s.client.PTTL(ctx, bk).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				fields, err := s.client.HKeys(ctx, bk).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				return d, fields
+		}
+		pttl := func(limit string) (time.Duration, []string) {
+			t.Helper()
+			cl, err := s.limitFor(ctx, limit)
+			if err != nil {
+				t.Fatal(err)
 			}
-			fill := func(limit, cost string) {
-				t.Helper()
-				res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: limit, Key: "k"}, Cost: num(cost)}}, ledger.Idempotency{})
-				if err != nil || !res.Accepted {
-					t.Fatalf("Fillup %s %s: %+v %v", limit, cost, res, err)
-				}
+			bk := s.k.bucket(cl.gen, "k")
+			d, err := s.client.PTTL(ctx, bk).Result()
+			if err != nil {
+				t.Fatal(err)
 			}
-			for _, l := range []string{"ro", "zero", "none"} {
-				fill(l, "40")
+			fields, err := s.client.HKeys(ctx, bk).Result()
+			if err != nil {
+				t.Fatal(err)
 			}
-			if d, _ := pttl("ro"); d != -1 {
-				t.Errorf("a bucket that passes rollover on has PTTL %v, want none", d)
+			return d, fields
+		}
+		fill := func(limit, cost string) {
+			t.Helper()
+			res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: limit, Key: "k"}, Cost: num(cost)}}, ledger.Idempotency{})
+			if err != nil || !res.Accepted {
+				t.Fatalf("Fillup %s %s: %+v %v", limit, cost, res, err)
 			}
-			for _, l := range []string{"zero", "none"} {
-				if d, _ := pttl(l); d <= 0 || d > 3*time.Minute {
-					t.Errorf("limit %s: PTTL %v, want the day's end plus the minute", l, d)
-				}
+		}
+		for _, l := range []string{"ro", "zero", "none"} {
+			fill(l, "40")
+		}
+		if d, _ := pttl("ro"); d != -1 {
+			t.Errorf("a bucket that passes rollover on has PTTL %v, want none", d)
+		}
+		for _, l := range []string{"zero", "none"} {
+			if d, _ := pttl(l); d <= 0 || d > 3*time.Minute {
+				t.Errorf("limit %s: PTTL %v, want the day's end plus the minute", l, d)
 			}
-			// The next day: 60 unused, 30 received, kept with the bucket.
-			clock.Set(time.Date(2026, 11, 11, 9, 0, 0, 0, time.UTC))
-			fill("ro", "1")
-			d, fields := pttl("ro")
-			if d != -1 {
-				t.Errorf("after the next day's write: PTTL %v, want none", d)
-			}
-			if !slices.Contains(fields, "r") {
-				t.Errorf("fields %v: the carry r is not kept", fields)
-			}
-			// Two days later (the 12th untouched): the whole max again.
-			clock.Set(time.Date(2026, 11, 13, 9, 0, 0, 0, time.UTC))
-			st, err := svc.Bucket(ctx, ledger.BucketRef{Limit: "ro", Key: "k"})
-			if err != nil || st.Capacity.String() != "130" || st.Rollover.String() != "30" {
-				t.Fatalf("after an untouched day: %+v %v", st, err)
-			}
-		})
-	}
+		}
+		// The next day: 60 unused, 30 received, kept with the bucket.
+		clock.Set(time.Date(2026, 11, 11, 9, 0, 0, 0, time.UTC))
+		fill("ro", "1")
+		d, fields := pttl("ro")
+		if d != -1 {
+			t.Errorf("after the next day's write: PTTL %v, want none", d)
+		}
+		if !slices.Contains(fields, "r") {
+			t.Errorf("fields %v: the carry r is not kept", fields)
+		}
+		// Two days later (the 12th untouched): the whole max again.
+		clock.Set(time.Date(2026, 11, 13, 9, 0, 0, 0, time.UTC))
+		st, err := svc.Bucket(ctx, ledger.BucketRef{Limit: "ro", Key: "k"})
+		if err != nil || st.Capacity.String() != "130" || st.Rollover.String() != "30" {
+			t.Fatalf("after an untouched day: %+v %v", st, err)
+		}
+	})
 }
 
 // TestRolloverGrantBound: the bound on a bucket's grants (capacity +
 // grants at most 10^12) does not count the rollover it receives, which
 // still adds to the capacity, as on PostgreSQL. On both set-ups.
 func TestRolloverGrantBound(t *testing.T) {
-	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
-		t.Run(env, func(t *testing.T) {
-			clock := ledgertest.NewClock()
-			clock.Set(time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC))
-			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
-			ctx := context.Background()
-			svc := ledger.NewService(s)
-			spec := ledger.LimitSpec{Capacity: num("999999999990"), Period: &ledger.Period{Every: "month"}, Rollover: &ledger.Rollover{Max: num("30")}}
-			if _, err := svc.PutLimit(ctx, "big", spec); err != nil {
-				t.Fatal(err)
-			}
-			r := ledger.BucketRef{Limit: "big", Key: "k"}
-			if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: num("1")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
-				t.Fatalf("Fillup: %+v %v", res, err)
-			}
-			clock.Set(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
-			out, err := svc.AddGrant(ctx, r, num("10"), time.Time{}, ledger.Idempotency{}, nil)
-			if err != nil {
-				t.Fatalf("a grant within the bound without the rollover: %v", err)
-			}
-			if out.Bucket.Capacity.String() != "1000000000030" || out.Bucket.Rollover.String() != "30" {
-				t.Errorf("after the grant: capacity %s, rollover %s, want 1000000000030 and 30", out.Bucket.Capacity, out.Bucket.Rollover)
-			}
-			if _, err := svc.AddGrant(ctx, r, num("0.000001"), time.Time{}, ledger.Idempotency{}, nil); err == nil {
-				t.Error("a grant past the bound was accepted")
-			}
-		})
-	}
+	eachServer(t, func(t *testing.T, url string) {
+		clock := ledgertest.NewClock()
+		s := openTest(t, url, WithClock(clock.Now))
+		ledgertest.RolloverGrantBound(t, s, clock)
+	})
 }
 
 // TestRolloverOneRoundTrip: on a bucket that receives rollover (last
 // written in the month before), CanAccept, Fillup, a multi-bucket Fillup
 // and the bucket's state are one function call each. On both set-ups.
 func TestRolloverOneRoundTrip(t *testing.T) {
-	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
-		t.Run(env, func(t *testing.T) {
-			clock := ledgertest.NewClock()
-			clock.Set(time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC))
-			s := openTest(t, serverURL(t, env), WithClock(clock.Now), WithLimitCacheTTL(time.Hour))
-			ctx := context.Background()
-			svc := ledger.NewService(s)
-			spec := ledger.LimitSpec{Capacity: num("100"), Period: &ledger.Period{Every: "month"}, Rollover: &ledger.Rollover{Max: num("30")}}
-			if _, err := svc.PutLimit(ctx, "m", spec); err != nil {
-				t.Fatal(err)
-			}
-			ra, rb := ledger.BucketRef{Limit: "m", Key: "{t}a"}, ledger.BucketRef{Limit: "m", Key: "{t}b"}
-			for _, r := range []ledger.BucketRef{ra, rb} {
-				if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: num("40")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
-					t.Fatalf("Fillup: %+v %v", res, err)
-				}
-			}
-			clock.Set(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
-			log := &commandLog{}
-			s.client.(interface{ AddHook(goredis.Hook) }).AddHook(log)
-			one := func(what string, want ...string) {
-				t.Helper()
-				if got := log.take(); !slices.Equal(got, want) {
-					t.Errorf("%s sent %v, want %v", what, got, want)
-				}
-			}
-			if d, err := svc.CanAccept(ctx, ra, num("130")); err != nil || !d.Accepted {
-				t.Fatalf("CanAccept: %+v %v", d, err)
-			}
-			one("CanAccept", "fcall_ro")
-			if st, err := svc.Bucket(ctx, ra); err != nil || st.Rollover.String() != "30" {
-				t.Fatalf("Bucket: %+v %v", st, err)
-			}
-			one("Bucket", "fcall_ro")
-			if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ra, Cost: num("130")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
+	eachServer(t, func(t *testing.T, url string) {
+		clock := ledgertest.NewClock()
+		clock.Set(time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC))
+		s := openTest(t, url, WithClock(clock.Now), WithLimitCacheTTL(time.Hour))
+		ctx := context.Background()
+		svc := ledger.NewService(s)
+		spec := ledger.LimitSpec{Capacity: num("100"), Period: &ledger.Period{Every: "month"}, Rollover: &ledger.Rollover{Max: num("30")}}
+		if _, err := svc.PutLimit(ctx, "m", spec); err != nil {
+			t.Fatal(err)
+		}
+		ra, rb := ledger.BucketRef{Limit: "m", Key: "{t}a"}, ledger.BucketRef{Limit: "m", Key: "{t}b"}
+		for _, r := range []ledger.BucketRef{ra, rb} {
+			if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: num("40")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
 				t.Fatalf("Fillup: %+v %v", res, err)
 			}
-			one("Fillup", "fcall")
-			res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ra, Cost: num("0")}, {Bucket: rb, Cost: num("130")}}, ledger.Idempotency{})
-			if err != nil || !res.Accepted || res.Items[1].Capacity.String() != "130" {
-				t.Fatalf("multi-bucket Fillup: %+v %v", res, err)
+		}
+		clock.Set(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
+		log := &commandLog{}
+		s.client.(interface{ AddHook(goredis.Hook) }).AddHook(log)
+		one := func(what string, want ...string) {
+			t.Helper()
+			if got := log.take(); !slices.Equal(got, want) {
+				t.Errorf("%s sent %v, want %v", what, got, want)
 			}
-			one("multi-bucket Fillup", "fcall")
-		})
-	}
+		}
+		if d, err := svc.CanAccept(ctx, ra, num("130")); err != nil || !d.Accepted {
+			t.Fatalf("CanAccept: %+v %v", d, err)
+		}
+		one("CanAccept", "fcall_ro")
+		if st, err := svc.Bucket(ctx, ra); err != nil || st.Rollover.String() != "30" {
+			t.Fatalf("Bucket: %+v %v", st, err)
+		}
+		one("Bucket", "fcall_ro")
+		if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ra, Cost: num("130")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
+			t.Fatalf("Fillup: %+v %v", res, err)
+		}
+		one("Fillup", "fcall")
+		res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ra, Cost: num("0")}, {Bucket: rb, Cost: num("130")}}, ledger.Idempotency{})
+		if err != nil || !res.Accepted || res.Items[1].Capacity.String() != "130" {
+			t.Fatalf("multi-bucket Fillup: %+v %v", res, err)
+		}
+		one("multi-bucket Fillup", "fcall")
+	})
 }
 
 // TestRolloverOverrideAtEnd: the capacity in force at a month's end is the
@@ -176,35 +149,9 @@ func TestRolloverOneRoundTrip(t *testing.T) {
 // that ended a microsecond earlier does not (neither applies now).
 // On both set-ups.
 func TestRolloverOverrideAtEnd(t *testing.T) {
-	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
-		t.Run(env, func(t *testing.T) {
-			clock := ledgertest.NewClock()
-			clock.Set(time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC))
-			s := openTest(t, serverURL(t, env), WithClock(clock.Now))
-			ctx := context.Background()
-			svc := ledger.NewService(s)
-			spec := ledger.LimitSpec{Capacity: num("100"), Period: &ledger.Period{Every: "month"}, Rollover: &ledger.Rollover{Max: num("30")}}
-			if _, err := svc.PutLimit(ctx, "m", spec); err != nil {
-				t.Fatal(err)
-			}
-			december := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-			for key, end := range map[string]time.Time{"until": december, "before": december.Add(-time.Microsecond)} {
-				o := ledger.Override{Pattern: key, Capacity: decimalOf("200"), ExpiresAt: end}
-				if _, err := svc.PutOverride(ctx, "m", o); err != nil {
-					t.Fatal(err)
-				}
-				r := ledger.BucketRef{Limit: "m", Key: key}
-				if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: num("150")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
-					t.Fatalf("Fillup %s: %+v %v", key, res, err)
-				}
-			}
-			clock.Set(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
-			for key, want := range map[string]string{"until": "130", "before": "100"} {
-				d, err := svc.CanAccept(ctx, ledger.BucketRef{Limit: "m", Key: key}, num("1"))
-				if err != nil || d.Capacity.String() != want {
-					t.Errorf("%s: capacity %s (%v), want %s", key, d.Capacity, err, want)
-				}
-			}
-		})
-	}
+	eachServer(t, func(t *testing.T, url string) {
+		clock := ledgertest.NewClock()
+		s := openTest(t, url, WithClock(clock.Now))
+		ledgertest.RolloverOverrideAtEnd(t, s, clock, false)
+	})
 }

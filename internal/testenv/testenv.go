@@ -110,3 +110,36 @@ func MySQLDatabase(t testing.TB) string {
 	u.Path = "/" + name
 	return u.String()
 }
+
+// MySQLDB opens url with the driver alone (no migration, no checks), for a
+// test that reads or changes tables behind a store's back, and closes it
+// when t ends. parse turns url into the driver's config: the store's own
+// mysql.ParseURL, passed in because package mysql's tests use this package.
+func MySQLDB(t testing.TB, url string, parse func(string) (*gomysql.Config, error)) *sql.DB {
+	t.Helper()
+	cfg, err := parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// NoDatabase wraps parse so that the config it returns names no database:
+// MySQLDB(t, url, NoDatabase(mysql.ParseURL)) opens the server itself, to
+// make or look at databases.
+func NoDatabase(parse func(string) (*gomysql.Config, error)) func(string) (*gomysql.Config, error) {
+	return func(url string) (*gomysql.Config, error) {
+		cfg, err := parse(url)
+		if err != nil {
+			return nil, err
+		}
+		cfg.DBName = ""
+		return cfg, nil
+	}
+}
