@@ -167,3 +167,98 @@ func TestOverrideMemo(t *testing.T) {
 	clock.Set(end.Add(-time.Second))
 	decide("t-2", "1000", "t-2")
 }
+
+// TestUpgradeOverrideMemo: migration 0019 on a database whose limits have
+// overrides and whose buckets were written before it: the limits with
+// overrides start counting at 1, the buckets remember nothing, and the
+// first decision after the upgrade probes, applies the right override and
+// remembers it; a later change of the overrides is seen.
+func TestUpgradeOverrideMemo(t *testing.T) {
+	ctx := context.Background()
+	url := dsn(t)
+	schema := newSchema(t)
+	clock := ledgertest.NewClock()
+	openAt := func() (*postgres.Store, *ledger.Service) {
+		t.Helper()
+		s, err := postgres.Open(ctx, url, postgres.WithSchema(schema), postgres.WithPruneInterval(0), postgres.WithClock(clock.Now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, ledger.NewService(s)
+	}
+	s, svc := openAt()
+	for _, name := range []string{"api", "plain"} {
+		if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.PutOverride(ctx, "api", ledger.Override{Pattern: "t-*", Capacity: decimal.NewNullDecimal(dec("50"))}); err != nil {
+		t.Fatal(err)
+	}
+	fill := func(svc *ledger.Service, key, capacity, override string) {
+		t.Helper()
+		res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "api", Key: key}, Cost: dec("1")}}, ledger.Idempotency{})
+		if err != nil || !res.Accepted || res.Items[0].Capacity.String() != capacity || res.Limits[0].Override != override {
+			t.Fatalf("%s: %+v %v, want capacity %s under %q", key, res, err, capacity, override)
+		}
+	}
+	fill(svc, "t-1", "50", "t-*")
+	s.Close()
+
+	// The schema as before 0019.
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, sql := range []string{
+		"ALTER TABLE limits DROP COLUMN override_ver",
+		"ALTER TABLE buckets DROP COLUMN ov_ver, DROP COLUMN ov_pattern, DROP COLUMN ov_capacity",
+		"DELETE FROM budgetd_migrations WHERE version = 19",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+
+	s, svc = openAt()
+	defer s.Close()
+	version := func(limit string) *int64 {
+		t.Helper()
+		var v *int64
+		if err := conn.QueryRow(ctx, "SELECT override_ver FROM limits WHERE name = $1", limit).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	remembered := func(key string) (ver *int64, pattern *string) {
+		t.Helper()
+		if err := conn.QueryRow(ctx, "SELECT ov_ver, ov_pattern FROM buckets b JOIN limits l ON l.id = b.limit_id WHERE l.name = 'api' AND b.key = $1",
+			key).Scan(&ver, &pattern); err != nil {
+			t.Fatal(err)
+		}
+		return ver, pattern
+	}
+	if v := version("api"); v == nil || *v != 1 {
+		t.Fatalf("api's override_ver after 0019: %v, want 1", v)
+	}
+	if v := version("plain"); v != nil {
+		t.Fatalf("plain's override_ver after 0019: %d, want NULL", *v)
+	}
+	if ver, pattern := remembered("t-1"); ver != nil || pattern != nil {
+		t.Fatalf("t-1 remembers %v %v right after 0019", ver, pattern)
+	}
+	fill(svc, "t-1", "50", "t-*")
+	if ver, pattern := remembered("t-1"); ver == nil || *ver != 1 || pattern == nil || *pattern != "t-*" {
+		t.Fatalf("t-1 remembers %v %v, want version 1 and t-*", ver, pattern)
+	}
+	if _, err := svc.PutOverride(ctx, "api", ledger.Override{Pattern: "t-1", Capacity: decimal.NewNullDecimal(dec("70"))}); err != nil {
+		t.Fatal(err)
+	}
+	fill(svc, "t-1", "70", "t-1")
+}
