@@ -27,7 +27,10 @@
 // It prints a table and, with -write, rewrites docs/reliability.md. `-short`
 // is the version CI runs; the default is the long one. Usage:
 //
-//	go run ./bench/chaos [-short] [-stores memory,postgres,mysql,redis] [-write docs/reliability.md]
+//	go run ./bench/chaos [-short] [-stores memory,postgres,mysql,redis] [-mysql-cache N] [-write docs/reliability.md]
+//
+// On MySQL budgetd runs with its default decision cache (on);
+// -mysql-cache N passes --mysql-cache N to it (0: the cache off).
 package main
 
 import (
@@ -40,6 +43,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -78,6 +82,7 @@ type params struct {
 	idemBound            int64
 	hookDur, hookWait    time.Duration // the webhook scenario's charging, and its wait for delivery after it
 	deadline             map[string]time.Duration
+	mysqlCache           string // --mysql-cache for budgetd on MySQL ("": budgetd's default)
 }
 
 func main() {
@@ -97,6 +102,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	pgDeadline := fs.Duration("pg-deadline", 5*time.Second, "documented bound on a PostgreSQL call")
 	redisDeadline := fs.Duration("redis-deadline", 2*time.Second, "documented bound on a Redis call")
 	mysqlDeadline := fs.Duration("mysql-deadline", 5*time.Second, "documented bound on a MySQL call (0: none, the hung-store scenario is not run)")
+	mysqlCache := fs.String("mysql-cache", "", "budgetd's --mysql-cache on MySQL, the decision cache's entries (0: off; empty: budgetd's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -108,6 +114,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			methods: 5000, idems: 5000, idle: 2000, silentAddrs: 5, silent: 1000, idemBound: 768 << 20}
 	}
 	p.deadline = map[string]time.Duration{"postgres": *pgDeadline, "redis": *redisDeadline, "mysql": *mysqlDeadline}
+	p.mysqlCache = *mysqlCache
 
 	tmp, err := os.MkdirTemp("", "budgetd-chaos-")
 	if err != nil {
@@ -138,7 +145,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if *short {
 		mode = "short"
 	}
-	report := render(all, mode, time.Since(started), *short)
+	report := render(all, mode, time.Since(started), *short, *mysqlCache)
 	fmt.Fprint(out, report)
 	if *write != "" {
 		if err := os.WriteFile(*write, []byte(report), 0o644); err != nil {
@@ -222,6 +229,9 @@ func runStore(ctx context.Context, name, bin, tmp string, p params, out io.Write
 			return nil, err
 		}
 	}
+	if name == "mysql" && p.mysqlCache != "" {
+		b.extraArgs = append(b.extraArgs, "--mysql-cache", p.mysqlCache)
+	}
 	if err := b.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -299,7 +309,7 @@ func runStore(ctx context.Context, name, bin, tmp string, p params, out io.Write
 }
 
 // render is the report: a table per run and the figures that matter.
-func render(rs []result, mode string, took time.Duration, short bool) string {
+func render(rs []result, mode string, took time.Duration, short bool, mysqlCache string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Reliability: the fault suite\n\n")
 	fmt.Fprintf(&b, "Written by `go run ./bench/chaos%s -write docs/reliability.md` (%s run, %s, %d cores, %s, took %s).\n",
@@ -307,6 +317,12 @@ func render(rs []result, mode string, took time.Duration, short bool) string {
 	fmt.Fprintf(&b, "Each store's server and budgetd run on loopback; PostgreSQL with fsync on, MariaDB with `innodb_flush_log_at_trx_commit=1`, Redis with AOF `appendfsync always`.\n")
 	fmt.Fprintf(&b, "Fault runs resolve every call by retrying it with its Idempotency-Key, then compare every bucket's level and\n")
 	fmt.Fprintf(&b, "history with the accepted calls exactly.\n")
+	onMySQL := slices.ContainsFunc(rs, func(r result) bool { return r.store == "mysql" })
+	if onMySQL && mysqlCache == "" {
+		fmt.Fprintf(&b, "On MySQL budgetd runs with its default decision cache (on; `-mysql-cache 0` runs without it).\n")
+	} else if onMySQL {
+		fmt.Fprintf(&b, "On MySQL budgetd runs with `--mysql-cache %s` (`-mysql-cache %s`; 0: the decision cache off).\n", mysqlCache, mysqlCache)
+	}
 	fmt.Fprintf(&b, "A fault here is a store that does not answer (killed, hung, refusing connections): budgetd answers 503\n")
 	fmt.Fprintf(&b, "`store_unavailable` for exactly those; a store error that is not unavailability (a scan or type error: a bug)\n")
 	fmt.Fprintf(&b, "is a 500 `internal` with the cause logged, and the hostile-input runs count any 5xx as a failure.\n\n")

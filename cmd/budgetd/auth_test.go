@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/budgetd/budgetd/internal/mysql"
 )
 
 // started is a run in the background.
@@ -368,7 +370,10 @@ func TestNewOptions(t *testing.T) {
 	if cfg, _, err := parseConfig(nil, env(map[string]string{"BUDGETD_MYSQL_CACHE": "1000"}), io.Discard); err != nil || cfg.mysqlCache != 1000 {
 		t.Fatalf("BUDGETD_MYSQL_CACHE=1000: %+v %v", cfg, err)
 	}
-	if cfg, _, _ := parseConfig(nil, env(nil), io.Discard); cfg.insecureNoAuth || cfg.maxConns != 4096 || cfg.idleTimeout != 30*time.Second || cfg.logFormat != "text" || cfg.mysqlCache != 0 {
+	if cfg, _, err := parseConfig([]string{"--mysql-cache", "0"}, env(nil), io.Discard); err != nil || cfg.mysqlCache != 0 {
+		t.Fatalf("--mysql-cache 0 (the cache off): %+v %v", cfg, err)
+	}
+	if cfg, _, _ := parseConfig(nil, env(nil), io.Discard); cfg.insecureNoAuth || cfg.maxConns != 4096 || cfg.idleTimeout != 30*time.Second || cfg.logFormat != "text" || cfg.mysqlCache != mysql.DefaultCacheEntries {
 		t.Fatalf("defaults %+v", cfg)
 	}
 	for _, args := range [][]string{{"--log-format", "xml"}, {"--max-conns", "0"}, {"--idle-timeout", "0s"}, {"--tls-key", "k"},

@@ -82,7 +82,7 @@ var options = []option{
 	{flag: "max-ttl", env: "BUDGETD_MAX_TTL", def: "24h", help: "longest hold a caller may ask for (at least 1s)"},
 	{flag: "pg-isolation", env: "BUDGETD_PG_ISOLATION", def: "read-committed", help: "PostgreSQL isolation level: read-committed or serializable"},
 	{flag: "mysql-isolation", env: "BUDGETD_MYSQL_ISOLATION", def: "repeatable-read", help: "MySQL/MariaDB isolation level: repeatable-read or read-committed"},
-	{flag: "mysql-cache", env: "BUDGETD_MYSQL_CACHE", def: "0", help: "MySQL/MariaDB decision cache: at most this many buckets and limits this instance wrote last, decided on in one round trip (0: off; docs/mysql.md)"},
+	{flag: "mysql-cache", env: "BUDGETD_MYSQL_CACHE", def: strconv.Itoa(mysql.DefaultCacheEntries), help: "MySQL/MariaDB decision cache: at most this many buckets and limits this instance wrote last, decided on in one round trip (0: off, every write two round trips; docs/mysql.md)"},
 	{flag: "redis-eviction-check", env: "BUDGETD_REDIS_EVICTION_CHECK", def: "refuse", help: "when Redis may evict keys (maxmemory-policy): refuse to start, or warn"},
 	{flag: "max-conns", env: "BUDGETD_MAX_CONNS", def: "4096", help: "most client connections open at once; more wait to be accepted"},
 	{flag: "max-conns-per-ip", env: "BUDGETD_MAX_CONNS_PER_IP", def: "1024", help: "most connections one client address may hold; more are closed at once (0: no such cap)"},

@@ -33,7 +33,7 @@ func openStoreURL(ctx context.Context, cfg config, log *slog.Logger) (openedStor
 		}, nil
 	case isMySQLURL(cfg.store):
 		st, err := mysql.Open(ctx, cfg.store, mysql.WithIsolation(cfg.mysqlIsolation), mysql.WithCache(cfg.mysqlCache, mysql.DefaultCacheBytes))
-		cache := ""
+		cache := ", decision cache off"
 		if cfg.mysqlCache > 0 {
 			cache = fmt.Sprintf(", decision cache of %d", cfg.mysqlCache)
 		}

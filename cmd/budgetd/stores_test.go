@@ -18,6 +18,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/testenv"
 )
 
@@ -36,9 +37,11 @@ func redisURLs(t *testing.T) map[string]string {
 }
 
 // TestRunWithStores serves the API from each real store through run():
-// a limit, two accepted fillups and a 429, then a clean stop.
+// a limit, two accepted fillups and a 429, then a clean stop. MySQL runs
+// with its decision cache on (the default) and off (--mysql-cache 0), and
+// the start-up line says which.
 func TestRunWithStores(t *testing.T) {
-	stores := map[string]string{"postgres": storeURL(t, "BUDGETD_TEST_POSTGRES"), "mysql": testenv.MySQLDatabase(t)}
+	stores := map[string]string{"postgres": storeURL(t, "BUDGETD_TEST_POSTGRES"), "mysql": testenv.MySQLDatabase(t), "mysql-nocache": testenv.MySQLDatabase(t)}
 	for k, v := range redisURLs(t) {
 		stores[k] = v
 	}
@@ -49,11 +52,18 @@ func TestRunWithStores(t *testing.T) {
 			var stdout, stderr syncBuffer
 			done := make(chan error, 1)
 			go func() {
-				done <- run(ctx, []string{"--addr", "127.0.0.1:0", "--store", url}, env(nil), &stdout, &stderr)
+				args := []string{"--addr", "127.0.0.1:0", "--store", url}
+				if name == "mysql-nocache" {
+					args = append(args, "--mysql-cache", "0")
+				}
+				done <- run(ctx, args, env(nil), &stdout, &stderr)
 			}()
 			base := waitURL(t, &stdout, done)
 			if !strings.Contains(stdout.String(), strings.SplitN(name, "-", 2)[0]+" store") {
 				t.Fatalf("start-up line does not name the store: %q", stdout.String())
+			}
+			if cache := map[string]string{"mysql": fmt.Sprintf("decision cache of %d,", mysql.DefaultCacheEntries), "mysql-nocache": "decision cache off,"}[name]; !strings.Contains(stdout.String(), cache) {
+				t.Fatalf("start-up line does not say %q: %q", cache, stdout.String())
 			}
 			limit := fmt.Sprintf("e2e-%d", time.Now().UnixNano())
 			req, _ := http.NewRequest("PUT", base+"/v1/limits/"+limit, strings.NewReader(`{"capacity":"2","leak":{"amount":"1","per":"1h"}}`))

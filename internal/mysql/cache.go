@@ -51,9 +51,9 @@ const (
 // runs again on a read.
 var errMiss = errors.New("mysql: decide on a read")
 
-// WithCache turns the decision cache on with at most entries entries
-// (buckets and limits) and about bytes bytes of them (DefaultCacheEntries,
-// DefaultCacheBytes); entries <= 0 turns it off.
+// WithCache sets the decision cache's bounds: at most entries entries
+// (buckets and limits) and about bytes bytes of them. It is on by default,
+// with DefaultCacheEntries and DefaultCacheBytes; entries <= 0 turns it off.
 func WithCache(entries, bytes int) Option {
 	return func(s *Store) {
 		s.cache = nil

@@ -64,7 +64,7 @@ func TestCacheOneRoundTrip(t *testing.T) {
 			// TestCacheClockGuard's); no cooling after a conflict (that is
 			// TestCacheCools's).
 			s := openCounted(t, url, &writes, mysql.WithIsolation(iso), mysql.WithCacheSkew(time.Minute), mysql.WithCacheCool(0))
-			other := ledger.NewService(open(t, url, mysql.WithIsolation(iso), mysql.WithPruneInterval(0)))
+			other := ledger.NewService(open(t, url, mysql.WithIsolation(iso), mysql.WithPruneInterval(0), mysql.WithCache(0, 0)))
 			ctx := context.Background()
 			spec := ledger.LimitSpec{Capacity: decimal.NewFromInt(100), Period: &ledger.Period{Every: "year"}, History: true}
 			if _, err := other.PutLimit(ctx, "l", spec); err != nil {

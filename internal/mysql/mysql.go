@@ -47,7 +47,7 @@ type Store struct {
 	attempts  int
 	lockWait  time.Duration
 	timeout   time.Duration                                                     // the bound on every call (WithTimeout)
-	cache     *decisionCache                                                    // nil when off (WithCache)
+	cache     *decisionCache                                                    // nil when off (WithCache; on by default)
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error) // tests count round trips with it
 
 	// The background pruner (prune.go).
@@ -192,6 +192,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts, lockWait: DefaultLockWait, timeout: DefaultTimeout,
+		cache:         newDecisionCache(DefaultCacheEntries, DefaultCacheBytes),
 		pruneInterval: DefaultPruneInterval, pruneBatch: DefaultPruneBatch, pruneStop: make(chan struct{}), pruneKick: make(chan struct{}, 1), pruneDone: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
