@@ -88,6 +88,11 @@ DECLARE
     v_sw       record;   -- the bucket settled at them (budgetd_expiry_switch)
     v_o        overrides;
     v_ovr      text;     -- the pattern of the override that applies, NULL for none
+    v_over     bigint;   -- limits.override_ver, and the override the bucket's row remembers (migration 0019)
+    v_bver     bigint;
+    v_bpat     text;
+    v_bcap     numeric;
+    v_mver     bigint;   -- what the write remembers (ov_ver; NULL: nothing)
     v_grows    int;      -- the limit's rows of grants (limits.grant_rows)
     v_gsum     numeric;  -- the bucket's active grants, NULL for none
     v_rmax     numeric;  -- the limit's rollover max (limits.rollover_max), NULL for none
@@ -156,24 +161,26 @@ BEGIN
             v_wlen := p_l.window_length_us; v_wprec := p_l.window_precision_us; v_mode := p_l.mode; v_grace := p_l.grace;
             v_ceil := budgetd_ceiling(p_l); v_ths := p_l.thresholds; v_olens := p_l.override_lens; v_grows := p_l.grant_rows;
             v_rmax := p_l.rollover_max; v_orules := p_l.override_rules; v_oexp := p_l.override_expiry;
+            v_over := p_l.override_ver;
             -- (No row: every target is NULL.)
             SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true, bb.th_sig, bb.th_above, bb.th_period,
-                   bb.carry_unused, bb.carry_period
-              INTO v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp
+                   bb.carry_unused, bb.carry_period, bb.ov_ver, bb.ov_pattern, bb.ov_capacity
+              INTO v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp, v_bver, v_bpat, v_bcap
               FROM buckets bb WHERE bb.limit_id = v_lid AND bb.key = p_key FOR UPDATE;
         ELSE
             v_base := NULL;
             SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.record_denials, l.created_at, l.updated_at,
                    l.period_every, l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
                    l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.override_lens, l.grant_rows, l.rollover_max,
-                   l.override_rules, l.override_expiry,
-                   b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found, b.th_sig, b.th_above, b.th_period, b.carry_unused, b.carry_period
+                   l.override_rules, l.override_expiry, l.override_ver,
+                   b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found, b.th_sig, b.th_above, b.th_period, b.carry_unused, b.carry_period,
+                   b.ov_ver, b.ov_pattern, b.ov_capacity
               INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_rec, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
-                   v_mode, v_grace, v_ceil, v_ths, v_olens, v_grows, v_rmax, v_orules, v_oexp,
-                   v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp
+                   v_mode, v_grace, v_ceil, v_ths, v_olens, v_grows, v_rmax, v_orules, v_oexp, v_over,
+                   v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp, v_bver, v_bpat, v_bcap
               FROM limits l
               LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found, bb.th_sig, bb.th_above, bb.th_period,
-                                        bb.carry_unused, bb.carry_period FROM buckets bb
+                                        bb.carry_unused, bb.carry_period, bb.ov_ver, bb.ov_pattern, bb.ov_capacity FROM buckets bb
                                   WHERE bb.limit_id = l.id AND bb.key = p_key FOR UPDATE) b ON true
              WHERE l.name = p_limit;
         END IF;
@@ -236,8 +243,27 @@ BEGIN
                 END IF;
                 v_o := budgetd_override_of(v_lid, v_olens, p_key, v_now);
             END IF;
+        ELSIF cardinality(v_olens) > 0 AND v_bver = v_over AND (v_oexp IS NULL OR v_oexp <= v_now) THEN
+            -- The bucket's row remembers the override that applied at its
+            -- last decision under these very overrides (migration 0019):
+            -- none, or one of capacity alone without expiry; and no
+            -- override has an expiry still to come, so it applies now too.
+            IF v_bpat IS NOT NULL THEN
+                v_o.limit_id := v_lid;
+                v_o.pattern := v_bpat;
+                v_o.capacity := v_bcap;
+            END IF;
         ELSIF cardinality(v_olens) > 0 THEN
             v_o := budgetd_override_of(v_lid, v_olens, p_key, v_now);
+        END IF;
+        -- What the write remembers: the override that applied, when it is
+        -- one of capacity alone without expiry (or none) and no override of
+        -- the limit has an expiry after now.
+        v_mver := NULL;
+        IF cardinality(v_olens) > 0 AND (v_oexp IS NULL OR v_oexp <= v_now)
+           AND (v_o.limit_id IS NULL OR (v_o.leak_per_us IS NULL AND v_o.period_tz IS NULL AND v_o.period_start_day IS NULL
+                                         AND v_o.window_length_us IS NULL AND v_o.expires_at IS NULL)) THEN
+            v_mver := v_over;
         END IF;
         IF v_o.limit_id IS NOT NULL THEN
             IF v_base.id IS NULL THEN
@@ -460,24 +486,27 @@ BEGIN
                 -- No slots before or after, no carry to keep: the columns
                 -- that would stay as they are are not written.
                 UPDATE buckets
-                   SET level = v_level,
+                   SET level = v_level, ov_ver = v_mver, ov_pattern = v_o.pattern, ov_capacity = v_o.capacity,
                        updated_at = CASE WHEN updated_at IS NULL OR updated_at < v_now OR updated_at > v_now + budgetd_clock_step()
                                          THEN v_now ELSE updated_at END
                  WHERE limit_id = v_lid AND key = p_key;
             ELSIF v_bfound THEN
                 UPDATE buckets
                    SET level = v_level, slot_idx = v_widx, slot_sum = v_wsum,
+                       ov_ver = v_mver, ov_pattern = v_o.pattern, ov_capacity = v_o.capacity,
                        carry_unused = CASE WHEN v_l.rollover_period IS NULL THEN carry_unused ELSE v_l.rollover_unused END,
                        carry_period = coalesce(v_l.rollover_period, carry_period),
                        updated_at = CASE WHEN updated_at IS NULL OR updated_at < v_now OR updated_at > v_now + budgetd_clock_step()
                                          THEN v_now ELSE updated_at END
                  WHERE limit_id = v_lid AND key = p_key;
             ELSIF v_wlen IS NULL THEN
-                INSERT INTO buckets (limit_id, key, level, updated_at) VALUES (v_lid, p_key, v_level, v_now)
+                INSERT INTO buckets (limit_id, key, level, updated_at, ov_ver, ov_pattern, ov_capacity)
+                VALUES (v_lid, p_key, v_level, v_now, v_mver, v_o.pattern, v_o.capacity)
                 ON CONFLICT DO NOTHING;
                 CONTINUE WHEN NOT FOUND;
             ELSE
-                INSERT INTO buckets (limit_id, key, level, updated_at, slot_idx, slot_sum) VALUES (v_lid, p_key, v_level, v_now, v_widx, v_wsum)
+                INSERT INTO buckets (limit_id, key, level, updated_at, slot_idx, slot_sum, ov_ver, ov_pattern, ov_capacity)
+                VALUES (v_lid, p_key, v_level, v_now, v_widx, v_wsum, v_mver, v_o.pattern, v_o.capacity)
                 ON CONFLICT DO NOTHING;
                 -- A concurrent call created the bucket first: start over on it.
                 CONTINUE WHEN NOT FOUND;

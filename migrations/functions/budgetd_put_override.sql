@@ -10,7 +10,7 @@
 -- at the expiries of overrides it crossed since its last write
 -- (budgetd_expiry_switch), under the overrides as they were: the change may
 -- replace an expired override, or change what follows an expiry. limits.override_lens,
--- override_rules and override_expiry are kept up to date. Returns the
+-- override_rules and override_expiry are kept up to date, and override_ver counts the change. Returns the
 -- override's document (budgetd_override_json), NULL when a DELETE found no
 -- unexpired override.
 CREATE OR REPLACE FUNCTION budgetd_put_override(p_name text, p_pattern text, p_now timestamptz, p_delete boolean,
@@ -84,18 +84,17 @@ BEGIN
     ELSE
         v_lens := ARRAY(SELECT DISTINCT u.n FROM unnest(v_l.override_lens || coalesce(v_plen, -1)) AS u(n) ORDER BY u.n DESC);
     END IF;
-    IF v_lens IS DISTINCT FROM v_l.override_lens
-       OR (NOT p_delete AND NOT v_l.override_rules
-           AND (p_leak_per_us IS NOT NULL OR p_tz IS NOT NULL OR p_start_day IS NOT NULL OR p_window_length_us IS NOT NULL))
-       OR (NOT p_delete AND p_expires_at > coalesce(v_l.override_expiry, '-infinity')) THEN
-        UPDATE limits
-           SET override_lens = v_lens,
-               override_rules = override_rules OR (NOT p_delete AND (p_leak_per_us IS NOT NULL OR p_tz IS NOT NULL
-                                                                     OR p_start_day IS NOT NULL OR p_window_length_us IS NOT NULL)),
-               override_expiry = CASE WHEN p_delete THEN override_expiry ELSE greatest(override_expiry, p_expires_at) END
-         WHERE id = v_l.id
-        RETURNING override_lens, override_rules, override_expiry INTO v_l.override_lens, v_l.override_rules, v_l.override_expiry;
-    END IF;
+    -- override_ver counts every change, so that no bucket's remembered
+    -- override (buckets.ov_ver, migration 0019) outlives it.
+    UPDATE limits
+       SET override_ver = coalesce(override_ver, 0) + 1,
+           override_lens = v_lens,
+           override_rules = override_rules OR (NOT p_delete AND (p_leak_per_us IS NOT NULL OR p_tz IS NOT NULL
+                                                                 OR p_start_day IS NOT NULL OR p_window_length_us IS NOT NULL)),
+           override_expiry = CASE WHEN p_delete THEN override_expiry ELSE greatest(override_expiry, p_expires_at) END
+     WHERE id = v_l.id
+    RETURNING override_ver, override_lens, override_rules, override_expiry
+         INTO v_l.override_ver, v_l.override_lens, v_l.override_rules, v_l.override_expiry;
     -- Settle each bucket whose rule changes, under the rule it had.
     FOR i IN 1 .. cardinality(v_keys) LOOP
         v_new := budgetd_terms(v_l, v_keys[i], v_now);
