@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/shopspring/decimal"
 
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -26,18 +25,7 @@ import (
 func admin(t testing.TB) (*sql.DB, string) {
 	t.Helper()
 	raw := testenv.Server(t, testenv.MySQL)
-	cfg, err := mysql.ParseURL(raw)
-	if err != nil {
-		t.Fatalf("BUDGETD_TEST_MYSQL: %v", err)
-	}
-	cfg.DBName = ""
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	t.Cleanup(func() { db.Close() })
-	return db, raw
+	return testenv.MySQLDB(t, raw, testenv.NoDatabase(mysql.ParseURL)), raw
 }
 
 // newDatabase creates an empty database of its own for t, dropped when t

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shopspring/decimal"
-
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/mysql"
@@ -93,84 +91,21 @@ func TestRolloverPruneAndList(t *testing.T) {
 	}
 }
 
-// TestRolloverGrantBound: a grant's bound (the bucket's capacity with its
-// grants at most 10^12) counts the limit's capacity and the grants, not the
-// rollover the bucket receives, as on the memory and PostgreSQL stores.
+// TestRolloverGrantBound: a grant's bound counts the limit's capacity and
+// the grants, not the rollover the bucket receives, as on the other stores.
 func TestRolloverGrantBound(t *testing.T) {
-	ctx := context.Background()
 	clock := ledgertest.NewClock()
-	clock.Set(time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC))
 	s, _ := pruneStore(t, clock)
-	svc := ledger.NewService(s)
-	spec := ledger.LimitSpec{Capacity: d("999999999990"), Period: &ledger.Period{Every: "month"}, Rollover: &ledger.Rollover{Max: d("30")}}
-	if _, err := svc.PutLimit(ctx, "big", spec); err != nil {
-		t.Fatal(err)
-	}
-	r := ledger.BucketRef{Limit: "big", Key: "k"}
-	if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: d("1")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
-		t.Fatalf("Fillup: %+v %v", res, err)
-	}
-	clock.Set(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
-	out, err := svc.AddGrant(ctx, r, d("10"), time.Time{}, ledger.Idempotency{}, nil)
-	if err != nil {
-		t.Fatalf("a grant within the bound without the rollover: %v", err)
-	}
-	if out.Bucket.Capacity.String() != "1000000000030" || out.Bucket.Rollover.String() != "30" {
-		t.Errorf("after the grant: capacity %s, rollover %s, want 1000000000030 and 30", out.Bucket.Capacity, out.Bucket.Rollover)
-	}
-	if _, err := svc.AddGrant(ctx, r, d("0.000001"), time.Time{}, ledger.Idempotency{}, nil); err == nil {
-		t.Error("a grant past the bound was accepted")
-	}
+	ledgertest.RolloverGrantBound(t, s, clock)
 }
 
 // TestRolloverOverrideAtEnd: the capacity in force at a month's end is the
-// override's that applied at its last microsecond: a raise "until the end
-// of the month" (expires_at the next month's first instant) counts, one
-// that ended a microsecond earlier does not. The expired override still
-// counts after PUTs of the limit and of another override in the new month
-// (the limit's row keeps expired overrides, as the other stores do).
+// override's that applied at its last microsecond, also after PUTs of the
+// limit and of another override in the new month.
 func TestRolloverOverrideAtEnd(t *testing.T) {
-	ctx := context.Background()
 	clock := ledgertest.NewClock()
-	clock.Set(time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC))
 	s, _ := pruneStore(t, clock)
-	svc := ledger.NewService(s)
-	spec := ledger.LimitSpec{Capacity: d("100"), Period: &ledger.Period{Every: "month"}, Rollover: &ledger.Rollover{Max: d("30")}}
-	if _, err := svc.PutLimit(ctx, "m", spec); err != nil {
-		t.Fatal(err)
-	}
-	december := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	for key, end := range map[string]time.Time{"until": december, "before": december.Add(-time.Microsecond)} {
-		o := ledger.Override{Pattern: key, Capacity: decimal.NewNullDecimal(d("200")), ExpiresAt: end}
-		if _, err := svc.PutOverride(ctx, "m", o); err != nil {
-			t.Fatal(err)
-		}
-		r := ledger.BucketRef{Limit: "m", Key: key}
-		if res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: d("150")}}, ledger.Idempotency{}); err != nil || !res.Accepted {
-			t.Fatalf("Fillup %s: %+v %v", key, res, err)
-		}
-	}
-	clock.Set(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
-	check := func(when string) {
-		t.Helper()
-		for key, want := range map[string]string{"until": "130", "before": "100"} {
-			d, err := svc.CanAccept(ctx, ledger.BucketRef{Limit: "m", Key: key}, d("1"))
-			if err != nil || d.Capacity.String() != want {
-				t.Errorf("%s: %s: capacity %s (%v), want %s", when, key, d.Capacity, err, want)
-			}
-		}
-	}
-	check("December")
-	if _, err := svc.PutLimit(ctx, "m", spec); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := svc.PutOverride(ctx, "m", ledger.Override{Pattern: "other", Capacity: decimal.NewNullDecimal(d("300"))}); err != nil {
-		t.Fatal(err)
-	}
-	check("after PUTs in December")
-	if _, err := svc.GetOverride(ctx, "m", "until"); err == nil {
-		t.Error("an expired override is readable")
-	}
+	ledgertest.RolloverOverrideAtEnd(t, s, clock)
 }
 
 // TestRolloverConcurrentFirstWrites: 40 Fillups of 5 at once, from two

@@ -14,28 +14,18 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/shopspring/decimal"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/mysql"
+	"github.com/budgetd/budgetd/internal/testenv"
 	"github.com/budgetd/budgetd/migrations"
 )
 
 // direct opens url with the driver alone (no migration, no checks).
 func direct(t testing.TB, url string) *sql.DB {
 	t.Helper()
-	cfg, err := mysql.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	t.Cleanup(func() { db.Close() })
-	return db
+	return testenv.MySQLDB(t, url, mysql.ParseURL)
 }
 
 // pruneIndexes are the indexes migrations/mysql/0002 adds.

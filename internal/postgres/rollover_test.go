@@ -87,5 +87,5 @@ func TestRolloverGrantBound(t *testing.T) {
 func TestRolloverOverrideAtEnd(t *testing.T) {
 	clock := ledgertest.NewClock()
 	s, _ := openCounting(t, clock)
-	ledgertest.RolloverOverrideAtEnd(t, s, clock, false)
+	ledgertest.RolloverOverrideAtEnd(t, s, clock)
 }

@@ -152,6 +152,6 @@ func TestRolloverOverrideAtEnd(t *testing.T) {
 	eachServer(t, func(t *testing.T, url string) {
 		clock := ledgertest.NewClock()
 		s := openTest(t, url, WithClock(clock.Now))
-		ledgertest.RolloverOverrideAtEnd(t, s, clock, false)
+		ledgertest.RolloverOverrideAtEnd(t, s, clock)
 	})
 }
