@@ -10,7 +10,6 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
-	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 )
 
@@ -250,16 +249,7 @@ func TestUpgradeOverrideExpiry(t *testing.T) {
 	s.Close()
 
 	// The schema as before 0018: without the columns, 0018 not applied.
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["search_path"] = schema
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := schemaConn(t, url, schema)
 	for _, sql := range []string{
 		"ALTER TABLE limits DROP COLUMN override_rules, DROP COLUMN override_expiry",
 		"DELETE FROM budgetd_migrations WHERE version = 18",

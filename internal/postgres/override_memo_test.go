@@ -8,7 +8,6 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
-	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 )
 
@@ -38,16 +37,7 @@ func TestOverrideMemo(t *testing.T) {
 	}
 	defer s2.Close()
 	one, other := ledger.NewService(s1), ledger.NewService(s2)
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["search_path"] = schema
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := schemaConn(t, url, schema)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql, args...); err != nil {
@@ -206,16 +196,7 @@ func TestUpgradeOverrideMemo(t *testing.T) {
 	s.Close()
 
 	// The schema as before 0019.
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["search_path"] = schema
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := schemaConn(t, url, schema)
 	for _, sql := range []string{
 		"ALTER TABLE limits DROP COLUMN override_ver",
 		"ALTER TABLE buckets DROP COLUMN ov_ver, DROP COLUMN ov_pattern, DROP COLUMN ov_capacity",

@@ -61,6 +61,23 @@ func open(t testing.TB, opts ...postgres.Option) *postgres.Store {
 	return s
 }
 
+// schemaConn opens a connection of its own to url with search_path schema
+// (to look at or change a store's tables), closed when t ends.
+func schemaConn(t testing.TB, url, schema string) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
 // openCounting opens a store on a fresh schema with its clock pinned to
 // clock and no background pruner, closed when t ends, and returns with it
 // count, which runs a query of one integer in the store's schema on a
@@ -75,16 +92,7 @@ func openCounting(t *testing.T, clock *ledgertest.Clock) (*postgres.Store, func(
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["search_path"] = schema
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	conn := schemaConn(t, url, schema)
 	return s, func(sql string) int {
 		t.Helper()
 		var n int
