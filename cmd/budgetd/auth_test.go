@@ -373,11 +373,17 @@ func TestNewOptions(t *testing.T) {
 	if cfg, _, err := parseConfig([]string{"--mysql-cache", "0"}, env(nil), io.Discard); err != nil || cfg.mysqlCache != 0 {
 		t.Fatalf("--mysql-cache 0 (the cache off): %+v %v", cfg, err)
 	}
-	if cfg, _, _ := parseConfig(nil, env(nil), io.Discard); cfg.insecureNoAuth || cfg.maxConns != 4096 || cfg.idleTimeout != 30*time.Second || cfg.logFormat != "text" || cfg.mysqlCache != mysql.DefaultCacheEntries {
+	if cfg, _, err := parseConfig([]string{"--mysql-group-commit=false"}, env(nil), io.Discard); err != nil || cfg.mysqlGroup {
+		t.Fatalf("--mysql-group-commit=false: %+v %v", cfg, err)
+	}
+	if cfg, _, err := parseConfig(nil, env(map[string]string{"BUDGETD_MYSQL_GROUP_COMMIT": "false"}), io.Discard); err != nil || cfg.mysqlGroup {
+		t.Fatalf("BUDGETD_MYSQL_GROUP_COMMIT=false: %+v %v", cfg, err)
+	}
+	if cfg, _, _ := parseConfig(nil, env(nil), io.Discard); cfg.insecureNoAuth || cfg.maxConns != 4096 || cfg.idleTimeout != 30*time.Second || cfg.logFormat != "text" || cfg.mysqlCache != mysql.DefaultCacheEntries || !cfg.mysqlGroup {
 		t.Fatalf("defaults %+v", cfg)
 	}
 	for _, args := range [][]string{{"--log-format", "xml"}, {"--max-conns", "0"}, {"--idle-timeout", "0s"}, {"--tls-key", "k"},
-		{"--insecure-no-auth=maybe"}, {"--shutdown-delay", "-1s"}, {"--mysql-cache", "-1"}, {"--mysql-cache", "many"}} {
+		{"--insecure-no-auth=maybe"}, {"--shutdown-delay", "-1s"}, {"--mysql-cache", "-1"}, {"--mysql-cache", "many"}, {"--mysql-group-commit=maybe"}} {
 		var ue usageError
 		if _, _, err := parseConfig(args, env(nil), io.Discard); !errors.As(err, &ue) {
 			t.Errorf("%v: %v, want a usage error", args, err)

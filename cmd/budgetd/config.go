@@ -26,6 +26,7 @@ type config struct {
 	redisEviction   string
 	mysqlIsolation  string
 	mysqlCache      int
+	mysqlGroup      bool
 	shutdownTimeout time.Duration
 	shutdownDelay   time.Duration
 	logLevel        string
@@ -83,6 +84,7 @@ var options = []option{
 	{flag: "pg-isolation", env: "BUDGETD_PG_ISOLATION", def: "read-committed", help: "PostgreSQL isolation level: read-committed or serializable"},
 	{flag: "mysql-isolation", env: "BUDGETD_MYSQL_ISOLATION", def: "repeatable-read", help: "MySQL/MariaDB isolation level: repeatable-read or read-committed"},
 	{flag: "mysql-cache", env: "BUDGETD_MYSQL_CACHE", def: strconv.Itoa(mysql.DefaultCacheEntries), help: "MySQL/MariaDB decision cache: at most this many buckets and limits this instance wrote last, decided on in one round trip (0: off, every write two round trips; docs/mysql.md)"},
+	{flag: "mysql-group-commit", env: "BUDGETD_MYSQL_GROUP_COMMIT", def: "true", help: "MySQL/MariaDB group commit: the single-bucket Fillups that arrive for a bucket while its write is in flight are decided together and sent as one write (needs the decision cache; docs/mysql.md)", boolean: true},
 	{flag: "redis-eviction-check", env: "BUDGETD_REDIS_EVICTION_CHECK", def: "refuse", help: "when Redis may evict keys (maxmemory-policy): refuse to start, or warn"},
 	{flag: "max-conns", env: "BUDGETD_MAX_CONNS", def: "4096", help: "most client connections open at once; more wait to be accepted"},
 	{flag: "max-conns-per-ip", env: "BUDGETD_MAX_CONNS_PER_IP", def: "1024", help: "most connections one client address may hold; more are closed at once (0: no such cap)"},
@@ -186,6 +188,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		return config{}, nil, err
 	}
 	if cfg.logKeys, err = boolOption("log-keys", get("log-keys")); err != nil {
+		return config{}, nil, err
+	}
+	if cfg.mysqlGroup, err = boolOption("mysql-group-commit", get("mysql-group-commit")); err != nil {
 		return config{}, nil, err
 	}
 	if cfg.version, err = boolOption("version", get("version")); err != nil {

@@ -32,10 +32,13 @@ func openStoreURL(ctx context.Context, cfg config, log *slog.Logger) (openedStor
 			close:      func() { st.Close() },
 		}, nil
 	case isMySQLURL(cfg.store):
-		st, err := mysql.Open(ctx, cfg.store, mysql.WithIsolation(cfg.mysqlIsolation), mysql.WithCache(cfg.mysqlCache, mysql.DefaultCacheBytes))
+		st, err := mysql.Open(ctx, cfg.store, mysql.WithIsolation(cfg.mysqlIsolation), mysql.WithCache(cfg.mysqlCache, mysql.DefaultCacheBytes), mysql.WithGroupCommit(cfg.mysqlGroup))
 		cache := ", decision cache off"
 		if cfg.mysqlCache > 0 {
 			cache = fmt.Sprintf(", decision cache of %d", cfg.mysqlCache)
+			if cfg.mysqlGroup {
+				cache += ", group commit"
+			}
 		}
 		if err != nil {
 			return openedStore{}, fmt.Errorf("open mysql store %s: %w", redact(cfg.store), err)

@@ -273,19 +273,30 @@ func (c *decisionCache) remove(k cacheKey) {
 	}
 }
 
-// decideCached makes the decision of fn on the cached rows of refs with one
-// round trip, or returns errMiss when it cannot (a row is not cached, fn
-// fails or writes nothing, or the write finds a row changed or the clock
-// estimate off): the caller decides again on a read.
-func (s *Store) decideCached(ctx context.Context, refs []ledger.BucketRef, fn func(v *view) error) error {
+// decideCached makes the decisions fns, one after another, on the cached
+// rows of refs with one round trip, or returns errMiss when it cannot (a row
+// is not cached, a decision fails or they write nothing, or the write finds
+// a row changed or the clock estimate off): the callers decide again on a
+// read. Several decisions (a group commit, groupcommit.go) are made at one
+// instant, each on the view as the one before left it, with the terms that
+// view gives, as the next cached decision would see the rows; the write
+// compare-and-sets the rows once and stores what all of them changed.
+func (s *Store) decideCached(ctx context.Context, refs []ledger.BucketRef, fns ...func(v *view) error) error {
 	v, clock, ok := s.cache.view(refs)
 	if !ok {
 		return errMiss
 	}
 	v.guard = !s.at(v, clock)
-	if err := fn(v); err != nil {
-		// Perhaps an answer to stale terms: decide on a read.
-		return errMiss
+	for j, fn := range fns {
+		if j > 0 {
+			for i := range v.limits {
+				v.terms(i)
+			}
+		}
+		if err := fn(v); err != nil {
+			// Perhaps an answer to stale terms: decide on a read.
+			return errMiss
+		}
 	}
 	query, args, err := s.writeSQL(v, true, true)
 	if err != nil {

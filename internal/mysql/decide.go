@@ -35,7 +35,7 @@ type view struct {
 	// hold is the hold a Commit or Release asked for (withHold), read after
 	// its bucket, nil when there is none.
 	hold   *ledger.Reservation
-	idem   *idemRow // the idempotency record to write, nil for none
+	idems  []*idemRow // the idempotency records to write (one per decision of a group commit)
 	events []eventRow
 	// cached is a view of the decision cache (cache.go), not of a read: its
 	// write also checks the rows it does not change, and, when guard, that
@@ -494,7 +494,7 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 			idx = append(idx, i)
 		}
 	}
-	if !slices.Contains(v.dirty, true) && len(v.holds) == 0 && v.idem == nil && len(v.events) == 0 {
+	if !slices.Contains(v.dirty, true) && len(v.holds) == 0 && len(v.idems) == 0 && len(v.events) == 0 {
 		return "", nil, nil
 	}
 	slices.SortFunc(idx, func(a, b int) int {
@@ -598,9 +598,16 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 		q.WriteString("SELECT budgetd_assert(ROW_COUNT() = 1);\n")
 		args = append(args, string(h.res.State), committed, resolved, h.res.ID, string(h.from))
 	}
-	if v.idem != nil {
-		q.WriteString("INSERT INTO budgetd_idempotency (id, hash, limits, outcome, created_us) VALUES (?, ?, ?, ?, ?);\n")
-		args = append(args, v.idem.id, v.idem.hash, v.idem.limits, v.idem.outcome, v.now.UnixMicro())
+	if len(v.idems) > 0 {
+		q.WriteString("INSERT INTO budgetd_idempotency (id, hash, limits, outcome, created_us) VALUES ")
+		for j, r := range v.idems {
+			if j > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?)")
+			args = append(args, r.id, r.hash, r.limits, r.outcome, v.now.UnixMicro())
+		}
+		q.WriteString(";\n")
 	}
 	if k := len(v.events); k > 0 {
 		// Last: the sequence row is held from here to the commit only.

@@ -54,3 +54,12 @@ func ShiftCacheClock(s *Store, d time.Duration) {
 	defer s.cache.mu.Unlock()
 	s.cache.clockUS += d.Microseconds()
 }
+
+// GroupCommitLoad returns the group commit's batches at the database and
+// calls queued (zeros when it is off).
+func GroupCommitLoad(s *Store) (inFlight, queued int) {
+	if s.batcher == nil {
+		return 0, 0
+	}
+	return s.batcher.Load()
+}

@@ -119,8 +119,8 @@ type outcomeJSON struct {
 	Grant       *ledger.Grant       `json:"gr,omitempty"`
 }
 
-// record sets v.idem to the record of out (one of the store's outcome
-// types), to be written with v's changes.
+// recordIdem adds the record of out (one of the store's outcome types) to
+// v.idems, to be written with v's changes.
 func (v *view) recordIdem(idem ledger.Idempotency, out any) error {
 	if idem.Key == "" {
 		return nil
@@ -162,7 +162,7 @@ func (v *view) recordIdem(idem ledger.Idempotency, out any) error {
 	for _, l := range v.limits {
 		limits += strconv.FormatUint(l.id, 10) + ","
 	}
-	v.idem = &idemRow{id: idemID(idem), hash: idem.Hash, limits: limits, outcome: string(text)}
+	v.idems = append(v.idems, &idemRow{id: idemID(idem), hash: idem.Hash, limits: limits, outcome: string(text)})
 	return nil
 }
 

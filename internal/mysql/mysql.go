@@ -30,6 +30,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/budgetd/budgetd/internal/groupcommit"
 	"github.com/budgetd/budgetd/internal/ledger"
 )
 
@@ -46,8 +47,11 @@ type Store struct {
 	isolation string
 	attempts  int
 	lockWait  time.Duration
-	timeout   time.Duration                                                     // the bound on every call (WithTimeout)
-	cache     *decisionCache                                                    // nil when off (WithCache; on by default)
+	timeout   time.Duration                    // the bound on every call (WithTimeout)
+	cache     *decisionCache                   // nil when off (WithCache; on by default)
+	groupOff  bool                             // WithGroupCommit(false)
+	batcher   *groupcommit.Batcher[*groupCall] // nil when group commit is off (groupcommit.go)
+	group     groupStats
 	ovs       overrideCache                                                     // the limits' overrides it read (overrides.go)
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error) // tests count round trips with it
 
@@ -204,6 +208,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if s.timeout <= 0 {
 		return nil, fmt.Errorf("mysql: timeout %s: must be positive", s.timeout)
 	}
+	s.batcher = s.newBatcher()
 	// Establishing a connection (dial and handshake) is part of a call, so
 	// it cannot take longer than the call's bound either.
 	cfg.Timeout = min(cfg.Timeout, s.timeout)

@@ -38,7 +38,7 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		refs[i] = it.Bucket
 	}
 	var out ledger.FillupOutcome
-	err := s.decide(ctx, refs, func(v *view) error {
+	decision := func(v *view) error {
 		out = ledger.FillupOutcome{Accepted: true, Items: make([]ledger.ItemOutcome, len(items))}
 		next := make([]bucket.State, len(items))
 		ds := make([]bucket.Decision, len(items))
@@ -61,7 +61,13 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			out.Items[i].Snapshot = v.snapshot(i)
 		}
 		return v.recordIdem(idem, &out)
-	}, withIdem(idem))
+	}
+	var err error
+	if len(refs) == 1 {
+		err = s.decideGrouped(ctx, refs[0], decision, idem) // groupcommit.go
+	} else {
+		err = s.decide(ctx, refs, decision, withIdem(idem))
+	}
 	if err := replayed(err, &out); err != nil {
 		return ledger.FillupOutcome{}, err
 	}

@@ -1,0 +1,249 @@
+package mysql_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/mysql"
+)
+
+// gatedConn counts a connection's writes (round trips, as countingConn)
+// and, while a gate is set, holds each write until the gate closes.
+type gatedConn struct {
+	net.Conn
+	writes *atomic.Int64
+	gate   *atomic.Pointer[chan struct{}]
+}
+
+func (c gatedConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	if g := c.gate.Load(); g != nil {
+		<-*g
+	}
+	return c.Conn.Write(b)
+}
+
+// gatedStore opens a store with the decision cache (and group commit, the
+// default) whose writes are counted and can be held at a gate.
+func gatedStore(t *testing.T, url string, writes *atomic.Int64, gate *atomic.Pointer[chan struct{}], opts ...mysql.Option) *mysql.Store {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return gatedConn{Conn: c, writes: writes, gate: gate}, nil
+	}
+	// A long skew and timeout: the gate holds a write as long as the test
+	// needs, which the clock guard must not count against it.
+	return open(t, url, append([]mysql.Option{mysql.WithDial(dial), mysql.WithCache(mysql.DefaultCacheEntries, mysql.DefaultCacheBytes),
+		mysql.WithPruneInterval(0), mysql.WithCacheSkew(time.Minute), mysql.WithTimeout(time.Minute)}, opts...)...)
+}
+
+// holdWhileQueued holds the store's writes at the gate, runs start (which
+// starts the calls), waits until queued calls are in the group commit's
+// queue behind the one decision held at the database, and opens the gate.
+func holdWhileQueued(t *testing.T, s *mysql.Store, gate *atomic.Pointer[chan struct{}], queued int, start func()) {
+	t.Helper()
+	g := make(chan struct{})
+	gate.Store(&g)
+	start()
+	ok := loadReaches(s, func(in, q int) bool { return in == 1 && q == queued })
+	gate.Store(nil)
+	close(g)
+	if !ok {
+		in, q := mysql.GroupCommitLoad(s)
+		t.Fatalf("group commit: %d batches at the database, %d calls queued; want 1 and %d", in, q, queued)
+	}
+}
+
+// loadReaches polls the group commit's load until cond holds of it, for at
+// most 20 s, and reports whether it did.
+func loadReaches(s *mysql.Store, cond func(inFlight, queued int) bool) bool {
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond(mysql.GroupCommitLoad(s)) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond) // polling, with a deadline
+	}
+	return true
+}
+
+// TestGroupCommitHotKey: the single-bucket Fillups that arrive for a bucket
+// while a decision of it is at the database are decided together and sent as
+// one write; every answer is what it would be alone, in arrival order: no
+// charge over the capacity, one history entry per accepted charge with ids
+// in order, the threshold crossed once, each Idempotency-Key's record kept.
+func TestGroupCommitHotKey(t *testing.T) {
+	for _, iso := range []string{mysql.RepeatableRead, mysql.ReadCommitted} {
+		t.Run(iso, func(t *testing.T) {
+			url := newDatabase(t)
+			var writes atomic.Int64
+			var gate atomic.Pointer[chan struct{}]
+			s := gatedStore(t, url, &writes, &gate, mysql.WithIsolation(iso))
+			ctx := context.Background()
+			spec := ledger.LimitSpec{Capacity: decimal.NewFromInt(20), Period: &ledger.Period{Every: "year"}, History: true,
+				Thresholds: []ledger.Threshold{{Percent: decimal.NewFromInt(50)}}}
+			if _, err := ledger.NewService(s).PutLimit(ctx, "l", spec); err != nil {
+				t.Fatal(err)
+			}
+			ref := ledger.BucketRef{Limit: "l", Key: "hot"}
+			if out, err := s.Fillup(ctx, charge(ref, 1), ledger.Idempotency{}); err != nil || !out.Accepted {
+				t.Fatalf("first Fillup: %+v %v", out, err)
+			}
+			// 1 decision held at the database and 30 queued behind it.
+			const n = 31
+			idem := func(i int) ledger.Idempotency {
+				if i%2 == 1 {
+					return ledger.Idempotency{Scope: "s", Key: fmt.Sprint("key-", i), Hash: "h"}
+				}
+				return ledger.Idempotency{}
+			}
+			outs := make([]ledger.FillupOutcome, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			w0 := writes.Load()
+			_, _, grouped0 := s.GroupCommitStats()
+			holdWhileQueued(t, s, &gate, n-1, func() {
+				for i := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						outs[i], errs[i] = s.Fillup(ctx, charge(ref, 1), idem(i))
+					}()
+				}
+			})
+			wg.Wait()
+			var levels []string
+			var ids []int
+			denied := 0
+			for i, out := range outs {
+				if errs[i] != nil {
+					t.Fatalf("Fillup %d: %v", i, errs[i])
+				}
+				if !out.Accepted {
+					denied++
+					if l := out.Items[0].Snapshot.State.Level.String(); l != "20" || out.Items[0].EntryID != "" {
+						t.Errorf("a denial at level %s with entry %q, want at 20 with none", l, out.Items[0].EntryID)
+					}
+					continue
+				}
+				levels = append(levels, out.Items[0].Snapshot.State.Level.String())
+				id, _ := strconv.Atoi(out.Items[0].EntryID)
+				ids = append(ids, id)
+			}
+			// The first charge took 1 of 20: 19 more fit, 12 are denied;
+			// the accepted ones, in arrival order, each see the one before.
+			slices.SortFunc(levels, func(a, b string) int { return decimal.RequireFromString(a).Cmp(decimal.RequireFromString(b)) })
+			slices.Sort(ids)
+			var wantLevels []string
+			var wantIDs []int
+			for l := 2; l <= 20; l++ {
+				wantLevels, wantIDs = append(wantLevels, strconv.Itoa(l)), append(wantIDs, l)
+			}
+			if denied != 12 || !slices.Equal(levels, wantLevels) || !slices.Equal(ids, wantIDs) {
+				t.Errorf("%d denied, accepted at levels %v with entries %v; want 12 denied, levels and entries 2…20 once each", denied, levels, ids)
+			}
+			// One write for the decision held at the gate, one for the 30
+			// behind it (without group commit: one each).
+			if got := writes.Load() - w0; got != 2 {
+				t.Errorf("%d Fillups on one bucket in %d round trips, want 2", n, got)
+			}
+			if _, _, grouped := s.GroupCommitStats(); grouped-grouped0 != n-1 {
+				t.Errorf("%d calls decided in a group, want %d", grouped-grouped0, n-1)
+			}
+			entries, _, err := s.History(ctx, ref, "", 100)
+			if err != nil || len(entries) != 20 {
+				t.Fatalf("history: %d entries, %v; want 20", len(entries), err)
+			}
+			for i, e := range entries { // newest first
+				if e.ID != strconv.Itoa(20-i) || e.Event != ledger.EventFillup {
+					t.Errorf("history entry %d: %s %s, want %d fillup", i, e.ID, e.Event, 20-i)
+				}
+			}
+			evs, _, err := s.Events(ctx, "", 100)
+			if err != nil || len(evs) != 1 {
+				t.Errorf("events: %d, %v; want the one crossing of 50%%", len(evs), err)
+			}
+			// Each key's record was written with the group: a retry replays.
+			for i := range n {
+				if idem(i).Key == "" {
+					continue
+				}
+				again, err := s.Fillup(ctx, charge(ref, 1), idem(i))
+				if err != nil || !again.Replayed || again.Accepted != outs[i].Accepted || again.Items[0].EntryID != outs[i].Items[0].EntryID ||
+					!again.Items[0].Snapshot.State.Level.Equal(outs[i].Items[0].Snapshot.State.Level) {
+					t.Errorf("retry of call %d: %+v %v; want the replay of %+v", i, again, err, outs[i])
+				}
+			}
+		})
+	}
+}
+
+// TestGroupCommitFallback: a group that cannot be kept as one write (here
+// two of its calls carry one Idempotency-Key, so its second record meets
+// the first's) is decided again call by call, each as without group commit:
+// one charge per key, its retry a replay with the same entry.
+func TestGroupCommitFallback(t *testing.T) {
+	url := newDatabase(t)
+	var writes atomic.Int64
+	var gate atomic.Pointer[chan struct{}]
+	s := gatedStore(t, url, &writes, &gate)
+	ctx := context.Background()
+	if _, err := ledger.NewService(s).PutLimit(ctx, "l", ledger.LimitSpec{Capacity: decimal.NewFromInt(100), Period: &ledger.Period{Every: "year"}, History: true}); err != nil {
+		t.Fatal(err)
+	}
+	ref := ledger.BucketRef{Limit: "l", Key: "hot"}
+	if _, err := s.Fillup(ctx, charge(ref, 1), ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	key := ledger.Idempotency{Scope: "s", Key: "same", Hash: "h"}
+	idems := []ledger.Idempotency{{}, key, key, {}}
+	outs := make([]ledger.FillupOutcome, len(idems))
+	errs := make([]error, len(idems))
+	var wg sync.WaitGroup
+	_, _, grouped0 := s.GroupCommitStats()
+	holdWhileQueued(t, s, &gate, len(idems)-1, func() {
+		for i, idem := range idems {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				outs[i], errs[i] = s.Fillup(ctx, charge(ref, 2), idem)
+			}()
+			// The first is the one held at the database.
+			if i == 0 && !loadReaches(s, func(in, _ int) bool { return in == 1 }) {
+				t.Error("the first Fillup never reached the database")
+			}
+		}
+	})
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil || !outs[i].Accepted {
+			t.Fatalf("Fillup %d: %+v %v", i, outs[i], err)
+		}
+	}
+	if _, _, grouped := s.GroupCommitStats(); grouped != grouped0 {
+		t.Errorf("%d calls kept in a group, want none (the group meets its own key)", grouped-grouped0)
+	}
+	a, b := outs[1], outs[2]
+	if a.Replayed == b.Replayed || a.Items[0].EntryID != b.Items[0].EntryID {
+		t.Errorf("one key's calls: replayed %v and %v, entries %s and %s; want one charge and its replay", a.Replayed, b.Replayed, a.Items[0].EntryID, b.Items[0].EntryID)
+	}
+	snap, err := s.Inspect(ctx, ref)
+	if err != nil || snap.State.Level.String() != "7" {
+		t.Errorf("level %s, %v; want 7 (1, then three charges of 2)", snap.State.Level, err)
+	}
+	if entries, _, err := s.History(ctx, ref, "", 100); err != nil || len(entries) != 4 {
+		t.Errorf("history: %d entries, %v; want 4", len(entries), err)
+	}
+}
