@@ -247,3 +247,99 @@ func TestGroupCommitFallback(t *testing.T) {
 		t.Errorf("history: %d entries, %v; want 4", len(entries), err)
 	}
 }
+
+// TestGroupCommitTwoInstances: another instance writes the bucket while a
+// group's write is on its way: the group's compare-and-set fails, nothing of
+// it is kept, and each of its calls is decided again on a read: every charge
+// counted once, after the other instance's.
+func TestGroupCommitTwoInstances(t *testing.T) {
+	url := newDatabase(t)
+	var writes atomic.Int64
+	var gate atomic.Pointer[chan struct{}]
+	s := gatedStore(t, url, &writes, &gate)
+	other := open(t, url, mysql.WithCache(0, 0), mysql.WithPruneInterval(0))
+	ctx := context.Background()
+	if _, err := ledger.NewService(s).PutLimit(ctx, "l", ledger.LimitSpec{Capacity: decimal.NewFromInt(100), Period: &ledger.Period{Every: "year"}, History: true}); err != nil {
+		t.Fatal(err)
+	}
+	ref := ledger.BucketRef{Limit: "l", Key: "hot"}
+	if _, err := s.Fillup(ctx, charge(ref, 1), ledger.Idempotency{}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 11
+	outs := make([]ledger.FillupOutcome, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	_, _, grouped0 := s.GroupCommitStats()
+	_, _, conflicts0 := s.CacheStats()
+	g := make(chan struct{})
+	gate.Store(&g)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			gate.Store(nil)
+			close(g)
+		}
+	}
+	defer release()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = s.Fillup(ctx, charge(ref, 1), ledger.Idempotency{})
+		}()
+		if i == 0 && !loadReaches(s, func(in, _ int) bool { return in == 1 }) {
+			t.Fatal("the first Fillup never reached the database")
+		}
+	}
+	if !loadReaches(s, func(in, q int) bool { return in == 1 && q == n-1 }) {
+		t.Fatal("the Fillups did not queue behind the first")
+	}
+	w := writes.Load()
+	g <- struct{}{} // the first decision's write goes; the group's is held
+	deadline := time.Now().Add(20 * time.Second)
+	for in, q := mysql.GroupCommitLoad(s); writes.Load() < w+1 || in != 1 || q != 0; in, q = mysql.GroupCommitLoad(s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the group's write never started: %d writes, %d batches, %d queued", writes.Load()-w, in, q)
+		}
+		time.Sleep(time.Millisecond) // polling, with a deadline
+	}
+	if out, err := other.Fillup(ctx, charge(ref, 5), ledger.Idempotency{}); err != nil || !out.Accepted {
+		t.Fatalf("the other instance's Fillup: %+v %v", out, err)
+	}
+	release()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil || !outs[i].Accepted {
+			t.Fatalf("Fillup %d: %+v %v", i, outs[i], err)
+		}
+	}
+	if _, _, grouped := s.GroupCommitStats(); grouped != grouped0 {
+		t.Errorf("%d calls kept in a group whose row another instance changed", grouped-grouped0)
+	}
+	if _, _, conflicts := s.CacheStats(); conflicts == conflicts0 {
+		t.Error("no cached write failed its compare-and-set")
+	}
+	snap, err := other.Inspect(ctx, ref)
+	if err != nil || snap.State.Level.String() != "17" {
+		t.Errorf("level %s, %v; want 17 (1, 5 from the other instance, 11 of 1)", snap.State.Level, err)
+	}
+	entries, _, err := other.History(ctx, ref, "", 100)
+	if err != nil || len(entries) != 13 {
+		t.Fatalf("history: %d entries, %v; want 13", len(entries), err)
+	}
+	ids := map[string]bool{}
+	for _, e := range entries {
+		ids[e.ID] = true
+	}
+	for i := range n {
+		if id := outs[i].Items[0].EntryID; !ids[id] {
+			t.Errorf("call %d's entry %s is not in the history", i, id)
+		}
+		delete(ids, outs[i].Items[0].EntryID)
+	}
+	if len(ids) != 2 {
+		t.Errorf("entries %v besides the calls'; want the first charge's and the other instance's", ids)
+	}
+}
