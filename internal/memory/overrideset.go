@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -52,6 +53,28 @@ type overrideSet struct {
 	// a temporary rule change to settle (mayExpire).
 	expiring   int
 	lastExpiry int64
+	// gen counts the changes of s (every Put and Delete), and memo keeps,
+	// per record index modulo memoSlots, a record as Effective last built
+	// it, valid while gen is the same: a hot key pays no decoding and no
+	// allocation for its override (docs/terms.md#measurements-100000-overrides).
+	// seen is the record that last missed in each slot: a record is kept
+	// from its second resolution in a row on its slot, so that a load
+	// spread over many keys allocates no memo. Decisions read s under
+	// limitsMu's read lock, so the slots are atomic; a change holds the
+	// write lock.
+	gen  uint64
+	memo [memoSlots]atomic.Pointer[ovMemo]
+	seen [memoSlots]atomic.Uint32
+}
+
+// memoSlots is how many decoded overrides an overrideSet keeps (memo).
+const memoSlots = 256
+
+// ovMemo is record rec (index+1) as decoded at the set's change gen.
+type ovMemo struct {
+	rec uint32
+	gen uint64
+	o   ledger.Override
 }
 
 // overrideRec is one override, without pointers. Indexes into recs are
@@ -135,6 +158,7 @@ func (s *overrideSet) index(pattern string) (map[uint64]uint32, string, bool) {
 
 // Put adds o or replaces the override of its pattern.
 func (s *overrideSet) Put(o ledger.Override) {
+	s.gen++
 	if s.exact == nil {
 		s.exact, s.prefix, s.counts, s.zoneOf = map[uint64]uint32{}, map[uint64]uint32{}, map[int]int{}, map[string]uint32{}
 		s.seed = maphash.MakeSeed()
@@ -328,6 +352,7 @@ func (s *overrideSet) Delete(pattern string) bool {
 	if i == 0 {
 		return false
 	}
+	s.gen++
 	h := maphash.String(s.seed, p)
 	if m[h] == i {
 		if next := s.recs[i-1].next; next != 0 {
@@ -411,7 +436,7 @@ func (s *overrideSet) resolve(key string, now time.Time) uint32 {
 // ledger.SettleExpiries.
 func (s *overrideSet) Resolve(key string, now time.Time) (ledger.Override, bool) {
 	if i := s.resolve(key, now); i != 0 {
-		return s.override(i - 1), true
+		return s.memoized(i), true
 	}
 	return ledger.Override{}, false
 }
@@ -442,9 +467,28 @@ func (s *overrideSet) expiredAt(key string, updated int64, now time.Time) bool {
 // resolves (ledger.Override.Apply), or l itself.
 func (s *overrideSet) Effective(l ledger.Limit, key string, now time.Time) ledger.Limit {
 	if i := s.resolve(key, now); i != 0 {
-		return s.override(i - 1).Apply(l)
+		return s.memoized(i).Apply(l)
 	}
 	return l
+}
+
+// memoized is s.override(i-1), from memo while no change of s came since
+// it was decoded (gen): a key that decisions keep coming back to (a hot
+// key) decodes its override once, and its decisions allocate nothing for
+// it. A record deleted and its index reused by a Put is a change too. The
+// caller holds limitsMu at least for reading; concurrent readers may each
+// decode and store the same record, any of which is right.
+func (s *overrideSet) memoized(i uint32) ledger.Override {
+	slot := &s.memo[i%memoSlots]
+	if m := slot.Load(); m != nil && m.rec == i && m.gen == s.gen {
+		return m.o
+	}
+	if s.seen[i%memoSlots].Swap(i) != i {
+		return s.override(i - 1) // its first resolution in a row on its slot: kept at its next
+	}
+	m := &ovMemo{rec: i, gen: s.gen, o: s.override(i - 1)}
+	slot.Store(m)
+	return m.o
 }
 
 // List returns up to n overrides active at now with patterns > after, in

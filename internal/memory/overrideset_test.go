@@ -95,6 +95,15 @@ func TestOverrideSetMatchesLedger(t *testing.T) {
 				if g, gok := got.Resolve(k, now); gok != wok || wok && !sameOverride(w, g) {
 					t.Fatalf("step %d: Resolve(%q, +%s) = %+v %v, want %+v %v", step, k, d, g, gok, w, wok)
 				}
+				// Effective, three times: the third may come from the memo,
+				// which every change since must have made stale.
+				lim := ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(7), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}
+				for range 3 {
+					we, ge := want.Effective(lim, k, now), got.Effective(lim, k, now)
+					if ge.Override != we.Override || !ge.Capacity.Equal(we.Capacity) || ge.LeakPer != we.LeakPer || !ge.LeakAmount.Equal(we.LeakAmount) {
+						t.Fatalf("step %d: Effective(%q, +%s) = %+v, want %+v", step, k, d, ge, we)
+					}
+				}
 				// mayExpire is SettleExpiries' first test: the override in
 				// force at the bucket's write has expired by the read, and
 				// some override changes a rule.
@@ -151,5 +160,83 @@ func TestOverrideSetCompacts(t *testing.T) {
 	}
 	if s.resolve("customer-000001-of-a-tenant-with-a-long-name", now) != 0 {
 		t.Fatal("a deleted override resolves")
+	}
+}
+
+// TestOverrideSetMemo: a key resolved again and again (a hot key) gets
+// its override without decoding it, allocating nothing, while a load
+// spread over many keys keeps no memo (nothing allocated for one).
+func TestOverrideSetMemo(t *testing.T) {
+	s := &overrideSet{}
+	for i := range 100_000 {
+		p := fmt.Sprintf("k%d", i)
+		if i%2 == 0 {
+			p += "*"
+		}
+		s.Put(ledger.Override{Pattern: p, Capacity: decimal.NewNullDecimal(decimal.NewFromInt(50))})
+	}
+	l := ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(7), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}
+	now := time.Now()
+	if n := testing.AllocsPerRun(100, func() {
+		if e := s.Effective(l, "k0", now); e.Override != "k0*" {
+			t.Fatalf("k0 under %q", e.Override)
+		}
+	}); n != 0 {
+		t.Errorf("the hot key's override allocates %.0f times a decision", n)
+	}
+	// Spread: each exact key once, against decoding without the memo.
+	keys := make([]string, 2000)
+	for j := range keys {
+		keys[j] = fmt.Sprintf("k%d", 1+(j*7919)%100_000/2*2)
+	}
+	i := 0
+	spread := testing.AllocsPerRun(1000, func() {
+		i++
+		s.Effective(l, keys[i%len(keys)], now)
+	})
+	decoded := testing.AllocsPerRun(1000, func() {
+		i++
+		if r := s.resolve(keys[i%len(keys)], now); r != 0 {
+			s.override(r - 1).Apply(l)
+		}
+	})
+	if spread > decoded {
+		t.Errorf("spread: %.1f allocations a decision, %.1f without the memo", spread, decoded)
+	}
+}
+
+// BenchmarkTermsHotKey is the override work of one decision on the hot
+// key k0 (terms: the override that resolves, applied to the limit), on a
+// limit with 100,000 overrides as budgetload --overrides puts them (k0*,
+// k1, k2*, …: k0 under its prefix) and on one without: issue 26 wants the
+// two within 10% end to end; the lookup should allocate nothing.
+func BenchmarkTermsHotKey(b *testing.B) {
+	for _, n := range []int{0, 100_000} {
+		s := New()
+		svc := ledger.NewService(s)
+		if _, err := svc.PutLimit(b.Context(), "l", ledger.LimitSpec{Capacity: decimal.NewFromInt(1000), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Second}); err != nil {
+			b.Fatal(err)
+		}
+		for i := range n {
+			p := fmt.Sprintf("k%d", i)
+			if i%2 == 0 {
+				p += "*"
+			}
+			if _, err := s.PutOverride(b.Context(), "l", ledger.Override{Pattern: p, Capacity: decimal.NewNullDecimal(decimal.NewFromInt(1000))}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(fmt.Sprintf("overrides=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			now := time.Now()
+			s.limitsMu.RLock()
+			defer s.limitsMu.RUnlock()
+			l := s.limits["l"]
+			for b.Loop() {
+				if t := s.terms(l, "k0", nil, now); t.Capacity.Sign() <= 0 {
+					b.Fatal("no capacity")
+				}
+			}
+		})
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -39,6 +41,10 @@ type ovSet struct {
 	mu  sync.RWMutex
 	ov  int64
 	set *ledger.Overrides
+	// changes counts the changes applied to set since it was read whole
+	// (syncOverrides), for the memos of forKey: one made at another count
+	// is not used.
+	changes atomic.Uint64
 }
 
 func (o *ovSet) len() int {
@@ -76,7 +82,31 @@ type ovArgs struct {
 	mu    sync.RWMutex
 	m     map[string]ovArgsEntry
 	rules map[string]ovRuleEntry // ruleChanges' "|T=rule" of an expired override, by pattern
+	// keys holds, per hash of a key modulo keyMemoSlots, what forKey
+	// returned for it last (keyMemo), and seen the hash of the key that
+	// last missed there: a key is kept from its second decision in a row
+	// on its slot, so that a hot key pays one comparison while nothing
+	// changed and a load spread over many keys keeps nothing.
+	keys [keyMemoSlots]atomic.Pointer[keyMemo]
+	seen [keyMemoSlots]atomic.Uint64
 }
+
+// keyMemoSlots is how many keys an ovArgs remembers (keys).
+const keyMemoSlots = 64
+
+// keyMemo is what forKey returned for key with the overrides ovs after
+// changes of them: terms that hold at any instant (no expiry was involved
+// and no rollover), so that they stay right while ovs does not change.
+type keyMemo struct {
+	key     string
+	ovs     *ovSet
+	changes uint64
+	l       ledger.Limit
+	args    limitArgs
+}
+
+// keyMemoSeed hashes keys to their slot of ovArgs.keys.
+var keyMemoSeed = maphash.MakeSeed()
 
 type ovArgsEntry struct {
 	updated time.Time
@@ -303,6 +333,7 @@ func (s *Store) syncOverrides(ctx context.Context, limit string, e *ovSet, have,
 	if e.ov >= want {
 		return true, nil // another call brought it further meanwhile
 	}
+	e.changes.Add(1)
 	for i, p := range ps {
 		v, ok := vs[i].(string)
 		if !ok {
@@ -351,10 +382,41 @@ func termsOf(cl cachedLimit, key string, now time.Time) ledger.Limit {
 // appended to the version, and, for a limit with rollover, the capacity
 // in force at the end of the period before (the override's at that
 // period's last microsecond).
+//
+// What it returned for a key is remembered (ovArgs.keys) while it holds at
+// any instant: the key's override has no expiry, no more specific one has
+// expired, and the limit has no rollover. A decision on that key then
+// pays one hash and three comparisons while the set of overrides is the
+// one it was made from: any change of an override, by this instance or
+// another, either gives a new cachedLimit (a new ovArgs, empty) or counts
+// in ovs.changes.
 func (s *Store) forKey(cl cachedLimit, key string) cachedLimit {
 	if cl.ovs == nil {
 		return cl
 	}
+	var slot int
+	changes := cl.ovs.changes.Load() // before the lookup: a memo is never newer than its count
+	if cl.ovArgs != nil {
+		h := maphash.String(keyMemoSeed, key)
+		slot = int(h % keyMemoSlots)
+		if m := cl.ovArgs.keys[slot].Load(); m != nil && m.key == key && m.ovs == cl.ovs && m.changes == changes {
+			out := cl
+			out.l, out.args = m.l, m.args
+			return out
+		}
+		if cl.ovArgs.seen[slot].Swap(h) != h {
+			slot = -1 // the key's first decision in a row on its slot: kept at its next
+		}
+	}
+	out := s.resolveForKey(cl, key)
+	if cl.ovArgs != nil && slot >= 0 && out.args.version == cl.args.version && !(out.l.Rollover != nil && out.l.Period != nil) {
+		cl.ovArgs.keys[slot].Store(&keyMemo{key: key, ovs: cl.ovs, changes: changes, l: out.l, args: out.args})
+	}
+	return out
+}
+
+// resolveForKey is forKey without its memo.
+func (s *Store) resolveForKey(cl cachedLimit, key string) cachedLimit {
 	now := s.storeNow()
 	eff, o, lo, hi := termsFor(cl, key, now)
 	out := cl
