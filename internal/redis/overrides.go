@@ -13,14 +13,16 @@ import (
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ovset"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 )
 
 // Overrides live in their limit's slot (a hash pattern → value and a zset
 // of the patterns, override_put in budgetd.lua), and each instance keeps a
-// limit's overrides in memory (ledger.Overrides, the index the memory store
-// resolves with) loaded at the definition's override counter ov: a
+// limit's overrides in memory (ovset.Set, the pointer-free index the
+// memory store resolves with, which the garbage collector does not mark)
+// loaded at the definition's override counter ov: a
 // decision resolves its key's override in Go and passes the effective
 // terms as the limit's arguments, so it stays one function call on the
 // bucket's slot. Every change of an override bumps the limit's version
@@ -40,7 +42,7 @@ var _ ledger.OverrideStore = (*Store)(nil)
 type ovSet struct {
 	mu  sync.RWMutex
 	ov  int64
-	set *ledger.Overrides
+	set *ovset.Set
 	// changes counts the changes applied to set since it was read whole
 	// (syncOverrides), for the memos of forKey: one made at another count
 	// is not used.
@@ -56,7 +58,7 @@ func (o *ovSet) len() int {
 	return o.set.Len()
 }
 
-// candidates is ledger.Overrides.Candidates under the read lock.
+// candidates is ovset.Set.Candidates under the read lock.
 func (o *ovSet) candidates(key string, fn func(ledger.Override) bool) {
 	if o == nil {
 		return
@@ -281,7 +283,7 @@ func (s *Store) loadOverrides(ctx context.Context, cl *cachedLimit) error {
 	if err != nil {
 		return s.fail(ctx, "read overrides", err)
 	}
-	set := &ledger.Overrides{}
+	set := &ovset.Set{}
 	for p, v := range m {
 		o, err := decodeOverride(p, v)
 		if err != nil {

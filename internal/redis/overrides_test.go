@@ -13,6 +13,7 @@ import (
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	"github.com/budgetd/budgetd/internal/ovset"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 )
@@ -284,7 +285,7 @@ func BenchmarkResolveOverride(b *testing.B) {
 	for _, n := range []int{0, 100000} {
 		cl := s.remember(cachedLimit{l: l, gen: 1, version: "1"})
 		if n > 0 {
-			set := &ledger.Overrides{}
+			set := &ovset.Set{}
 			for i := range n {
 				p := fmt.Sprintf("c%06d", i)
 				if i%2 == 1 {
@@ -444,19 +445,19 @@ func TestForKeyMemo(t *testing.T) {
 	now := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
 	s := &Store{k: keys{prefix: "b"}, limits: map[string]cachedLimit{}, gens: map[int64]string{}, now: func() time.Time { return now }}
 	cl := s.remember(cachedLimit{l: ledger.Limit{Name: "l", Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}, gen: 1, version: "1"})
-	set := &ledger.Overrides{}
+	set := &ovset.Set{}
 	for i := range 1000 {
 		set.Put(ledger.Override{Pattern: fmt.Sprintf("k%d*", 2*i), Capacity: decimalOf("40")})
 		set.Put(ledger.Override{Pattern: fmt.Sprintf("k%d", 2*i+1), Capacity: decimalOf("30")})
 	}
 	cl.ovs = &ovSet{ov: 1, set: set}
 	changed := now
-	put := func(o ledger.Override) func(*ledger.Overrides) {
+	put := func(o ledger.Override) func(*ovset.Set) {
 		changed = changed.Add(time.Microsecond) // as the store's clock stamps each PUT
 		o.UpdatedAt = changed
-		return func(set *ledger.Overrides) { set.Put(o) }
+		return func(set *ovset.Set) { set.Put(o) }
 	}
-	change := func(fn func(*ledger.Overrides)) { // as syncOverrides applies a change
+	change := func(fn func(*ovset.Set)) { // as syncOverrides applies a change
 		cl.ovs.mu.Lock()
 		cl.ovs.changes.Add(1)
 		fn(cl.ovs.set)
@@ -485,7 +486,7 @@ func TestForKeyMemo(t *testing.T) {
 	check("k0", "40", "k0*", "1:1")
 	change(put(ledger.Override{Pattern: "k0-*", Capacity: decimalOf("60")}))
 	check("k0-a", "60", "k0-*", "1:1")
-	change(func(o *ledger.Overrides) { o.Delete("k0-*") })
+	change(func(o *ovset.Set) { o.Delete("k0-*") })
 	check("k0-a", "40", "k0*", "1:1")
 	check("zz", "10", "", "1:1") // no override: the limit's own terms, remembered too
 	change(put(ledger.Override{Pattern: "z*", Capacity: decimalOf("70")}))
