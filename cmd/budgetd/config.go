@@ -26,6 +26,7 @@ type config struct {
 	redisEviction   string
 	mysqlIsolation  string
 	mysqlCache      int
+	gcFloorMiB      int
 	shutdownTimeout time.Duration
 	shutdownDelay   time.Duration
 	logLevel        string
@@ -83,6 +84,7 @@ var options = []option{
 	{flag: "pg-isolation", env: "BUDGETD_PG_ISOLATION", def: "read-committed", help: "PostgreSQL isolation level: read-committed or serializable"},
 	{flag: "mysql-isolation", env: "BUDGETD_MYSQL_ISOLATION", def: "repeatable-read", help: "MySQL/MariaDB isolation level: repeatable-read or read-committed"},
 	{flag: "mysql-cache", env: "BUDGETD_MYSQL_CACHE", def: strconv.Itoa(mysql.DefaultCacheEntries), help: "MySQL/MariaDB decision cache: at most this many buckets and limits this instance wrote last, decided on in one round trip (0: off, every write two round trips; docs/mysql.md)"},
+	{flag: "gc-floor", env: "BUDGETD_GC_FLOOR", def: "64", help: "MiB of heap the garbage collector lets grow before its first cycles, however small the live heap (address space set aside, never touched, so no memory is used; 0: off, Go's default of 4 MiB; docs/operations.md)"},
 	{flag: "redis-eviction-check", env: "BUDGETD_REDIS_EVICTION_CHECK", def: "refuse", help: "when Redis may evict keys (maxmemory-policy): refuse to start, or warn"},
 	{flag: "max-conns", env: "BUDGETD_MAX_CONNS", def: "4096", help: "most client connections open at once; more wait to be accepted"},
 	{flag: "max-conns-per-ip", env: "BUDGETD_MAX_CONNS_PER_IP", def: "1024", help: "most connections one client address may hold; more are closed at once (0: no such cap)"},
@@ -217,6 +219,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	}
 	if cfg.mysqlCache, err = strconv.Atoi(get("mysql-cache")); err != nil || cfg.mysqlCache < 0 {
 		return config{}, nil, usageError{fmt.Sprintf("--mysql-cache must be a whole number of at least 0, not %q", get("mysql-cache"))}
+	}
+	if cfg.gcFloorMiB, err = strconv.Atoi(get("gc-floor")); err != nil || cfg.gcFloorMiB < 0 || cfg.gcFloorMiB > 1<<20 {
+		return config{}, nil, usageError{fmt.Sprintf("--gc-floor must be a whole number of MiB from 0 to 1048576, not %q", get("gc-floor"))}
 	}
 	if _, err := postgres.ParseIsolation(cfg.pgIsolation); err != nil {
 		return config{}, nil, usageError{fmt.Sprintf("--pg-isolation must be read-committed or serializable, not %q", cfg.pgIsolation)}

@@ -91,6 +91,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 
+	defer gcFloor(cfg.gcFloorMiB)()
+
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err

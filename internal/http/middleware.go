@@ -3,6 +3,7 @@ package http
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/auth"
@@ -23,8 +25,7 @@ import (
 
 // Context keys set by the middleware.
 const (
-	ctxKey       = "budgetd.key"        // *auth.Key of an authenticated request
-	ctxRequestID = "budgetd.request_id" // the answer's X-Request-Id
+	ctxKey = "budgetd.key" // *auth.Key of an authenticated request
 )
 
 // headerRequestID is the request id header, read and always written.
@@ -48,24 +49,66 @@ func validRequestID(id string) bool {
 	return true
 }
 
+// requestIDs makes the ids of requests that bring none: a random prefix
+// per process and a counter, so that ids are unique within a process and,
+// but for a 2^-48 chance per pair of processes, across them. They are
+// labels for logs, not secrets: a caller may see the next one coming.
+var requestIDs = func() (g struct {
+	prefix [6]byte
+	n      atomic.Uint64
+}) {
+	_, _ = rand.Read(g.prefix[:])
+	var start [8]byte
+	_, _ = rand.Read(start[:])
+	g.n.Store(binary.BigEndian.Uint64(start[:]))
+	return
+}()
+
+// newRequestID returns 24 hex digits: the process's prefix, then the low
+// 48 bits of its counter.
 func newRequestID() string {
 	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	copy(b[:6], requestIDs.prefix[:])
+	n := requestIDs.n.Add(1)
+	for i := 11; i >= 6; i-- {
+		b[i] = byte(n)
+		n >>= 8
+	}
+	var h [24]byte
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }
 
 // requestID puts an X-Request-Id on every answer: the caller's when it is
-// well formed, otherwise a new one.
+// well formed, otherwise a new one. The answer's header is where the rest
+// of the chain reads it (requestIDOf).
 func requestID(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id := c.Request().Header.Get(headerRequestID)
 		if !validRequestID(id) {
 			id = newRequestID()
 		}
-		c.Set(ctxRequestID, id)
-		c.Response().Header().Set(headerRequestID, id)
+		c.Response().Header()[headerRequestID] = []string{id}
 		return next(c)
 	}
+}
+
+// requestIDOf is the request's id as its answer carries it, nil before
+// requestID ran (as slog writes a missing id).
+func requestIDOf(c echo.Context) any {
+	if id := requestIDText(c); id != "" {
+		return id
+	}
+	return nil
+}
+
+// requestIDText is requestIDOf without the interface (and its allocation):
+// "" before requestID ran.
+func requestIDText(c echo.Context) string {
+	if v := c.Response().Header()[headerRequestID]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // headKey marks a HEAD request that is served as a GET.
@@ -139,11 +182,12 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if k, ok := c.Get(ctxKey).(*auth.Key); ok {
 			keyName = k.Name
 		}
+		id := requestIDText(c)
 		if len(method) > 16 {
 			method = method[:16] + "…"
 		}
 		s.access.log(&accessLine{time: end, method: method, route: route, status: status, duration: elapsed,
-			requestID: c.Get(ctxRequestID), key: keyName, path: r.URL.Path, withPath: s.logKeys})
+			requestID: id, hasID: id != "", key: keyName, path: r.URL.Path, withPath: s.logKeys})
 		return nil
 	}
 }
@@ -385,7 +429,7 @@ func (s *server) audit(c echo.Context, action string, attrs ...slog.Attr) {
 	if k := requestKey(c); k != nil {
 		who = k.Name
 	}
-	all := append([]slog.Attr{slog.String("action", action), slog.String("key", who), slog.Any("request_id", c.Get(ctxRequestID))}, attrs...)
+	all := append([]slog.Attr{slog.String("action", action), slog.String("key", who), slog.Any("request_id", requestIDOf(c))}, attrs...)
 	s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, "audit", all...)
 }
 

@@ -216,3 +216,30 @@ func TestDecisionMetrics(t *testing.T) {
 		t.Log(m)
 	}
 }
+
+// TestNewRequestIDsUnique: ids made at once by many goroutines are all
+// different and all of the documented form.
+func TestNewRequestIDsUnique(t *testing.T) {
+	const goroutines, each = 8, 2000
+	ids := make([][]string, goroutines)
+	var wg sync.WaitGroup
+	for g := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				ids[g] = append(ids[g], budgethttp.NewRequestID())
+			}
+		}()
+	}
+	wg.Wait()
+	seen := make(map[string]bool, goroutines*each)
+	for _, list := range ids {
+		for _, id := range list {
+			if !generatedID.MatchString(id) || seen[id] {
+				t.Fatalf("id %q: malformed or made twice", id)
+			}
+			seen[id] = true
+		}
+	}
+}

@@ -109,7 +109,7 @@ func New(svc *ledger.Service, opts ...Option) http.Handler {
 	e.HTTPErrorHandler = s.errorHandler
 	e.Use(requestID)
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
-		s.log.Error("panic", "route", c.Path(), "request_id", c.Get(ctxRequestID), "err", err, "stack", string(stack))
+		s.log.Error("panic", "route", c.Path(), "request_id", requestIDOf(c), "err", err, "stack", string(stack))
 		return err
 	}}))
 	e.Use(s.observe)
