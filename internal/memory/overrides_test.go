@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,4 +172,53 @@ func TestOverrideMemoHotKey(t *testing.T) {
 	decide("90", "k0-a")
 	clock.Set(end)
 	decide("40", "k0*")
+}
+
+// TestOverrideMemoConcurrent: decisions on a hot key from several
+// goroutines share its remembered override while PUTs replace it; every
+// decision made after a PUT returned is under that PUT's capacity (run
+// with -race: the memo is read under the read lock and written by readers).
+func TestOverrideMemoConcurrent(t *testing.T) {
+	svc := ledger.NewService(memory.New())
+	ctx := t.Context()
+	if _, err := svc.PutLimit(ctx, "api", ledger.LimitSpec{Capacity: decimal.NewFromInt(10), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	var put atomic.Int64 // the capacity of the last PUT that returned
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				floor := put.Load()
+				res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "api", Key: "k0"}, Cost: decimal.New(1, -6)}}, ledger.Idempotency{})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if c := res.Items[0].Capacity.Decimal().IntPart(); c < floor {
+					errs <- fmt.Errorf("a decision after the PUT of capacity %d was under %d", floor, c)
+					return
+				}
+			}
+		}()
+	}
+	for c := int64(100); c <= 3000; c += 100 { // rising, so a stale memo shows as a lower capacity
+		if _, err := svc.PutOverride(ctx, "api", ledger.Override{Pattern: "k0*", Capacity: decimal.NewNullDecimal(decimal.NewFromInt(c))}); err != nil {
+			t.Fatal(err)
+		}
+		put.Store(c)
+	}
+	close(stop)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
