@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -201,31 +200,15 @@ type observerKey struct {
 }
 
 // requestObserver is the series of budgetd_http_request_duration_seconds
-// for a request.
-// The series found are kept in a map that is copied when one is added and
-// read without a lock: the labels are bounded (known methods, routes,
-// codes 100–599), and looking the series up in the histogram vector hashed
-// and checked the three labels under its lock on every request.
+// for a request, kept in s.observers (package series): the labels are
+// bounded (known methods, routes, codes 100–599).
 func (s *server) requestObserver(method, route string, status int) prometheus.Observer {
 	if status < 100 || status > 599 {
 		status = 0 // statusLabel's "other": one key for them all
 	}
-	k := observerKey{method, route, status}
-	if o, ok := (*s.observers.Load())[k]; ok {
-		return o
-	}
-	s.observersMu.Lock()
-	defer s.observersMu.Unlock()
-	old := *s.observers.Load()
-	if o, ok := old[k]; ok {
-		return o
-	}
-	o := s.m.requests.WithLabelValues(method, route, statusLabel(status))
-	next := make(map[observerKey]prometheus.Observer, len(old)+1)
-	maps.Copy(next, old)
-	next[k] = o
-	s.observers.Store(&next)
-	return o
+	return s.observers.Get(observerKey{method, route, status}, func() prometheus.Observer {
+		return s.m.requests.WithLabelValues(method, route, statusLabel(status))
+	})
 }
 
 // statusLabel is the status code as a metric label; codes outside 100–599

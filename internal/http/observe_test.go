@@ -212,6 +212,19 @@ func TestDecisionMetrics(t *testing.T) {
 	if strings.Contains(m, `limit="gone"`) {
 		t.Errorf("a deleted limit keeps its series")
 	}
+	// A limit made again under the deleted one's name counts afresh, in
+	// series of its own (not in the deleted ones, which no scrape shows).
+	serveReq(h, "PUT", "/v1/limits/gone", `{"capacity":"10","leak":{"amount":"1","per":"1h"}}`)
+	serveReq(h, "POST", "/v1/limits/gone/buckets/k/fillup", `{"cost":"3"}`)
+	m = scrape(t, h, "")
+	for _, want := range []string{
+		`budgetd_decisions_total{limit="gone",op="fillup",result="accepted"} 1`,
+		`budgetd_charged_total{limit="gone"} 3`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("no %s in the metrics after the limit was made again", want)
+		}
+	}
 	if t.Failed() {
 		t.Log(m)
 	}
