@@ -84,16 +84,21 @@ type ovArgs struct {
 	mu    sync.RWMutex
 	m     map[string]ovArgsEntry
 	rules map[string]ovRuleEntry // ruleChanges' "|T=rule" of an expired override, by pattern
-	// keys holds, per hash of a key modulo keyMemoSlots, what forKey
-	// returned for it last (keyMemo), and seen the hash of the key that
-	// last missed there: a key is kept from its second decision in a row
-	// on its slot, so that a hot key pays one comparison while nothing
-	// changed and a load spread over many keys keeps nothing.
+	// keys is forKey's memo, for a limit with overrides (nil without).
+	keys *keyMemos
+}
+
+// keyMemos holds, per hash of a key modulo keyMemoSlots, what forKey
+// returned for it last (keyMemo), and seen the hash of the key that last
+// missed there: a key is kept from its second decision in a row on its
+// slot, so that a hot key pays one comparison while nothing changed and a
+// load spread over many keys keeps nothing.
+type keyMemos struct {
 	keys [keyMemoSlots]atomic.Pointer[keyMemo]
 	seen [keyMemoSlots]atomic.Uint64
 }
 
-// keyMemoSlots is how many keys an ovArgs remembers (keys).
+// keyMemoSlots is how many keys a keyMemos remembers.
 const keyMemoSlots = 64
 
 // keyMemo is what forKey returned for key with the overrides ovs after
@@ -396,23 +401,27 @@ func (s *Store) forKey(cl cachedLimit, key string) cachedLimit {
 	if cl.ovs == nil {
 		return cl
 	}
-	var slot int
-	changes := cl.ovs.changes.Load() // before the lookup: a memo is never newer than its count
+	var memo *keyMemos
 	if cl.ovArgs != nil {
-		h := maphash.String(keyMemoSeed, key)
-		slot = int(h % keyMemoSlots)
-		if m := cl.ovArgs.keys[slot].Load(); m != nil && m.key == key && m.ovs == cl.ovs && m.changes == changes {
-			out := cl
-			out.l, out.args = m.l, m.args
-			return out
-		}
-		if cl.ovArgs.seen[slot].Swap(h) != h {
-			slot = -1 // the key's first decision in a row on its slot: kept at its next
-		}
+		memo = cl.ovArgs.keys
+	}
+	if memo == nil {
+		return s.resolveForKey(cl, key)
+	}
+	changes := cl.ovs.changes.Load() // before the lookup: a memo is never newer than its count
+	h := maphash.String(keyMemoSeed, key)
+	slot := int(h % keyMemoSlots)
+	if m := memo.keys[slot].Load(); m != nil && m.key == key && m.ovs == cl.ovs && m.changes == changes {
+		out := cl
+		out.l, out.args = m.l, m.args
+		return out
 	}
 	out := s.resolveForKey(cl, key)
-	if cl.ovArgs != nil && slot >= 0 && out.args.version == cl.args.version && !(out.l.Rollover != nil && out.l.Period != nil) {
-		cl.ovArgs.keys[slot].Store(&keyMemo{key: key, ovs: cl.ovs, changes: changes, l: out.l, args: out.args})
+	if memo.seen[slot].Swap(h) != h {
+		return out // the key's first decision in a row on its slot: kept at its next
+	}
+	if out.args.version == cl.args.version && !(out.l.Rollover != nil && out.l.Period != nil) {
+		memo.keys[slot].Store(&keyMemo{key: key, ovs: cl.ovs, changes: changes, l: out.l, args: out.args})
 	}
 	return out
 }

@@ -283,7 +283,7 @@ func BenchmarkResolveOverride(b *testing.B) {
 	s := &Store{k: keys{prefix: "b"}, limits: map[string]cachedLimit{}, gens: map[int64]string{}}
 	l := ledger.Limit{Name: "l", Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}
 	for _, n := range []int{0, 100000} {
-		cl := s.remember(cachedLimit{l: l, gen: 1, version: "1"})
+		cl := cachedLimit{l: l, gen: 1, version: "1"}
 		if n > 0 {
 			set := &ovset.Set{}
 			for i := range n {
@@ -295,6 +295,7 @@ func BenchmarkResolveOverride(b *testing.B) {
 			}
 			cl.ovs = &ovSet{ov: 1, set: set}
 		}
+		cl = s.remember(cl) // loaded first, as fetchLimit does
 		for _, key := range []string{"c000042", "p000043-x", "zz"} {
 			b.Run(fmt.Sprintf("%d/%s", n, key), func(b *testing.B) {
 				b.ReportAllocs()
@@ -444,13 +445,13 @@ func TestOverridesPutConcurrently(t *testing.T) {
 func TestForKeyMemo(t *testing.T) {
 	now := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
 	s := &Store{k: keys{prefix: "b"}, limits: map[string]cachedLimit{}, gens: map[int64]string{}, now: func() time.Time { return now }}
-	cl := s.remember(cachedLimit{l: ledger.Limit{Name: "l", Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}, gen: 1, version: "1"})
 	set := &ovset.Set{}
 	for i := range 1000 {
 		set.Put(ledger.Override{Pattern: fmt.Sprintf("k%d*", 2*i), Capacity: decimalOf("40")})
 		set.Put(ledger.Override{Pattern: fmt.Sprintf("k%d", 2*i+1), Capacity: decimalOf("30")})
 	}
-	cl.ovs = &ovSet{ov: 1, set: set}
+	cl := s.remember(cachedLimit{l: ledger.Limit{Name: "l", Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}, gen: 1, version: "1",
+		ovs: &ovSet{ov: 1, set: set}}) // loaded first, as fetchLimit does
 	changed := now
 	put := func(o ledger.Override) func(*ovset.Set) {
 		changed = changed.Add(time.Microsecond) // as the store's clock stamps each PUT
@@ -474,7 +475,7 @@ func TestForKeyMemo(t *testing.T) {
 		}
 	}
 	check("k0", "40", "k0*", "1:1")
-	if m := cl.ovArgs.keys[maphash.String(keyMemoSeed, "k0")%keyMemoSlots].Load(); m == nil || m.key != "k0" {
+	if m := cl.ovArgs.keys.keys[maphash.String(keyMemoSeed, "k0")%keyMemoSlots].Load(); m == nil || m.key != "k0" {
 		t.Fatal("the hot key's terms were not remembered")
 	}
 	if n := testing.AllocsPerRun(100, func() { s.forKey(cl, "k0") }); n != 0 {
