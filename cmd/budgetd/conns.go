@@ -206,16 +206,7 @@ func (cc *connCap) forgetFresh(c net.Conn) {
 		return
 	}
 	delete(cc.fresh, c)
-	if len(cc.order) > 64 && len(cc.order) > 2*len(cc.fresh) {
-		kept := cc.order[:0]
-		for _, x := range cc.order {
-			if _, ok := cc.fresh[x]; ok {
-				kept = append(kept, x)
-			}
-		}
-		clear(cc.order[len(kept):])
-		cc.order = kept
-	}
+	cc.order = compact(cc.order, len(cc.fresh), func(x net.Conn) bool { _, ok := cc.fresh[x]; return ok })
 }
 
 // forget drops c from the idle connections; idleOrder is compacted when
@@ -225,16 +216,23 @@ func (cc *connCap) forget(c net.Conn) {
 		return
 	}
 	delete(cc.idle, c)
-	if len(cc.idleOrder) > 64 && len(cc.idleOrder) > 2*len(cc.idle) {
-		kept := cc.idleOrder[:0]
-		for _, x := range cc.idleOrder {
-			if turn, ok := cc.idle[x.c]; ok && turn == x.turn {
-				kept = append(kept, x)
-			}
-		}
-		clear(cc.idleOrder[len(kept):])
-		cc.idleOrder = kept
+	cc.idleOrder = compact(cc.idleOrder, len(cc.idle), func(x idleTurn) bool { turn, ok := cc.idle[x.c]; return ok && turn == x.turn })
+}
+
+// compact returns order without its stale entries (live false) once most
+// of it is stale: more than 64 entries and more than twice the live ones.
+func compact[T any](order []T, live int, isLive func(T) bool) []T {
+	if len(order) <= 64 || len(order) <= 2*live {
+		return order
 	}
+	kept := order[:0]
+	for _, x := range order {
+		if isLive(x) {
+			kept = append(kept, x)
+		}
+	}
+	clear(order[len(kept):])
+	return kept
 }
 
 // fdReserve is the file descriptors kept for the store's pool, the key and
