@@ -34,7 +34,13 @@ type connCap struct {
 	grace      time.Duration // pressureHeaderTimeout
 	mu         sync.Mutex
 	open       int
-	idle       []net.Conn // oldest first
+	// idle holds the idle connections, each with the number of its turn
+	// at going idle; idleOrder lists turns oldest first, including turns
+	// that have since ended (skipped lazily), so that a request's two
+	// state changes cost a map write each, not a scan of every idle one.
+	idle      map[net.Conn]uint64
+	idleOrder []idleTurn
+	turns     uint64
 	// fresh holds the connections that have not sent a whole request
 	// header yet, with when they were opened; order lists them oldest
 	// first, including some that have since left fresh (skipped lazily).
@@ -49,7 +55,13 @@ type connCap struct {
 const pressureHeaderTimeout = time.Second
 
 func newConnCap(max, perIP int) *connCap {
-	return &connCap{max: max, perIP: perIP, grace: pressureHeaderTimeout, fresh: map[net.Conn]time.Time{}, byIP: map[string]int{}}
+	return &connCap{max: max, perIP: perIP, grace: pressureHeaderTimeout, idle: map[net.Conn]uint64{}, fresh: map[net.Conn]time.Time{}, byIP: map[string]int{}}
+}
+
+// idleTurn is one time a connection went idle.
+type idleTurn struct {
+	c    net.Conn
+	turn uint64
 }
 
 // listener limits ln to the cap, and each client address to perIP.
@@ -122,7 +134,9 @@ func (cc *connCap) track(c net.Conn, state http.ConnState) {
 		cc.fresh[c] = time.Now()
 		cc.order = append(cc.order, c)
 	case http.StateIdle:
-		cc.idle = append(cc.idle, c)
+		cc.turns++
+		cc.idle[c] = cc.turns
+		cc.idleOrder = append(cc.idleOrder, idleTurn{c, cc.turns})
 	case http.StateActive:
 		cc.forget(c)
 		cc.forgetFresh(c)
@@ -145,10 +159,14 @@ func (cc *connCap) victim() net.Conn {
 	if cc.open < cc.max {
 		return nil
 	}
-	if len(cc.idle) > 0 {
-		v := cc.idle[0]
-		cc.idle = cc.idle[1:]
-		return v
+	for len(cc.idleOrder) > 0 {
+		v := cc.idleOrder[0]
+		cc.idleOrder[0] = idleTurn{}
+		cc.idleOrder = cc.idleOrder[1:]
+		if turn, ok := cc.idle[v.c]; ok && turn == v.turn {
+			delete(cc.idle, v.c)
+			return v.c
+		}
 	}
 	for len(cc.order) > 0 {
 		v := cc.order[0]
@@ -188,25 +206,33 @@ func (cc *connCap) forgetFresh(c net.Conn) {
 		return
 	}
 	delete(cc.fresh, c)
-	if len(cc.order) > 64 && len(cc.order) > 2*len(cc.fresh) {
-		kept := cc.order[:0]
-		for _, x := range cc.order {
-			if _, ok := cc.fresh[x]; ok {
-				kept = append(kept, x)
-			}
-		}
-		clear(cc.order[len(kept):])
-		cc.order = kept
-	}
+	cc.order = compact(cc.order, len(cc.fresh), func(x net.Conn) bool { _, ok := cc.fresh[x]; return ok })
 }
 
+// forget drops c from the idle connections; idleOrder is compacted when
+// most of it is stale.
 func (cc *connCap) forget(c net.Conn) {
-	for i, x := range cc.idle {
-		if x == c {
-			cc.idle = append(cc.idle[:i], cc.idle[i+1:]...)
-			return
+	if _, ok := cc.idle[c]; !ok {
+		return
+	}
+	delete(cc.idle, c)
+	cc.idleOrder = compact(cc.idleOrder, len(cc.idle), func(x idleTurn) bool { turn, ok := cc.idle[x.c]; return ok && turn == x.turn })
+}
+
+// compact returns order without its stale entries (live false) once most
+// of it is stale: more than 64 entries and more than twice the live ones.
+func compact[T any](order []T, live int, isLive func(T) bool) []T {
+	if len(order) <= 64 || len(order) <= 2*live {
+		return order
+	}
+	kept := order[:0]
+	for _, x := range order {
+		if isLive(x) {
+			kept = append(kept, x)
 		}
 	}
+	clear(order[len(kept):])
+	return kept
 }
 
 // fdReserve is the file descriptors kept for the store's pool, the key and

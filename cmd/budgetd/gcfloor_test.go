@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // heapGoal is the garbage collector's current heap goal.
@@ -116,15 +115,7 @@ func TestRunHoldsGCFloor(t *testing.T) {
 		if goal := heapGoal(); goal < tc.min {
 			t.Errorf("%v %v: heap goal %d while serving, want at least %d", tc.args, tc.env, goal, tc.min)
 		}
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatal("run did not stop")
-		}
+		stopRun(t, cancel, done)
 	}
 	runtime.GC()
 	runtime.GC()

@@ -56,6 +56,21 @@ func waitURL(t *testing.T, out interface{ String() string }, done <-chan error) 
 	return ""
 }
 
+// stopRun cancels a run started with done as its result and waits for it
+// to return nil.
+func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not stop")
+	}
+}
+
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 func TestRunServesAndStops(t *testing.T) {
@@ -101,15 +116,7 @@ func TestRunServesAndStops(t *testing.T) {
 	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 {
 		t.Fatalf("fillups answered %v", codes)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("run did not stop")
-	}
+	stopRun(t, cancel, done)
 	if !strings.Contains(stdout.String(), "budgetd: stopped") {
 		t.Fatalf("no shutdown line: %q", stdout.String())
 	}

@@ -162,7 +162,8 @@ type accessLine struct {
 	route     string
 	status    int
 	duration  time.Duration
-	requestID any // a string; nil is written as slog writes it
+	requestID string
+	hasID     bool // without it the id is written as slog writes a nil one
 	key       string
 	path      string
 	withPath  bool
@@ -227,8 +228,8 @@ func appendTextLine(b []byte, l *accessLine, at *secondStamp) []byte {
 	b = append(b, " duration="...)
 	b = append(b, l.duration.String()...)
 	b = append(b, " request_id="...)
-	if id, ok := l.requestID.(string); ok {
-		b = appendTextString(b, id)
+	if l.hasID {
+		b = appendTextString(b, l.requestID)
 	} else {
 		b = append(b, "<nil>"...)
 	}
@@ -254,8 +255,8 @@ func appendJSONLine(b []byte, l *accessLine) []byte {
 	b = append(b, `,"duration":`...)
 	b = strconv.AppendInt(b, int64(l.duration), 10)
 	b = append(b, `,"request_id":`...)
-	if id, ok := l.requestID.(string); ok {
-		b = appendJSONString(b, id)
+	if l.hasID {
+		b = appendJSONString(b, l.requestID)
 	} else {
 		b = append(b, "null"...)
 	}

@@ -30,7 +30,8 @@ type AccessLine = accessLine
 
 // NewAccessLine is the line observe writes for these fields.
 func NewAccessLine(t time.Time, method, route string, status int, d time.Duration, requestID any, key, path string, withPath bool) *AccessLine {
-	return &accessLine{time: t, method: method, route: route, status: status, duration: d, requestID: requestID, key: key, path: path, withPath: withPath}
+	id, ok := requestID.(string)
+	return &accessLine{time: t, method: method, route: route, status: status, duration: d, requestID: id, hasID: ok, key: key, path: path, withPath: withPath}
 }
 
 // Log queues l as observe does.
@@ -44,3 +45,6 @@ func (a *AccessLog) Dropped() float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// NewRequestID is newRequestID, for TestNewRequestIDsUnique.
+var NewRequestID = newRequestID

@@ -2,6 +2,7 @@ package http
 
 import (
 	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/series"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shopspring/decimal"
 )
@@ -18,6 +19,9 @@ type metrics struct {
 	inFlight     prometheus.Counter
 	authFailures *prometheus.CounterVec
 	shadowDenied *prometheus.CounterVec
+	// The series decided counts in, by labels (package series).
+	decisionSeries series.Cache[[3]string, prometheus.Counter]
+	chargedSeries  series.Cache[string, prometheus.Counter]
 }
 
 // authReasons are the reasons a request is refused by authentication.
@@ -79,12 +83,14 @@ func (m *metrics) decided(limit, op string, d bucket.Decision, cost decimal.Deci
 	case !d.Accepted:
 		result = "denied"
 	}
-	m.decisions.WithLabelValues(limit, op, result).Inc()
+	m.decisionSeries.Get([3]string{limit, op, result}, func() prometheus.Counter {
+		return m.decisions.WithLabelValues(limit, op, result)
+	}).Inc()
 	if charges && d.ShadowDenied {
 		m.shadowDenied.WithLabelValues(limit, op).Inc()
 	}
 	if charges && d.Accepted && cost.IsPositive() {
-		m.charged.WithLabelValues(limit).Add(cost.InexactFloat64())
+		m.chargedSeries.Get(limit, func() prometheus.Counter { return m.charged.WithLabelValues(limit) }).Add(cost.InexactFloat64())
 	}
 }
 
@@ -93,4 +99,8 @@ func (m *metrics) forget(limit string) {
 	m.decisions.DeletePartialMatch(prometheus.Labels{"limit": limit})
 	m.charged.DeletePartialMatch(prometheus.Labels{"limit": limit})
 	m.shadowDenied.DeletePartialMatch(prometheus.Labels{"limit": limit})
+	// After the deletion (series.Cache.Reset): a limit of the same name
+	// counts in new series.
+	m.decisionSeries.Reset()
+	m.chargedSeries.Reset()
 }

@@ -3,15 +3,16 @@ package http
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/auth"
@@ -23,8 +24,7 @@ import (
 
 // Context keys set by the middleware.
 const (
-	ctxKey       = "budgetd.key"        // *auth.Key of an authenticated request
-	ctxRequestID = "budgetd.request_id" // the answer's X-Request-Id
+	ctxKey = "budgetd.key" // *auth.Key of an authenticated request
 )
 
 // headerRequestID is the request id header, read and always written.
@@ -48,24 +48,66 @@ func validRequestID(id string) bool {
 	return true
 }
 
+// requestIDs makes the ids of requests that bring none: a random prefix
+// per process and a counter, so that ids are unique within a process and,
+// but for a 2^-48 chance per pair of processes, across them. They are
+// labels for logs, not secrets: a caller may see the next one coming.
+var requestIDs = func() (g struct {
+	prefix [6]byte
+	n      atomic.Uint64
+}) {
+	_, _ = rand.Read(g.prefix[:])
+	var start [8]byte
+	_, _ = rand.Read(start[:])
+	g.n.Store(binary.BigEndian.Uint64(start[:]))
+	return
+}()
+
+// newRequestID returns 24 hex digits: the process's prefix, then the low
+// 48 bits of its counter.
 func newRequestID() string {
 	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	copy(b[:6], requestIDs.prefix[:])
+	n := requestIDs.n.Add(1)
+	for i := 11; i >= 6; i-- {
+		b[i] = byte(n)
+		n >>= 8
+	}
+	var h [24]byte
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }
 
 // requestID puts an X-Request-Id on every answer: the caller's when it is
-// well formed, otherwise a new one.
+// well formed, otherwise a new one. The answer's header is where the rest
+// of the chain reads it (requestIDOf).
 func requestID(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id := c.Request().Header.Get(headerRequestID)
 		if !validRequestID(id) {
 			id = newRequestID()
 		}
-		c.Set(ctxRequestID, id)
-		c.Response().Header().Set(headerRequestID, id)
+		c.Response().Header()[headerRequestID] = []string{id}
 		return next(c)
 	}
+}
+
+// requestIDOf is the request's id as its answer carries it, nil before
+// requestID ran (as slog writes a missing id).
+func requestIDOf(c echo.Context) any {
+	if id := requestIDText(c); id != "" {
+		return id
+	}
+	return nil
+}
+
+// requestIDText is requestIDOf without the interface (and its allocation):
+// "" before requestID ran.
+func requestIDText(c echo.Context) string {
+	if v := c.Response().Header()[headerRequestID]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // headKey marks a HEAD request that is served as a GET.
@@ -139,11 +181,12 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if k, ok := c.Get(ctxKey).(*auth.Key); ok {
 			keyName = k.Name
 		}
+		id := requestIDText(c)
 		if len(method) > 16 {
 			method = method[:16] + "…"
 		}
 		s.access.log(&accessLine{time: end, method: method, route: route, status: status, duration: elapsed,
-			requestID: c.Get(ctxRequestID), key: keyName, path: r.URL.Path, withPath: s.logKeys})
+			requestID: id, hasID: id != "", key: keyName, path: r.URL.Path, withPath: s.logKeys})
 		return nil
 	}
 }
@@ -157,31 +200,15 @@ type observerKey struct {
 }
 
 // requestObserver is the series of budgetd_http_request_duration_seconds
-// for a request.
-// The series found are kept in a map that is copied when one is added and
-// read without a lock: the labels are bounded (known methods, routes,
-// codes 100–599), and looking the series up in the histogram vector hashed
-// and checked the three labels under its lock on every request.
+// for a request, kept in s.observers (package series): the labels are
+// bounded (known methods, routes, codes 100–599).
 func (s *server) requestObserver(method, route string, status int) prometheus.Observer {
 	if status < 100 || status > 599 {
 		status = 0 // statusLabel's "other": one key for them all
 	}
-	k := observerKey{method, route, status}
-	if o, ok := (*s.observers.Load())[k]; ok {
-		return o
-	}
-	s.observersMu.Lock()
-	defer s.observersMu.Unlock()
-	old := *s.observers.Load()
-	if o, ok := old[k]; ok {
-		return o
-	}
-	o := s.m.requests.WithLabelValues(method, route, statusLabel(status))
-	next := make(map[observerKey]prometheus.Observer, len(old)+1)
-	maps.Copy(next, old)
-	next[k] = o
-	s.observers.Store(&next)
-	return o
+	return s.observers.Get(observerKey{method, route, status}, func() prometheus.Observer {
+		return s.m.requests.WithLabelValues(method, route, statusLabel(status))
+	})
 }
 
 // statusLabel is the status code as a metric label; codes outside 100–599
@@ -385,7 +412,7 @@ func (s *server) audit(c echo.Context, action string, attrs ...slog.Attr) {
 	if k := requestKey(c); k != nil {
 		who = k.Name
 	}
-	all := append([]slog.Attr{slog.String("action", action), slog.String("key", who), slog.Any("request_id", c.Get(ctxRequestID))}, attrs...)
+	all := append([]slog.Attr{slog.String("action", action), slog.String("key", who), slog.Any("request_id", requestIDOf(c))}, attrs...)
 	s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, "audit", all...)
 }
 

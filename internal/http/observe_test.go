@@ -212,7 +212,47 @@ func TestDecisionMetrics(t *testing.T) {
 	if strings.Contains(m, `limit="gone"`) {
 		t.Errorf("a deleted limit keeps its series")
 	}
+	// A limit made again under the deleted one's name counts afresh, in
+	// series of its own (not in the deleted ones, which no scrape shows).
+	serveReq(h, "PUT", "/v1/limits/gone", `{"capacity":"10","leak":{"amount":"1","per":"1h"}}`)
+	serveReq(h, "POST", "/v1/limits/gone/buckets/k/fillup", `{"cost":"3"}`)
+	m = scrape(t, h, "")
+	for _, want := range []string{
+		`budgetd_decisions_total{limit="gone",op="fillup",result="accepted"} 1`,
+		`budgetd_charged_total{limit="gone"} 3`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("no %s in the metrics after the limit was made again", want)
+		}
+	}
 	if t.Failed() {
 		t.Log(m)
+	}
+}
+
+// TestNewRequestIDsUnique: ids made at once by many goroutines are all
+// different and all of the documented form.
+func TestNewRequestIDsUnique(t *testing.T) {
+	const goroutines, each = 8, 2000
+	ids := make([][]string, goroutines)
+	var wg sync.WaitGroup
+	for g := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				ids[g] = append(ids[g], budgethttp.NewRequestID())
+			}
+		}()
+	}
+	wg.Wait()
+	seen := make(map[string]bool, goroutines*each)
+	for _, list := range ids {
+		for _, id := range list {
+			if !generatedID.MatchString(id) || seen[id] {
+				t.Fatalf("id %q: malformed or made twice", id)
+			}
+			seen[id] = true
+		}
 	}
 }

@@ -155,7 +155,7 @@ func (s *server) logFailure(c echo.Context, level slog.Level, msg string, err er
 	if !s.routeSet[route] {
 		route = "other"
 	}
-	attrs := []slog.Attr{slog.String("method", requestMethod(r)), slog.String("route", route), slog.Any("request_id", c.Get(ctxRequestID))}
+	attrs := []slog.Attr{slog.String("method", requestMethod(r)), slog.String("route", route), slog.Any("request_id", requestIDOf(c))}
 	text := err.Error()
 	if s.logKeys {
 		attrs = append(attrs, slog.String("path", r.URL.Path))

@@ -10,12 +10,11 @@ import (
 	_ "embed"
 	"log/slog"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/auth"
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/series"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,8 +82,7 @@ type server struct {
 	metricsH http.Handler
 	routeSet map[string]bool
 
-	observers   atomic.Pointer[map[observerKey]prometheus.Observer] // requestObserver's series
-	observersMu sync.Mutex                                          // serialises adding one
+	observers series.Cache[observerKey, prometheus.Observer] // requestObserver's series
 }
 
 // New returns the API handler over svc.
@@ -94,7 +92,6 @@ func New(svc *ledger.Service, opts ...Option) http.Handler {
 		o(s)
 	}
 	s.m = newMetrics()
-	s.observers.Store(&map[observerKey]prometheus.Observer{})
 	s.registry = prometheus.NewRegistry()
 	s.registry.MustRegister(s.m.collectors()...)
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -109,7 +106,7 @@ func New(svc *ledger.Service, opts ...Option) http.Handler {
 	e.HTTPErrorHandler = s.errorHandler
 	e.Use(requestID)
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
-		s.log.Error("panic", "route", c.Path(), "request_id", c.Get(ctxRequestID), "err", err, "stack", string(stack))
+		s.log.Error("panic", "route", c.Path(), "request_id", requestIDOf(c), "err", err, "stack", string(stack))
 		return err
 	}}))
 	e.Use(s.observe)

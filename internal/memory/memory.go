@@ -25,6 +25,7 @@ import (
 
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ovset"
 	"github.com/shopspring/decimal"
 )
 
@@ -53,7 +54,7 @@ type Store struct {
 	limitsMu sync.RWMutex
 	limits   map[string]ledger.Limit
 	// overrides holds each limit's overrides, guarded by limitsMu.
-	overrides map[string]*overrideSet
+	overrides map[string]*ovset.Set
 	// grants holds each bucket's grants, oldest first, guarded by limitsMu.
 	grants map[ledger.BucketRef][]ledger.Grant
 	// grantWrites counts grants made, to drop expired grants now and then
@@ -129,7 +130,7 @@ func WithLogger(log *slog.Logger) Option { return func(s *Store) { s.clk.log = l
 
 // New returns an empty memory store.
 func New(opts ...Option) *Store {
-	s := &Store{limits: map[string]ledger.Limit{}, overrides: map[string]*overrideSet{}, grants: map[ledger.BucketRef][]ledger.Grant{}, seed: maphash.MakeSeed()}
+	s := &Store{limits: map[string]ledger.Limit{}, overrides: map[string]*ovset.Set{}, grants: map[ledger.BucketRef][]ledger.Grant{}, seed: maphash.MakeSeed()}
 	s.clk.read, s.clk.log = systemClock(time.Now()), slog.Default()
 	for i := range s.shards {
 		s.shards[i].buckets = map[ledger.BucketRef]*bucketRec{}
@@ -587,7 +588,7 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 		// limit's own terms decide alike, and resolving every bucket's
 		// override at every sweep would cost a limit with many overrides
 		// a lookup per bucket.
-		if len(b.holds()) > 0 || s.overrides[l.Name].changesRules() {
+		if len(b.holds()) > 0 || s.overrides[l.Name].ChangesRules() {
 			l = s.terms(l, ref.Key, b, now)
 		}
 		s.expireHolds(l, sh, b, now)

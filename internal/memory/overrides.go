@@ -8,13 +8,14 @@ import (
 
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ovset"
 	"github.com/shopspring/decimal"
 )
 
 // terms returns l as it applies to the bucket b of key at now (b nil for
 // a bucket not looked up, or not stored), first settling b through the
 // ends of temporary rule changes since its last write (settleExpiries):
-// with the override that resolves for it (overrideSet.Effective, as
+// with the override that resolves for it (ovset.Set.Effective, as
 // ledger.Overrides resolves), the rollover it receives (ledger.CarryAt,
 // ledger.Limit.WithRollover) and its active grants
 // (ledger.Limit.WithGrants) added to its capacity. The caller holds
@@ -22,7 +23,7 @@ import (
 func (s *Store) terms(l ledger.Limit, key string, b *bucketRec, now time.Time) ledger.Limit {
 	raw, set := l, s.overrides[l.Name]
 	if set.Len() > 0 {
-		if b != nil && b.updated != 0 && set.mayExpire(key, b.updated, now) {
+		if b != nil && b.updated != 0 && set.MayExpire(key, b.updated, now) {
 			s.settleExpiries(raw, set, key, b, now)
 		}
 		l = set.Effective(l, key, now)
@@ -51,7 +52,7 @@ func (s *Store) terms(l ledger.Limit, key string, b *bucketRec, now time.Time) l
 // reading of it is the same. The holds the switches expired are recorded as
 // every expired hold is (apply); the rollover carry stays as stored. The
 // caller holds limitsMu for reading and b's shard lock.
-func (s *Store) settleExpiries(l ledger.Limit, set *overrideSet, key string, b *bucketRec, now time.Time) {
+func (s *Store) settleExpiries(l ledger.Limit, set *ovset.Set, key string, b *bucketRec, now time.Time) {
 	ns, expired := ledger.SettleExpiries(set, l, key, b.state(), now)
 	s.apply(l, &s.shards[s.shardOf(ledger.BucketRef{Limit: l.Name, Key: key})], b, ns, expired)
 }
@@ -74,14 +75,14 @@ func (s *Store) PutOverride(_ context.Context, limit string, o ledger.Override) 
 	}
 	set := s.overrides[limit]
 	if set == nil {
-		set = &overrideSet{}
+		set = &ovset.Set{}
 		s.overrides[limit] = set
 	}
 	o.CreatedAt, o.UpdatedAt = now, now
 	if old, ok := set.Get(o.Pattern); ok && old.ActiveAt(now) {
 		o.CreatedAt = old.CreatedAt
 	}
-	s.changeTerms(l, set, o.Pattern, now, set.changesRules() || changesRule(o), func() { set.Put(o) })
+	s.changeTerms(l, set, o.Pattern, now, set.ChangesRules() || ovset.ChangesRule(o), func() { set.Put(o) })
 	return o, nil
 }
 
@@ -124,7 +125,7 @@ func (s *Store) DeleteOverride(_ context.Context, limit, pattern string) error {
 	if !ok || !o.ActiveAt(now) {
 		return fmt.Errorf("override %q of %q: %w", pattern, limit, ledger.ErrOverrideNotFound)
 	}
-	s.changeTerms(l, set, pattern, now, set.changesRules(), func() { set.Delete(pattern) })
+	s.changeTerms(l, set, pattern, now, set.ChangesRules(), func() { set.Delete(pattern) })
 	return nil
 }
 
@@ -136,7 +137,7 @@ func (s *Store) DeleteOverride(_ context.Context, limit, pattern string) error {
 // override changes one, so every bucket keeps the limit's rule) no bucket
 // is even looked at, so that putting many overrides does not scan every
 // bucket of the store for each. The caller holds limitsMu for writing.
-func (s *Store) changeTerms(l ledger.Limit, set *overrideSet, pattern string, now time.Time, rule bool, change func()) {
+func (s *Store) changeTerms(l ledger.Limit, set *ovset.Set, pattern string, now time.Time, rule bool, change func()) {
 	if !rule {
 		change()
 		return

@@ -1,6 +1,8 @@
 package memory_test
 
 import (
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,4 +108,117 @@ func TestSweepKeepsExpiredOverride(t *testing.T) {
 		t.Fatalf("the sweep pruned the bucket: %d buckets", e.s.Buckets())
 	}
 	e.level(5*time.Hour, "18") // 48 at t0+2h, 3h at 10/h
+}
+
+// TestOverrideMemoHotKey: decisions on a hot key, whose override the store
+// remembers decoded, see every change of the overrides at their very next
+// decision (a longer prefix added over the remembered one, its capacity
+// replaced, an exact override over it, deletes, another override reusing a
+// deleted one's place), and a temporary raise applies up to the
+// microsecond before its end and not from it.
+func TestOverrideMemoHotKey(t *testing.T) {
+	clock := ledgertest.NewClock()
+	svc := ledger.NewService(memory.New(memory.WithClock(clock.Now)))
+	ctx := t.Context()
+	if _, err := svc.PutLimit(ctx, "api", ledger.LimitSpec{Capacity: decimal.NewFromInt(10), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	put := func(o ledger.Override) {
+		t.Helper()
+		if _, err := svc.PutOverride(ctx, "api", o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del := func(p string) {
+		t.Helper()
+		if err := svc.DeleteOverride(ctx, "api", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	capacity := func(c int64) decimal.NullDecimal { return decimal.NewNullDecimal(decimal.NewFromInt(c)) }
+	decide := func(want, override string) {
+		t.Helper()
+		for range 3 { // the first two decode, the third may be remembered
+			res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "api", Key: "k0-a"}, Cost: decimal.New(1, -3)}}, ledger.Idempotency{})
+			if err != nil || res.Items[0].Capacity.String() != want || res.Limits[0].Override != override {
+				t.Fatalf("%+v (%v), want capacity %s under %q", res, err, want, override)
+			}
+		}
+	}
+	for i := range 1000 {
+		put(ledger.Override{Pattern: fmt.Sprintf("k%d*", 2*i), Capacity: capacity(40)})
+		put(ledger.Override{Pattern: fmt.Sprintf("k%d", 2*i+1), Capacity: capacity(30)})
+	}
+	decide("40", "k0*")
+	put(ledger.Override{Pattern: "k0-*", Capacity: capacity(50)})
+	decide("50", "k0-*")
+	put(ledger.Override{Pattern: "k0-*", Capacity: capacity(60)})
+	decide("60", "k0-*")
+	put(ledger.Override{Pattern: "k0-a", Capacity: capacity(70)})
+	decide("70", "k0-a")
+	del("k0-a")
+	decide("60", "k0-*")
+	del("k0-*")
+	del("k0*")
+	put(ledger.Override{Pattern: "k0-*", Capacity: capacity(80)}) // in the place k0* had
+	decide("80", "k0-*")
+	del("k0-*")
+	decide("10", "")
+	put(ledger.Override{Pattern: "k0*", Capacity: capacity(40)})
+	end := clock.Now().Add(time.Hour)
+	put(ledger.Override{Pattern: "k0-a", Capacity: capacity(90), ExpiresAt: end})
+	decide("90", "k0-a")
+	clock.Set(end.Add(-time.Microsecond))
+	decide("90", "k0-a")
+	clock.Set(end)
+	decide("40", "k0*")
+}
+
+// TestOverrideMemoConcurrent: decisions on a hot key from several
+// goroutines share its remembered override while PUTs replace it; every
+// decision made after a PUT returned is under that PUT's capacity (run
+// with -race: the memo is read under the read lock and written by readers).
+func TestOverrideMemoConcurrent(t *testing.T) {
+	svc := ledger.NewService(memory.New())
+	ctx := t.Context()
+	if _, err := svc.PutLimit(ctx, "api", ledger.LimitSpec{Capacity: decimal.NewFromInt(10), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	var put atomic.Int64 // the capacity of the last PUT that returned
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				floor := put.Load()
+				res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "api", Key: "k0"}, Cost: decimal.New(1, -6)}}, ledger.Idempotency{})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if c := res.Items[0].Capacity.Decimal().IntPart(); c < floor {
+					errs <- fmt.Errorf("a decision after the PUT of capacity %d was under %d", floor, c)
+					return
+				}
+			}
+		}()
+	}
+	for c := int64(100); c <= 3000; c += 100 { // rising, so a stale memo shows as a lower capacity
+		if _, err := svc.PutOverride(ctx, "api", ledger.Override{Pattern: "k0*", Capacity: decimal.NewNullDecimal(decimal.NewFromInt(c))}); err != nil {
+			t.Fatal(err)
+		}
+		put.Store(c)
+	}
+	close(stop)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
 }

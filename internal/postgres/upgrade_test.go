@@ -14,6 +14,7 @@ import (
 
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
@@ -303,5 +304,89 @@ func TestMigrateRefusesEditedFile(t *testing.T) {
 	}
 	if err := postgres.Migrate(ctx, url, postgres.WithSchema(schema)); err == nil || !strings.Contains(err.Error(), "0099_future.sql") {
 		t.Fatalf("Migrate with an unknown migration: %v", err)
+	}
+}
+
+// TestUpgradeThresholdFloor: 0020_threshold_floor.sql gives the limits that
+// a database already holds their lowest amount and percentage threshold
+// (NULL for none of a kind), as budgetd_put_limit keeps them from then on,
+// and a decision on the upgraded limit compares against them: below the
+// lowest nothing is emitted, reaching it crosses.
+func TestUpgradeThresholdFloor(t *testing.T) {
+	ctx := context.Background()
+	url, schema := dsn(t), newSchema(t)
+	clock := ledgertest.NewClock()
+	openStore := func() *postgres.Store {
+		s, err := postgres.Open(ctx, url, postgres.WithSchema(schema), postgres.WithPruneInterval(0), postgres.WithClock(clock.Now))
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return s
+	}
+	s := openStore()
+	ths := func(ss ...string) []ledger.Threshold {
+		var out []ledger.Threshold
+		for _, str := range ss {
+			th, err := ledger.ParseThreshold("thresholds", str)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, th)
+		}
+		return out
+	}
+	for _, l := range []ledger.Limit{
+		{Name: "mixed", Capacity: dec("10000"), LeakAmount: dec("1"), LeakPer: time.Hour, Thresholds: ths("80%", "4500", "12.5%", "900.50")},
+		{Name: "pcts", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Hour, Thresholds: ths("50%")},
+		{Name: "none", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Hour},
+	} {
+		if _, err := s.PutLimit(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	// The schema as it stood before 0020.
+	conn := schemaConn(t, url, schema)
+	for _, q := range []string{"ALTER TABLE limits DROP COLUMN th_min_amount, DROP COLUMN th_min_pct",
+		"DELETE FROM budgetd_migrations WHERE version = 20"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s = openStore()
+	defer s.Close()
+	got := map[string]string{}
+	rows, err := conn.Query(ctx, "SELECT name, coalesce(th_min_amount::text, '-'), coalesce(th_min_pct::text, '-') FROM limits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name, amt, pct string
+		if err := rows.Scan(&name, &amt, &pct); err != nil {
+			t.Fatal(err)
+		}
+		got[name] = amt + " " + pct
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"mixed": "900.5 12.5", "pcts": "- 50", "none": "- -"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after 0020: lowest amount and percentage %v, want %v", got, want)
+	}
+	ref := ledger.BucketRef{Limit: "mixed", Key: "k"}
+	for _, c := range []struct{ cost, want string }{{"900.49", ""}, {"0.01", "crossed 900.5 used=900.5"}, {"349.5", "crossed 12.5% used=1250"}} {
+		_, cursor := allEvents(t, s, "", 100)
+		if out, err := s.Fillup(ctx, []ledger.Charge{{Bucket: ref, Cost: dec(c.cost)}}, ledger.Idempotency{}); err != nil || !out.Accepted {
+			t.Fatalf("fillup %s: %+v %v", c.cost, out, err)
+		}
+		evs, _ := allEvents(t, s, cursor, 100)
+		var texts []string
+		for _, ev := range evs {
+			texts = append(texts, fmt.Sprintf("%s %s used=%s", strings.TrimPrefix(ev.Type, "threshold."), ev.Threshold, ev.Used))
+		}
+		if strings.Join(texts, "; ") != c.want {
+			t.Fatalf("fillup %s on the upgraded limit: events [%s], want [%s]", c.cost, strings.Join(texts, "; "), c.want)
+		}
 	}
 }

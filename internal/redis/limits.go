@@ -392,6 +392,9 @@ func (s *Store) remember(cl cachedLimit) cachedLimit {
 	cl.at = s.storeNow()
 	cl.args = newLimitArgs(s.k, cl.l, cl.gen, cl.version, cl.at)
 	cl.ovArgs = &ovArgs{}
+	if cl.ovs != nil {
+		cl.ovArgs.keys = &keyMemos{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limits[cl.l.Name] = cl

@@ -5,20 +5,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ovset"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 )
 
 // Overrides live in their limit's slot (a hash pattern → value and a zset
 // of the patterns, override_put in budgetd.lua), and each instance keeps a
-// limit's overrides in memory (ledger.Overrides, the index the memory store
-// resolves with) loaded at the definition's override counter ov: a
+// limit's overrides in memory (ovset.Set, the pointer-free index the
+// memory store resolves with, which the garbage collector does not mark)
+// loaded at the definition's override counter ov: a
 // decision resolves its key's override in Go and passes the effective
 // terms as the limit's arguments, so it stays one function call on the
 // bucket's slot. Every change of an override bumps the limit's version
@@ -38,7 +42,11 @@ var _ ledger.OverrideStore = (*Store)(nil)
 type ovSet struct {
 	mu  sync.RWMutex
 	ov  int64
-	set *ledger.Overrides
+	set *ovset.Set
+	// changes counts the changes applied to set since it was read whole
+	// (syncOverrides), for the memos of forKey: one made at another count
+	// is not used.
+	changes atomic.Uint64
 }
 
 func (o *ovSet) len() int {
@@ -50,7 +58,7 @@ func (o *ovSet) len() int {
 	return o.set.Len()
 }
 
-// candidates is ledger.Overrides.Candidates under the read lock.
+// candidates is ovset.Set.Candidates under the read lock.
 func (o *ovSet) candidates(key string, fn func(ledger.Override) bool) {
 	if o == nil {
 		return
@@ -76,7 +84,36 @@ type ovArgs struct {
 	mu    sync.RWMutex
 	m     map[string]ovArgsEntry
 	rules map[string]ovRuleEntry // ruleChanges' "|T=rule" of an expired override, by pattern
+	// keys is forKey's memo, for a limit with overrides (nil without).
+	keys *keyMemos
 }
+
+// keyMemos holds, per hash of a key modulo keyMemoSlots, what forKey
+// returned for it last (keyMemo), and seen the hash of the key that last
+// missed there: a key is kept from its second decision in a row on its
+// slot, so that a hot key pays one comparison while nothing changed and a
+// load spread over many keys keeps nothing.
+type keyMemos struct {
+	keys [keyMemoSlots]atomic.Pointer[keyMemo]
+	seen [keyMemoSlots]atomic.Uint64
+}
+
+// keyMemoSlots is how many keys a keyMemos remembers.
+const keyMemoSlots = 64
+
+// keyMemo is what forKey returned for key with the overrides ovs after
+// changes of them: terms that hold at any instant (no expiry was involved
+// and no rollover), so that they stay right while ovs does not change.
+type keyMemo struct {
+	key     string
+	ovs     *ovSet
+	changes uint64
+	l       ledger.Limit
+	args    limitArgs
+}
+
+// keyMemoSeed hashes keys to their slot of ovArgs.keys.
+var keyMemoSeed = maphash.MakeSeed()
 
 type ovArgsEntry struct {
 	updated time.Time
@@ -251,7 +288,7 @@ func (s *Store) loadOverrides(ctx context.Context, cl *cachedLimit) error {
 	if err != nil {
 		return s.fail(ctx, "read overrides", err)
 	}
-	set := &ledger.Overrides{}
+	set := &ovset.Set{}
 	for p, v := range m {
 		o, err := decodeOverride(p, v)
 		if err != nil {
@@ -303,6 +340,7 @@ func (s *Store) syncOverrides(ctx context.Context, limit string, e *ovSet, have,
 	if e.ov >= want {
 		return true, nil // another call brought it further meanwhile
 	}
+	e.changes.Add(1)
 	for i, p := range ps {
 		v, ok := vs[i].(string)
 		if !ok {
@@ -351,10 +389,45 @@ func termsOf(cl cachedLimit, key string, now time.Time) ledger.Limit {
 // appended to the version, and, for a limit with rollover, the capacity
 // in force at the end of the period before (the override's at that
 // period's last microsecond).
+//
+// What it returned for a key is remembered (ovArgs.keys) while it holds at
+// any instant: the key's override has no expiry, no more specific one has
+// expired, and the limit has no rollover. A decision on that key then
+// pays one hash and three comparisons while the set of overrides is the
+// one it was made from: any change of an override, by this instance or
+// another, either gives a new cachedLimit (a new ovArgs, empty) or counts
+// in ovs.changes.
 func (s *Store) forKey(cl cachedLimit, key string) cachedLimit {
 	if cl.ovs == nil {
 		return cl
 	}
+	var memo *keyMemos
+	if cl.ovArgs != nil {
+		memo = cl.ovArgs.keys
+	}
+	if memo == nil {
+		return s.resolveForKey(cl, key)
+	}
+	changes := cl.ovs.changes.Load() // before the lookup: a memo is never newer than its count
+	h := maphash.String(keyMemoSeed, key)
+	slot := int(h % keyMemoSlots)
+	if m := memo.keys[slot].Load(); m != nil && m.key == key && m.ovs == cl.ovs && m.changes == changes {
+		out := cl
+		out.l, out.args = m.l, m.args
+		return out
+	}
+	out := s.resolveForKey(cl, key)
+	if memo.seen[slot].Swap(h) != h {
+		return out // the key's first decision in a row on its slot: kept at its next
+	}
+	if out.args.version == cl.args.version && !(out.l.Rollover != nil && out.l.Period != nil) {
+		memo.keys[slot].Store(&keyMemo{key: key, ovs: cl.ovs, changes: changes, l: out.l, args: out.args})
+	}
+	return out
+}
+
+// resolveForKey is forKey without its memo.
+func (s *Store) resolveForKey(cl cachedLimit, key string) cachedLimit {
 	now := s.storeNow()
 	eff, o, lo, hi := termsFor(cl, key, now)
 	out := cl

@@ -3,14 +3,17 @@ package redis
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"os"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	"github.com/budgetd/budgetd/internal/ovset"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/shopspring/decimal"
 )
@@ -280,9 +283,9 @@ func BenchmarkResolveOverride(b *testing.B) {
 	s := &Store{k: keys{prefix: "b"}, limits: map[string]cachedLimit{}, gens: map[int64]string{}}
 	l := ledger.Limit{Name: "l", Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}
 	for _, n := range []int{0, 100000} {
-		cl := s.remember(cachedLimit{l: l, gen: 1, version: "1"})
+		cl := cachedLimit{l: l, gen: 1, version: "1"}
 		if n > 0 {
-			set := &ledger.Overrides{}
+			set := &ovset.Set{}
 			for i := range n {
 				p := fmt.Sprintf("c%06d", i)
 				if i%2 == 1 {
@@ -292,6 +295,7 @@ func BenchmarkResolveOverride(b *testing.B) {
 			}
 			cl.ovs = &ovSet{ov: 1, set: set}
 		}
+		cl = s.remember(cl) // loaded first, as fetchLimit does
 		for _, key := range []string{"c000042", "p000043-x", "zz"} {
 			b.Run(fmt.Sprintf("%d/%s", n, key), func(b *testing.B) {
 				b.ReportAllocs()
@@ -430,4 +434,128 @@ func TestOverridesPutConcurrently(t *testing.T) {
 			t.Fatalf("capacity %s (%v) under k3-1*, want 20", d.Capacity, err)
 		}
 	})
+}
+
+// TestForKeyMemo: what forKey resolved for a key is remembered while it
+// holds at any instant, and never used once the overrides changed (a
+// longer prefix added, a replaced capacity, a delete, counted in
+// ovSet.changes as syncOverrides counts another instance's changes), nor
+// for an override with an expiry, which ends exactly at it. A remembered
+// key's lookup allocates nothing. No server.
+func TestForKeyMemo(t *testing.T) {
+	now := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	s := &Store{k: keys{prefix: "b"}, limits: map[string]cachedLimit{}, gens: map[int64]string{}, now: func() time.Time { return now }}
+	set := &ovset.Set{}
+	for i := range 1000 {
+		set.Put(ledger.Override{Pattern: fmt.Sprintf("k%d*", 2*i), Capacity: decimalOf("40")})
+		set.Put(ledger.Override{Pattern: fmt.Sprintf("k%d", 2*i+1), Capacity: decimalOf("30")})
+	}
+	cl := s.remember(cachedLimit{l: ledger.Limit{Name: "l", Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}, gen: 1, version: "1",
+		ovs: &ovSet{ov: 1, set: set}}) // loaded first, as fetchLimit does
+	changed := now
+	put := func(o ledger.Override) func(*ovset.Set) {
+		changed = changed.Add(time.Microsecond) // as the store's clock stamps each PUT
+		o.UpdatedAt = changed
+		return func(set *ovset.Set) { set.Put(o) }
+	}
+	change := func(fn func(*ovset.Set)) { // as syncOverrides applies a change
+		cl.ovs.mu.Lock()
+		cl.ovs.changes.Add(1)
+		fn(cl.ovs.set)
+		cl.ovs.mu.Unlock()
+	}
+	check := func(key, capacity, override, version string) {
+		t.Helper()
+		for range 3 { // the first two resolve, the third may be the memo
+			got := s.forKey(cl, key)
+			if got.l.Capacity.String() != capacity || got.l.Override != override || got.args.ceiling != units(num(capacity)) || got.args.version != version {
+				t.Fatalf("%s: capacity %s (ceiling %s) under %q, version %q; want %s under %q, version %q",
+					key, got.l.Capacity, got.args.ceiling, got.l.Override, got.args.version, capacity, override, version)
+			}
+		}
+	}
+	check("k0", "40", "k0*", "1:1")
+	if m := cl.ovArgs.keys.keys[maphash.String(keyMemoSeed, "k0")%keyMemoSlots].Load(); m == nil || m.key != "k0" {
+		t.Fatal("the hot key's terms were not remembered")
+	}
+	if n := testing.AllocsPerRun(100, func() { s.forKey(cl, "k0") }); n != 0 {
+		t.Errorf("a remembered key's lookup allocates %.0f times", n)
+	}
+	check("k0-a", "40", "k0*", "1:1")
+	change(put(ledger.Override{Pattern: "k0-*", Capacity: decimalOf("50")}))
+	check("k0-a", "50", "k0-*", "1:1")
+	check("k0", "40", "k0*", "1:1")
+	change(put(ledger.Override{Pattern: "k0-*", Capacity: decimalOf("60")}))
+	check("k0-a", "60", "k0-*", "1:1")
+	change(func(o *ovset.Set) { o.Delete("k0-*") })
+	check("k0-a", "40", "k0*", "1:1")
+	check("zz", "10", "", "1:1") // no override: the limit's own terms, remembered too
+	change(put(ledger.Override{Pattern: "z*", Capacity: decimalOf("70")}))
+	check("zz", "70", "z*", "1:1")
+	// A raise that ends: applied up to the microsecond before its end and
+	// not from it, its span in the version (the function checks it).
+	end := now.Add(time.Hour)
+	change(put(ledger.Override{Pattern: "k0-a", Capacity: decimalOf("90"), ExpiresAt: end}))
+	hi := strconv.FormatInt(end.UnixMicro(), 10)
+	check("k0-a", "90", "k0-a", "1:1@:"+hi)
+	now = end.Add(-time.Microsecond)
+	check("k0-a", "90", "k0-a", "1:1@:"+hi)
+	now = end
+	check("k0-a", "40", "k0*", "1:1@"+hi+":")
+	now = end.Add(-time.Second) // a clock stepped back: the raise applies again
+	check("k0-a", "90", "k0-a", "1:1@:"+hi)
+}
+
+// TestOverrideMemoAnotherInstance: decisions on a hot key, whose terms an
+// instance remembers, see at their very next decision every change made
+// through another instance: a longer prefix added, its capacity replaced,
+// its delete, an exact override over it (the change bumps the limit's
+// version, which the bucket's function checks, and the instance reloads).
+func TestOverrideMemoAnotherInstance(t *testing.T) {
+	a := openTest(t, serverURL(t, "BUDGETD_TEST_REDIS"), WithLimitCacheTTL(time.Hour))
+	b, err := Open(context.Background(), serverURL(t, "BUDGETD_TEST_REDIS"), WithPrefix(a.k.prefix), WithLimitCacheTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	sa, sb := ledger.NewService(a), ledger.NewService(b)
+	if _, err := sa.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sa.PutOverride(ctx, "l", ledger.Override{Pattern: "k0*", Capacity: decimalOf("40")}); err != nil {
+		t.Fatal(err)
+	}
+	r := ledger.BucketRef{Limit: "l", Key: "k0-a"}
+	decide := func(want, override string) {
+		t.Helper()
+		for range 3 {
+			d, err := sa.Fillup(ctx, []ledger.Item{{Bucket: r, Cost: num("0.001")}}, ledger.Idempotency{})
+			if err != nil || d.Items[0].Capacity.String() != want || d.Limits[0].Override != override {
+				t.Fatalf("%+v (%v), want capacity %s under %q", d, err, want, override)
+			}
+		}
+	}
+	decide("40", "k0*")
+	put := func(pattern, capacity string) func() error {
+		return func() error {
+			_, err := sb.PutOverride(ctx, "l", ledger.Override{Pattern: pattern, Capacity: decimalOf(capacity)})
+			return err
+		}
+	}
+	for _, c := range []struct {
+		change             func() error
+		capacity, override string
+	}{
+		{put("k0-*", "50"), "50", "k0-*"},
+		{put("k0-*", "60"), "60", "k0-*"},
+		{put("k0-a", "70"), "70", "k0-a"},
+		{func() error { return sb.DeleteOverride(ctx, "l", "k0-a") }, "60", "k0-*"},
+		{func() error { return sb.DeleteOverride(ctx, "l", "k0-*") }, "40", "k0*"},
+	} {
+		if err := c.change(); err != nil {
+			t.Fatal(err)
+		}
+		decide(c.capacity, c.override)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/series"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shopspring/decimal"
 )
@@ -19,6 +20,7 @@ import (
 type Store struct {
 	ledger.Store
 	seconds *prometheus.HistogramVec
+	series  series.Cache[[2]string, prometheus.Observer] // seconds' series by op and outcome
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -65,7 +67,10 @@ func Outcome(err error) string {
 }
 
 func (s *Store) observe(op string, start time.Time, err error) {
-	s.seconds.WithLabelValues(op, Outcome(err)).Observe(time.Since(start).Seconds())
+	outcome := Outcome(err)
+	s.series.Get([2]string{op, outcome}, func() prometheus.Observer {
+		return s.seconds.WithLabelValues(op, outcome)
+	}).Observe(time.Since(start).Seconds())
 }
 
 // PutLimit times the wrapped store's PutLimit.

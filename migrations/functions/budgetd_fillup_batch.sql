@@ -31,7 +31,9 @@
 -- after the lock, the decisions in variables, then the row written once (a
 -- bucket never written is inserted with its final level, with no placeholder
 -- row unless nothing was charged), the history entries of the call in one
--- INSERT and its idempotency records in one INSERT. A bucket without slots
+-- INSERT and its idempotency records in one INSERT; a limit with thresholds
+-- adds nothing while no event is due (the marks go with the row's write),
+-- and budgetd_cross's statements when one is. A bucket without slots
 -- or rollover carry, before or after, is written without those columns. When the insert of a new
 -- bucket finds that a concurrent call created it first, the function starts
 -- over on that row (at SERIALIZABLE PostgreSQL reports a serialization
@@ -108,11 +110,21 @@ DECLARE
     v_bfound   boolean;
     v_held     numeric;
     v_ths      text[];   -- the limit's thresholds
+    v_tsig     integer;  -- their limits.th_sig
+    v_tamt     numeric;  -- the lowest amount and percentage among them (limits.th_min_amount, th_min_pct)
+    v_tpct     numeric;
     v_msig     integer;  -- the bucket's marks (budgetd_cross)
     v_mabove   integer;
     v_mperiod  bigint;
     v_before   numeric;  -- level + held before the first item
     v_afters   numeric[];  -- level + held after each accepted item (thresholds only)
+    v_tlevel   numeric;  -- a threshold's level
+    v_tabove   integer;  -- the marks the threshold rule starts from (see below)
+    v_tfirst   integer;  -- the thresholds reached after the first and after the last accepted item
+    v_tlast    integer;
+    v_wsig     integer;  -- the marks the bucket's write sets (NULL: as stored; budgetd_cross then runs)
+    v_wabove   integer;
+    v_wperiod  bigint;
     v_expired  bigint;
     v_all_a    text[];
     v_all_e    bigint[];
@@ -159,7 +171,8 @@ BEGIN
             v_hist := p_l.history; v_rec := p_l.record_denials; v_lcre := p_l.created_at; v_lupd := p_l.updated_at;
             v_every := p_l.period_every; v_starts := p_l.period_starts; v_period := budgetd_period_json(p_l);
             v_wlen := p_l.window_length_us; v_wprec := p_l.window_precision_us; v_mode := p_l.mode; v_grace := p_l.grace;
-            v_ceil := budgetd_ceiling(p_l); v_ths := p_l.thresholds; v_olens := p_l.override_lens; v_grows := p_l.grant_rows;
+            v_ceil := budgetd_ceiling(p_l); v_ths := p_l.thresholds; v_tsig := p_l.th_sig; v_tamt := p_l.th_min_amount; v_tpct := p_l.th_min_pct;
+            v_olens := p_l.override_lens; v_grows := p_l.grant_rows;
             v_rmax := p_l.rollover_max; v_orules := p_l.override_rules; v_oexp := p_l.override_expiry;
             v_over := p_l.override_ver;
             -- (No row: every target is NULL.)
@@ -171,12 +184,12 @@ BEGIN
             v_base := NULL;
             SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.record_denials, l.created_at, l.updated_at,
                    l.period_every, l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
-                   l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.override_lens, l.grant_rows, l.rollover_max,
+                   l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.th_sig, l.th_min_amount, l.th_min_pct, l.override_lens, l.grant_rows, l.rollover_max,
                    l.override_rules, l.override_expiry, l.override_ver,
                    b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found, b.th_sig, b.th_above, b.th_period, b.carry_unused, b.carry_period,
                    b.ov_ver, b.ov_pattern, b.ov_capacity
               INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_rec, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
-                   v_mode, v_grace, v_ceil, v_ths, v_olens, v_grows, v_rmax, v_orules, v_oexp, v_over,
+                   v_mode, v_grace, v_ceil, v_ths, v_tsig, v_tamt, v_tpct, v_olens, v_grows, v_rmax, v_orules, v_oexp, v_over,
                    v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp, v_bver, v_bpat, v_bcap
               FROM limits l
               LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found, bb.th_sig, bb.th_above, bb.th_period,
@@ -471,6 +484,61 @@ BEGIN
             END IF;
         END LOOP;
 
+        -- The threshold rule (budgetd_cross) without its call, when it emits
+        -- nothing: the marks it starts from (the bucket's; for marks of
+        -- another period none, for marks of another list of thresholds those
+        -- that the use before reaches) are the thresholds reached after the
+        -- first accepted item and after the last. The uses after the items
+        -- only grow (each adds a positive cost to the level, the holds stay)
+        -- and reaching (>=) is monotone in the use, so every item in between
+        -- reaches the same: no event, and the bucket's write sets the marks
+        -- (v_wsig, v_wabove, v_wperiod; v_wsig NULL: as stored). Otherwise
+        -- (an event to emit) budgetd_cross runs after the write, as the
+        -- rule's one statement of the events and the marks.
+        -- Each plpgsql expression costs an initialisation per transaction,
+        -- so the common case is one test: the use after the last item below
+        -- the lowest amount and the lowest percentage of the capacity (exact:
+        -- the capacity is not negative and numeric multiplication never
+        -- rounds) reaches nothing, and neither did any use before it; then
+        -- nothing is crossed unless the marks, current, hold a threshold
+        -- (to recover).
+        v_wsig := NULL;
+        IF NOT v_wrote OR cardinality(v_ths) = 0 THEN
+            NULL;
+        ELSIF (v_tamt IS NULL OR v_afters[cardinality(v_afters)] < v_tamt)
+              AND (v_tpct IS NULL OR v_afters[cardinality(v_afters)] < v_cap * v_tpct * 0.01)
+              AND (coalesce(v_mabove, 0) = 0 OR coalesce(v_msig, 0) <> v_tsig OR coalesce(v_mperiod, 0) <> coalesce(v_start, 0)) THEN
+            v_wsig := v_tsig;
+            v_wabove := 0;
+            v_wperiod := coalesce(v_start, 0);
+        ELSE
+            v_wperiod := coalesce(v_start, 0);
+            v_tabove := 0;
+            v_tfirst := 0;
+            v_tlast := 0;
+            FOR i IN 1 .. cardinality(v_ths) LOOP
+                v_tlevel := CASE WHEN right(v_ths[i], 1) = '%' THEN v_cap * left(v_ths[i], -1)::numeric * 0.01 ELSE v_ths[i]::numeric END;
+                IF v_before >= v_tlevel THEN
+                    v_tabove := v_tabove | (1 << (i - 1));
+                END IF;
+                IF v_afters[1] >= v_tlevel THEN
+                    v_tfirst := v_tfirst | (1 << (i - 1));
+                END IF;
+                IF v_afters[cardinality(v_afters)] >= v_tlevel THEN
+                    v_tlast := v_tlast | (1 << (i - 1));
+                END IF;
+            END LOOP;
+            IF coalesce(v_mperiod, 0) <> v_wperiod THEN
+                v_tabove := 0;
+            ELSIF coalesce(v_msig, 0) = v_tsig THEN
+                v_tabove := coalesce(v_mabove, 0);
+            END IF;
+            IF v_tfirst = v_tabove AND v_tlast = v_tabove THEN
+                v_wsig := v_tsig;
+                v_wabove := v_tabove;
+            END IF;
+        END IF;
+
         -- Write the bucket once.
         IF v_wrote THEN
             IF v_expired > 0 THEN
@@ -487,6 +555,8 @@ BEGIN
                 -- that would stay as they are are not written.
                 UPDATE buckets
                    SET level = v_level, ov_ver = v_mver, ov_pattern = v_o.pattern, ov_capacity = v_o.capacity,
+                       th_sig = coalesce(v_wsig, th_sig), th_above = CASE WHEN v_wsig IS NULL THEN th_above ELSE v_wabove END,
+                       th_period = CASE WHEN v_wsig IS NULL THEN th_period ELSE v_wperiod END,
                        updated_at = CASE WHEN updated_at IS NULL OR updated_at < v_now OR updated_at > v_now + budgetd_clock_step()
                                          THEN v_now ELSE updated_at END
                  WHERE limit_id = v_lid AND key = p_key;
@@ -494,26 +564,32 @@ BEGIN
                 UPDATE buckets
                    SET level = v_level, slot_idx = v_widx, slot_sum = v_wsum,
                        ov_ver = v_mver, ov_pattern = v_o.pattern, ov_capacity = v_o.capacity,
+                       th_sig = coalesce(v_wsig, th_sig), th_above = CASE WHEN v_wsig IS NULL THEN th_above ELSE v_wabove END,
+                       th_period = CASE WHEN v_wsig IS NULL THEN th_period ELSE v_wperiod END,
                        carry_unused = CASE WHEN v_l.rollover_period IS NULL THEN carry_unused ELSE v_l.rollover_unused END,
                        carry_period = coalesce(v_l.rollover_period, carry_period),
                        updated_at = CASE WHEN updated_at IS NULL OR updated_at < v_now OR updated_at > v_now + budgetd_clock_step()
                                          THEN v_now ELSE updated_at END
                  WHERE limit_id = v_lid AND key = p_key;
             ELSIF v_wlen IS NULL THEN
-                INSERT INTO buckets (limit_id, key, level, updated_at, ov_ver, ov_pattern, ov_capacity)
-                VALUES (v_lid, p_key, v_level, v_now, v_mver, v_o.pattern, v_o.capacity)
+                INSERT INTO buckets (limit_id, key, level, updated_at, ov_ver, ov_pattern, ov_capacity, th_sig, th_above, th_period)
+                VALUES (v_lid, p_key, v_level, v_now, v_mver, v_o.pattern, v_o.capacity, coalesce(v_wsig, 0), CASE WHEN v_wsig IS NULL THEN 0 ELSE v_wabove END,
+                        CASE WHEN v_wsig IS NULL THEN 0 ELSE v_wperiod END)
                 ON CONFLICT DO NOTHING;
                 CONTINUE WHEN NOT FOUND;
             ELSE
-                INSERT INTO buckets (limit_id, key, level, updated_at, slot_idx, slot_sum, ov_ver, ov_pattern, ov_capacity)
-                VALUES (v_lid, p_key, v_level, v_now, v_widx, v_wsum, v_mver, v_o.pattern, v_o.capacity)
+                INSERT INTO buckets (limit_id, key, level, updated_at, slot_idx, slot_sum, ov_ver, ov_pattern, ov_capacity, th_sig, th_above, th_period)
+                VALUES (v_lid, p_key, v_level, v_now, v_widx, v_wsum, v_mver, v_o.pattern, v_o.capacity,
+                        coalesce(v_wsig, 0), CASE WHEN v_wsig IS NULL THEN 0 ELSE v_wabove END,
+                        CASE WHEN v_wsig IS NULL THEN 0 ELSE v_wperiod END)
                 ON CONFLICT DO NOTHING;
                 -- A concurrent call created the bucket first: start over on it.
                 CONTINUE WHEN NOT FOUND;
             END IF;
-            -- The threshold rule, for the accepted items one after another
-            -- (budgetd_cross), each event with the use after its item.
-            IF cardinality(v_ths) > 0 THEN
+            -- The threshold rule with events, for the accepted items one
+            -- after another (budgetd_cross), each event with the use after
+            -- its item.
+            IF cardinality(v_ths) > 0 AND v_wsig IS NULL THEN
                 IF v_l.id IS NULL THEN
                     IF v_base.id IS NULL THEN
                         SELECT * INTO v_base FROM limits WHERE id = v_lid;

@@ -13,7 +13,8 @@
 -- against (budgetd_ceiling); neither changes a bucket: a level above the new
 -- ceiling stays, and nothing more fits until it falls. p_thresholds sets the
 -- limit's thresholds ("80%", "4500"; NULL: none) and p_th_sig their
--- ledger.ThresholdSig; a bucket's marks are recomputed at its next write
+-- ledger.ThresholdSig (and th_min_amount, th_min_pct their lowest amount
+-- and percentage, migration 0020); a bucket's marks are recomputed at its next write
 -- (budgetd_cross), except that a limit left without thresholds clears them.
 -- p_rollover_max is a periodic limit's rollover max (NULL: no rollover);
 -- a bucket's carry is kept (budgetd_with_rollover reads it only for the
@@ -40,11 +41,14 @@ BEGIN
     END IF;
     INSERT INTO limits AS l (name, capacity, leak_amount, leak_per_us, history, created_at, updated_at,
                              period_every, period_tz, period_start_day, period_starts, window_length_us, window_precision_us,
-                             record_denials, mode, grace, thresholds, th_sig, rollover_max)
+                             record_denials, mode, grace, thresholds, th_sig, th_min_amount, th_min_pct, rollover_max)
     VALUES (p_name, p_capacity::numeric, p_leak_amount::numeric, p_per_us, p_history, v_now, v_now,
             p_every, p_tz, p_start_day, p_starts, p_window_length_us, p_window_precision_us, p_record_denials,
             coalesce(p_mode, 'enforce'), trim_scale(coalesce(p_grace, '0')::numeric),
-            coalesce(p_thresholds, '{}'), coalesce(p_th_sig, 0), trim_scale(p_rollover_max::numeric))
+            coalesce(p_thresholds, '{}'), coalesce(p_th_sig, 0),
+            (SELECT min(t::numeric) FROM unnest(p_thresholds) AS t WHERE right(t, 1) <> '%'),
+            (SELECT min(left(t, -1)::numeric) FROM unnest(p_thresholds) AS t WHERE right(t, 1) = '%'),
+            trim_scale(p_rollover_max::numeric))
     ON CONFLICT (name) DO UPDATE
        SET capacity = EXCLUDED.capacity, leak_amount = EXCLUDED.leak_amount, leak_per_us = EXCLUDED.leak_per_us,
            history = EXCLUDED.history, updated_at = EXCLUDED.updated_at,
@@ -52,7 +56,8 @@ BEGIN
            period_start_day = EXCLUDED.period_start_day, period_starts = EXCLUDED.period_starts,
            window_length_us = EXCLUDED.window_length_us, window_precision_us = EXCLUDED.window_precision_us,
            record_denials = EXCLUDED.record_denials, mode = EXCLUDED.mode, grace = EXCLUDED.grace,
-           thresholds = EXCLUDED.thresholds, th_sig = EXCLUDED.th_sig, rollover_max = EXCLUDED.rollover_max
+           thresholds = EXCLUDED.thresholds, th_sig = EXCLUDED.th_sig,
+           th_min_amount = EXCLUDED.th_min_amount, th_min_pct = EXCLUDED.th_min_pct, rollover_max = EXCLUDED.rollover_max
     RETURNING * INTO v_l;
     IF v_old.id IS NOT NULL AND (v_old.leak_amount IS DISTINCT FROM v_l.leak_amount OR v_old.leak_per_us IS DISTINCT FROM v_l.leak_per_us
                                  OR v_old.period_every IS DISTINCT FROM v_l.period_every OR v_old.period_tz IS DISTINCT FROM v_l.period_tz

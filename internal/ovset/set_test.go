@@ -1,4 +1,4 @@
-package memory
+package ovset
 
 import (
 	"fmt"
@@ -34,7 +34,7 @@ func TestOverrideSetMatchesLedger(t *testing.T) {
 	long := "a-customer-key-longer-than-what-a-record-holds-itself" // in the arena
 	base := time.Date(2026, 11, 26, 12, 0, 0, 123456789, time.FixedZone("X", 3600))
 	var want ledger.Overrides
-	got := &overrideSet{}
+	got := &Set{}
 	patterns := []string{"*", "a*", "ab*", "abc", "abc*", "abcd", "b", "b*", "bcd*", "bcdef", "zz-long-key-0001", "zz-*", "zz-long-*", long, long + "*", long[:40] + "*", long + "-x"}
 	amounts := []string{"5", "8000.00", "0.000001", "1000000000000", "12.5", "1.000000000000000000000000"}
 	zones := []string{"", "Europe/Berlin", "Asia/Tokyo"}
@@ -82,7 +82,7 @@ func TestOverrideSetMatchesLedger(t *testing.T) {
 		}
 		rules := false
 		for _, o := range want.List("", want.Len(), time.Time{}) {
-			rules = rules || changesRule(o)
+			rules = rules || ChangesRule(o)
 		}
 		for _, k := range append(keys, fmt.Sprintf("gen-%d", rng.IntN(3000)), fmt.Sprintf("gen-%d-x", rng.IntN(3000))) {
 			for _, d := range []time.Duration{0, 499 * time.Microsecond, 500*time.Microsecond - time.Nanosecond, 500 * time.Microsecond, time.Second} {
@@ -95,13 +95,22 @@ func TestOverrideSetMatchesLedger(t *testing.T) {
 				if g, gok := got.Resolve(k, now); gok != wok || wok && !sameOverride(w, g) {
 					t.Fatalf("step %d: Resolve(%q, +%s) = %+v %v, want %+v %v", step, k, d, g, gok, w, wok)
 				}
-				// mayExpire is SettleExpiries' first test: the override in
+				// Effective, three times: the third may come from the memo,
+				// which every change since must have made stale.
+				lim := ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(7), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}
+				for range 3 {
+					we, ge := want.Effective(lim, k, now), got.Effective(lim, k, now)
+					if ge.Override != we.Override || !ge.Capacity.Equal(we.Capacity) || ge.LeakPer != we.LeakPer || !ge.LeakAmount.Equal(we.LeakAmount) {
+						t.Fatalf("step %d: Effective(%q, +%s) = %+v, want %+v", step, k, d, ge, we)
+					}
+				}
+				// MayExpire is SettleExpiries' first test: the override in
 				// force at the bucket's write has expired by the read, and
 				// some override changes a rule.
 				for _, later := range []time.Duration{0, 250 * time.Microsecond, time.Second} {
 					wantMay := wok && rules && !w.ExpiresAt.IsZero() && !w.ExpiresAt.After(now.Add(later))
-					if may := got.mayExpire(k, now.UnixMicro(), now.Add(later)); may != wantMay {
-						t.Fatalf("step %d: mayExpire(%q, +%s, +%s) = %v, want %v (override %+v)", step, k, d, later, may, wantMay, w)
+					if may := got.MayExpire(k, now.UnixMicro(), now.Add(later)); may != wantMay {
+						t.Fatalf("step %d: MayExpire(%q, +%s, +%s) = %v, want %v (override %+v)", step, k, d, later, may, wantMay, w)
 					}
 				}
 			}
@@ -128,7 +137,7 @@ func TestOverrideSetMatchesLedger(t *testing.T) {
 // (kept in the arena) copies the live ones to a smaller arena, and every
 // override left still resolves.
 func TestOverrideSetCompacts(t *testing.T) {
-	s := &overrideSet{}
+	s := &Set{}
 	const n = 20000
 	for i := range n {
 		s.Put(ledger.Override{Pattern: fmt.Sprintf("customer-%06d-of-a-tenant-with-a-long-name", i), Capacity: decimal.NewNullDecimal(decimal.NewFromInt(int64(i + 1)))})
@@ -151,5 +160,47 @@ func TestOverrideSetCompacts(t *testing.T) {
 	}
 	if s.resolve("customer-000001-of-a-tenant-with-a-long-name", now) != 0 {
 		t.Fatal("a deleted override resolves")
+	}
+}
+
+// TestOverrideSetMemo: a key resolved again and again (a hot key) gets
+// its override without decoding it, allocating nothing, while a load
+// spread over many keys keeps no memo (nothing allocated for one).
+func TestOverrideSetMemo(t *testing.T) {
+	s := &Set{}
+	for i := range 100_000 {
+		p := fmt.Sprintf("k%d", i)
+		if i%2 == 0 {
+			p += "*"
+		}
+		s.Put(ledger.Override{Pattern: p, Capacity: decimal.NewNullDecimal(decimal.NewFromInt(50))})
+	}
+	l := ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(7), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}
+	now := time.Now()
+	if n := testing.AllocsPerRun(100, func() {
+		if e := s.Effective(l, "k0", now); e.Override != "k0*" {
+			t.Fatalf("k0 under %q", e.Override)
+		}
+	}); n != 0 {
+		t.Errorf("the hot key's override allocates %.0f times a decision", n)
+	}
+	// Spread: each exact key once, against decoding without the memo.
+	keys := make([]string, 2000)
+	for j := range keys {
+		keys[j] = fmt.Sprintf("k%d", 1+(j*7919)%100_000/2*2)
+	}
+	i := 0
+	spread := testing.AllocsPerRun(1000, func() {
+		i++
+		s.Effective(l, keys[i%len(keys)], now)
+	})
+	decoded := testing.AllocsPerRun(1000, func() {
+		i++
+		if r := s.resolve(keys[i%len(keys)], now); r != 0 {
+			s.override(r - 1).Apply(l)
+		}
+	})
+	if spread > decoded {
+		t.Errorf("spread: %.1f allocations a decision, %.1f without the memo", spread, decoded)
 	}
 }

@@ -1,17 +1,21 @@
-package memory
+// Package ovset keeps a limit's overrides for resolution without pointers
+// for the garbage collector to mark: the memory store's overrides, and each
+// Redis instance's copy of a limit's overrides.
+package ovset
 
 import (
 	"bytes"
 	"hash/maphash"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/shopspring/decimal"
 )
 
-// overrideSet is one limit's overrides, resolved as ledger.Overrides
+// Set is one limit's overrides, resolved as ledger.Overrides
 // resolves them (the exact key, else the longest prefix, skipping expired
 // ones; one lookup per distinct prefix length) and answering the same
 // ledger.Override values, but laid out without pointers: a limit with
@@ -23,9 +27,11 @@ import (
 // counts, the zone as an index into a small table of interned names); a
 // pattern lies in its record when short, else in one byte arena; the
 // indexes map a seeded hash of a pattern to its record, records with the
-// same hash chained. It is not safe for concurrent use; the store guards
-// it with limitsMu.
-type overrideSet struct {
+// same hash chained. Changes (Put, Delete) need the set to themselves;
+// reads (Get, Resolve, Effective, Candidates, List, MayExpire) may run
+// concurrently with one another: the store guards it with a read-write
+// lock (the memory store's limitsMu, a Redis instance's per limit).
+type Set struct {
 	recs    []overrideRec
 	free    []uint32 // indexes of deleted records, reused by Put
 	arena   []byte   // the patterns longer than inlinePattern, "*" included
@@ -49,9 +55,30 @@ type overrideSet struct {
 	// and lastExpiry is the latest expiry ever put (Unix microseconds,
 	// never lowered): a bucket written at or after it, or in a set without
 	// both an expiring override and one that changes a rule, has no end of
-	// a temporary rule change to settle (mayExpire).
+	// a temporary rule change to settle (MayExpire).
 	expiring   int
 	lastExpiry int64
+	// gen counts the changes of s (every Put and Delete), and memo keeps,
+	// per record index modulo memoSlots, a record as Effective last built
+	// it, valid while gen is the same: a hot key pays no decoding and no
+	// allocation for its override (docs/terms.md#measurements-100000-overrides).
+	// seen is the record that last missed in each slot: a record is kept
+	// from its second resolution in a row on its slot, so that a load
+	// spread over many keys allocates no memo. Readers run concurrently,
+	// so the slots are atomic; a change has the set to itself.
+	gen  uint64
+	memo [memoSlots]atomic.Pointer[ovMemo]
+	seen [memoSlots]atomic.Uint32
+}
+
+// memoSlots is how many decoded overrides an Set keeps (memo).
+const memoSlots = 256
+
+// ovMemo is record rec (index+1) as decoded at the set's change gen.
+type ovMemo struct {
+	rec uint32
+	gen uint64
+	o   ledger.Override
 }
 
 // overrideRec is one override, without pointers. Indexes into recs are
@@ -91,7 +118,7 @@ const (
 const compactAt = 1 << 16
 
 // Len returns how many overrides there are, expired ones included.
-func (s *overrideSet) Len() int {
+func (s *Set) Len() int {
 	if s == nil {
 		return 0
 	}
@@ -100,7 +127,7 @@ func (s *overrideSet) Len() int {
 
 // pattern returns the pattern of record i as it lies in the arena, without
 // copying: only for comparisons that do not keep it.
-func (s *overrideSet) pattern(i uint32) []byte {
+func (s *Set) pattern(i uint32) []byte {
 	r := &s.recs[i]
 	if r.plen <= inlinePattern {
 		return r.inl[:r.plen]
@@ -110,7 +137,7 @@ func (s *overrideSet) pattern(i uint32) []byte {
 
 // find returns the index+1 of the record of p (a key, or a prefix without
 // "*") in index m, and 0 when there is none.
-func (s *overrideSet) find(m map[uint64]uint32, p string, prefix bool) uint32 {
+func (s *Set) find(m map[uint64]uint32, p string, prefix bool) uint32 {
 	cut := uint32(0)
 	if prefix {
 		cut = 1
@@ -125,7 +152,7 @@ func (s *overrideSet) find(m map[uint64]uint32, p string, prefix bool) uint32 {
 }
 
 // index returns the index of a pattern's kind, with its key or prefix.
-func (s *overrideSet) index(pattern string) (map[uint64]uint32, string, bool) {
+func (s *Set) index(pattern string) (map[uint64]uint32, string, bool) {
 	p, prefix := ledger.Override{Pattern: pattern}.Prefix()
 	if prefix {
 		return s.prefix, p, true
@@ -134,7 +161,8 @@ func (s *overrideSet) index(pattern string) (map[uint64]uint32, string, bool) {
 }
 
 // Put adds o or replaces the override of its pattern.
-func (s *overrideSet) Put(o ledger.Override) {
+func (s *Set) Put(o ledger.Override) {
+	s.gen++
 	if s.exact == nil {
 		s.exact, s.prefix, s.counts, s.zoneOf = map[uint64]uint32{}, map[uint64]uint32{}, map[int]int{}, map[string]uint32{}
 		s.seed = maphash.MakeSeed()
@@ -152,7 +180,7 @@ func (s *overrideSet) Put(o ledger.Override) {
 		s.expiring--
 	}
 	r.flags &= flagLive | flagPrefix
-	if changesRule(o) {
+	if ChangesRule(o) {
 		r.flags |= flagRule
 		s.rules++
 	}
@@ -172,7 +200,7 @@ func (s *overrideSet) Put(o ledger.Override) {
 
 // add stores a new record of pattern (p its key or prefix) in index m and
 // returns its index+1.
-func (s *overrideSet) add(m map[uint64]uint32, pattern, p string, prefix bool) uint32 {
+func (s *Set) add(m map[uint64]uint32, pattern, p string, prefix bool) uint32 {
 	var i uint32
 	if n := len(s.free); n > 0 {
 		i, s.free = s.free[n-1]+1, s.free[:n-1]
@@ -202,18 +230,18 @@ func (s *overrideSet) add(m map[uint64]uint32, pattern, p string, prefix bool) u
 	return i
 }
 
-// changesRule reports whether o sets a term of a bucket's rule: a leak
+// ChangesRule reports whether o sets a term of a bucket's rule: a leak
 // rate, a zone or start day, a window length (not a capacity).
-func changesRule(o ledger.Override) bool {
+func ChangesRule(o ledger.Override) bool {
 	return o.LeakPer != 0 || o.TZ != "" || o.StartDay != 0 || o.WindowLength != 0
 }
 
-// changesRules reports whether any override of s changes a rule.
-func (s *overrideSet) changesRules() bool { return s != nil && s.rules > 0 }
+// ChangesRules reports whether any override of s changes a rule.
+func (s *Set) ChangesRules() bool { return s != nil && s.rules > 0 }
 
 // encode writes o's terms into r and reports whether they fit. The expiry
 // is written first: resolve reads it from r even when o is kept whole.
-func (s *overrideSet) encode(r *overrideRec, o ledger.Override) bool {
+func (s *Set) encode(r *overrideRec, o ledger.Override) bool {
 	r.expires = 0
 	if !o.ExpiresAt.IsZero() {
 		r.flags |= flagExpires
@@ -273,7 +301,7 @@ func decimalOf(coef int64, exp int32) decimal.Decimal {
 }
 
 // override returns record i as the ledger.Override it was put as.
-func (s *overrideSet) override(i uint32) ledger.Override {
+func (s *Set) override(i uint32) ledger.Override {
 	r := &s.recs[i]
 	if r.flags&flagOdd != 0 {
 		return s.odd[i]
@@ -301,13 +329,13 @@ func (s *overrideSet) override(i uint32) ledger.Override {
 
 // activeAt reports whether record i applies at now (in Unix microseconds,
 // rounded down: an expiry is a whole microsecond).
-func (s *overrideSet) activeAt(i uint32, now int64) bool {
+func (s *Set) activeAt(i uint32, now int64) bool {
 	r := &s.recs[i]
 	return r.flags&flagExpires == 0 || now < r.expires
 }
 
 // Get returns the override of pattern, expired or not.
-func (s *overrideSet) Get(pattern string) (ledger.Override, bool) {
+func (s *Set) Get(pattern string) (ledger.Override, bool) {
 	if s == nil || s.exact == nil {
 		return ledger.Override{}, false
 	}
@@ -319,7 +347,7 @@ func (s *overrideSet) Get(pattern string) (ledger.Override, bool) {
 }
 
 // Delete removes the override of pattern and reports whether there was one.
-func (s *overrideSet) Delete(pattern string) bool {
+func (s *Set) Delete(pattern string) bool {
 	if s == nil || s.exact == nil {
 		return false
 	}
@@ -328,6 +356,7 @@ func (s *overrideSet) Delete(pattern string) bool {
 	if i == 0 {
 		return false
 	}
+	s.gen++
 	h := maphash.String(s.seed, p)
 	if m[h] == i {
 		if next := s.recs[i-1].next; next != 0 {
@@ -370,7 +399,7 @@ func (s *overrideSet) Delete(pattern string) bool {
 }
 
 // compact copies the live patterns to a new arena.
-func (s *overrideSet) compact() {
+func (s *Set) compact() {
 	arena := make([]byte, 0, len(s.arena)-s.garbage)
 	for i := range s.recs {
 		r := &s.recs[i]
@@ -387,7 +416,7 @@ func (s *overrideSet) compact() {
 // resolve returns the index+1 of the record that applies to key at now:
 // the exact one, else the one of the longest prefix of key, skipping
 // expired ones; 0 for none.
-func (s *overrideSet) resolve(key string, now time.Time) uint32 {
+func (s *Set) resolve(key string, now time.Time) uint32 {
 	if s == nil || s.exact == nil {
 		return 0
 	}
@@ -409,27 +438,27 @@ func (s *overrideSet) resolve(key string, now time.Time) uint32 {
 // Resolve returns the override that applies to key at now, as
 // ledger.Overrides.Resolve does: s is a ledger.Resolver, for
 // ledger.SettleExpiries.
-func (s *overrideSet) Resolve(key string, now time.Time) (ledger.Override, bool) {
+func (s *Set) Resolve(key string, now time.Time) (ledger.Override, bool) {
 	if i := s.resolve(key, now); i != 0 {
-		return s.override(i - 1), true
+		return s.memoized(i), true
 	}
 	return ledger.Override{}, false
 }
 
-// mayExpire reports whether ledger.SettleExpiries has anything to settle
+// MayExpire reports whether ledger.SettleExpiries has anything to settle
 // for key's bucket last written at updated (Unix microseconds, not 0): the
 // override that applied to it then has an expiry, by now, and some
 // override of s changes a rule. It is the same first test SettleExpiries
 // makes, without building an Override: nothing is allocated, and a set
 // without an expiring override, or a bucket written since the latest
 // expiry, costs two comparisons, inlined. s is not nil.
-func (s *overrideSet) mayExpire(key string, updated int64, now time.Time) bool {
+func (s *Set) MayExpire(key string, updated int64, now time.Time) bool {
 	return s.rules != 0 && s.expiring != 0 && updated < s.lastExpiry && s.expiredAt(key, updated, now)
 }
 
-// expiredAt is the rest of mayExpire: the override that applied to key at
+// expiredAt is the rest of MayExpire: the override that applied to key at
 // updated has an expiry, by now.
-func (s *overrideSet) expiredAt(key string, updated int64, now time.Time) bool {
+func (s *Set) expiredAt(key string, updated int64, now time.Time) bool {
 	i := s.resolve(key, time.UnixMicro(updated))
 	if i == 0 {
 		return false
@@ -440,16 +469,56 @@ func (s *overrideSet) expiredAt(key string, updated int64, now time.Time) bool {
 
 // Effective returns l as it applies to key at now: with the override that
 // resolves (ledger.Override.Apply), or l itself.
-func (s *overrideSet) Effective(l ledger.Limit, key string, now time.Time) ledger.Limit {
+func (s *Set) Effective(l ledger.Limit, key string, now time.Time) ledger.Limit {
 	if i := s.resolve(key, now); i != 0 {
-		return s.override(i - 1).Apply(l)
+		return s.memoized(i).Apply(l)
 	}
 	return l
 }
 
+// Candidates calls fn with each override whose pattern covers key, expired
+// ones included, most specific first (the exact one, then the prefixes
+// longest first), until fn returns false, as ledger.Overrides.Candidates
+// does.
+func (s *Set) Candidates(key string, fn func(ledger.Override) bool) {
+	if s == nil || s.exact == nil {
+		return
+	}
+	if i := s.find(s.exact, key, false); i != 0 && !fn(s.memoized(i)) {
+		return
+	}
+	for _, n := range s.lengths {
+		if n > len(key) {
+			continue
+		}
+		if i := s.find(s.prefix, key[:n], true); i != 0 && !fn(s.memoized(i)) {
+			return
+		}
+	}
+}
+
+// memoized is s.override(i-1), from memo while no change of s came since
+// it was decoded (gen): a key that decisions keep coming back to (a hot
+// key) decodes its override once, and its decisions allocate nothing for
+// it. A record deleted and its index reused by a Put is a change too.
+// Concurrent readers may each decode and store the same record, any of
+// which is right.
+func (s *Set) memoized(i uint32) ledger.Override {
+	slot := &s.memo[i%memoSlots]
+	if m := slot.Load(); m != nil && m.rec == i && m.gen == s.gen {
+		return m.o
+	}
+	if s.seen[i%memoSlots].Swap(i) != i {
+		return s.override(i - 1) // its first resolution in a row on its slot: kept at its next
+	}
+	m := &ovMemo{rec: i, gen: s.gen, o: s.override(i - 1)}
+	slot.Store(m)
+	return m.o
+}
+
 // List returns up to n overrides active at now with patterns > after, in
 // byte order of pattern.
-func (s *overrideSet) List(after string, n int, now time.Time) []ledger.Override {
+func (s *Set) List(after string, n int, now time.Time) []ledger.Override {
 	if s == nil {
 		return nil
 	}
