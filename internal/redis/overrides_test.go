@@ -353,17 +353,8 @@ func TestGrantsDefaultExpiryOfOverride(t *testing.T) {
 // another that cached the limit for an hour (the change bumps the limit's
 // version, which the bucket's function checks).
 func TestOverrideChangedByAnotherInstance(t *testing.T) {
-	a := openTest(t, serverURL(t, "BUDGETD_TEST_REDIS"), WithLimitCacheTTL(time.Hour))
-	b, err := Open(context.Background(), serverURL(t, "BUDGETD_TEST_REDIS"), WithPrefix(a.k.prefix), WithLimitCacheTTL(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	sa, sb := twoInstances(t)
 	ctx := context.Background()
-	sa, sb := ledger.NewService(a), ledger.NewService(b)
-	if _, err := sa.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
 	r := ledger.BucketRef{Limit: "l", Key: "k"}
 	capacity := func(want, override string) {
 		t.Helper()
@@ -512,17 +503,8 @@ func TestForKeyMemo(t *testing.T) {
 // its delete, an exact override over it (the change bumps the limit's
 // version, which the bucket's function checks, and the instance reloads).
 func TestOverrideMemoAnotherInstance(t *testing.T) {
-	a := openTest(t, serverURL(t, "BUDGETD_TEST_REDIS"), WithLimitCacheTTL(time.Hour))
-	b, err := Open(context.Background(), serverURL(t, "BUDGETD_TEST_REDIS"), WithPrefix(a.k.prefix), WithLimitCacheTTL(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	sa, sb := twoInstances(t)
 	ctx := context.Background()
-	sa, sb := ledger.NewService(a), ledger.NewService(b)
-	if _, err := sa.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := sa.PutOverride(ctx, "l", ledger.Override{Pattern: "k0*", Capacity: decimalOf("40")}); err != nil {
 		t.Fatal(err)
 	}
@@ -558,4 +540,23 @@ func TestOverrideMemoAnotherInstance(t *testing.T) {
 		}
 		decide(c.capacity, c.override)
 	}
+}
+
+// twoInstances opens two stores on one standalone server and prefix, each
+// caching limits for an hour, and puts the limit "l" (capacity 10, leaking
+// 1 an hour) through the first: what a change made through one instance
+// must reach the other despite.
+func twoInstances(t *testing.T) (*ledger.Service, *ledger.Service) {
+	t.Helper()
+	a := openTest(t, serverURL(t, "BUDGETD_TEST_REDIS"), WithLimitCacheTTL(time.Hour))
+	b, err := Open(context.Background(), serverURL(t, "BUDGETD_TEST_REDIS"), WithPrefix(a.k.prefix), WithLimitCacheTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	sa, sb := ledger.NewService(a), ledger.NewService(b)
+	if _, err := sa.PutLimit(context.Background(), "l", ledger.LimitSpec{Capacity: num("10"), LeakAmount: num("1"), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	return sa, sb
 }

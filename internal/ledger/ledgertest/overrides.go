@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/shopspring/decimal"
 )
@@ -26,6 +27,7 @@ func RunOverrides(t *testing.T, factory Factory) {
 		{"Settles", testOverrideSettles},
 		{"Thresholds", testOverrideThresholds},
 		{"MultiBucket", testOverrideMultiBucket},
+		{"Modes", testOverrideModes},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -409,5 +411,52 @@ func testOverrideMultiBucket(t *testing.T, e *env) {
 	res, err = e.svc.Fillup(e.ctx, items, ledger.Idempotency{Scope: "s", Key: "k1", Hash: "h"})
 	if err != nil || !res.Replayed || res.Limits[0].Override != "vip*" {
 		t.Fatalf("replay: %+v %v", res, err)
+	}
+}
+
+// testOverrideModes: a capacity override moves the ceiling of a soft limit
+// (capacity × (1 + grace)) and the line past which a shadow limit marks its
+// decisions, on a bucket's first decision and on the ones after it, and an
+// idempotent single-bucket Fillup names the override when it is replayed.
+func testOverrideModes(t *testing.T, e *env) {
+	check := func(what string, d bucket.Decision, accepted bool, level string, shadow, over, never bool) {
+		t.Helper()
+		if d.Accepted != accepted || !d.Level.Equal(bucket.MustAmount(level)) || d.ShadowDenied != shadow || d.OverCapacity != over || d.NeverFits != never {
+			t.Fatalf("%s: accepted=%v level=%s shadow_denied=%v over_capacity=%v never_fits=%v, want %v %s %v %v %v",
+				what, d.Accepted, d.Level, d.ShadowDenied, d.OverCapacity, d.NeverFits, accepted, level, shadow, over, never)
+		}
+	}
+	soft := ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: time.Hour, Mode: ledger.ModeSoft, Grace: dec("10")}
+	if _, err := e.svc.PutLimit(e.ctx, "soft", soft); err != nil {
+		t.Fatal(err)
+	}
+	e.override("soft", ledger.Override{Pattern: "big", Capacity: capacity("200")})
+	big, small := ref("soft", "big"), ref("soft", "small")
+	check("soft big fillup 210", e.fillup(big, "210"), true, "210", false, true, false)
+	check("soft big fillup 10.000001", e.fillup(big, "10.000001"), false, "210", false, false, false)
+	check("soft big fillup 10", e.fillup(big, "10"), true, "220", false, true, false)
+	check("soft big fillup 220.000001", e.fillup(big, "220.000001"), false, "220", false, false, true)
+	check("soft small fillup 110.000001", e.fillup(small, "110.000001"), false, "0", false, false, true)
+	check("soft small fillup 105", e.fillup(small, "105"), true, "105", false, true, false)
+
+	shadow := ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: time.Hour, Mode: ledger.ModeShadow}
+	if _, err := e.svc.PutLimit(e.ctx, "shadow", shadow); err != nil {
+		t.Fatal(err)
+	}
+	e.override("shadow", ledger.Override{Pattern: "big*", Capacity: capacity("200")})
+	big, small = ref("shadow", "big-1"), ref("shadow", "small")
+	check("shadow big fillup 150", e.fillup(big, "150"), true, "150", false, false, false)
+	check("shadow big fillup 50", e.fillup(big, "50"), true, "200", false, false, false)
+	check("shadow big fillup 1", e.fillup(big, "1"), true, "201", true, false, false)
+	check("shadow small fillup 150", e.fillup(small, "150"), true, "150", true, false, false)
+
+	items := []ledger.Item{{Bucket: ref("soft", "big"), Cost: dec("0")}}
+	idem := ledger.Idempotency{Scope: "s", Key: "modes", Hash: "h"}
+	for _, replay := range []bool{false, true} {
+		res, err := e.svc.Fillup(e.ctx, items, idem)
+		if err != nil || !res.Accepted || res.Replayed != replay || res.Limits[0].Override != "big" || !res.Limits[0].Capacity.Equal(dec("200")) {
+			t.Fatalf("idempotent Fillup (replay %v): %+v %v, want override big of capacity 200", replay, res, err)
+		}
+		eq(t, "idempotent Fillup's level", res.Items[0].Level, "220")
 	}
 }
