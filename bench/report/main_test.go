@@ -183,7 +183,7 @@ func TestOverridesInReport(t *testing.T) {
 	md := overridesSection(dir)
 	wantLines(t, md,
 		"| memory | spread | 100000 | 950 | 1000 | **0.95** | met | 1.00 / 2.00 | 1.00 / 2.00 | 11 s | ok ×1, ok ×1 |",
-		"| memory | hot | 100000 | 800 | 1000 | **0.80** | **missed** ([why](" + whyOverridesMissed + ")) |",
+		"| memory | hot | 100000 | 800 | 1000 | **0.80** | **missed** ([why]("+whyOverridesMissed+")) |",
 		"| redis | — | skipped: 501 not_served |",
 		"target ≥ 0.90",
 	)
