@@ -95,6 +95,7 @@ DECLARE
     v_bpat     text;
     v_bcap     numeric;
     v_mver     bigint;   -- what the write remembers (ov_ver; NULL: nothing)
+    v_caponly  boolean;  -- the override that applies sets the capacity alone
     v_grows    int;      -- the limit's rows of grants (limits.grant_rows)
     v_gsum     numeric;  -- the bucket's active grants, NULL for none
     v_rmax     numeric;  -- the limit's rollover max (limits.rollover_max), NULL for none
@@ -272,14 +273,14 @@ BEGIN
         -- What the write remembers: the override that applied, when it is
         -- one of capacity alone without expiry (or none) and no override of
         -- the limit has an expiry after now.
+        v_caponly := v_o.limit_id IS NOT NULL AND v_o.leak_per_us IS NULL AND v_o.period_tz IS NULL
+                     AND v_o.period_start_day IS NULL AND v_o.window_length_us IS NULL;
         v_mver := NULL;
         IF cardinality(v_olens) > 0 AND (v_oexp IS NULL OR v_oexp <= v_now)
-           AND (v_o.limit_id IS NULL OR (v_o.leak_per_us IS NULL AND v_o.period_tz IS NULL AND v_o.period_start_day IS NULL
-                                         AND v_o.window_length_us IS NULL AND v_o.expires_at IS NULL)) THEN
+           AND (v_o.limit_id IS NULL OR (v_caponly AND v_o.expires_at IS NULL)) THEN
             v_mver := v_over;
         END IF;
-        IF v_o.limit_id IS NOT NULL AND v_o.leak_per_us IS NULL AND v_o.period_tz IS NULL
-           AND v_o.period_start_day IS NULL AND v_o.window_length_us IS NULL THEN
+        IF v_caponly THEN
             -- An override of capacity alone (a remembered one always is):
             -- only the capacity and the ceiling change (budgetd_ceiling,
             -- inline), and the limit's row with the override applied is
