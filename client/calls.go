@@ -217,8 +217,9 @@ func (c *Client) Drain(ctx context.Context, limit, key string, amt decimal.Decim
 	if err := decode(a, &d); err != nil {
 		return Drained{}, err
 	}
-	b := Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: optTime(d.UpdatedAt), PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt)}
-	return Drained{Removed: d.Removed, Bucket: b, EntryID: optString(d.EntryID)}, nil
+	b := bucketOfDoc(key, api.BucketState{Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: d.UpdatedAt,
+		PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt, Override: d.Override, Grants: d.Grants, Rollover: d.Rollover})
+	return Drained{Removed: d.Removed, Bucket: b, EntryID: optString(d.EntryID), Doc: d}, nil
 }
 
 // Reserve holds amount in the bucket for ttl (0: the server's default, 5m)
@@ -297,7 +298,7 @@ func (c *Client) resolve(ctx context.Context, id, verb string, body any, o callO
 		return Resolved{}, err
 	}
 	r := reservationOfDoc(d.Reservation)
-	return Resolved{Reservation: r, Bucket: bucketOfDoc(r.Key, d.Bucket)}, nil
+	return Resolved{Reservation: r, Bucket: bucketOfDoc(r.Key, d.Bucket), Doc: d}, nil
 }
 
 // Reservation reads the hold id as it is now.

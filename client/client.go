@@ -4,6 +4,9 @@
 // against) and hands them out as plain Go values: limits of every kind
 // (LimitSpec with Leak or Period), decisions and buckets with the bounds of a
 // period (PeriodStart, ResetsAt), holds and history with their meta.
+// Each answer also keeps the document budgetd sent as its Doc (an api
+// type), so a program that passes answers on, like budgetd's CLI with
+// --json, prints every member without a converter back to api.
 //
 // A denial is an answer, not an error: CanAccept, Fillup and Reserve return
 // a Decision (FillupMany a MultiDecision) whose Accepted is false and whose

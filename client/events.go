@@ -30,12 +30,16 @@ type Event struct {
 	// PeriodStart is the start of the period of a periodic limit; nil for
 	// another kind.
 	PeriodStart *time.Time
+	// Doc is the document as budgetd sent it, every member included (the
+	// fields above are read from it): what a program that passes the
+	// answer on, like budgetd's CLI with --json, prints.
+	Doc api.WebhookEvent
 }
 
 // EventOf is the event of a document, as GET /v1/events lists it and a
 // webhook sends it.
 func EventOf(d api.WebhookEvent) Event {
-	return Event{ID: d.ID, Type: d.Type, Time: d.Time.Time, Limit: d.Limit, Key: d.Key, Threshold: d.Threshold, Used: d.Used, Capacity: d.Capacity, PeriodStart: optTime(d.PeriodStart)}
+	return Event{ID: d.ID, Type: d.Type, Time: d.Time.Time, Limit: d.Limit, Key: d.Key, Threshold: d.Threshold, Used: d.Used, Capacity: d.Capacity, PeriodStart: optTime(d.PeriodStart), Doc: d}
 }
 
 // Events lists up to n events (0: budgetd's default page) after the cursor

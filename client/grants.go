@@ -16,6 +16,10 @@ type Grant struct {
 	Amount    decimal.Decimal
 	CreatedAt time.Time
 	ExpiresAt time.Time
+	// Doc is the document as budgetd sent it, every member included (the
+	// fields above are read from it): what a program that passes the
+	// answer on, like budgetd's CLI with --json, prints.
+	Doc api.Grant
 }
 
 // Granted is the answer to Grant and RevokeGrant: the grant, the history
@@ -25,10 +29,14 @@ type Granted struct {
 	Grant   Grant
 	EntryID string
 	Bucket  Bucket
+	// Doc is the document as budgetd sent it, every member included (the
+	// fields above are read from it): what a program that passes the
+	// answer on, like budgetd's CLI with --json, prints.
+	Doc api.Granted
 }
 
 func grantOfDoc(d api.Grant) Grant {
-	return Grant{ID: d.ID, Amount: d.Amount, CreatedAt: d.CreatedAt.Time, ExpiresAt: d.ExpiresAt.Time}
+	return Grant{ID: d.ID, Amount: d.Amount, CreatedAt: d.CreatedAt.Time, ExpiresAt: d.ExpiresAt.Time, Doc: d}
 }
 
 func grantsPath(limit, key string) string { return bucketPath(limit, key) + "/grants" }
@@ -42,7 +50,7 @@ func (c *Client) granted(ctx context.Context, method, path, key string, body any
 	if err := decode(a, &d); err != nil {
 		return Granted{}, err
 	}
-	return Granted{Grant: grantOfDoc(d.Grant), EntryID: optString(d.EntryID), Bucket: bucketOfDoc(key, d.Bucket)}, nil
+	return Granted{Grant: grantOfDoc(d.Grant), EntryID: optString(d.EntryID), Bucket: bucketOfDoc(key, d.Bucket), Doc: d}, nil
 }
 
 // Grant adds amount to the bucket's capacity until expiresAt (POST

@@ -30,6 +30,10 @@ type Override struct {
 	// CreatedAt and UpdatedAt are set in answers; PutOverride ignores them.
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// Doc is the document as budgetd sent it, every member included (set in
+	// answers; PutOverride ignores it): what a program that passes the
+	// answer on, like budgetd's CLI with --json, prints.
+	Doc api.Override
 }
 
 func (o Override) doc() api.OverridePut {
@@ -55,7 +59,7 @@ func (o Override) doc() api.OverridePut {
 }
 
 func overrideOfDoc(d api.Override) Override {
-	o := Override{Pattern: d.Pattern, Capacity: d.Capacity, ExpiresAt: optTime(d.ExpiresAt), CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time}
+	o := Override{Pattern: d.Pattern, Capacity: d.Capacity, ExpiresAt: optTime(d.ExpiresAt), CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time, Doc: d}
 	if d.Leak != nil {
 		o.Leak = &Leak{Amount: d.Leak.Amount, Per: time.Duration(d.Leak.Per)}
 	}

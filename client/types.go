@@ -89,6 +89,10 @@ type Decision struct {
 	// fields as budgetd sent them, for passing on to an end user.
 	RateLimitPolicy string
 	RateLimit       string
+	// Doc is the document as budgetd sent it, every member included (the
+	// fields above are read from it): what a program that passes the
+	// answer on, like budgetd's CLI with --json, prints.
+	Doc api.Decision
 }
 
 func decisionOfDoc(d api.Decision) Decision {
@@ -96,7 +100,7 @@ func decisionOfDoc(d api.Decision) Decision {
 		Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity,
 		RetryAfter: d.RetryAfterDuration(), NeverFits: d.NeverFits, PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt),
 		EntryID: optString(d.EntryID), ShadowDenied: d.ShadowDenied, OverCapacity: d.OverCapacity, Override: optString(d.Override),
-		Grants: d.Grants, Rollover: d.Rollover,
+		Grants: d.Grants, Rollover: d.Rollover, Doc: d,
 	}
 }
 
@@ -144,6 +148,10 @@ type Limit struct {
 	Rollover  *Rollover
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// Doc is the document as budgetd sent it, every member included (the
+	// fields above are read from it): what a program that passes the
+	// answer on, like budgetd's CLI with --json, prints.
+	Doc api.Limit
 }
 
 // Rollover carries the capacity a bucket of a periodic limit left unused
@@ -198,7 +206,7 @@ type Period struct {
 }
 
 func limitOfDoc(d api.Limit) Limit {
-	l := Limit{Name: d.Name, Capacity: d.Capacity, History: d.History, RecordDenials: d.RecordDenials, Mode: d.Mode, Thresholds: d.Thresholds, CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time}
+	l := Limit{Name: d.Name, Capacity: d.Capacity, History: d.History, RecordDenials: d.RecordDenials, Mode: d.Mode, Thresholds: d.Thresholds, CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time, Doc: d}
 	if d.Grace != nil {
 		l.Grace = d.Grace.Value
 	}
@@ -299,11 +307,15 @@ type Bucket struct {
 	// Rollover is the rollover the bucket received in the current period,
 	// included in Capacity.
 	Rollover decimal.Decimal
+	// Doc is the document as budgetd sent it, every member included (the
+	// fields above are read from it): what a program that passes the
+	// answer on, like budgetd's CLI with --json, prints.
+	Doc api.BucketState
 }
 
 func bucketOfDoc(key string, d api.BucketState) Bucket {
 	return Bucket{Key: key, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: optTime(d.UpdatedAt),
-		PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt), Override: optString(d.Override), Grants: d.Grants, Rollover: d.Rollover}
+		PeriodStart: optTime(d.PeriodStart), ResetsAt: optTime(d.ResetsAt), Override: optString(d.Override), Grants: d.Grants, Rollover: d.Rollover, Doc: d}
 }
 
 // Item is one (limit, key, cost) of a multi-bucket Fillup, with what to
@@ -347,12 +359,16 @@ type Reservation struct {
 	CreatedAt       time.Time
 	ExpiresAt       time.Time
 	ResolvedAt      *time.Time
+	// Doc is the document as budgetd sent it, every member included (the
+	// fields above are read from it): what a program that passes the
+	// answer on, like budgetd's CLI with --json, prints.
+	Doc api.Reservation
 }
 
 func reservationOfDoc(d api.Reservation) Reservation {
 	return Reservation{
 		ID: d.ID, Limit: d.Limit, Key: d.Key, State: d.State, Amount: d.Amount, CommittedAmount: d.CommittedAmount,
-		CreatedAt: d.CreatedAt.Time, ExpiresAt: d.ExpiresAt.Time, ResolvedAt: optTime(d.ResolvedAt),
+		CreatedAt: d.CreatedAt.Time, ExpiresAt: d.ExpiresAt.Time, ResolvedAt: optTime(d.ResolvedAt), Doc: d,
 	}
 }
 
@@ -361,6 +377,10 @@ func reservationOfDoc(d api.Reservation) Reservation {
 type Resolved struct {
 	Reservation Reservation
 	Bucket      Bucket
+	// Doc is the document as budgetd sent it, every member included (the
+	// fields above are read from it): what a program that passes the
+	// answer on, like budgetd's CLI with --json, prints.
+	Doc api.Resolved
 }
 
 // Drained is the answer to a Drain: the amount actually removed and the
@@ -370,6 +390,10 @@ type Drained struct {
 	Bucket  Bucket
 	// EntryID is the drain's history entry, "" when nothing was removed.
 	EntryID string
+	// Doc is the document as budgetd sent it, every member included (the
+	// fields above are read from it): what a program that passes the
+	// answer on, like budgetd's CLI with --json, prints.
+	Doc api.Drained
 }
 
 // Entry is one history entry.
@@ -383,8 +407,12 @@ type Entry struct {
 	// ShadowDenied: a shadow-mode limit with record_denials accepted this
 	// fillup or reserved entry although enforce would have denied it.
 	ShadowDenied bool
+	// Doc is the document as budgetd sent it, every member included (the
+	// fields above are read from it): what a program that passes the
+	// answer on, like budgetd's CLI with --json, prints.
+	Doc api.HistoryEntry
 }
 
 func entryOfDoc(d api.HistoryEntry) Entry {
-	return Entry{ID: d.ID, Time: d.Time.Time, Event: d.Event, Amount: d.Amount, ReservationID: d.ReservationID, Meta: d.Meta, ShadowDenied: d.ShadowDenied}
+	return Entry{ID: d.ID, Time: d.Time.Time, Event: d.Event, Amount: d.Amount, ReservationID: d.ReservationID, Meta: d.Meta, ShadowDenied: d.ShadowDenied, Doc: d}
 }

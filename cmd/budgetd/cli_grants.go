@@ -58,18 +58,15 @@ func (c *cli) grants(ctx context.Context, cl *client.Client) error {
 	return usageError{fmt.Sprintf("budgetd grants: unknown subcommand %q", sub)}
 }
 
-func grantDoc(g client.Grant) api.Grant {
-	return api.Grant{ID: g.ID, Amount: g.Amount, CreatedAt: api.NewTime(g.CreatedAt), ExpiresAt: api.NewTime(g.ExpiresAt)}
-}
-
-// printGrants prints grants as a table, or their documents with --json.
+// printGrants prints grants as a table, or with --json budgetd's page of
+// them (every grant is on one page).
 func (c *cli) printGrants(gs []client.Grant) error {
 	if c.json {
 		docs := make([]api.Grant, len(gs))
 		for i, g := range gs {
-			docs[i] = grantDoc(g)
+			docs[i] = g.Doc
 		}
-		return c.printJSON(docs)
+		return c.printJSON(api.Page[api.Grant]{Items: docs})
 	}
 	rows := make([][]string, len(gs))
 	for i, g := range gs {
@@ -83,7 +80,7 @@ func (c *cli) printGrants(gs []client.Grant) error {
 // after it.
 func (c *cli) printGranted(g client.Granted) error {
 	if c.json {
-		return c.printJSON(map[string]any{"grant": grantDoc(g.Grant), "entry_id": g.EntryID, "capacity": g.Bucket.Capacity, "grants": g.Bucket.Grants})
+		return c.printJSON(g.Doc)
 	}
 	c.table("ID\tAMOUNT\tUNTIL\tCAPACITY\tGRANTS", [][]string{{g.Grant.ID, g.Grant.Amount.String(), fmtTime(g.Grant.ExpiresAt), g.Bucket.Capacity.String(), g.Bucket.Grants.String()}})
 	return nil

@@ -35,7 +35,7 @@ func (c *cli) overrides(ctx context.Context, cl *client.Client) error {
 			}
 			cursor = next
 		}
-		return c.printOverrides(all)
+		return c.printOverrides(all, false)
 	case "get":
 		if err := c.want("overrides get", 2, 2); err != nil {
 			return err
@@ -44,7 +44,7 @@ func (c *cli) overrides(ctx context.Context, cl *client.Client) error {
 		if err != nil {
 			return err
 		}
-		return c.printOverrides([]client.Override{o})
+		return c.printOverrides([]client.Override{o}, true)
 	case "put":
 		if err := c.want("overrides put", 2, 2); err != nil {
 			return err
@@ -57,7 +57,7 @@ func (c *cli) overrides(ctx context.Context, cl *client.Client) error {
 		if err != nil {
 			return err
 		}
-		return c.printOverrides([]client.Override{o})
+		return c.printOverrides([]client.Override{o}, true)
 	case "delete":
 		if err := c.want("overrides delete", 2, 2); err != nil {
 			return err
@@ -112,36 +112,19 @@ func (c *cli) overrideSpec(pattern string) (client.Override, error) {
 	return o, nil
 }
 
-// overrideDoc is an override as budgetd's JSON has it.
-func overrideDoc(o client.Override) api.Override {
-	d := api.Override{Pattern: o.Pattern, Capacity: o.Capacity, ExpiresAt: docTime(o.ExpiresAt), CreatedAt: api.NewTime(o.CreatedAt), UpdatedAt: api.NewTime(o.UpdatedAt)}
-	if o.Leak != nil {
-		d.Leak = &api.Leak{Amount: o.Leak.Amount, Per: api.Duration(o.Leak.Per)}
-	}
-	if o.TZ != "" || o.StartDay != 0 {
-		d.Period = &api.OverridePeriod{TZ: o.TZ}
-		if sd := o.StartDay; sd != 0 {
-			d.Period.StartDay = &sd
-		}
-	}
-	if o.WindowLength != 0 {
-		d.Window = &api.OverrideWindow{Length: api.Duration(o.WindowLength)}
-	}
-	return d
-}
-
-// printOverrides prints overrides as a table, or their documents with
-// --json (one document for one override, a list otherwise).
-func (c *cli) printOverrides(os []client.Override) error {
+// printOverrides prints overrides as a table, or with --json budgetd's
+// document of one override (get, put) or its page of them (list, every page
+// read).
+func (c *cli) printOverrides(os []client.Override, one bool) error {
 	if c.json {
+		if one {
+			return c.printJSON(os[0].Doc)
+		}
 		docs := make([]api.Override, len(os))
 		for i, o := range os {
-			docs[i] = overrideDoc(o)
+			docs[i] = o.Doc
 		}
-		if len(docs) == 1 {
-			return c.printJSON(docs[0])
-		}
-		return c.printJSON(docs)
+		return c.printJSON(api.Page[api.Override]{Items: docs})
 	}
 	rows := make([][]string, len(os))
 	for i, o := range os {

@@ -51,33 +51,6 @@ func (c *cli) table(header string, rows [][]string) {
 	w.Flush()
 }
 
-// limitDoc is l as budgetd's limit document.
-func limitDoc(l client.Limit) api.Limit {
-	d := api.Limit{Name: l.Name, Capacity: l.Capacity, History: l.History, RecordDenials: l.RecordDenials, Mode: l.Mode, Thresholds: l.Thresholds, CreatedAt: api.NewTime(l.CreatedAt), UpdatedAt: api.NewTime(l.UpdatedAt)}
-	if d.Thresholds == nil {
-		d.Thresholds = []string{}
-	}
-	if l.Mode == api.ModeSoft {
-		d.Grace = api.NewPercent(l.Grace)
-	}
-	if l.Leak != nil {
-		d.Leak = &api.Leak{Amount: l.Leak.Amount, Per: api.Duration(l.Leak.Per)}
-	}
-	if l.Period != nil {
-		d.Period = &api.Period{Every: l.Period.Every, TZ: l.Period.TZ}
-		if sd := l.Period.StartDay; sd != 0 {
-			d.Period.StartDay = &sd
-		}
-	}
-	if l.Window != nil {
-		d.Window = &api.Window{Length: api.Duration(l.Window.Length), Precision: api.Duration(l.Window.Precision)}
-	}
-	if l.Rollover != nil {
-		d.Rollover = &api.Rollover{Max: l.Rollover.Max}
-	}
-	return d
-}
-
 // rule says in words how a limit refills: "5000 per 720h", "per month
 // from day 1, Europe/Berlin" or "in any 1m (slots of 1s)", and its mode
 // when it is not enforce: "…, shadow" or "…, soft +10%".
@@ -133,7 +106,7 @@ func (c *cli) printLimits(ctx context.Context, cl *client.Client, ls []client.Li
 	if c.json {
 		out := make([]api.Limit, len(ls))
 		for i, l := range ls {
-			out[i] = limitDoc(l)
+			out[i] = l.Doc
 		}
 		if one {
 			return c.printJSON(out[0])
@@ -148,22 +121,9 @@ func (c *cli) printLimits(ctx context.Context, cl *client.Client, ls []client.Li
 	return nil
 }
 
-func bucketDoc(b client.Bucket) api.BucketState {
-	return api.BucketState{Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, UpdatedAt: docTime(b.UpdatedAt), PeriodStart: docTime(b.PeriodStart), ResetsAt: docTime(b.ResetsAt),
-		Override: optEntry(b.Override), Grants: b.Grants, Rollover: b.Rollover}
-}
-
-// docTime is a time that may be absent, as the api writes it.
-func docTime(t *time.Time) *api.Time {
-	if t == nil {
-		return nil
-	}
-	return &api.Time{Time: *t}
-}
-
 func (c *cli) printBucket(b client.Bucket) error {
 	if c.json {
-		return c.printJSON(bucketDoc(b))
+		return c.printJSON(b.Doc)
 	}
 	updated := "never"
 	if b.UpdatedAt != nil {
@@ -173,32 +133,11 @@ func (c *cli) printBucket(b client.Bucket) error {
 	return nil
 }
 
-func decisionDoc(d client.Decision) api.Decision {
-	out := api.Decision{Accepted: d.Accepted, Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, NeverFits: d.NeverFits, PeriodStart: docTime(d.PeriodStart), ResetsAt: docTime(d.ResetsAt)}
-	if !d.Accepted && !d.NeverFits {
-		s := decimal.NewFromInt(d.RetryAfter.Microseconds()).Shift(-6)
-		out.RetryAfter = &s
-	}
-	out.EntryID = optEntry(d.EntryID)
-	out.ShadowDenied, out.OverCapacity = d.ShadowDenied, d.OverCapacity
-	out.Override = optEntry(d.Override)
-	out.Grants, out.Rollover = d.Grants, d.Rollover
-	return out
-}
-
-// optEntry is a history entry id as a document has it: nil for none.
-func optEntry(id string) *string {
-	if id == "" {
-		return nil
-	}
-	return &id
-}
-
 // printDecision prints a decision and turns a denial into exit status
 // exitDenied.
 func (c *cli) printDecision(d client.Decision) error {
 	if c.json {
-		if err := c.printJSON(decisionDoc(d)); err != nil {
+		if err := c.printJSON(d.Doc); err != nil {
 			return err
 		}
 	} else {
@@ -233,20 +172,13 @@ func denial(d client.Decision) error {
 	return nil
 }
 
-func reservationDoc(r client.Reservation) api.Reservation {
-	return api.Reservation{
-		ID: r.ID, Limit: r.Limit, Key: r.Key, State: r.State, Amount: r.Amount, CommittedAmount: r.CommittedAmount,
-		CreatedAt: api.NewTime(r.CreatedAt), ExpiresAt: api.NewTime(r.ExpiresAt), ResolvedAt: docTime(r.ResolvedAt),
-	}
-}
-
 // printReserved prints a Reserve: the hold (only its id with -q, for
 // hold=$(budgetd reserve … -q)), or the denial.
 func (c *cli) printReserved(h *client.Reservation, d client.Decision) error {
 	switch {
 	case h == nil && c.quiet:
 	case h == nil && c.json:
-		if err := c.printJSON(decisionDoc(d)); err != nil {
+		if err := c.printJSON(d.Doc); err != nil {
 			return err
 		}
 	case h == nil:
@@ -254,7 +186,7 @@ func (c *cli) printReserved(h *client.Reservation, d client.Decision) error {
 	case c.quiet:
 		fmt.Fprintln(c.stdout, h.ID)
 	case c.json:
-		return c.printJSON(api.Reserved{Reservation: reservationDoc(*h), Decision: decisionDoc(d)})
+		return c.printJSON(api.Reserved{Reservation: h.Doc, Decision: d.Doc})
 	default:
 		c.table("ID\tAMOUNT\tEXPIRES\tLEVEL\tHELD\tREMAINING\tRESETS AT", [][]string{{h.ID, h.Amount.String(), fmtTime(h.ExpiresAt), d.Level.String(), d.Held.String(), d.Remaining.String(), optTime(d.ResetsAt)}})
 	}
@@ -263,8 +195,7 @@ func (c *cli) printReserved(h *client.Reservation, d client.Decision) error {
 
 func (c *cli) printResolved(r client.Resolved) error {
 	if c.json {
-		b := bucketDoc(r.Bucket)
-		return c.printJSON(api.Resolved{Reservation: reservationDoc(r.Reservation), BucketState: b, Bucket: b})
+		return c.printJSON(r.Doc)
 	}
 	charged := "-"
 	if r.Reservation.CommittedAmount != nil {
@@ -278,11 +209,7 @@ func (c *cli) printResolved(r client.Resolved) error {
 func (c *cli) printDrained(d client.Drained) error {
 	b := d.Bucket
 	if c.json {
-		return c.printJSON(api.Drained{
-			Decision: api.Decision{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, PeriodStart: docTime(b.PeriodStart), ResetsAt: docTime(b.ResetsAt),
-				EntryID: optEntry(d.EntryID)},
-			UpdatedAt: docTime(b.UpdatedAt), Removed: d.Removed,
-		})
+		return c.printJSON(d.Doc)
 	}
 	c.table("REMOVED\tLEVEL\tHELD\tREMAINING\tCAPACITY", [][]string{{d.Removed.String(), b.Level.String(), b.Held.String(), b.Remaining.String(), b.Capacity.String()}})
 	return nil
@@ -292,7 +219,7 @@ func (c *cli) printEvents(es []client.Event, next string) error {
 	if c.json {
 		out := make([]api.WebhookEvent, len(es))
 		for i, e := range es {
-			out[i] = api.WebhookEvent{ID: e.ID, Type: e.Type, Time: api.NewTime(e.Time), Limit: e.Limit, Key: e.Key, Threshold: e.Threshold, Used: e.Used, Capacity: e.Capacity, PeriodStart: docTime(e.PeriodStart)}
+			out[i] = e.Doc
 		}
 		return c.printJSON(api.EventPage{Items: out, NextCursor: next})
 	}
@@ -309,7 +236,7 @@ func (c *cli) printHistory(es []client.Entry, next string) error {
 	if c.json {
 		out := make([]api.HistoryEntry, len(es))
 		for i, e := range es {
-			out[i] = api.HistoryEntry{ID: e.ID, Time: api.NewTime(e.Time), Event: e.Event, Amount: e.Amount, ReservationID: e.ReservationID, Meta: e.Meta, ShadowDenied: e.ShadowDenied}
+			out[i] = e.Doc
 		}
 		p := api.Page[api.HistoryEntry]{Items: out}
 		if next != "" {
@@ -344,7 +271,7 @@ func (c *cli) printHolds(hs []client.Reservation) error {
 	if c.json {
 		out := make([]api.Reservation, len(hs))
 		for i, h := range hs {
-			out[i] = reservationDoc(h)
+			out[i] = h.Doc
 		}
 		return c.printJSON(api.ReservationList{Items: out})
 	}
