@@ -696,6 +696,17 @@ type WebhookEvent struct {
 	PeriodStart *Time `json:"period_start"`
 }
 
+// NewWebhookEvent returns the event with these fields, as budgetd's
+// events listings and its webhooks write it; a zero periodStart is none (a
+// limit that is not periodic). The server renders its domain events with
+// it, so that package api needs none of budgetd's internal types.
+func NewWebhookEvent(id, typ string, at time.Time, limit, key, threshold string, used, capacity decimal.Decimal, periodStart time.Time) WebhookEvent {
+	return WebhookEvent{
+		ID: id, Type: typ, Time: NewTime(at), Limit: limit, Key: key,
+		Threshold: threshold, Used: used, Capacity: capacity, PeriodStart: OptTime(periodStart),
+	}
+}
+
 // EventPage is a page of GET /v1/events: NextCursor is where to continue
 // from, also when Items is empty (poll again with it later).
 type EventPage struct {

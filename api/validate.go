@@ -10,7 +10,11 @@ import (
 )
 
 // Bounds on input that budgetd enforces; Validate checks them before a
-// request is sent.
+// request is sent. They, the window bounds, MaxGrace, MaxThresholds,
+// DefaultPrecision, ParsePercent and the event types are copies of what
+// budgetd's domain (internal/ledger) owns, kept here because a public package
+// imports nothing internal; internal/ledger/limits_test.go fails when one
+// drifts.
 const (
 	// MaxScale is the most fractional digits an amount may carry.
 	MaxScale = 6

@@ -3,8 +3,6 @@ package ledger
 import (
 	"context"
 	"time"
-
-	"github.com/budgetd/budgetd/api"
 )
 
 // LeaseStore is a Store that keeps named leases: one holder at a time, for
@@ -36,12 +34,4 @@ type LeaseStore interface {
 // methods), and false when there is none.
 func LeasesOf(st Store) (LeaseStore, bool) {
 	return storeAs[LeaseStore](st)
-}
-
-// Wire returns the event as GET /v1/events lists it and a webhook sends it.
-func (e OutboxEvent) Wire() api.WebhookEvent {
-	return api.WebhookEvent{
-		ID: e.ID, Type: e.Type, Time: api.NewTime(e.Time), Limit: e.Bucket.Limit, Key: e.Bucket.Key,
-		Threshold: e.Threshold, Used: e.Used, Capacity: e.Capacity, PeriodStart: api.OptTime(e.PeriodStart),
-	}
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/shopspring/decimal"
 )
@@ -51,8 +50,8 @@ func (t Threshold) Level(capacity decimal.Decimal) decimal.Decimal {
 // returns an error naming field.
 func ParseThreshold(field, s string) (Threshold, error) {
 	if strings.HasSuffix(s, "%") {
-		p, err := api.ParsePercent(field, s)
-		if err != nil || p.Sign() <= 0 || p.GreaterThan(MaxThresholdPercent) {
+		p, ok := parsePercent(s)
+		if !ok || p.Sign() <= 0 || p.GreaterThan(MaxThresholdPercent) {
 			return Threshold{}, invalid("invalid_request", field, "%q is not a percentage above 0%% and at most 200%% with at most 2 decimals", clip(s))
 		}
 		return Threshold{Percent: p}, nil
@@ -182,9 +181,14 @@ func UsedAt(l Limit, s bucket.State, now time.Time) decimal.Decimal {
 	return d.Level.Add(d.Held).Decimal()
 }
 
-// The types of events.
+// The types of events (api.EventThresholdCrossed and
+// api.EventThresholdRecovered are their copies on the wire).
 const (
-	EventThresholdCrossed   = "threshold.crossed"
+	// EventThresholdCrossed: a write took a bucket's use (level + held) to
+	// a threshold it had not reached.
+	EventThresholdCrossed = "threshold.crossed"
+	// EventThresholdRecovered: a write found a bucket's use below a
+	// threshold it had reached.
 	EventThresholdRecovered = "threshold.recovered"
 )
 

@@ -2,8 +2,6 @@ package ledger
 
 import (
 	"time"
-
-	"github.com/budgetd/budgetd/api"
 	"unicode/utf8"
 
 	"github.com/budgetd/budgetd/internal/calendar"
@@ -234,20 +232,6 @@ func clip(s string) string {
 	return s
 }
 
-// Bounds of a rolling window (SPEC "Rolling windows"), shared with the
-// wire contract (package api).
-const (
-	MinWindow      = api.MinWindow
-	MaxWindow      = api.MaxWindow
-	MaxWindowSlots = api.MaxWindowSlots
-)
-
-// DefaultPrecision returns the default precision of a window of length
-// (api.DefaultPrecision), false when none fits.
-func DefaultPrecision(length time.Duration) (time.Duration, bool) {
-	return api.DefaultPrecision(length)
-}
-
 // ValidateWindow checks a window as a caller wrote it (precision 0: not
 // given) and returns it with its precision filled in. Errors name
 // window.length or window.precision.
@@ -280,7 +264,7 @@ func ValidateWindow(length, precision time.Duration) (Window, error) {
 
 // validateMode refuses a mode that is not one of the three (empty is
 // enforce), and a grace that is given without ModeSoft, negative, above
-// api.MaxGrace or with more than 2 decimals.
+// MaxGrace or with more than 2 decimals.
 func validateMode(mode string, grace decimal.Decimal) error {
 	switch mode {
 	case "", ModeEnforce, ModeShadow, ModeSoft:
@@ -293,7 +277,7 @@ func validateMode(mode string, grace decimal.Decimal) error {
 		}
 		return nil
 	}
-	if grace.Sign() < 0 || grace.GreaterThan(decimal.NewFromInt(api.MaxGrace)) || !grace.Equal(grace.Truncate(2)) {
+	if grace.Sign() < 0 || grace.GreaterThan(decimal.NewFromInt(MaxGrace)) || !grace.Equal(grace.Truncate(2)) {
 		return invalid("invalid_request", "grace", "must be a percentage from 0%% to 100%% with at most 2 decimals")
 	}
 	return nil

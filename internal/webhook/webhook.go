@@ -490,7 +490,7 @@ func (s *session) done(it item) {
 // send delivers one event, retrying until it is delivered or given up; it
 // returns false when ctx ended first.
 func (d *Deliverer) send(ctx context.Context, sem chan struct{}, e ledger.OutboxEvent) bool {
-	body, err := json.Marshal(e.Wire())
+	body, err := json.Marshal(api.NewWebhookEvent(e.ID, e.Type, e.Time, e.Bucket.Limit, e.Bucket.Key, e.Threshold, e.Used, e.Capacity, e.PeriodStart))
 	if err != nil {
 		d.log.Error("webhook: event not encoded: given up", "id", e.ID, "err", err)
 		d.m.deliveries.WithLabelValues("gave_up").Inc()
