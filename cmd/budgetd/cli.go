@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/client"
 	"github.com/shopspring/decimal"
 )
@@ -55,23 +54,34 @@ const cliUsage = `Usage: budgetd COMMAND [flags] ARGS
 
 Operator commands (on a running budgetd):
   budgetd limits list                                  list limits (with when a period resets)
-  budgetd limits get NAME                              show a limit
+  budgetd limits get NAME                              show a limit: its rule, mode (and grace), thresholds,
+                                                       rollover, record denials and history
+  budgetd limits set NAME [flags of put]               change only the flags named and keep the rest of the
+                                                       limit (it is read, changed and written back), e.g.
+                                                       budgetd limits set team-spend --capacity 6000;
+                                                       --threshold none and --rollover-max none remove them
   budgetd limits put NAME --capacity C --period EVERY [--tz ZONE] [--start-day N] [--rollover-max M] [--history=false]
-                                                       create or update a calendar budget: C per day, week,
+                                                       create or replace a calendar budget: C per day, week,
                                                        month, quarter or year in ZONE (default UTC), e.g.
                                                        --capacity 5000 --period month --tz Europe/Berlin;
                                                        --rollover-max M carries up to M left unused into the
                                                        next period
   budgetd limits put NAME --capacity C --leak A/PER [--history=false]
-                                                       create or update a leaky bucket (e.g. --leak 10/1s)
+                                                       create or replace a leaky bucket (e.g. --leak 10/1s)
   budgetd limits put NAME --capacity C --window LENGTH [--precision P] [--history=false]
-                                                       create or update a rolling window: at most C in any
+                                                       create or replace a rolling window: at most C in any
                                                        span of LENGTH, e.g. --capacity 5 --window 1m
                                                        any put takes --record-denials: a denied charge or hold
                                                        writes a denied history entry, and --mode enforce|shadow|soft
                                                        [--grace 10%]: shadow charges what enforce would deny
                                                        (marked), soft accepts up to capacity + grace (marked);
-                                                       --threshold 80% (repeatable, or an amount) emits events
+                                                       --threshold 80% (repeatable, or an amount) emits events.
+                                                       put states the whole limit: on an existing limit it
+                                                       refuses (exit 2) to drop what the limit has and the
+                                                       command line does not name (thresholds, rollover, mode,
+                                                       grace, record denials, history off, time zone, start
+                                                       day, precision) and names it; use limits set to change
+                                                       a part, or --replace to replace the whole limit
   budgetd limits delete NAME                           delete a limit with its buckets and history
   budgetd overrides list LIMIT                         a limit's overrides (terms for a key or a key prefix)
   budgetd overrides get LIMIT PATTERN                  show one override
@@ -153,6 +163,9 @@ type cli struct {
 	cert, key         string
 	timeout           time.Duration
 	json, quiet       bool
+	replace           bool
+	// named are the flags given on the command line.
+	named             map[string]bool
 	capacity, leak    string
 	period, tz        string
 	startDay          int
@@ -192,6 +205,7 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "")
 	fs.BoolVar(&c.json, "json", false, "")
 	fs.BoolVar(&c.quiet, "q", false, "")
+	fs.BoolVar(&c.replace, "replace", false, "")
 	fs.StringVar(&c.capacity, "capacity", "", "")
 	fs.StringVar(&c.leak, "leak", "", "")
 	fs.StringVar(&c.period, "period", "", "")
@@ -230,6 +244,8 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 		c.args = append(c.args, rest[0])
 		rest = rest[1:]
 	}
+	c.named = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.named[f.Name] = true })
 	cl, err := c.client()
 	if err != nil {
 		return err
@@ -326,39 +342,7 @@ func (c *cli) want(cmd string, min, max int) error {
 func (c *cli) dispatch(ctx context.Context, cl *client.Client, cmd string) error {
 	switch cmd {
 	case "limits":
-		if len(c.args) == 0 {
-			return usageError{"budgetd limits: list, get, put or delete (see budgetd help)"}
-		}
-		sub := c.args[0]
-		c.args = c.args[1:]
-		switch sub {
-		case "list":
-			return c.limitsList(ctx, cl)
-		case "get":
-			if err := c.want("limits get", 1, 1); err != nil {
-				return err
-			}
-			l, err := cl.GetLimit(ctx, c.args[0])
-			if err != nil {
-				return err
-			}
-			return c.printLimits(ctx, cl, []client.Limit{l}, true)
-		case "put":
-			return c.limitsPut(ctx, cl)
-		case "delete":
-			if err := c.want("limits delete", 1, 1); err != nil {
-				return err
-			}
-			if err := cl.DeleteLimit(ctx, c.args[0]); err != nil {
-				return err
-			}
-			if c.json {
-				return c.printJSON(map[string]any{"deleted": c.args[0]})
-			}
-			fmt.Fprintf(c.stdout, "deleted limit %s\n", c.args[0])
-			return nil
-		}
-		return usageError{fmt.Sprintf("budgetd limits: unknown subcommand %q", sub)}
+		return c.limits(ctx, cl)
 	case "overrides":
 		return c.overrides(ctx, cl)
 	case "grants":
@@ -497,99 +481,6 @@ func parseAmount(what, s string) (decimal.Decimal, error) {
 		return decimal.Decimal{}, usageError{fmt.Sprintf("%s %q is not a plain decimal (like 12 or 12.37)", what, s)}
 	}
 	return d, nil
-}
-
-func (c *cli) limitsList(ctx context.Context, cl *client.Client) error {
-	if err := c.want("limits list", 0, 0); err != nil {
-		return err
-	}
-	var all []client.Limit
-	cursor := c.cursor
-	for {
-		ls, next, err := cl.ListLimits(ctx, cursor, 1000)
-		if err != nil {
-			return err
-		}
-		all = append(all, ls...)
-		if next == "" {
-			break
-		}
-		cursor = next
-	}
-	return c.printLimits(ctx, cl, all, false)
-}
-
-const putUsage = "budgetd limits put NAME needs --capacity C and one of --period day|week|month|quarter|year [--tz ZONE] [--start-day N], --leak AMOUNT/PER (e.g. --leak 10/1s) or --window LENGTH [--precision P] (e.g. --window 1m)"
-
-func (c *cli) limitsPut(ctx context.Context, cl *client.Client) error {
-	if err := c.want("limits put", 1, 1); err != nil {
-		return err
-	}
-	kinds := 0
-	for _, set := range []bool{c.leak != "", c.period != "", c.window != 0} {
-		if set {
-			kinds++
-		}
-	}
-	if c.capacity == "" || kinds != 1 {
-		return usageError{putUsage}
-	}
-	if c.precision != 0 && c.window == 0 {
-		return usageError{"--precision goes with --window"}
-	}
-	capacity, err := parseAmount("--capacity", c.capacity)
-	if err != nil {
-		return err
-	}
-	history, denials := c.history, c.recordDenials
-	spec := client.LimitSpec{Capacity: capacity, History: &history, RecordDenials: &denials, Mode: api.Mode(c.mode), Thresholds: c.thresholds}
-	if c.grace != "" {
-		if c.mode != string(api.ModeSoft) {
-			return usageError{"--grace goes with --mode soft"}
-		}
-		g, err := api.ParsePercent("--grace", c.grace)
-		if err != nil {
-			if g, err = api.ParsePercent("--grace", c.grace+"%"); err != nil {
-				return usageError{fmt.Sprintf("--grace %q is not a percentage like 10%% or 2.5%%", c.grace)}
-			}
-		}
-		spec.Grace = &g
-	}
-	if c.period == "" && (c.tz != "" || c.startDay != 0 || c.rolloverMax != "") {
-		return usageError{"--tz, --start-day and --rollover-max go with --period"}
-	}
-	if c.rolloverMax != "" {
-		m, err := parseAmount("--rollover-max", c.rolloverMax)
-		if err != nil {
-			return err
-		}
-		spec.Rollover = &client.Rollover{Max: m}
-	}
-	switch {
-	case c.window != 0:
-		spec.Window = &client.Window{Length: c.window, Precision: c.precision}
-	case c.period != "":
-		spec.Period = &client.Period{Every: api.Every(c.period), TZ: c.tz, StartDay: c.startDay}
-	default:
-		amt, per, ok := strings.Cut(c.leak, "/")
-		if !ok {
-			return usageError{fmt.Sprintf("--leak %q is not AMOUNT/PER (e.g. 10/1s)", c.leak)}
-		}
-		leakAmount, err := parseAmount("--leak amount", amt)
-		if err != nil {
-			return err
-		}
-		d, err := time.ParseDuration(per)
-		if err != nil {
-			return usageError{fmt.Sprintf("--leak: %q is not a duration like 1s or 720h", per)}
-		}
-		spec.Leak = &client.Leak{Amount: leakAmount, Per: d}
-	}
-	l, err := cl.PutLimit(ctx, c.args[0], spec)
-	if err != nil {
-		return err
-	}
-	return c.printLimits(ctx, cl, []client.Limit{l}, true)
 }
 
 // itoa is strconv.Itoa, for the tables.

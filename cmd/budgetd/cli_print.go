@@ -102,14 +102,13 @@ func resetsAt(ctx context.Context, cl *client.Client, l client.Limit) string {
 	return optTime(b.ResetsAt)
 }
 
-func (c *cli) printLimits(ctx context.Context, cl *client.Client, ls []client.Limit, one bool) error {
+// printLimits prints a list of limits: a table, or budgetd's page of them
+// with --json (every page read).
+func (c *cli) printLimits(ctx context.Context, cl *client.Client, ls []client.Limit) error {
 	if c.json {
 		out := make([]api.Limit, len(ls))
 		for i, l := range ls {
 			out[i] = l.Doc
-		}
-		if one {
-			return c.printJSON(out[0])
 		}
 		return c.printJSON(api.Page[api.Limit]{Items: out})
 	}

@@ -59,7 +59,7 @@ func TestCLI(t *testing.T) {
 		}
 		return out
 	}
-	expect(0, "team-spend  5000      5000 per 720h  -          true", "limits", "put", "team-spend", "--capacity", "5000", "--leak", "5000/720h")
+	expect(0, "rule:            5000 per 720h", "limits", "put", "team-spend", "--capacity", "5000", "--leak", "5000/720h")
 	expect(0, "rows", "limits", "put", "rows", "--capacity", "10", "--leak", "1/1s", "--history=false")
 	out := expect(0, "NAME", "limits", "list")
 	if strings.Index(out, "rows") > strings.Index(out, "team-spend") {
