@@ -619,6 +619,31 @@ func clipText(s string) string {
 	return s
 }
 
+// parseExpiresAt reads an optional expires_at: an RFC 3339 time, or absent or
+// null for none (set is false). An explicit time is a time like any other,
+// even the zero one (0001-01-01T00:00:00Z): the ledger and the stores take
+// a zero time.Time as "none", so an explicit zero instant, which is in the
+// past on every clock, is refused here as any past expiry is refused there
+// (issue 43).
+func parseExpiresAt(raw json.RawMessage) (t time.Time, set bool, err error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return time.Time{}, false, nil
+	}
+	var text string
+	err = json.Unmarshal(raw, &text)
+	if err == nil {
+		t, err = time.Parse(time.RFC3339Nano, text)
+	}
+	if err != nil {
+		return time.Time{}, false, invalidRequest("expires_at", "expires_at must be an RFC 3339 time such as \"2026-12-04T00:00:00Z\"")
+	}
+	t = t.UTC()
+	if t.IsZero() {
+		return time.Time{}, false, invalidRequest("expires_at", t.Format(time.RFC3339Nano)+" is not in the future")
+	}
+	return t, true, nil
+}
+
 // bucketScope is the idempotency scope of a route on one bucket.
 func bucketScope(route string, ref ledger.BucketRef) string {
 	return route + "|" + ref.Limit + "|" + url.PathEscape(ref.Key)

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/labstack/echo/v4"
@@ -52,24 +51,18 @@ func (s *server) addGrant(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var expiresAt time.Time
-	if len(body.ExpiresAt) > 0 && string(body.ExpiresAt) != "null" {
-		var text string
-		err := json.Unmarshal(body.ExpiresAt, &text)
-		if err == nil {
-			expiresAt, err = time.Parse(time.RFC3339Nano, text)
-		}
-		if err != nil {
-			return invalidRequest("expires_at", "expires_at must be an RFC 3339 time such as \"2026-12-04T00:00:00Z\"")
-		}
-		expiresAt = expiresAt.UTC()
+	// Absent or null is the default (zero for the ledger); an explicit
+	// time is never zero (parseExpiresAt refuses the zero instant).
+	expiresAt, expires, err := parseExpiresAt(body.ExpiresAt)
+	if err != nil {
+		return err
 	}
 	meta, err := body.Meta.parse("meta")
 	if err != nil {
 		return err
 	}
 	canon := "amount=" + amount.String()
-	if !expiresAt.IsZero() {
+	if expires {
 		canon += ";expires_at=" + formatTime(expiresAt)
 	}
 	idem, err := idempotency(c, bucketScope("grant", ref), canon+metaCanon(meta))

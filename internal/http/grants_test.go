@@ -1,6 +1,7 @@
 package http_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -133,4 +134,54 @@ func TestGrantsNeedAdmin(t *testing.T) {
 	id := g.body["grant"].(map[string]any)["id"].(string)
 	a.expect("DELETE", b+"/grants/"+id, "", 403, charge...)
 	a.expect("DELETE", b+"/grants/"+id, "", 200, admin...)
+}
+
+// TestGrantsZeroExpiresAt: an explicit expires_at is a time like any other,
+// the zero one (0001-01-01T00:00:00Z) included, which is in the past: 400
+// naming expires_at, as for any past expiry, and no grant — it was taken as
+// "absent", the end of the period on a periodic limit (issue 43). Absent
+// and null still mean the default.
+func TestGrantsZeroExpiresAt(t *testing.T) {
+	eachStore(t, func(t *testing.T, a *api) {
+		a.clock.Set(time.Date(2026, 3, 15, 12, 0, 0, 0, time.UTC))
+		a.expect("PUT", "/v1/limits/team-spend", `{"capacity":"5000.00","period":{"every":"month","tz":"UTC"},"history":true}`, 200)
+		a.limit("api", "10", "1", "1s")
+		if _, ok := ledger.GrantsOf(a.store); !ok {
+			t.Skip("a store without grants answers 501 (TestGrantsTopUp)")
+		}
+		for _, limit := range []string{"team-spend", "api"} {
+			b := "/v1/limits/" + limit + "/buckets/team-b"
+			for _, body := range []string{
+				`{"amount":"500","expires_at":"0001-01-01T00:00:00Z"}`,
+				`{"amount":"500","expires_at":"0001-01-01T00:00:00.000000Z"}`,
+				`{"amount":"500","expires_at":"0001-01-01T01:00:00+01:00"}`,
+				`{"amount":"500","expires_at":"2026-03-01T00:00:00Z"}`,
+			} {
+				for _, h := range [][]string{nil, {"Idempotency-Key", "zero-1"}} {
+					r := a.expect("POST", b+"/grants", body, 400, h...)
+					if r.str("code") != "invalid_request" || r.str("field") != "expires_at" || !strings.Contains(r.str("detail"), "expires_at") ||
+						!strings.Contains(r.str("detail"), "is not in the future") || r.header.Get("Content-Type") != "application/problem+json" {
+						t.Errorf("%s: POST %s: %s, want 400 invalid_request naming expires_at", limit, body, r.raw)
+					}
+				}
+			}
+			if r := a.expect("GET", b+"/grants", "", 200); r.raw != `{"items":[],"next_cursor":null}`+"\n" {
+				t.Fatalf("%s: refused grants listed: %s", limit, r.raw)
+			}
+			if st := a.expect("GET", b, "", 200); st.str("grants") != "0" {
+				t.Fatalf("%s: bucket after refused grants: %s", limit, st.raw)
+			}
+		}
+		if h := a.expect("GET", "/v1/limits/team-spend/buckets/team-b/history", "", 200); h.raw != `{"items":[],"next_cursor":null}`+"\n" {
+			t.Fatalf("refused grants recorded: %s", h.raw)
+		}
+		// Absent and null: the end of the period.
+		b := "/v1/limits/team-spend/buckets/team-b"
+		for _, body := range []string{`{"amount":"1"}`, `{"amount":"1","expires_at":null}`} {
+			g := a.expect("POST", b+"/grants", body, 201)
+			if g.body["grant"].(map[string]any)["expires_at"] != "2026-04-01T00:00:00.000000Z" {
+				t.Fatalf("POST %s: %s, want the end of March", body, g.raw)
+			}
+		}
+	})
 }

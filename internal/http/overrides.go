@@ -138,17 +138,13 @@ func (b *overrideBody) parse(pattern string) (ledger.Override, error) {
 		}
 		o.WindowLength = length
 	}
-	if len(b.ExpiresAt) > 0 && string(b.ExpiresAt) != "null" {
-		var text string
-		t, err := time.Time{}, json.Unmarshal(b.ExpiresAt, &text)
-		if err == nil {
-			t, err = time.Parse(time.RFC3339Nano, text)
-		}
-		if err != nil {
-			return o, invalidRequest("expires_at", "expires_at must be an RFC 3339 time such as \"2026-12-04T00:00:00Z\"")
-		}
-		o.ExpiresAt = t.UTC()
+	// Absent or null is no expiry (zero for the ledger); an explicit time
+	// is never zero (parseExpiresAt refuses the zero instant).
+	t, _, err := parseExpiresAt(b.ExpiresAt)
+	if err != nil {
+		return o, err
 	}
+	o.ExpiresAt = t
 	return o, nil
 }
 

@@ -1,6 +1,7 @@
 package http_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -120,6 +121,59 @@ func TestOverridesTemporaryRaise(t *testing.T) {
 		a.expect("PUT", "/v1/limits/team-spend", `{"capacity":"5000.00","period":{"every":"month","tz":"Europe/Berlin"}}`, 200)
 		if p := a.expect("GET", "/v1/limits/team-spend/overrides", "", 200); p.raw != "{\"items\":[],\"next_cursor\":null}\n" {
 			t.Fatalf("a re-created limit lists %s", p.raw)
+		}
+	})
+}
+
+// TestOverridesZeroExpiresAt: an explicit expires_at is a time like any
+// other, the zero one (0001-01-01T00:00:00Z) included, which is in the past:
+// 400 naming expires_at, as for any past expiry, and nothing changes — it
+// was taken as "no expiry", turning a temporary raise into a permanent one
+// (issue 43). Absent and null still mean no expiry.
+func TestOverridesZeroExpiresAt(t *testing.T) {
+	eachStore(t, func(t *testing.T, a *api) {
+		a.clock.Set(time.Date(2026, 3, 15, 12, 0, 0, 0, time.UTC))
+		a.expect("PUT", "/v1/limits/team-spend", `{"capacity":"5000.00","period":{"every":"month","tz":"UTC"}}`, 200)
+		const path = "/v1/limits/team-spend/overrides/acme"
+		zeros := []string{
+			`{"capacity":"8000","expires_at":"0001-01-01T00:00:00Z"}`,
+			`{"capacity":"8000","expires_at":"0001-01-01T00:00:00.000000Z"}`,
+			`{"capacity":"8000","expires_at":"0001-01-01T01:00:00+01:00"}`,
+		}
+		if _, ok := ledger.OverridesOf(a.store); !ok {
+			// Validation comes first (400); a store without overrides may
+			// also answer 501. Never a stored override.
+			for _, body := range zeros {
+				if r := a.do("PUT", path, body); r.status != 400 && r.status != 501 {
+					t.Fatalf("PUT %s on a store without overrides: %d %s", body, r.status, r.raw)
+				}
+			}
+			return
+		}
+		raise := a.expect("PUT", path, `{"capacity":"8000","expires_at":"2026-03-20T00:00:00Z"}`, 200)
+		for _, body := range append(zeros, `{"capacity":"8000","expires_at":"2026-03-01T00:00:00Z"}`) {
+			r := a.expect("PUT", path, body, 400)
+			if r.str("code") != "invalid_request" || r.str("field") != "expires_at" || !strings.Contains(r.str("detail"), "expires_at") ||
+				!strings.Contains(r.str("detail"), "is not in the future") || r.header.Get("Content-Type") != "application/problem+json" {
+				t.Errorf("PUT %s: %s, want 400 invalid_request naming expires_at", body, r.raw)
+			}
+			a.expect("PUT", "/v1/limits/team-spend/overrides/other", body, 400)
+		}
+		// Nothing changed: the raise still ends on the 20th, and no other
+		// override was stored.
+		if got := a.expect("GET", path, "", 200); got.raw != raise.raw {
+			t.Fatalf("after refused PUTs: %s, want %s", got.raw, raise.raw)
+		}
+		a.expect("GET", "/v1/limits/team-spend/overrides/other", "", 404)
+		a.clock.Set(time.Date(2026, 3, 20, 0, 0, 0, 0, time.UTC))
+		if st := a.expect("GET", "/v1/limits/team-spend/buckets/acme", "", 200); st.str("capacity") != "5000" || st.body["override"] != nil {
+			t.Fatalf("the raise outlived its expiry: %s", st.raw)
+		}
+		// Absent and null: no expiry.
+		for _, body := range []string{`{"capacity":"7000"}`, `{"capacity":"7000","expires_at":null}`} {
+			if o := a.expect("PUT", path, body, 200); o.body["expires_at"] != nil {
+				t.Fatalf("PUT %s: %s, want no expiry", body, o.raw)
+			}
 		}
 	})
 }
