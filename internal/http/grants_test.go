@@ -1,6 +1,7 @@
 package http_test
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +184,47 @@ func TestGrantsZeroExpiresAt(t *testing.T) {
 				t.Fatalf("POST %s: %s, want the end of March", body, g.raw)
 			}
 		}
+	})
+}
+
+// TestGrantsRevokeImpossibleID: a grant id that no store can have issued (a
+// NUL, bytes that are not UTF-8) is 404 grant_not_found on every store, with
+// or without an Idempotency-Key — PostgreSQL answered 500 (issue 43) — and
+// an unknown limit is still limit_not_found. Hold ids in the path are 404
+// reservation_not_found the same way.
+func TestGrantsRevokeImpossibleID(t *testing.T) {
+	eachStore(t, func(t *testing.T, a *api) {
+		a.expect("PUT", "/v1/limits/team-spend", `{"capacity":"5000.00","period":{"every":"month","tz":"UTC"}}`, 200)
+		b := "/v1/limits/team-spend/buckets/team-b"
+		if _, ok := ledger.GrantsOf(a.store); !ok {
+			t.Skip("a store without grants answers 501 (TestGrantsTopUp)")
+		}
+		g := a.expect("POST", b+"/grants", `{"amount":"5"}`, 201)
+		id := g.body["grant"].(map[string]any)["id"].(string)
+		ids := []string{"%00", "%FF", "%C3%28", "%ED%A0%80", url.PathEscape(id) + "%00", url.PathEscape(id) + "%FF", "%00" + url.PathEscape(id), "x%00y"}
+		for _, bad := range ids {
+			for _, h := range [][]string{nil, {"Idempotency-Key", "revoke-bad"}} {
+				if r := a.expect("DELETE", b+"/grants/"+bad, "", 404, h...); r.str("code") != "grant_not_found" {
+					t.Errorf("DELETE grants/%s %v: %s, want grant_not_found", bad, h, r.raw)
+				}
+			}
+			if r := a.expect("DELETE", "/v1/limits/nope/buckets/team-b/grants/"+bad, "", 404); r.str("code") != "limit_not_found" {
+				t.Errorf("DELETE grants/%s of an unknown limit: %s, want limit_not_found", bad, r.raw)
+			}
+			for _, c := range []struct{ method, path string }{
+				{"GET", "/v1/reservations/" + bad},
+				{"POST", "/v1/reservations/" + bad + "/commit"},
+				{"POST", "/v1/reservations/" + bad + "/release"},
+			} {
+				if r := a.expect(c.method, c.path, "", 404); r.str("code") != "reservation_not_found" {
+					t.Errorf("%s %s: %s, want reservation_not_found", c.method, c.path, r.raw)
+				}
+			}
+		}
+		// The grant is still there, and revocable by its id.
+		if st := a.expect("GET", b, "", 200); st.str("grants") != "5" {
+			t.Fatalf("after refused revocations: %s", st.raw)
+		}
+		a.expect("DELETE", b+"/grants/"+url.PathEscape(id), "", 200)
 	})
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/jackc/pgx/v5"
@@ -125,6 +127,11 @@ func (s *Store) ListGrants(ctx context.Context, ref ledger.BucketRef) ([]ledger.
 
 // RevokeGrant removes an active grant: one statement, budgetd_revoke_grant.
 func (s *Store) RevokeGrant(ctx context.Context, ref ledger.BucketRef, id string, idem ledger.Idempotency, meta ledger.Meta) (ledger.GrantOutcome, error) {
+	// An id that text cannot hold (a NUL, bytes that are not UTF-8) names
+	// no grant: it goes as text that cannot name one either, so that the
+	// answer is grant_not_found after the same lookups as for any unknown
+	// id, not a driver error (issue 43). The idempotency scope holds the id.
+	id, idem.Scope = textSafe(id), textSafe(idem.Scope)
 	scope, key, hash := idemArgs(idem)
 	var raw json.RawMessage
 	if err := s.queryJSON(ctx, "revoke grant", &raw, "SELECT budgetd_revoke_grant($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -132,4 +139,14 @@ func (s *Store) RevokeGrant(ctx context.Context, ref ledger.BucketRef, id string
 		return ledger.GrantOutcome{}, err
 	}
 	return decodeGrantOutcome("revoke grant", raw)
+}
+
+// textSafe returns s as PostgreSQL text can hold it: each NUL and each byte
+// that is not UTF-8 becomes U+FFFD. Only for names that are looked up:
+// two strings may become one, and no grant id contains U+FFFD.
+func textSafe(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
 }
