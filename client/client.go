@@ -141,6 +141,11 @@ type Error struct {
 	// Reservation is the hold a refusal is about (exceeds_hold,
 	// reservation_expired, reservation_closed); nil otherwise.
 	Reservation *Reservation
+	// NotBudgetd: the answer was not a budgetd problem document (no code):
+	// something else answered — a proxy, a load balancer, another service
+	// at that address. Code is then "http_" and the status, e.g. "http_404",
+	// and Detail the start of the body.
+	NotBudgetd bool
 }
 
 // ErrBadAnswer is wrapped by the error of an answer the client could not
@@ -292,6 +297,7 @@ func problem(a answer) *Error {
 		}
 	}
 	if e.Code == "" {
+		e.NotBudgetd = true
 		e.Code = api.Code("http_" + strconv.Itoa(a.status))
 		if e.Detail == "" {
 			e.Detail = strings.TrimSpace(string(a.body))
@@ -315,6 +321,9 @@ func decode(a answer, v any, ok ...int) error {
 	}
 	if err := json.Unmarshal(a.body, v); err != nil {
 		return fmt.Errorf("%w: reading a %d answer: %v", ErrBadAnswer, a.status, err)
+	}
+	if err := checkShape(a.body, v); err != nil {
+		return fmt.Errorf("%w: a %d answer that is not budgetd's document: %v", ErrBadAnswer, a.status, err)
 	}
 	return nil
 }

@@ -269,7 +269,7 @@ func TestListings(t *testing.T) {
 				http.Error(w, "bad query "+r.URL.RawQuery, 400)
 				return
 			}
-			io.WriteString(w, `{"items":[{"key":"a/b","level":"1.5","held":"2","remaining":"6.5","capacity":"10","updated_at":"2026-01-02T03:04:05.000006Z","period_start":null,"resets_at":null}],"next_cursor":"c2"}`)
+			io.WriteString(w, `{"items":[{"key":"a/b","level":"1.5","held":"2","remaining":"6.5","capacity":"10","updated_at":"2026-01-02T03:04:05.000006Z","period_start":null,"resets_at":null,"override":null,"grants":"0","rollover":"0"}],"next_cursor":"c2"}`)
 		case "/v1/limits/rows/buckets/a%2Fb/reservations":
 			io.WriteString(w, `{"items":[{"id":"h1","limit":"rows","key":"a/b","state":"active","amount":"2","committed_amount":null,"created_at":"2026-01-02T03:04:05.000006Z","expires_at":"2026-01-02T03:14:05.000006Z","resolved_at":null}]}`)
 		default:
@@ -371,5 +371,35 @@ func TestEvents(t *testing.T) {
 	}
 	if _, err := c.PutLimit(ctx, "bad", client.LimitSpec{Capacity: dec("1"), Period: &client.Period{Every: api.Month}, Thresholds: []string{"300%"}}); err == nil {
 		t.Fatal("a threshold of 300% was taken")
+	}
+}
+
+// TestWrongShape: a 200 that is JSON but not budgetd's document (a proxy's
+// {}, another service's answer, a page of empty items) is an answer not
+// understood (ErrBadAnswer), not zero values: an empty bucket or a limit of
+// capacity 0 would be read as budgetd's word.
+func TestWrongShape(t *testing.T) {
+	body := ""
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	c, _ := client.New(srv.URL)
+	ctx := context.Background()
+	calls := map[string]func() error{
+		"Bucket":     func() error { _, err := c.Bucket(ctx, "spend", "k"); return err },
+		"Fillup":     func() error { _, err := c.Fillup(ctx, "spend", "k", dec("1")); return err },
+		"GetLimit":   func() error { _, err := c.GetLimit(ctx, "spend"); return err },
+		"ListLimits": func() error { _, _, err := c.ListLimits(ctx, "", 0); return err },
+		"Drain":      func() error { _, err := c.Drain(ctx, "spend", "k", dec("1")); return err },
+	}
+	for _, b := range []string{`{}`, `{"status":"ok"}`, `null`, `{"items":[{}],"next_cursor":null}`, `{"level":"1","held":"0","remaining":"9","capacity":"10"}`} {
+		body = b
+		for name, call := range calls {
+			if err := call(); !errors.Is(err, client.ErrBadAnswer) {
+				t.Errorf("%s answered %s: %v, want ErrBadAnswer", name, b, err)
+			}
+		}
 	}
 }

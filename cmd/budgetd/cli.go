@@ -21,7 +21,8 @@ import (
 // denial, exitProblem when budgetd refused the call (its problem detail and
 // field are printed), exitUnreachable when budgetd could not be reached or
 // failed (network, timeout, 5xx), exitNotUnderstood when budgetd answered
-// something the CLI cannot read (a version mismatch, a proxy in the way), 2
+// something the CLI cannot read (a version mismatch, a proxy in the way: not
+// JSON, a document missing members, a 4xx without budgetd's problem), 2
 // for a usage error (also input refused before sending).
 const (
 	exitProblem       = 1
@@ -128,9 +129,11 @@ Exit status:
   0  accepted or done
   1  budgetd refused the call (bad input, not found, a closed hold): its code, detail and field are printed
   2  usage error, or input refused before sending
-  3  denied (over budget)
-  4  budgetd unreachable or failing (network, timeout, 5xx)
-  5  budgetd's answer was not understood (a version mismatch or a proxy in the way)
+  3  denied (over budget): "retry after 8m38.4s (at 2026-11-28T15:08:39Z)" is printed
+  4  budgetd unreachable or failing (network, timeout, 5xx); on https without --cert, a hint
+     that budgetd may require a client certificate
+  5  budgetd's answer was not understood (a version mismatch or a proxy in the way): a
+     document of the wrong shape, or a 4xx that is not budgetd's problem (another server)
 `
 
 // metaFlag collects --meta KEY=VALUE flags.
@@ -258,7 +261,7 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err == nil || errors.As(err, &ce) || errors.As(err, &ue) {
 		return err
 	}
-	return callError(err)
+	return c.callError(err)
 }
 
 func or(a, b string) string {
@@ -305,9 +308,10 @@ func (c *cli) client() (*client.Client, error) {
 }
 
 // callError turns a failed call into the CLI's exit: budgetd's problem
-// (code, detail and field), an answer not understood, or an unreachable
-// budgetd.
-func callError(err error) error {
+// (code, detail and field), an answer not understood (also a 4xx that is
+// not budgetd's problem: a proxy or another server answered), or an
+// unreachable budgetd.
+func (c *cli) callError(err error) error {
 	var p *client.Error
 	if errors.As(err, &p) {
 		msg := string(p.Code)
@@ -322,13 +326,45 @@ func callError(err error) error {
 			return usageError{msg}
 		case p.Status >= 500:
 			return cliError{exitUnreachable, fmt.Sprintf("%s [HTTP %d]", msg, p.Status)}
+		case p.NotBudgetd:
+			return cliError{exitNotUnderstood, fmt.Sprintf("something that is not budgetd answered HTTP %d (no budgetd problem document; is --server %s budgetd's address, or is a proxy in the way?): %s",
+				p.Status, c.server, clip(p.Detail, 200))}
 		}
 		return cliError{exitProblem, fmt.Sprintf("%s [HTTP %d]", msg, p.Status)}
 	}
 	if errors.Is(err, client.ErrBadAnswer) {
 		return cliError{exitNotUnderstood, "budgetd answered, but the answer was not understood (is --server a budgetd of this version?): " + err.Error()}
 	}
-	return cliError{exitUnreachable, "budgetd could not be reached: " + err.Error()}
+	msg := "budgetd could not be reached: " + err.Error()
+	if c.maybeNeedsCert(err) {
+		msg += " (budgetd may require a client certificate: give one with --cert FILE --key FILE, or BUDGETD_CERT and BUDGETD_KEY)"
+	}
+	return cliError{exitUnreachable, msg}
+}
+
+// maybeNeedsCert says whether err, on https without a client certificate,
+// looks like a server that requires one: it ends the handshake (TLS 1.3:
+// the first write after it fails with a broken pipe or a reset) or says
+// "certificate required".
+func (c *cli) maybeNeedsCert(err error) bool {
+	if c.cert != "" || !strings.HasPrefix(strings.ToLower(c.server), "https:") {
+		return false
+	}
+	s := err.Error()
+	for _, sign := range []string{"broken pipe", "connection reset", "certificate required", "bad certificate", "handshake failure", "EOF"} {
+		if strings.Contains(s, sign) {
+			return true
+		}
+	}
+	return false
+}
+
+// clip shortens s to at most n bytes, for a message.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // want checks the number of arguments.

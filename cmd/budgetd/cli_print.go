@@ -12,7 +12,6 @@ import (
 
 	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/client"
-	"github.com/shopspring/decimal"
 )
 
 // With --json the CLI prints budgetd's own documents (package api): the
@@ -31,9 +30,21 @@ func optTime(t *time.Time) string {
 	return fmtTime(*t)
 }
 
-// seconds writes a duration as budgetd's decimal seconds.
-func seconds(d time.Duration) string {
-	return decimal.NewFromInt(d.Microseconds()).Shift(-6).String()
+// wait writes how long until a cost fits for people: a Go duration rounded
+// up to 10ms from a second on ("57h10m55.76s", exact below a second:
+// "250µs"), and the instant it ends from now, rounded up to the second
+// ("57h10m55.76s (at 2026-11-30T23:00:00Z)"). --json has budgetd's exact
+// retry_after.
+func wait(d time.Duration, now time.Time) string {
+	shown := d
+	if d >= time.Second {
+		shown = (d + 10*time.Millisecond - 1).Truncate(10 * time.Millisecond)
+	}
+	at := now.Add(d)
+	if t := at.Truncate(time.Second); !t.Equal(at) {
+		at = t.Add(time.Second)
+	}
+	return shown.String() + " (at " + at.UTC().Format(time.RFC3339) + ")"
 }
 
 func (c *cli) printJSON(v any) error {
@@ -151,7 +162,7 @@ func (c *cli) decisionTable(d client.Decision) {
 	case d.NeverFits:
 		verdict, after = "denied", "never fits"
 	case !d.Accepted:
-		verdict, after = "denied", seconds(d.RetryAfter)+"s"
+		verdict, after = "denied", wait(d.RetryAfter, time.Now())
 	case d.ShadowDenied:
 		verdict = "accepted (shadow: enforce denies)"
 	case d.OverCapacity:
@@ -166,7 +177,7 @@ func denial(d client.Decision) error {
 	case d.NeverFits:
 		return cliError{exitDenied, "denied: the cost is larger than the capacity and never fits"}
 	case !d.Accepted:
-		return cliError{exitDenied, "denied: retry after " + seconds(d.RetryAfter) + "s"}
+		return cliError{exitDenied, "denied: retry after " + wait(d.RetryAfter, time.Now())}
 	}
 	return nil
 }

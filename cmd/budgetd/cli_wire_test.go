@@ -114,8 +114,8 @@ func TestCLIClientCertificate(t *testing.T) {
 	s := start(t, "--addr", "127.0.0.1:0", "--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem"),
 		"--tls-client-ca", filepath.Join(dir, "ca.pem"))
 	ca := filepath.Join(dir, "ca.pem")
-	if out, code := cliRun(t, s.url, "limits", "list", "--ca", ca, "--timeout", "5s"); code != 4 {
-		t.Fatalf("without a client certificate: exit %d\n%s", code, out)
+	if out, code := cliRun(t, s.url, "limits", "list", "--ca", ca, "--timeout", "5s"); code != 4 || !strings.Contains(out, "may require a client certificate") || !strings.Contains(out, "--cert") {
+		t.Fatalf("without a client certificate: exit %d, want 4 and a hint at --cert\n%s", code, out)
 	}
 	if out, code := cliRun(t, s.url, "limits", "put", "spend", "--capacity", "10", "--period", "day", "--ca", ca, "--cert", certFile, "--key", keyFile); code != 0 {
 		t.Fatalf("with --cert/--key: exit %d\n%s", code, out)
@@ -127,5 +127,70 @@ func TestCLIClientCertificate(t *testing.T) {
 	var out strings.Builder
 	if err := run(t.Context(), []string{"check", "spend", "k", "1"}, env(vars), &out, &out); err != nil {
 		t.Fatalf("with BUDGETD_CERT/BUDGETD_KEY: %v\n%s", err, out.String())
+	}
+}
+
+// A 200 that is JSON but not budgetd's document exits 5 with a message, not
+// 0 with zero values printed.
+func TestCLIWrongShape(t *testing.T) {
+	body := ""
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	for _, b := range []string{`{}`, `{"status":"ok"}`, `{"level":"1","held":"0","remaining":"9","capacity":"10"}`} {
+		body = b
+		for _, args := range [][]string{{"check", "spend", "k"}, {"fillup", "spend", "k", "1"}, {"limits", "get", "spend"}, {"drain", "spend", "k", "1", "--json"}} {
+			out, code := cliRun(t, srv.URL, args...)
+			if code != 5 || !strings.Contains(out, "not understood") || !strings.Contains(out, "has no member") {
+				t.Errorf("budgetd %s answered %s: exit %d, want 5 and what is missing:\n%s", strings.Join(args, " "), b, code, out)
+			}
+		}
+	}
+}
+
+// A 404 (or another 4xx) that is not budgetd's problem document — a proxy,
+// a load balancer, another service at --server — exits 5 (not understood),
+// as documented, not 1 (budgetd refused the call); budgetd's own 404 stays 1.
+func TestCLIForeignNotFound(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	for _, args := range [][]string{{"limits", "get", "spend"}, {"fillup", "spend", "k", "1"}, {"limits", "list"}} {
+		out, code := cliRun(t, srv.URL, args...)
+		if code != 5 || !strings.Contains(out, "not budgetd") || !strings.Contains(out, "HTTP 404") || !strings.Contains(out, "404 page not found") {
+			t.Errorf("budgetd %s against a foreign 404: exit %d, want 5:\n%s", strings.Join(args, " "), code, out)
+		}
+	}
+	server := startBudgetd(t)
+	if out, code := cliRun(t, server, "limits", "get", "nope"); code != 1 || !strings.Contains(out, "limit_not_found") {
+		t.Errorf("budgetd's own 404: exit %d, want 1:\n%s", code, out)
+	}
+}
+
+// Waits print as a Go duration with the instant they end, not as
+// "205855.759798s".
+func TestCLIWait(t *testing.T) {
+	now := time.Date(2026, 11, 28, 15, 0, 0, 0, time.UTC)
+	for d, want := range map[time.Duration]string{
+		205855759798 * time.Microsecond: "57h10m55.76s (at 2026-12-01T00:10:56Z)",
+		518400 * time.Millisecond:       "8m38.4s (at 2026-11-28T15:08:39Z)",
+		1001 * time.Millisecond:         "1.01s (at 2026-11-28T15:00:02Z)",
+		250 * time.Microsecond:          "250µs (at 2026-11-28T15:00:01Z)",
+		2 * time.Second:                 "2s (at 2026-11-28T15:00:02Z)",
+	} {
+		if got := wait(d, now); got != want {
+			t.Errorf("wait(%v) = %q, want %q", d, got, want)
+		}
+	}
+	server := startBudgetd(t)
+	expect := cliExpect(t, server)
+	expect(0, "", "limits", "put", "spend", "--capacity", "5000", "--leak", "5000/720h")
+	expect(0, "accepted", "fillup", "spend", "k", "5000")
+	out := expect(3, "denied: retry after 8m38.", "fillup", "spend", "k", "1")
+	if !strings.Contains(out, " (at 20") || strings.Contains(out, "518.") {
+		t.Errorf("a denial's wait:\n%s", out)
 	}
 }
