@@ -167,6 +167,8 @@ type cli struct {
 	timeout           time.Duration
 	json, quiet       bool
 	replace           bool
+	// sent is when the command started calling budgetd.
+	sent time.Time
 	// named are the flags given on the command line.
 	named             map[string]bool
 	capacity, leak    string
@@ -255,6 +257,7 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	c.sent = time.Now()
 	err = c.dispatch(ctx, cl, args[0])
 	var ce cliError
 	var ue usageError

@@ -32,7 +32,9 @@ func optTime(t *time.Time) string {
 
 // wait writes how long until a cost fits for people: a Go duration rounded
 // up to 10ms from a second on ("57h10m55.76s", exact below a second:
-// "250µs"), and the instant it ends from now, rounded up to the second
+// "250µs"), and the instant it ends from now (when the call was sent:
+// budgetd decided a little later, so a wait to a period's reset ends on
+// the reset's second), rounded up to the second
 // ("57h10m55.76s (at 2026-11-30T23:00:00Z)"). --json has budgetd's exact
 // retry_after.
 func wait(d time.Duration, now time.Time) string {
@@ -153,7 +155,7 @@ func (c *cli) printDecision(d client.Decision) error {
 	} else {
 		c.decisionTable(d)
 	}
-	return denial(d)
+	return c.denial(d)
 }
 
 func (c *cli) decisionTable(d client.Decision) {
@@ -162,7 +164,7 @@ func (c *cli) decisionTable(d client.Decision) {
 	case d.NeverFits:
 		verdict, after = "denied", "never fits"
 	case !d.Accepted:
-		verdict, after = "denied", wait(d.RetryAfter, time.Now())
+		verdict, after = "denied", wait(d.RetryAfter, c.sent)
 	case d.ShadowDenied:
 		verdict = "accepted (shadow: enforce denies)"
 	case d.OverCapacity:
@@ -172,12 +174,12 @@ func (c *cli) decisionTable(d client.Decision) {
 }
 
 // denial is the exit of a denied decision, nil when accepted.
-func denial(d client.Decision) error {
+func (c *cli) denial(d client.Decision) error {
 	switch {
 	case d.NeverFits:
 		return cliError{exitDenied, "denied: the cost is larger than the capacity and never fits"}
 	case !d.Accepted:
-		return cliError{exitDenied, "denied: retry after " + wait(d.RetryAfter, time.Now())}
+		return cliError{exitDenied, "denied: retry after " + wait(d.RetryAfter, c.sent)}
 	}
 	return nil
 }
@@ -200,7 +202,7 @@ func (c *cli) printReserved(h *client.Reservation, d client.Decision) error {
 	default:
 		c.table("ID\tAMOUNT\tEXPIRES\tLEVEL\tHELD\tREMAINING\tRESETS AT", [][]string{{h.ID, h.Amount.String(), fmtTime(h.ExpiresAt), d.Level.String(), d.Held.String(), d.Remaining.String(), optTime(d.ResetsAt)}})
 	}
-	return denial(d)
+	return c.denial(d)
 }
 
 func (c *cli) printResolved(r client.Resolved) error {

@@ -164,12 +164,14 @@ func TestCLIJSONIsTheServersAnswer(t *testing.T) {
 	same(0, "PUT", limit, "limits", "put", "team-spend", "--capacity", "5000.00", "--period", "day", "--rollover-max", "1000",
 		"--threshold", "80%", "--threshold", "4500", "--record-denials", "--mode", "soft", "--grace", "10%")
 	same(0, "GET", limit, "limits", "get", "team-spend")
+	same(0, "PUT", limit, "limits", "set", "team-spend", "--capacity", "5000")
 	same(0, "GET", "/v1/limits", "limits", "list")
 	until := clock.Now().Add(30 * 24 * time.Hour).Format(time.RFC3339)
 	same(0, "PUT", limit+"/overrides/vip", "overrides", "put", "team-spend", "vip", "--capacity", "8000", "--expires-at", until)
 	same(0, "GET", limit+"/overrides/vip", "overrides", "get", "team-spend", "vip")
 	same(0, "GET", limit+"/overrides", "overrides", "list", "team-spend")
-	same(0, "POST", bucket+"/fillup", "fillup", "team-spend", "vip", "100", "--meta", "order=A-1")
+	// Over the 4500 threshold: an event to list.
+	same(0, "POST", bucket+"/fillup", "fillup", "team-spend", "vip", "4600", "--meta", "order=A-1")
 
 	// The next day the bucket has rollover; a grant tops it up.
 	clock.Advance(24 * time.Hour)
@@ -194,6 +196,8 @@ func TestCLIJSONIsTheServersAnswer(t *testing.T) {
 	hold, _ := same(0, "POST", bucket+"/reservations", "reserve", "team-spend", "vip", "1")["id"].(string)
 	same(0, "POST", "/v1/reservations/"+hold+"/release", "release", hold)
 	same(0, "GET", bucket+"/history", "history", "team-spend", "vip")
-	same(0, "GET", "/v1/events", "events")
+	if events := same(0, "GET", "/v1/events", "events"); len(events["items"].([]any)) == 0 {
+		t.Fatalf("no events to compare: %v", events)
+	}
 	same(0, "DELETE", bucket+"/grants/"+grant["id"].(string), "grants", "revoke", "team-spend", "vip", grant["id"].(string))
 }
