@@ -320,7 +320,8 @@ func (c *cli) wouldDrop(old client.Limit, spec client.LimitSpec) []string {
 		}
 	}
 	if old.Window != nil && spec.Window != nil && !c.named["precision"] {
-		if def, _ := api.DefaultPrecision(spec.Window.Length); def != old.Window.Precision {
+		// Lost only if it was not the default of the old length.
+		if def, _ := api.DefaultPrecision(old.Window.Length); def != old.Window.Precision {
 			lost = append(lost, "precision "+api.Duration(old.Window.Precision).String()+" (--precision)")
 		}
 	}

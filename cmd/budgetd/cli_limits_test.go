@@ -88,6 +88,12 @@ func TestCLILimitsKeepWhatTheyDoNotName(t *testing.T) {
 	expect(2, "--tz", "limits", "set", "team-spend", "--tz", "UTC")
 	expect(2, "--replace", "limits", "set", "team-spend", "--capacity", "1", "--replace")
 	expect(2, "name one", "limits", "set", "team-spend", "--leak", "1/1s", "--window", "1m")
+	// A window's precision is kept unless it was the default.
+	expect(0, "in any 1m (slots of 1s)", "limits", "put", "logins", "--capacity", "5", "--window", "1m")
+	expect(0, "in any 2m (slots of 1s)", "limits", "put", "logins", "--capacity", "5", "--window", "2m")
+	expect(0, "in any 2m (slots of 10s)", "limits", "set", "logins", "--precision", "10s")
+	expect(2, "precision 10s (--precision)", "limits", "put", "logins", "--capacity", "5", "--window", "2m")
+	expect(0, "in any 3m (slots of 10s)", "limits", "set", "logins", "--window", "3m", "--precision", "10s")
 	// A new limit is created by put as before.
 	expect(0, "per day", "limits", "put", "fresh", "--capacity", "1", "--period", "day")
 }
