@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"strings"
 
 	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/budgetd/budgetd/internal/redis"
+	"github.com/budgetd/budgetd/internal/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -87,17 +87,7 @@ func migrate(ctx context.Context, cfg config, stdout io.Writer) error {
 	return nil
 }
 
-// redact hides the password of a store URL.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		if i := strings.LastIndex(raw, "@"); i >= 0 {
-			return "…" + raw[i:]
-		}
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
+// redact is a store's or the webhook receiver's URL as budgetd prints and
+// logs it: the password, the query and the fragment masked
+// (webhook.RedactURL, docs/operations.md "Logs").
+func redact(raw string) string { return webhook.RedactURL(raw) }

@@ -549,7 +549,7 @@ func (e errStatus) Error() string { return "answered " + strconv.Itoa(int(e)) }
 func (d *Deliverer) post(ctx context.Context, id string, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return redactError(err)
 	}
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	req.Header.Set("Content-Type", "application/json")
@@ -559,7 +559,7 @@ func (d *Deliverer) post(ctx context.Context, id string, body []byte) error {
 	req.Header.Set("webhook-signature", api.WebhookSignature(d.key, id, ts, body))
 	res, err := d.client.Do(req)
 	if err != nil {
-		return err
+		return redactError(err) // it is logged: the URL's query may hold a token
 	}
 	// A 2xx is delivery, whatever its body: read a bounded part of it so
 	// that the connection may be reused.
