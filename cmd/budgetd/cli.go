@@ -91,10 +91,10 @@ Operator commands (on a running budgetd):
                                                        set the terms of the key PATTERN, or of every key that
                                                        starts with PREFIX for a PATTERN PREFIX* (quote it); the
                                                        most specific wins; terms of the limit's own kind; until
-                                                       TIME (RFC 3339), e.g. a raise until Friday:
-                                                       --capacity 8000 --expires-at 2026-12-04T00:00:00Z
+                                                       TIME (RFC 3339, or +DURATION from now), e.g. a
+                                                       raise for three days: --capacity 8000 --expires-at +72h
   budgetd overrides delete LIMIT PATTERN               delete an override (the limit's terms apply again)
-  budgetd grants add LIMIT KEY AMOUNT [--expires-at TIME]
+  budgetd grants add LIMIT KEY AMOUNT [--expires-at TIME|+DURATION]
                                                        add AMOUNT to the bucket's capacity until TIME (default
                                                        for a periodic limit: the end of the current period)
   budgetd grants list LIMIT KEY                        the bucket's active grants

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/budgetd/budgetd/api"
@@ -36,8 +37,8 @@ func (c *cli) grants(ctx context.Context, cl *client.Client) error {
 		}
 		var until time.Time
 		if c.expiresAt != "" {
-			if until, err = time.Parse(time.RFC3339Nano, c.expiresAt); err != nil {
-				return usageError{fmt.Sprintf("--expires-at %q is not an RFC 3339 time like 2026-12-01T00:00:00Z", c.expiresAt)}
+			if until, err = c.expiry(); err != nil {
+				return err
 			}
 		}
 		g, err := cl.Grant(ctx, c.args[0], c.args[1], amount, until, c.callOptions()...)
@@ -84,4 +85,21 @@ func (c *cli) printGranted(g client.Granted) error {
 	}
 	c.table("ID\tAMOUNT\tUNTIL\tCAPACITY\tGRANTS", [][]string{{g.Grant.ID, g.Grant.Amount.String(), fmtTime(g.Grant.ExpiresAt), g.Bucket.Capacity.String(), g.Bucket.Grants.String()}})
 	return nil
+}
+
+// expiry reads --expires-at: an RFC 3339 time, or +DURATION from now (a Go
+// duration such as +72h, so that an example stays valid whenever it runs).
+func (c *cli) expiry() (time.Time, error) {
+	if d, ok := strings.CutPrefix(c.expiresAt, "+"); ok {
+		v, err := time.ParseDuration(d)
+		if err != nil || v <= 0 {
+			return time.Time{}, usageError{fmt.Sprintf("--expires-at %q is not +DURATION like +72h", c.expiresAt)}
+		}
+		return time.Now().Add(v).Truncate(time.Microsecond), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, c.expiresAt)
+	if err != nil {
+		return time.Time{}, usageError{fmt.Sprintf("--expires-at %q is not an RFC 3339 time like 2026-12-04T00:00:00Z or +DURATION like +72h", c.expiresAt)}
+	}
+	return t, nil
 }

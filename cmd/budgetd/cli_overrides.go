@@ -100,9 +100,9 @@ func (c *cli) overrideSpec(pattern string) (client.Override, error) {
 		o.Leak = &client.Leak{Amount: amount, Per: d}
 	}
 	if c.expiresAt != "" {
-		t, err := time.Parse(time.RFC3339Nano, c.expiresAt)
+		t, err := c.expiry()
 		if err != nil {
-			return o, usageError{fmt.Sprintf("--expires-at %q is not an RFC 3339 time like 2026-12-04T00:00:00Z", c.expiresAt)}
+			return o, err
 		}
 		o.ExpiresAt = &t
 	}

@@ -42,3 +42,23 @@ func TestCLIOverrides(t *testing.T) {
 	expect(2, "needs at least one of", "overrides", "put", "team-spend", "k")
 	expect(2, "--expires-at", "overrides", "put", "team-spend", "k", "--capacity", "1", "--expires-at", "friday")
 }
+
+// TestCLIExpiresIn: --expires-at +DURATION is that long from now, so the
+// README's example stays valid whenever it runs; a malformed one is a usage
+// error.
+func TestCLIExpiresIn(t *testing.T) {
+	server := startBudgetd(t)
+	expect := cliExpect(t, server)
+	expect(0, "team-spend", "limits", "put", "team-spend", "--capacity", "5000", "--period", "month")
+	before := time.Now()
+	out := expect(0, `"expires_at"`, "overrides", "put", "team-spend", "acme", "--capacity", "8000", "--expires-at", "+72h", "--json")
+	var doc struct {
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.ExpiresAt.Before(before.Add(72*time.Hour-time.Second)) || doc.ExpiresAt.After(time.Now().Add(72*time.Hour)) {
+		t.Fatalf("--expires-at +72h: %v, expires_at %v, want 72h after %v\n%s", err, doc.ExpiresAt, before, out)
+	}
+	expect(0, "8001", "grants", "add", "team-spend", "acme", "1", "--expires-at", "+1h")
+	expect(2, "+DURATION", "overrides", "put", "team-spend", "acme", "--capacity", "1", "--expires-at", "+soon")
+	expect(2, "+DURATION", "grants", "add", "team-spend", "acme", "1", "--expires-at", "+-1h")
+}
