@@ -387,119 +387,164 @@ func (c *cli) dispatch(ctx context.Context, cl *client.Client, cmd string) error
 	case "grants":
 		return c.grants(ctx, cl)
 	case "check":
-		if err := c.want("check", 2, 3); err != nil {
-			return err
-		}
-		if len(c.args) == 2 {
-			b, err := cl.Bucket(ctx, c.args[0], c.args[1])
-			if err != nil {
-				return err
-			}
-			return c.printBucket(b)
-		}
-		cost, err := parseAmount("COST", c.args[2])
-		if err != nil {
-			return err
-		}
-		d, err := cl.CanAccept(ctx, c.args[0], c.args[1], cost)
-		if err != nil {
-			return err
-		}
-		return c.printDecision(d)
+		return c.checkCmd(ctx, cl)
 	case "fillup":
-		if err := c.want("fillup", 3, 3); err != nil {
-			return err
-		}
-		cost, err := parseAmount("COST", c.args[2])
-		if err != nil {
-			return err
-		}
-		d, err := cl.Fillup(ctx, c.args[0], c.args[1], cost, c.callOptions()...)
-		if err != nil {
-			return err
-		}
-		return c.printDecision(d)
+		return c.fillupCmd(ctx, cl)
 	case "reserve":
-		if err := c.want("reserve", 3, 3); err != nil {
-			return err
-		}
-		amt, err := parseAmount("AMOUNT", c.args[2])
-		if err != nil {
-			return err
-		}
-		h, d, err := cl.Reserve(ctx, c.args[0], c.args[1], amt, c.ttl, c.callOptions()...)
-		if err != nil {
-			return err
-		}
-		return c.printReserved(h, d)
+		return c.reserveCmd(ctx, cl)
 	case "commit":
-		if err := c.want("commit", 1, 2); err != nil {
-			return err
-		}
-		var amt *decimal.Decimal
-		if len(c.args) == 2 {
-			a, err := parseAmount("AMOUNT", c.args[1])
-			if err != nil {
-				return err
-			}
-			amt = &a
-		}
-		r, err := cl.Commit(ctx, c.args[0], amt, c.overrun, c.callOptions()...)
-		if err != nil {
-			return err
-		}
-		return c.printResolved(r)
+		return c.commitCmd(ctx, cl)
 	case "release":
-		if err := c.want("release", 1, 1); err != nil {
-			return err
-		}
-		r, err := cl.Release(ctx, c.args[0], c.callOptions()...)
-		if err != nil {
-			return err
-		}
-		return c.printResolved(r)
+		return c.releaseCmd(ctx, cl)
 	case "drain":
-		if err := c.want("drain", 3, 3); err != nil {
-			return err
-		}
-		amt, err := parseAmount("AMOUNT", c.args[2])
-		if err != nil {
-			return err
-		}
-		d, err := cl.Drain(ctx, c.args[0], c.args[1], amt, c.callOptions()...)
-		if err != nil {
-			return err
-		}
-		return c.printDrained(d)
+		return c.drainCmd(ctx, cl)
 	case "events":
-		if err := c.want("events", 0, 0); err != nil {
-			return err
-		}
-		es, next, err := cl.Events(ctx, c.after, c.limit)
-		if err != nil {
-			return err
-		}
-		return c.printEvents(es, next)
+		return c.eventsCmd(ctx, cl)
 	case "history":
-		if err := c.want("history", 2, 2); err != nil {
-			return err
-		}
-		es, next, err := cl.History(ctx, c.args[0], c.args[1], c.cursor, c.limit)
-		if err != nil {
-			return err
-		}
-		return c.printHistory(es, next)
+		return c.historyCmd(ctx, cl)
 	case "holds":
-		if err := c.want("holds", 2, 2); err != nil {
-			return err
-		}
-		hs, err := cl.Holds(ctx, c.args[0], c.args[1])
-		if err != nil {
-			return err
-		}
-		return c.printHolds(hs)
+		return c.holdsCmd(ctx, cl)
 	}
 	return usageError{"unknown command " + cmd}
+}
+
+// checkCmd runs budgetd check.
+func (c *cli) checkCmd(ctx context.Context, cl *client.Client) error {
+	if err := c.want("check", 2, 3); err != nil {
+		return err
+	}
+	if len(c.args) == 2 {
+		b, err := cl.Bucket(ctx, c.args[0], c.args[1])
+		if err != nil {
+			return err
+		}
+		return c.printBucket(b)
+	}
+	cost, err := parseAmount("COST", c.args[2])
+	if err != nil {
+		return err
+	}
+	d, err := cl.CanAccept(ctx, c.args[0], c.args[1], cost)
+	if err != nil {
+		return err
+	}
+	return c.printDecision(d)
+}
+
+// fillupCmd runs budgetd fillup.
+func (c *cli) fillupCmd(ctx context.Context, cl *client.Client) error {
+	if err := c.want("fillup", 3, 3); err != nil {
+		return err
+	}
+	cost, err := parseAmount("COST", c.args[2])
+	if err != nil {
+		return err
+	}
+	d, err := cl.Fillup(ctx, c.args[0], c.args[1], cost, c.callOptions()...)
+	if err != nil {
+		return err
+	}
+	return c.printDecision(d)
+}
+
+// reserveCmd runs budgetd reserve.
+func (c *cli) reserveCmd(ctx context.Context, cl *client.Client) error {
+	if err := c.want("reserve", 3, 3); err != nil {
+		return err
+	}
+	amt, err := parseAmount("AMOUNT", c.args[2])
+	if err != nil {
+		return err
+	}
+	h, d, err := cl.Reserve(ctx, c.args[0], c.args[1], amt, c.ttl, c.callOptions()...)
+	if err != nil {
+		return err
+	}
+	return c.printReserved(h, d)
+}
+
+// commitCmd runs budgetd commit.
+func (c *cli) commitCmd(ctx context.Context, cl *client.Client) error {
+	if err := c.want("commit", 1, 2); err != nil {
+		return err
+	}
+	var amt *decimal.Decimal
+	if len(c.args) == 2 {
+		a, err := parseAmount("AMOUNT", c.args[1])
+		if err != nil {
+			return err
+		}
+		amt = &a
+	}
+	r, err := cl.Commit(ctx, c.args[0], amt, c.overrun, c.callOptions()...)
+	if err != nil {
+		return err
+	}
+	return c.printResolved(r)
+}
+
+// releaseCmd runs budgetd release.
+func (c *cli) releaseCmd(ctx context.Context, cl *client.Client) error {
+	if err := c.want("release", 1, 1); err != nil {
+		return err
+	}
+	r, err := cl.Release(ctx, c.args[0], c.callOptions()...)
+	if err != nil {
+		return err
+	}
+	return c.printResolved(r)
+}
+
+// drainCmd runs budgetd drain.
+func (c *cli) drainCmd(ctx context.Context, cl *client.Client) error {
+	if err := c.want("drain", 3, 3); err != nil {
+		return err
+	}
+	amt, err := parseAmount("AMOUNT", c.args[2])
+	if err != nil {
+		return err
+	}
+	d, err := cl.Drain(ctx, c.args[0], c.args[1], amt, c.callOptions()...)
+	if err != nil {
+		return err
+	}
+	return c.printDrained(d)
+}
+
+// eventsCmd runs budgetd events.
+func (c *cli) eventsCmd(ctx context.Context, cl *client.Client) error {
+	if err := c.want("events", 0, 0); err != nil {
+		return err
+	}
+	es, next, err := cl.Events(ctx, c.after, c.limit)
+	if err != nil {
+		return err
+	}
+	return c.printEvents(es, next)
+}
+
+// historyCmd runs budgetd history.
+func (c *cli) historyCmd(ctx context.Context, cl *client.Client) error {
+	if err := c.want("history", 2, 2); err != nil {
+		return err
+	}
+	es, next, err := cl.History(ctx, c.args[0], c.args[1], c.cursor, c.limit)
+	if err != nil {
+		return err
+	}
+	return c.printHistory(es, next)
+}
+
+// holdsCmd runs budgetd holds.
+func (c *cli) holdsCmd(ctx context.Context, cl *client.Client) error {
+	if err := c.want("holds", 2, 2); err != nil {
+		return err
+	}
+	hs, err := cl.Holds(ctx, c.args[0], c.args[1])
+	if err != nil {
+		return err
+	}
+	return c.printHolds(hs)
 }
 
 // callOptions are the Idempotency-Key and meta of a writing command.

@@ -189,42 +189,8 @@ func (c *cli) applyLimitFlags(spec *client.LimitSpec, put bool) error {
 		}
 		spec.Capacity = capacity
 	}
-	kinds := 0
-	for _, f := range []string{"leak", "period", "window"} {
-		if c.named[f] {
-			kinds++
-		}
-	}
-	if kinds > 1 {
-		return usageError{"--leak, --period and --window are the three kinds of limit: name one"}
-	}
-	switch {
-	case c.leak != "":
-		amt, per, ok := strings.Cut(c.leak, "/")
-		if !ok {
-			return usageError{fmt.Sprintf("--leak %q is not AMOUNT/PER (e.g. 10/1s)", c.leak)}
-		}
-		leakAmount, err := parseAmount("--leak amount", amt)
-		if err != nil {
-			return err
-		}
-		d, err := time.ParseDuration(per)
-		if err != nil {
-			return usageError{fmt.Sprintf("--leak: %q is not a duration like 1s or 720h", per)}
-		}
-		spec.Leak, spec.Period, spec.Window = &client.Leak{Amount: leakAmount, Per: d}, nil, nil
-	case c.period != "":
-		p := client.Period{Every: api.Every(c.period)}
-		if spec.Period != nil {
-			// set: the zone stays, and the start day while the length does.
-			p.TZ = spec.Period.TZ
-			if spec.Period.Every == p.Every {
-				p.StartDay = spec.Period.StartDay
-			}
-		}
-		spec.Leak, spec.Period, spec.Window = nil, &p, nil
-	case c.window != 0:
-		spec.Leak, spec.Period, spec.Window = nil, nil, &client.Window{Length: c.window}
+	if err := c.applyKind(spec); err != nil {
+		return err
 	}
 	if (c.named["tz"] || c.named["start-day"] || c.named["rollover-max"] && c.rolloverMax != "none") && spec.Period == nil {
 		return usageError{"--tz, --start-day and --rollover-max go with --period"}
@@ -282,6 +248,50 @@ func (c *cli) applyLimitFlags(spec *client.LimitSpec, put bool) error {
 			}
 			spec.Rollover = &client.Rollover{Max: m}
 		}
+	}
+	return nil
+}
+
+// applyKind changes the kind of spec to the one named (--leak, --period or
+// --window), if any: limits set keeps the zone of a periodic limit, and its
+// start day while the period's length stays.
+func (c *cli) applyKind(spec *client.LimitSpec) error {
+	kinds := 0
+	for _, f := range []string{"leak", "period", "window"} {
+		if c.named[f] {
+			kinds++
+		}
+	}
+	if kinds > 1 {
+		return usageError{"--leak, --period and --window are the three kinds of limit: name one"}
+	}
+	switch {
+	case c.leak != "":
+		amt, per, ok := strings.Cut(c.leak, "/")
+		if !ok {
+			return usageError{fmt.Sprintf("--leak %q is not AMOUNT/PER (e.g. 10/1s)", c.leak)}
+		}
+		leakAmount, err := parseAmount("--leak amount", amt)
+		if err != nil {
+			return err
+		}
+		d, err := time.ParseDuration(per)
+		if err != nil {
+			return usageError{fmt.Sprintf("--leak: %q is not a duration like 1s or 720h", per)}
+		}
+		spec.Leak, spec.Period, spec.Window = &client.Leak{Amount: leakAmount, Per: d}, nil, nil
+	case c.period != "":
+		p := client.Period{Every: api.Every(c.period)}
+		if spec.Period != nil {
+			// set: the zone stays, and the start day while the length does.
+			p.TZ = spec.Period.TZ
+			if spec.Period.Every == p.Every {
+				p.StartDay = spec.Period.StartDay
+			}
+		}
+		spec.Leak, spec.Period, spec.Window = nil, &p, nil
+	case c.window != 0:
+		spec.Leak, spec.Period, spec.Window = nil, nil, &client.Window{Length: c.window}
 	}
 	return nil
 }
