@@ -9,52 +9,33 @@ import (
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ovset"
-	"github.com/shopspring/decimal"
 )
 
 // terms returns l as it applies to the bucket b of key at now (b nil for
-// a bucket not looked up, or not stored), first settling b through the
-// ends of temporary rule changes since its last write (settleExpiries):
-// with the override that resolves for it (ovset.Set.Effective, as
-// ledger.Overrides resolves), the rollover it receives (ledger.CarryAt,
-// ledger.Limit.WithRollover) and its active grants
-// (ledger.Limit.WithGrants) added to its capacity. The caller holds
-// limitsMu for reading, and b's shard lock when b is not nil.
+// a bucket not looked up, or not stored): ledger.TermsAt of what the store
+// keeps for it. When the ends of temporary rule changes since b's last
+// write settled it (ledger.Terms.Settled), the settled state is applied
+// to b first, and the holds those ends expired are recorded as expired:
+// the store writes nothing at an expiry, so whichever call next looks at
+// the bucket under its terms (a decision, a read, the sweeper, a change
+// of terms) settles it, and every later reading of it is the same. The
+// caller holds limitsMu for reading, and b's shard lock when b is not nil.
 func (s *Store) terms(l ledger.Limit, key string, b *bucketRec, now time.Time) ledger.Limit {
-	raw, set := l, s.overrides[l.Name]
-	if set.Len() > 0 {
-		if b != nil && b.updated != 0 && set.MayExpire(key, b.updated, now) {
-			s.settleExpiries(raw, set, key, b, now)
-		}
-		l = set.Effective(l, key, now)
+	in := ledger.TermsInput{Limit: l, Key: key, Now: now}
+	if set := s.overrides[l.Name]; set.Len() > 0 {
+		in.Overrides = set
 	}
-	if l.Rollover != nil && b != nil && b.updated != 0 {
-		capacityAt := func(end time.Time) decimal.Decimal {
-			// The override in force at the period's last microsecond.
-			return set.Effective(raw, key, end.Add(-time.Microsecond)).Capacity
-		}
-		l = l.WithRollover(ledger.CarryAt(l, b.state(), b.carry(), now, capacityAt))
+	if b != nil && b.updated != 0 {
+		in.State, in.Carry = b.state(), b.carry()
 	}
 	if len(s.grants) > 0 {
-		if gs := s.grants[ledger.BucketRef{Limit: l.Name, Key: key}]; len(gs) > 0 {
-			l = l.WithGrants(ledger.ActiveGrants(gs, now))
-		}
+		in.Grants = s.grants[ledger.BucketRef{Limit: l.Name, Key: key}]
 	}
-	return l
-}
-
-// settleExpiries settles b, key's bucket of the limit l (without its
-// overrides), at each expiry since its last write at which the override in
-// force ended and the rule changed (ledger.SettleExpiries), as a PUT of the
-// limit at that instant would have: the store writes nothing at an expiry,
-// so whichever call next looks at the bucket under its terms (a decision, a
-// read, the sweeper, a change of terms) settles it first, and every later
-// reading of it is the same. The holds the switches expired are recorded as
-// every expired hold is (apply); the rollover carry stays as stored. The
-// caller holds limitsMu for reading and b's shard lock.
-func (s *Store) settleExpiries(l ledger.Limit, set *ovset.Set, key string, b *bucketRec, now time.Time) {
-	ns, expired := ledger.SettleExpiries(set, l, key, b.state(), now)
-	s.apply(l, &s.shards[s.shardOf(ledger.BucketRef{Limit: l.Name, Key: key})], b, ns, expired)
+	t := ledger.TermsAt(&in)
+	if t.Settled {
+		s.apply(l, &s.shards[s.shardOf(ledger.BucketRef{Limit: l.Name, Key: key})], b, t.State, t.Expired)
+	}
+	return t.Limit
 }
 
 // ServesRollover marks the memory store as a ledger.RolloverStore.

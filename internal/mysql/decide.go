@@ -382,46 +382,28 @@ func (v *view) terms(i int) {
 	}
 }
 
-// termsAt returns base, a limit as stored, as it applies to bucket b at now
-// (memory.Store.terms), first settling b's state through the ends of
-// temporary rule changes since its last write (settleExpiries): with the
-// override of set that resolves for b's key (ledger.Overrides.Effective),
-// the rollover b receives (ledger.CarryAt, with
-// the capacity of the override in force at the period's last microsecond;
-// ledger.Limit.WithRollover) and its active grants (ledger.Limit.WithGrants)
-// added to its capacity.
+// termsAt returns base, a limit as stored, as it applies to bucket b at now:
+// ledger.TermsAt of what the store read of it. b's state becomes the one
+// settled through the ends of temporary rule changes since its last write
+// (ledger.Terms.State), as a PUT of the limit at each end would have left
+// it: nothing is written at an expiry, so every reading of the bucket
+// settles it first, and the decision that next writes it stores the
+// settled state. Its holds stay in it: the ones that ended by an expiry are
+// ignored by every rule from then on and recorded as expired as any other
+// (the next write's bucket.Expired, the pruner's pruneExpired), so a read
+// still writes nothing.
 func termsAt(base ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time) ledger.Limit {
-	l := base
+	in := ledger.TermsInput{Limit: base, Key: b.key, State: b.state, Carry: b.carry, Grants: b.grants, Now: now}
 	if set.Len() > 0 {
-		settleExpiries(base, set, b, now)
-		l = set.Effective(base, b.key, now)
+		in.Overrides = set
 	}
-	if l.Rollover != nil && !b.state.Updated.IsZero() {
-		capacityAt := func(end time.Time) decimal.Decimal {
-			return set.Effective(base, b.key, end.Add(-time.Microsecond)).Capacity
-		}
-		l = l.WithRollover(ledger.CarryAt(l, b.state, b.carry, now, capacityAt))
+	t := ledger.TermsAt(&in)
+	if t.Settled {
+		holds := b.state.Holds
+		b.state = t.State
+		b.state.Holds = holds
 	}
-	if len(b.grants) > 0 {
-		l = l.WithGrants(ledger.ActiveGrants(b.grants, now))
-	}
-	return l
-}
-
-// settleExpiries settles b's state, as read, at each expiry since its last
-// write at which the override in force ended and the rule changed
-// (ledger.SettleExpiries), as a PUT of the limit at that instant would
-// have (memory.Store.settleExpiries): nothing is written at an expiry, so
-// every reading of the bucket settles it first, and the decision that next
-// writes it stores the settled state. Its holds stay in it: the ones that
-// ended by an expiry are ignored by every rule from then on and recorded
-// as expired as any other (the next write's bucket.Expired, the pruner's
-// pruneExpired), so a read still writes nothing. A bucket without an
-// override that expired since its write costs one Resolve.
-func settleExpiries(base ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time) {
-	holds := b.state.Holds
-	b.state, _ = set.SettleExpiries(base, b.key, b.state, now)
-	b.state.Holds = holds
+	return t.Limit
 }
 
 // lockBuckets reads v's bucket rows for update, in the order of their

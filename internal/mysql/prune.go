@@ -11,20 +11,6 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 )
 
-// Retention, as the memory and PostgreSQL stores keep it.
-const (
-	// HistoryRetention is how long history entries are kept.
-	HistoryRetention = 30 * 24 * time.Hour
-	// ClosedHoldRetention is how long a resolved or expired hold stays
-	// readable.
-	ClosedHoldRetention = 24 * time.Hour
-	// IdempotencyRetention is how long an idempotency record is kept: an
-	// hour past ledger.IdempotencyTTL.
-	IdempotencyRetention = ledger.IdempotencyTTL + time.Hour
-	// EventRetention is how long a threshold event is kept.
-	EventRetention = 7 * 24 * time.Hour
-)
-
 // Defaults of the background pruner (WithPruneInterval, WithPruneBatch).
 const (
 	DefaultPruneInterval = time.Minute
@@ -76,9 +62,9 @@ type pruneCursor struct {
 // Prune runs one pass of the pruner (the rules of the PostgreSQL store,
 // docs/postgres.md): it records expired holds (as the bucket's next write
 // would, with the engine's own transition), deletes holds resolved or
-// expired more than ClosedHoldRetention ago, history older than
-// HistoryRetention, idempotency records older than IdempotencyRetention and
-// events older than EventRetention, and idle empty buckets. Every step is a
+// expired more than ledger.ClosedHoldRetention ago, history older than
+// ledger.HistoryRetention, idempotency records older than ledger.IdempotencyRetention and
+// events older than ledger.EventRetention, and idle empty buckets. Every step is a
 // short transaction of at most a batch of rows; an empty bucket is deleted
 // by its primary key with a compare-and-set of the version the scan read,
 // so a decision in flight on it fails its own compare-and-set and runs
@@ -106,15 +92,15 @@ func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
 		}
 	}
 	us := func(d time.Duration) int64 { return now.Add(-d).UnixMicro() }
-	hold := us(ClosedHoldRetention)
+	hold := us(ledger.ClosedHoldRetention)
 	for _, d := range []struct {
 		query string
 		args  []any
 	}{
 		{pruneClosedHolds, []any{hold, hold}},
-		{pruneHistory, []any{us(HistoryRetention)}},
-		{pruneIdempotency, []any{us(IdempotencyRetention)}},
-		{pruneEvents, []any{us(EventRetention)}},
+		{pruneHistory, []any{us(ledger.HistoryRetention)}},
+		{pruneIdempotency, []any{us(ledger.IdempotencyRetention)}},
+		{pruneEvents, []any{us(ledger.EventRetention)}},
 	} {
 		for round := 0; round < maxPruneRounds; round++ {
 			n, err := s.pruneExec(ctx, d.query, append(d.args, s.pruneBatch)...)
@@ -357,18 +343,17 @@ func prunable(l ledger.Limit, set *ledger.Overrides, b *bucketRow, now time.Time
 	if b.state.Updated.IsZero() || len(b.state.Holds) > 0 || l.PassesOn(b.state.Updated) {
 		return false
 	}
-	if set != nil && set.Len() > 0 && set.Effective(l, b.key, now).Override != "" {
-		return false
-	}
-	st := b.state
+	in := ledger.TermsInput{Limit: l, Key: b.key, State: b.state, Grants: b.grants, Now: now}
 	if set.Len() > 0 {
-		// Its level at now under the limit's rule counts from the end of
-		// the last override that applied to it (settleExpiries).
-		st, _ = set.SettleExpiries(l, b.key, st, now)
+		in.Overrides = set
 	}
-	if len(b.grants) > 0 && ledger.ActiveGrants(b.grants, now).Sign() > 0 {
+	// Its level at now under the limit's rule counts from the end of the
+	// last override that applied to it (ledger.Terms.State).
+	t := ledger.TermsAt(&in)
+	if t.Overridden() || t.Limit.Grants.Sign() > 0 {
 		return false
 	}
+	st := t.State
 	if m := b.marks; m.Above != 0 {
 		if l.Period == nil {
 			return false
