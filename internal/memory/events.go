@@ -11,7 +11,7 @@ import (
 )
 
 // DefaultEventRetention is how long the store keeps an event.
-const DefaultEventRetention = 7 * 24 * time.Hour
+const DefaultEventRetention = ledger.EventRetention
 
 // WithEventRetention sets how long events are kept (DefaultEventRetention).
 func WithEventRetention(d time.Duration) Option { return func(s *Store) { s.events.retention = d } }

@@ -33,14 +33,6 @@ var _ ledger.Store = (*Store)(nil)
 
 const (
 	shardCount = 64
-	// HistoryPerBucket is the most history entries kept per bucket; older
-	// ones are dropped first.
-	HistoryPerBucket = 10_000
-	// HistoryRetention is how long a history entry is kept at least, unless
-	// HistoryPerBucket pushes it out.
-	HistoryRetention = 30 * 24 * time.Hour
-	// closedHoldRetention is how long a resolved hold stays readable.
-	closedHoldRetention = 24 * time.Hour
 	// sweepEvery is how many writes to a shard trigger a sweep of it.
 	sweepEvery = 1024
 	// inFlightWait bounds how long a duplicate request waits for the first.
@@ -520,9 +512,9 @@ func (s *Store) record(l ledger.Limit, b *bucketRec, at time.Time, ev ledger.Eve
 	h := append(b.history(), ledger.Entry{ID: id, Time: at, Event: ev, Amount: amount, ReservationID: holdID, Meta: meta})
 	// Trim in steps of historySlack rather than by one entry per write, which
 	// would copy the whole slice on every write to a full bucket. Readers see
-	// only the newest HistoryPerBucket (newestHistory).
-	if len(h) > HistoryPerBucket+historySlack {
-		h = slices.Delete(h, 0, len(h)-HistoryPerBucket)
+	// only the newest ledger.HistoryPerBucket (newestHistory).
+	if len(h) > ledger.HistoryPerBucket+historySlack {
+		h = slices.Delete(h, 0, len(h)-ledger.HistoryPerBucket)
 	}
 	b.setHistory(h)
 	return id
@@ -552,16 +544,16 @@ func (s *Store) recordDenial(l ledger.Limit, sh *shard, ref ledger.BucketRef, no
 	return id
 }
 
-// historySlack is how many entries past HistoryPerBucket a bucket stores
-// before the oldest are dropped: a copy of HistoryPerBucket entries every
+// historySlack is how many entries past ledger.HistoryPerBucket a bucket stores
+// before the oldest are dropped: a copy of ledger.HistoryPerBucket entries every
 // historySlack writes, about 8 entries copied per write.
-const historySlack = HistoryPerBucket / 8
+const historySlack = ledger.HistoryPerBucket / 8
 
 // newestHistory is the part of b's history that is listed: the newest
-// HistoryPerBucket entries.
+// ledger.HistoryPerBucket entries.
 func (b *bucketRec) newestHistory() []ledger.Entry {
 	h := b.history()
-	return h[max(0, len(h)-HistoryPerBucket):]
+	return h[max(0, len(h)-ledger.HistoryPerBucket):]
 }
 
 // wrote counts a write to sh and, now and then, sweeps it.
@@ -594,7 +586,7 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 		s.expireHolds(l, sh, b, now)
 		s.dropStaleCarry(l, b, now)
 		h, cut := b.history(), 0
-		for cut < len(h) && now.Sub(h[cut].Time) > HistoryRetention {
+		for cut < len(h) && now.Sub(h[cut].Time) > ledger.HistoryRetention {
 			cut++
 		}
 		if cut > 0 {
@@ -607,7 +599,7 @@ func (s *Store) sweep(sh *shard, now time.Time) {
 	}
 	for id, h := range sh.holds {
 		if h.res.State != ledger.Active || !now.Before(h.res.ExpiresAt) {
-			if now.Sub(h.res.ExpiresAt) > closedHoldRetention && now.Sub(h.res.ResolvedAt) > closedHoldRetention {
+			if now.Sub(h.res.ExpiresAt) > ledger.ClosedHoldRetention && now.Sub(h.res.ResolvedAt) > ledger.ClosedHoldRetention {
 				delete(sh.holds, id)
 			}
 		}

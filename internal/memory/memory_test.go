@@ -70,14 +70,14 @@ func heap() uint64 {
 	return m.HeapAlloc
 }
 
-// TestHistoryCap writes more than HistoryPerBucket entries to one bucket and
-// reads them all back: exactly the newest HistoryPerBucket are listed, newest
+// TestHistoryCap writes more than ledger.HistoryPerBucket entries to one bucket and
+// reads them all back: exactly the newest ledger.HistoryPerBucket are listed, newest
 // first, however far past the cap the bucket has been written.
 func TestHistoryCap(t *testing.T) {
 	ctx := context.Background()
 	clock := ledgertest.NewClock()
 	ref := ledger.BucketRef{Limit: "h", Key: "k"}
-	for _, total := range []int{memory.HistoryPerBucket + 1, memory.HistoryPerBucket + memory.HistoryPerBucket/8 + 1, 3*memory.HistoryPerBucket + 7} {
+	for _, total := range []int{ledger.HistoryPerBucket + 1, ledger.HistoryPerBucket + ledger.HistoryPerBucket/8 + 1, 3*ledger.HistoryPerBucket + 7} {
 		t.Run(strconv.Itoa(total), func(t *testing.T) {
 			s := memory.New(memory.WithClock(clock.Now))
 			if _, err := s.PutLimit(ctx, ledger.Limit{Name: "h", Capacity: decimal.NewFromInt(1_000_000_000), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour, History: true}); err != nil {
@@ -103,8 +103,8 @@ func TestHistoryCap(t *testing.T) {
 				}
 				cursor = next
 			}
-			if len(got) != memory.HistoryPerBucket {
-				t.Fatalf("listed %d entries, want %d", len(got), memory.HistoryPerBucket)
+			if len(got) != ledger.HistoryPerBucket {
+				t.Fatalf("listed %d entries, want %d", len(got), ledger.HistoryPerBucket)
 			}
 			for j, e := range got {
 				if want := decimal.NewFromInt(int64(total - j)); !e.Amount.Equal(want) {
@@ -116,7 +116,7 @@ func TestHistoryCap(t *testing.T) {
 }
 
 // BenchmarkFillupFullHistory charges one bucket whose history is full: the
-// cost per write must not grow with HistoryPerBucket.
+// cost per write must not grow with ledger.HistoryPerBucket.
 func BenchmarkFillupFullHistory(b *testing.B) {
 	ctx := context.Background()
 	s := memory.New()
@@ -124,7 +124,7 @@ func BenchmarkFillupFullHistory(b *testing.B) {
 		b.Fatal(err)
 	}
 	item := []ledger.Charge{{Bucket: ledger.BucketRef{Limit: "h", Key: "k"}, Cost: decimal.NewFromInt(1)}}
-	for range memory.HistoryPerBucket + memory.HistoryPerBucket/8 {
+	for range ledger.HistoryPerBucket + ledger.HistoryPerBucket/8 {
 		if _, err := s.Fillup(ctx, item, ledger.Idempotency{}); err != nil {
 			b.Fatal(err)
 		}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
-	"github.com/budgetd/budgetd/internal/memory"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
@@ -42,14 +41,14 @@ func TestPolicyConstants(t *testing.T) {
 		Scan(&holds, &histCap, &level, &ttl, &idemKeep, &histKeep, &holdKeep); err != nil {
 		t.Fatal(err)
 	}
-	if holds != ledger.MaxHolds || histCap != postgres.HistoryPerBucket || level != ledger.MaxLevel.String() ||
-		ttl != ledger.IdempotencyTTL || idemKeep != postgres.IdempotencyRetention || histKeep != postgres.HistoryRetention ||
-		holdKeep != postgres.ClosedHoldRetention {
+	if holds != ledger.MaxHolds || histCap != ledger.HistoryPerBucket || level != ledger.MaxLevel.String() ||
+		ttl != ledger.IdempotencyTTL || idemKeep != ledger.IdempotencyRetention || histKeep != ledger.HistoryRetention ||
+		holdKeep != ledger.ClosedHoldRetention {
 		t.Errorf("SQL constants %d %d %s %s %s %s %s differ from Go's", holds, histCap, level, ttl, idemKeep, histKeep, holdKeep)
 	}
-	if postgres.HistoryPerBucket != memory.HistoryPerBucket || postgres.HistoryRetention != memory.HistoryRetention {
-		t.Errorf("history cap/retention: PostgreSQL %d/%s, memory %d/%s", postgres.HistoryPerBucket, postgres.HistoryRetention,
-			memory.HistoryPerBucket, memory.HistoryRetention)
+	if ledger.HistoryPerBucket != ledger.HistoryPerBucket || ledger.HistoryRetention != ledger.HistoryRetention {
+		t.Errorf("history cap/retention: PostgreSQL %d/%s, memory %d/%s", ledger.HistoryPerBucket, ledger.HistoryRetention,
+			ledger.HistoryPerBucket, ledger.HistoryRetention)
 	}
 }
 

@@ -14,15 +14,6 @@ import (
 // values (policySQL), never from literals of its own. TestPolicyOnce fails
 // when a function file writes one of them out.
 const (
-	// HistoryPerBucket is the most history entries a bucket keeps, as the
-	// memory store keeps them.
-	HistoryPerBucket = 10_000
-	// IdempotencyRetention is how long the pruner keeps an idempotency
-	// record: an hour past ledger.IdempotencyTTL.
-	IdempotencyRetention = ledger.IdempotencyTTL + time.Hour
-	// EventRetention is how long the pruner keeps a threshold event, as
-	// the memory store keeps them.
-	EventRetention = 7 * 24 * time.Hour
 	// ClockStep is ledger.ClockStep, generated into budgetd_clock_step().
 	ClockStep = ledger.ClockStep
 )
@@ -49,11 +40,11 @@ func policyConsts() []policyConst {
 		{"budgetd_max_holds", "integer", strconv.Itoa(ledger.MaxHolds)},
 		{"budgetd_max_level", "numeric", ledger.MaxLevel.String()},
 		{"budgetd_idempotency_ttl", "interval", sqlInterval(ledger.IdempotencyTTL)},
-		{"budgetd_idempotency_retention", "interval", sqlInterval(IdempotencyRetention)},
-		{"budgetd_history_cap", "integer", strconv.Itoa(HistoryPerBucket)},
-		{"budgetd_history_retention", "interval", sqlInterval(HistoryRetention)},
-		{"budgetd_closed_hold_retention", "interval", sqlInterval(ClosedHoldRetention)},
-		{"budgetd_event_retention", "interval", sqlInterval(EventRetention)},
+		{"budgetd_idempotency_retention", "interval", sqlInterval(ledger.IdempotencyRetention)},
+		{"budgetd_history_cap", "integer", strconv.Itoa(ledger.HistoryPerBucket)},
+		{"budgetd_history_retention", "interval", sqlInterval(ledger.HistoryRetention)},
+		{"budgetd_closed_hold_retention", "interval", sqlInterval(ledger.ClosedHoldRetention)},
+		{"budgetd_event_retention", "interval", sqlInterval(ledger.EventRetention)},
 		{"budgetd_clock_step", "interval", sqlInterval(ClockStep)},
 	}
 	for _, c := range sqlCodes {

@@ -8,15 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Retention, as the memory store keeps it.
-const (
-	// HistoryRetention is how long history entries are kept.
-	HistoryRetention = 30 * 24 * time.Hour
-	// ClosedHoldRetention is how long a resolved or expired hold stays
-	// readable.
-	ClosedHoldRetention = 24 * time.Hour
-)
-
 // maxPruneRounds bounds the batches of each kind one Prune call runs.
 const maxPruneRounds = 100
 
@@ -43,7 +34,7 @@ type pruneCursor struct {
 }
 
 // Prune runs one pass of the pruner: it records expired holds, deletes closed
-// holds older than ClosedHoldRetention, history older than HistoryRetention,
+// holds older than ledger.ClosedHoldRetention, history older than ledger.HistoryRetention,
 // idempotency records older than 25h, the rows of deleted limits, expired
 // grants and idle empty buckets (a bucket with an active grant is kept). Every step is a short transaction of at most a batch of rows
 // that takes bucket locks only with SKIP LOCKED, so it never makes a decision

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/budgetd/budgetd/internal/ledger"
-	"github.com/budgetd/budgetd/internal/memory"
 )
 
 // luaCode is the library's Lua without comments.
@@ -24,9 +23,9 @@ func luaCode() string {
 func TestLibraryConstants(t *testing.T) {
 	code := luaCode()
 	policy := map[string]int64{
-		"MAX_HOLDS": ledger.MaxHolds, "HIST_MAX": historyPerBucket,
-		"IDEM_MS": idemKeep.Milliseconds(), "HIST_MS": historyRetention.Milliseconds(),
-		"HOLD_KEEP_MS": holdKeep.Milliseconds(), "SLACK_MS": ttlSlack.Milliseconds(),
+		"MAX_HOLDS": ledger.MaxHolds, "HIST_MAX": ledger.HistoryPerBucket,
+		"IDEM_MS": ledger.IdempotencyRetention.Milliseconds(), "HIST_MS": ledger.HistoryRetention.Milliseconds(),
+		"HOLD_KEEP_MS": ledger.ClosedHoldRetention.Milliseconds(), "SLACK_MS": ttlSlack.Milliseconds(),
 	}
 	consts := luaConstants()
 	for name, v := range policy {
@@ -46,13 +45,6 @@ func TestLibraryConstants(t *testing.T) {
 	}
 	if !strings.Contains(consts, "local MAX_LEVEL = '"+units(ledger.MaxLevel)+"'\n") {
 		t.Errorf("luaConstants does not declare MAX_LEVEL as ledger.MaxLevel in units:\n%s", consts)
-	}
-	if idemKeep < ledger.IdempotencyTTL {
-		t.Errorf("idempotency records live %v, less than ledger.IdempotencyTTL %v", idemKeep, ledger.IdempotencyTTL)
-	}
-	if historyPerBucket != memory.HistoryPerBucket || historyRetention != memory.HistoryRetention {
-		t.Errorf("history keeps %d entries for %v; the memory store %d for %v",
-			historyPerBucket, historyRetention, memory.HistoryPerBucket, memory.HistoryRetention)
 	}
 
 	// Error codes: each E_ the Lua uses is declared in luaConstants with a

@@ -129,8 +129,8 @@ func TestRecordedDenialLeavesBucketEmpty(t *testing.T) {
 					t.Errorf("%s: history %v, want entry %s denied 6", r.Key, h, id)
 				}
 				b, h := e.pttls(r)
-				if b < historyRetention-time.Minute || b > historyRetention || h < historyRetention-time.Minute || h > historyRetention {
-					t.Errorf("%s: PTTLs %v (bucket) and %v (history), want the history retention %v", r.Key, b, h, historyRetention)
+				if b < ledger.HistoryRetention-time.Minute || b > ledger.HistoryRetention || h < ledger.HistoryRetention-time.Minute || h > ledger.HistoryRetention {
+					t.Errorf("%s: PTTLs %v (bucket) and %v (history), want the history retention %v", r.Key, b, h, ledger.HistoryRetention)
 				}
 			}
 
@@ -143,8 +143,8 @@ func TestRecordedDenialLeavesBucketEmpty(t *testing.T) {
 				t.Fatalf("after slowing the leak the bucket's PTTL is %v, want none", b)
 			}
 			e.fill(item(fresh, "6"))
-			if b, h := e.pttls(fresh); b < historyRetention-time.Minute || b > historyRetention || h < historyRetention-time.Minute || h > historyRetention {
-				t.Errorf("PTTLs %v (bucket) and %v (history) after a denial on a persisted bare bucket, want %v", b, h, historyRetention)
+			if b, h := e.pttls(fresh); b < ledger.HistoryRetention-time.Minute || b > ledger.HistoryRetention || h < ledger.HistoryRetention-time.Minute || h > ledger.HistoryRetention {
+				t.Errorf("PTTLs %v (bucket) and %v (history) after a denial on a persisted bare bucket, want %v", b, h, ledger.HistoryRetention)
 			}
 
 			// A bucket whose level lasts longer than the retention keeps its
@@ -174,7 +174,7 @@ func TestRecordedDenialLeavesBucketEmpty(t *testing.T) {
 			}
 
 			// A denial trims the entries past the retention.
-			e.clock.Advance(historyRetention + time.Hour)
+			e.clock.Advance(ledger.HistoryRetention + time.Hour)
 			late := e.fill(item(fresh, "7"))
 			if h := e.history(fresh); len(h) != 1 || h[late.EntryIDs[0]] != "denied 7" {
 				t.Errorf("history after the retention: %v, want only entry %s", h, late.EntryIDs[0])

@@ -26,7 +26,7 @@ import (
 // instances) or a crash between the steps.
 
 // DefaultEventRetention is how long the global log keeps an event.
-const DefaultEventRetention = 7 * 24 * time.Hour
+const DefaultEventRetention = ledger.EventRetention
 
 // WithEventRetention sets how long events are kept (DefaultEventRetention),
 // counted from when they are sealed into the global log.

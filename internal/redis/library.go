@@ -24,15 +24,6 @@ var (
 // store follows; the library gets all of them from here (luaConstants), and
 // TestLibraryConstants fails when the Lua and these disagree.
 const (
-	// historyPerBucket is the most history entries a bucket keeps.
-	historyPerBucket = 10_000
-	// historyRetention is how long a history entry is kept at least.
-	historyRetention = 30 * 24 * time.Hour
-	// idemKeep is how long an idempotency record lives: IdempotencyTTL plus
-	// an hour of margin.
-	idemKeep = ledger.IdempotencyTTL + time.Hour
-	// holdKeep is how long a hold record outlives its expiry.
-	holdKeep = 24 * time.Hour
 	// overrideLogLen is about how many changes of a limit's overrides its
 	// log keeps (overrideLog): an instance that loaded them more changes
 	// ago reads them all again.
@@ -88,10 +79,10 @@ func luaConstants() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "local MAX_HOLDS = %d\n", ledger.MaxHolds)
 	fmt.Fprintf(&b, "local MAX_LEVEL = '%s'\n", units(ledger.MaxLevel))
-	fmt.Fprintf(&b, "local IDEM_MS = %d\n", ms(idemKeep))
-	fmt.Fprintf(&b, "local HIST_MS = %d\n", ms(historyRetention))
-	fmt.Fprintf(&b, "local HIST_MAX = %d\n", historyPerBucket)
-	fmt.Fprintf(&b, "local HOLD_KEEP_MS = %d\n", ms(holdKeep))
+	fmt.Fprintf(&b, "local IDEM_MS = %d\n", ms(ledger.IdempotencyRetention))
+	fmt.Fprintf(&b, "local HIST_MS = %d\n", ms(ledger.HistoryRetention))
+	fmt.Fprintf(&b, "local HIST_MAX = %d\n", ledger.HistoryPerBucket)
+	fmt.Fprintf(&b, "local HOLD_KEEP_MS = %d\n", ms(ledger.ClosedHoldRetention))
 	fmt.Fprintf(&b, "local SLACK_MS = %d\n", ms(ttlSlack))
 	fmt.Fprintf(&b, "local CLOCK_STEP_US = %d\n", ledger.ClockStep.Microseconds())
 	fmt.Fprintf(&b, "local OV_LOG = %d\n", overrideLogLen)

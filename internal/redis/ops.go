@@ -703,7 +703,7 @@ func (s *Store) fillupRecord(ctx context.Context, ts []target, idem ledger.Idemp
 		return s.k.idemCall(idem.Scope, idem.Key), nil
 	}
 	prev, err := s.client.SetArgs(ctx, s.k.idemCall(idem.Scope, idem.Key), idem.Hash,
-		goredis.SetArgs{Mode: "NX", Get: true, TTL: idemKeep}).Result()
+		goredis.SetArgs{Mode: "NX", Get: true, TTL: ledger.IdempotencyRetention}).Result()
 	switch {
 	case errors.Is(err, goredis.Nil):
 	case err != nil:
