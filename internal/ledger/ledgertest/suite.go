@@ -80,6 +80,7 @@ func Run(t *testing.T, factory Factory) {
 	t.Run("Overrides", func(t *testing.T) { RunOverrides(t, factory) })
 	t.Run("Grants", func(t *testing.T) { RunGrants(t, factory) })
 	t.Run("Rollover", func(t *testing.T) { RunRollover(t, factory) })
+	t.Run("TermsDifferential", func(t *testing.T) { testTermsDifferential(t, factory) })
 }
 
 // env is one test's store, service and clock, with helpers that fail the

@@ -1,0 +1,329 @@
+package ledgertest
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/shopspring/decimal"
+)
+
+// termsSteps is how many random operations each shape of the terms
+// differential gets.
+const termsSteps = 300
+
+// termsModel is one bucket replayed with the pure rules alone: its terms
+// from ledger.TermsAt, its decisions from package bucket.
+type termsModel struct {
+	key   string
+	state bucket.State
+	carry ledger.Carry
+}
+
+// termsWorld is what the store keeps for one limit, as the model sees it:
+// the limit as stored, its overrides and each bucket's grants.
+type termsWorld struct {
+	limit     ledger.Limit
+	overrides *ledger.Overrides
+	grants    map[string][]ledger.Grant
+}
+
+// terms is ledger.TermsAt of bucket m at now.
+func (w *termsWorld) terms(m *termsModel, now time.Time) ledger.Terms {
+	in := ledger.TermsInput{Limit: w.limit, Key: m.key, State: m.state, Carry: m.carry, Grants: w.grants[m.key], Now: now}
+	if w.overrides.Len() > 0 {
+		in.Overrides = w.overrides
+	}
+	return ledger.TermsAt(&in)
+}
+
+// write is the model's bucket written at a decision under terms t: the new
+// state, and the rollover carry it received (kept from its first write in a
+// period on).
+func (m *termsModel) write(t ledger.Terms, ns bucket.State) {
+	m.state = ns
+	if t.Limit.Carry.Period != 0 {
+		m.carry = t.Limit.Carry
+	}
+}
+
+// testTermsDifferential replays random sequences that change a bucket's
+// terms — PUTs of the limit changing its capacity, mode and rollover,
+// overrides put, deleted and expiring, grants added, revoked and expiring,
+// periods that end and carry — between Fillups, CanAccepts and
+// multi-bucket calls, against the store and against the pure rules
+// (ledger.TermsAt, then package bucket), and demands identical decisions and
+// identical terms (effective capacity, override, grants, rollover
+// received) at every step. The clock only moves forward, with Set.
+func testTermsDifferential(t *testing.T, factory Factory) {
+	shapes := []struct {
+		name   string
+		spec   ledger.LimitSpec
+		from   time.Time
+		stepUp time.Duration // the largest clock step
+	}{
+		{"leak", ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: time.Minute, History: true},
+			time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC), 5 * time.Minute},
+		{"day-rollover", ledger.LimitSpec{Capacity: dec("100"), Period: &ledger.Period{Every: "day", TZ: "Europe/Berlin"}, History: true,
+			Rollover: &ledger.Rollover{Max: dec("40")}},
+			time.Date(2026, 10, 24, 20, 0, 0, 0, time.UTC), 7 * time.Hour},
+	}
+	for _, sh := range shapes {
+		for seed := uint64(1); seed <= 2; seed++ {
+			t.Run(fmt.Sprintf("%s/seed=%d", sh.name, seed), func(t *testing.T) {
+				clock := NewClock()
+				clock.Set(sh.from)
+				store := factory(t, clock)
+				e := &env{t: t, clock: clock, store: store, svc: ledger.NewService(store), ctx: t.Context()}
+				_, overrides := ledger.OverridesOf(store)
+				_, grants := ledger.GrantsOf(store)
+				rollover := ledger.ServesRollover(store)
+				if sh.spec.Rollover != nil && !rollover {
+					sh.spec.Rollover = nil
+				}
+				runTermsDifferential(t, e, sh.spec, sh.stepUp, seed, overrides, grants)
+			})
+		}
+	}
+}
+
+func runTermsDifferential(t *testing.T, e *env, spec ledger.LimitSpec, stepUp time.Duration, seed uint64, overrides, grants bool) {
+	rng := rand.New(rand.NewPCG(seed, 0x7e57))
+	const name = "terms"
+	w := &termsWorld{overrides: &ledger.Overrides{}, grants: map[string][]ledger.Grant{}}
+	put := func(spec ledger.LimitSpec) {
+		if _, err := e.svc.PutLimit(e.ctx, name, spec); err != nil {
+			t.Fatalf("PutLimit(%+v): %v", spec, err)
+		}
+		stored, err := e.svc.GetLimit(e.ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.limit = stored
+	}
+	put(spec)
+	models := []*termsModel{{key: "{t}ab"}, {key: "{t}ac"}}
+	patterns := []string{"{t}ab", "{t}a*", "{t}*", "*", "{t}ac", "{t}abc"}
+	var grantIDs []string
+	// seen counts what the sequence went through, so that a sequence that
+	// never met a term fails rather than passes.
+	seen := map[string]int{}
+	defer func() {
+		for _, what := range []string{"accepted", "denied", "override", "grant", "received"} {
+			if what == "override" && !overrides || what == "grant" && !grants || what == "received" && spec.Rollover == nil {
+				continue
+			}
+			if seen[what] == 0 {
+				t.Errorf("no decision in the sequence was %s (seen %v)", what, seen)
+			}
+		}
+		t.Logf("seen %v", seen)
+	}()
+	for step := range termsSteps {
+		e.clock.Set(e.clock.Now().Add(termsStep(rng, stepUp)))
+		now := e.clock.Now()
+		b := rng.IntN(len(models))
+		m := models[b]
+		r := ref(name, m.key)
+		op := rng.IntN(12)
+		where := fmt.Sprintf("seed %d step %d at %s op %d bucket %s", seed, step, now.Format(time.RFC3339Nano), op, m.key)
+		switch {
+		case op < 3:
+			cost := termsCost(rng)
+			tm := w.terms(m, now)
+			want, ns := bucket.Fillup(tm.Limit.Rule(), tm.State, now, ledger.Amount(cost))
+			res, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: r, Cost: cost}}, ledger.Idempotency{})
+			if err != nil {
+				t.Fatalf("%s fillup: %v", where, err)
+			}
+			sameDecision(t, where+" fillup "+cost.String(), res.Items[0], want)
+			sameTerms(t, where+" fillup", res.Limits[0], tm.Limit)
+			seen[map[bool]string{true: "accepted", false: "denied"}[want.Accepted]]++
+			if tm.Limit.Override != "" {
+				seen["override"]++
+			}
+			if tm.Limit.Grants.Sign() > 0 {
+				seen["grant"]++
+			}
+			if tm.Limit.Received.Sign() > 0 {
+				seen["received"]++
+			}
+			if want.Accepted && cost.Sign() > 0 {
+				m.write(tm, ns)
+			}
+		case op < 5:
+			cost := termsCost(rng)
+			tm := w.terms(m, now)
+			got, err := e.svc.Check(e.ctx, r, cost)
+			if err != nil {
+				t.Fatalf("%s can: %v", where, err)
+			}
+			sameDecision(t, where+" can "+cost.String(), got.Decision, bucket.CanAccept(tm.Limit.Rule(), tm.State, now, ledger.Amount(cost)))
+			sameTerms(t, where+" can", got.Limit, tm.Limit)
+		case op == 5:
+			// Both buckets at once, all or nothing.
+			c0, c1 := termsCost(rng), termsCost(rng)
+			t0, t1 := w.terms(models[0], now), w.terms(models[1], now)
+			d0, ns0 := bucket.Fillup(t0.Limit.Rule(), t0.State, now, ledger.Amount(c0))
+			d1, ns1 := bucket.Fillup(t1.Limit.Rule(), t1.State, now, ledger.Amount(c1))
+			res, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: ref(name, models[0].key), Cost: c0}, {Bucket: ref(name, models[1].key), Cost: c1}}, ledger.Idempotency{})
+			if err != nil {
+				t.Fatalf("%s multi: %v", where, err)
+			}
+			if ok := d0.Accepted && d1.Accepted; res.Accepted != ok {
+				t.Fatalf("%s multi %s+%s accepted %v, want %v", where, c0, c1, res.Accepted, ok)
+			}
+			sameTerms(t, where+" multi 0", res.Limits[0], t0.Limit)
+			sameTerms(t, where+" multi 1", res.Limits[1], t1.Limit)
+			if res.Accepted {
+				if c0.Sign() > 0 {
+					models[0].write(t0, ns0)
+				}
+				if c1.Sign() > 0 {
+					models[1].write(t1, ns1)
+				}
+			}
+		case op == 6:
+			// A PUT that keeps the rule and changes the capacity, the mode or
+			// the rollover's max.
+			s := spec
+			s.Capacity = decimal.New(int64(20+rng.IntN(200)), 0)
+			switch rng.IntN(3) {
+			case 1:
+				s.Mode = ledger.ModeShadow
+			case 2:
+				s.Mode, s.Grace = ledger.ModeSoft, decimal.New(int64(rng.IntN(5001)), -2)
+			}
+			if s.Rollover != nil {
+				s.Rollover = &ledger.Rollover{Max: decimal.New(int64(rng.IntN(60)), 0)}
+			}
+			put(s)
+		case op < 9 && overrides:
+			pattern := patterns[rng.IntN(len(patterns))]
+			if op == 8 {
+				err := e.svc.DeleteOverride(e.ctx, name, pattern)
+				_, had := w.overrides.Get(pattern)
+				o, _ := w.overrides.Get(pattern)
+				active := had && o.ActiveAt(now)
+				switch {
+				case active && err != nil:
+					t.Fatalf("%s delete override %s: %v", where, pattern, err)
+				case !active && !errors.Is(err, ledger.ErrOverrideNotFound):
+					t.Fatalf("%s delete override %s (none active): %v, want ErrOverrideNotFound", where, pattern, err)
+				}
+				w.overrides.Delete(pattern)
+				break
+			}
+			o := ledger.Override{Pattern: pattern, Capacity: decimal.NewNullDecimal(decimal.New(int64(1+rng.IntN(300)), 0))}
+			if rng.IntN(3) > 0 {
+				o.ExpiresAt = now.Add(time.Duration(1+rng.Int64N(int64(4*stepUp)/1000)) * time.Microsecond)
+			}
+			got, err := e.svc.PutOverride(e.ctx, name, o)
+			if err != nil {
+				t.Fatalf("%s put override %+v: %v", where, o, err)
+			}
+			w.overrides.Put(got)
+		case op < 11 && grants:
+			if op == 10 && len(grantIDs) > 0 {
+				i := rng.IntN(len(grantIDs))
+				key, id, _ := cutGrantID(grantIDs[i])
+				_, err := e.svc.RevokeGrant(e.ctx, ref(name, key), id, ledger.Idempotency{}, nil)
+				gs, active := w.grants[key], false
+				for j, g := range gs {
+					if g.ID == id {
+						active = g.ActiveAt(now)
+						w.grants[key] = append(gs[:j:j], gs[j+1:]...)
+						break
+					}
+				}
+				switch {
+				case active && err != nil:
+					t.Fatalf("%s revoke grant %s: %v", where, id, err)
+				case !active && !errors.Is(err, ledger.ErrGrantNotFound):
+					t.Fatalf("%s revoke grant %s (not active): %v, want ErrGrantNotFound", where, id, err)
+				}
+				grantIDs = append(grantIDs[:i:i], grantIDs[i+1:]...)
+				break
+			}
+			amount := decimal.New(int64(1+rng.IntN(50)), 0)
+			var expires time.Time
+			if spec.Period == nil || rng.IntN(2) == 0 {
+				expires = now.Add(time.Duration(1+rng.Int64N(int64(4*stepUp)/1000)) * time.Microsecond)
+			}
+			res, err := e.svc.AddGrant(e.ctx, r, amount, expires, ledger.Idempotency{}, nil)
+			if err != nil {
+				t.Fatalf("%s add grant %s until %v: %v", where, amount, expires, err)
+			}
+			g := res.Grant
+			if !expires.IsZero() && !g.ExpiresAt.Equal(expires) {
+				t.Fatalf("%s grant expires at %v, asked %v", where, g.ExpiresAt, expires)
+			}
+			w.grants[m.key] = append(w.grants[m.key], g)
+			grantIDs = append(grantIDs, m.key+"\x00"+g.ID)
+			if !res.Bucket.Grants.Equal(w.terms(m, now).Limit.Grants) {
+				t.Fatalf("%s add grant: the bucket's grants are %s, want %s", where, res.Bucket.Grants, w.terms(m, now).Limit.Grants)
+			}
+		default:
+			st, err := e.svc.Bucket(e.ctx, r)
+			if err != nil {
+				t.Fatalf("%s bucket: %v", where, err)
+			}
+			tm := w.terms(m, now)
+			want := bucket.CanAccept(tm.Limit.Rule(), tm.State, now, bucket.Amount{})
+			if !st.Capacity.Equal(want.Capacity) || !st.Level.Equal(want.Level) || !st.Remaining.Equal(want.Remaining) ||
+				st.Override != tm.Limit.Override || !st.Grants.Equal(tm.Limit.Grants) {
+				t.Fatalf("%s bucket: got %+v\nwant capacity %s level %s remaining %s override %q grants %s", where, st,
+					want.Capacity, want.Level, want.Remaining, tm.Limit.Override, tm.Limit.Grants)
+			}
+		}
+	}
+}
+
+// termsCost is a random cost: a whole one up to 60 (a bucket of capacity
+// 100 or so fills in a few), or a random amount of any scale.
+func termsCost(rng *rand.Rand) decimal.Decimal {
+	if rng.IntN(4) == 0 {
+		return randomAmount(rng, dec("30"))
+	}
+	return decimal.New(int64(rng.IntN(61)), 0)
+}
+
+// termsStep is a random forward step of the clock, up to max: often none
+// or a microsecond, so that instants right at an expiry or a period's end
+// come up.
+func termsStep(rng *rand.Rand, max time.Duration) time.Duration {
+	switch rng.IntN(6) {
+	case 0:
+		return 0
+	case 1:
+		return time.Microsecond
+	default:
+		return time.Duration(rng.Int64N(int64(max)/1000+1)) * time.Microsecond
+	}
+}
+
+// cutGrantID splits what the differential keeps of a grant: its bucket's
+// key and its id.
+func cutGrantID(s string) (key, id string, ok bool) {
+	for i := range len(s) {
+		if s[i] == 0 {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return "", s, false
+}
+
+// sameTerms fails the test when the store decided under other terms than
+// the pure rule's: effective capacity, override, grants, rollover received.
+func sameTerms(t *testing.T, where string, got, want ledger.Limit) {
+	t.Helper()
+	if !got.Capacity.Equal(want.Capacity) || got.Override != want.Override || !got.Grants.Equal(want.Grants) ||
+		!got.Received.Equal(want.Received) || got.Mode != want.Mode {
+		t.Fatalf("%s: terms capacity %s override %q grants %s received %s mode %q; want %s %q %s %s %q", where,
+			got.Capacity, got.Override, got.Grants, got.Received, got.Mode, want.Capacity, want.Override, want.Grants, want.Received, want.Mode)
+	}
+}
