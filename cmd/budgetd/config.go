@@ -124,51 +124,9 @@ func (o *optionValue) IsBoolFlag() bool { return o.boolean }
 // then the defaults. Flags may come before or after a command word
 // (`budgetd migrate --store …`); the command words are returned.
 func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (config, []string, error) {
-	fs := flag.NewFlagSet("budgetd", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	values := make(map[string]*optionValue, len(options))
-	for _, o := range options {
-		values[o.flag] = &optionValue{boolean: o.boolean}
-		fs.Var(values[o.flag], o.flag, o.help)
-	}
-	var words []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				usage(stdout)
-				return config{}, nil, errHelp
-			}
-			return config{}, nil, usageError{err.Error() + " (see budgetd --help)"}
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			words = append(words, rest...)
-			break
-		}
-		words, args = append(words, rest[0]), rest[1:]
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	get := func(name string) string {
-		for _, o := range options {
-			if o.flag != name {
-				continue
-			}
-			if set[name] {
-				return values[name].v
-			}
-			if o.env != "" {
-				if v := getenv(o.env); v != "" {
-					return v
-				}
-			}
-			return o.def
-		}
-		panic("unknown option " + name)
+	get, words, err := parseFlags(args, getenv, stdout)
+	if err != nil {
+		return config{}, nil, err
 	}
 	cfg := config{
 		addr:           get("addr"),
@@ -185,82 +143,161 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		webhookURL:     get("webhook-url"),
 		webhookSecret:  get("webhook-secret-file"),
 	}
+	for _, parse := range []func(func(string) string) error{cfg.parseSwitches, cfg.parseDurations, cfg.parseCounts} {
+		if err := parse(get); err != nil {
+			return config{}, nil, err
+		}
+	}
+	if err := cfg.check(); err != nil {
+		return config{}, nil, err
+	}
+	return cfg, words, nil
+}
+
+// parseFlags parses args, flags and command words in any order, and
+// returns the words and get, which gives an option's value: the flag's if
+// it was given, else its environment variable's if set, else its default.
+// --help prints the usage to stdout and returns errHelp.
+func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (get func(string) string, words []string, err error) {
+	fs := flag.NewFlagSet("budgetd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	values := make(map[string]*optionValue, len(options))
+	for _, o := range options {
+		values[o.flag] = &optionValue{boolean: o.boolean}
+		fs.Var(values[o.flag], o.flag, o.help)
+	}
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				usage(stdout)
+				return nil, nil, errHelp
+			}
+			return nil, nil, usageError{err.Error() + " (see budgetd --help)"}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			words = append(words, rest...)
+			break
+		}
+		words, args = append(words, rest[0]), rest[1:]
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	get = func(name string) string {
+		for _, o := range options {
+			if o.flag != name {
+				continue
+			}
+			if set[name] {
+				return values[name].v
+			}
+			if o.env != "" {
+				if v := getenv(o.env); v != "" {
+					return v
+				}
+			}
+			return o.def
+		}
+		panic("unknown option " + name)
+	}
+	return get, words, nil
+}
+
+// parseSwitches reads the boolean options.
+func (cfg *config) parseSwitches(get func(string) string) error {
 	var err error
 	if cfg.insecureNoAuth, err = boolOption("insecure-no-auth", get("insecure-no-auth")); err != nil {
-		return config{}, nil, err
+		return err
 	}
 	if cfg.logKeys, err = boolOption("log-keys", get("log-keys")); err != nil {
-		return config{}, nil, err
+		return err
 	}
 	if cfg.mysqlGroup, err = boolOption("mysql-group-commit", get("mysql-group-commit")); err != nil {
-		return config{}, nil, err
+		return err
 	}
-	if cfg.version, err = boolOption("version", get("version")); err != nil {
-		return config{}, nil, err
-	}
+	cfg.version, err = boolOption("version", get("version"))
+	return err
+}
+
+// parseDurations reads the durations and checks their lower bounds.
+func (cfg *config) parseDurations(get func(string) string) error {
+	var err error
 	if cfg.maxTTL, err = durationOption("max-ttl", get("max-ttl")); err != nil {
-		return config{}, nil, err
+		return err
 	}
 	if cfg.maxTTL < time.Second {
-		return config{}, nil, usageError{"--max-ttl must be at least 1s"}
+		return usageError{"--max-ttl must be at least 1s"}
 	}
 	if cfg.shutdownTimeout, err = durationOption("shutdown-timeout", get("shutdown-timeout")); err != nil {
-		return config{}, nil, err
+		return err
 	}
 	if cfg.shutdownDelay, err = durationOption("shutdown-delay", get("shutdown-delay")); err != nil {
-		return config{}, nil, err
+		return err
 	}
 	if cfg.idleTimeout, err = durationOption("idle-timeout", get("idle-timeout")); err != nil {
-		return config{}, nil, err
+		return err
 	}
 	if cfg.idleTimeout < time.Second {
-		return config{}, nil, usageError{"--idle-timeout must be at least 1s"}
+		return usageError{"--idle-timeout must be at least 1s"}
 	}
+	return nil
+}
+
+// parseCounts reads the whole numbers and checks their ranges.
+func (cfg *config) parseCounts(get func(string) string) error {
+	var err error
 	if cfg.maxConns, err = strconv.Atoi(get("max-conns")); err != nil || cfg.maxConns < 1 {
-		return config{}, nil, usageError{fmt.Sprintf("--max-conns must be a whole number of at least 1, not %q", get("max-conns"))}
+		return usageError{fmt.Sprintf("--max-conns must be a whole number of at least 1, not %q", get("max-conns"))}
 	}
 	if cfg.maxConnsPerIP, err = strconv.Atoi(get("max-conns-per-ip")); err != nil || cfg.maxConnsPerIP < 0 {
-		return config{}, nil, usageError{fmt.Sprintf("--max-conns-per-ip must be a whole number of at least 0, not %q", get("max-conns-per-ip"))}
+		return usageError{fmt.Sprintf("--max-conns-per-ip must be a whole number of at least 0, not %q", get("max-conns-per-ip"))}
 	}
 	if cfg.mysqlCache, err = strconv.Atoi(get("mysql-cache")); err != nil || cfg.mysqlCache < 0 {
-		return config{}, nil, usageError{fmt.Sprintf("--mysql-cache must be a whole number of at least 0, not %q", get("mysql-cache"))}
+		return usageError{fmt.Sprintf("--mysql-cache must be a whole number of at least 0, not %q", get("mysql-cache"))}
 	}
 	if cfg.gcFloorMiB, err = strconv.Atoi(get("gc-floor")); err != nil || cfg.gcFloorMiB < 0 || cfg.gcFloorMiB > 1<<20 {
-		return config{}, nil, usageError{fmt.Sprintf("--gc-floor must be a whole number of MiB from 0 to 1048576, not %q", get("gc-floor"))}
+		return usageError{fmt.Sprintf("--gc-floor must be a whole number of MiB from 0 to 1048576, not %q", get("gc-floor"))}
 	}
+	return nil
+}
+
+// check checks the options that take one of a few words, and the options
+// that go together.
+func (cfg *config) check() error {
 	if _, err := postgres.ParseIsolation(cfg.pgIsolation); err != nil {
-		return config{}, nil, usageError{fmt.Sprintf("--pg-isolation must be read-committed or serializable, not %q", cfg.pgIsolation)}
+		return usageError{fmt.Sprintf("--pg-isolation must be read-committed or serializable, not %q", cfg.pgIsolation)}
 	}
 	switch cfg.mysqlIsolation {
 	case mysql.RepeatableRead, mysql.ReadCommitted:
 	default:
-		return config{}, nil, usageError{fmt.Sprintf("--mysql-isolation must be repeatable-read or read-committed, not %q", cfg.mysqlIsolation)}
+		return usageError{fmt.Sprintf("--mysql-isolation must be repeatable-read or read-committed, not %q", cfg.mysqlIsolation)}
 	}
 	switch cfg.redisEviction {
 	case "refuse", "warn":
 	default:
-		return config{}, nil, usageError{fmt.Sprintf("--redis-eviction-check must be refuse or warn, not %q", cfg.redisEviction)}
+		return usageError{fmt.Sprintf("--redis-eviction-check must be refuse or warn, not %q", cfg.redisEviction)}
 	}
 	switch cfg.logLevel {
 	case "debug", "info", "warn", "error":
 	default:
-		return config{}, nil, usageError{fmt.Sprintf("--log-level must be debug, info, warn or error, not %q", cfg.logLevel)}
+		return usageError{fmt.Sprintf("--log-level must be debug, info, warn or error, not %q", cfg.logLevel)}
 	}
 	switch cfg.logFormat {
 	case "text", "json":
 	default:
-		return config{}, nil, usageError{fmt.Sprintf("--log-format must be text or json, not %q", cfg.logFormat)}
+		return usageError{fmt.Sprintf("--log-format must be text or json, not %q", cfg.logFormat)}
 	}
 	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
-		return config{}, nil, usageError{"--tls-cert and --tls-key go together: give both or neither"}
+		return usageError{"--tls-cert and --tls-key go together: give both or neither"}
 	}
 	if cfg.tlsClientCA != "" && cfg.tlsCert == "" {
-		return config{}, nil, usageError{"--tls-client-ca needs --tls-cert and --tls-key"}
+		return usageError{"--tls-client-ca needs --tls-cert and --tls-key"}
 	}
-	if err := checkWebhook(cfg); err != nil {
-		return config{}, nil, err
-	}
-	return cfg, words, nil
+	return checkWebhook(*cfg)
 }
 
 // checkWebhook checks the webhook options: a URL and a secret file go
