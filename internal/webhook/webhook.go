@@ -14,7 +14,8 @@
 // bucket does not hold up the others. A failure (another status, a redirect,
 // which is not followed, a timeout, a connection error) is retried with
 // exponential backoff and jitter until RetryFor after the event's time, then
-// given up and counted. At most MaxHeld events are read and not yet done;
+// given up and counted. A failed attempt is also logged, as one WARN line at
+// most every FailureLog (see WithFailureLog). At most MaxHeld events are read and not yet done;
 // the reader waits while that many are (so a bucket stuck with that many
 // events queued stops the reading of new ones until it moves: see
 // docs/alerts.md).
@@ -74,6 +75,7 @@ const (
 	DefaultBackoff        = time.Second
 	DefaultMaxBackoff     = 10 * time.Minute
 	DefaultRetryFor       = 24 * time.Hour
+	DefaultFailureLog     = 10 * time.Second
 	// MaxResponseBytes is how much of a response body is read (and
 	// discarded) so that the connection may be reused.
 	MaxResponseBytes = 64 << 10
@@ -133,6 +135,15 @@ func WithBackoff(first, most time.Duration) Option {
 // is given up (DefaultRetryFor). Every event is tried at least once.
 func WithRetryFor(dur time.Duration) Option { return func(d *Deliverer) { d.retryFor = dur } }
 
+// WithFailureLog sets how often at most a failed attempt is logged
+// (DefaultFailureLog), for the deliverer's one URL: a failure logs one WARN
+// line when none was logged in the last every, else it is only counted, and
+// the next line says how many were not logged (suppressed). 0 logs every
+// failure.
+func WithFailureLog(every time.Duration) Option {
+	return func(d *Deliverer) { d.failLog.every = every }
+}
+
 // WithLogger sets the logger (slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(d *Deliverer) { d.log = l } }
 
@@ -159,6 +170,7 @@ type Deliverer struct {
 	log         *slog.Logger
 	noRelease   bool // tests: stop as if the process died
 	nudge       chan struct{}
+	failLog     failureLog
 
 	m *metrics
 }
@@ -172,6 +184,7 @@ func New(url string, key []byte, out Outbox, leases Leases, opts ...Option) *Del
 		maxHeld: DefaultMaxHeld, pageSize: DefaultPageSize, poll: DefaultPoll,
 		reqTimeout: DefaultRequestTimeout, backoff: DefaultBackoff, maxBackoff: DefaultMaxBackoff,
 		retryFor: DefaultRetryFor, log: slog.Default(), m: newMetrics(), nudge: make(chan struct{}, 1),
+		failLog: failureLog{every: DefaultFailureLog, now: time.Now},
 	}
 	for _, o := range opts {
 		o(d)
@@ -513,16 +526,65 @@ func (d *Deliverer) send(ctx context.Context, sem chan struct{}, e ledger.Outbox
 			return true
 		}
 		d.m.deliveries.WithLabelValues("failed").Inc()
-		if time.Since(e.Time) >= d.retryFor {
+		giveUp := time.Since(e.Time) >= d.retryFor
+		var retryIn time.Duration
+		if !giveUp {
+			retryIn = d.wait(attempt)
+		}
+		d.logFailure(e, attempt, err, retryIn)
+		if giveUp {
 			d.m.deliveries.WithLabelValues("gave_up").Inc()
 			d.log.Warn("webhook: event given up", "id", e.ID, "type", e.Type, "limit", e.Bucket.Limit, "attempts", attempt, "err", err)
 			return true
 		}
-		d.log.Debug("webhook: delivery failed: retrying", "id", e.ID, "attempt", attempt, "err", err)
-		if !sleep(ctx, d.wait(attempt)) {
+		if !sleep(ctx, retryIn) {
 			return false
 		}
 	}
+}
+
+// failureLog bounds the lines of failed attempts: a deliverer sends to one
+// URL, so a receiver that is down would otherwise log every attempt of every
+// bucket (MaxHeld events retried concurrently).
+type failureLog struct {
+	every time.Duration
+	now   func() time.Time
+
+	mu         sync.Mutex
+	last       time.Time // when the last line was written; zero before the first
+	suppressed int       // failures since then that were not logged
+}
+
+// allow reports whether a failure at this moment is logged, and if so how
+// many failures were not logged since the last line.
+func (f *failureLog) allow() (ok bool, suppressed int) {
+	now := f.now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.last.IsZero() && now.Sub(f.last) < f.every {
+		f.suppressed++
+		return false, 0
+	}
+	f.last, suppressed, f.suppressed = now, f.suppressed, 0
+	return true, suppressed
+}
+
+// logFailure writes the WARN line of a failed attempt, unless one was
+// written less than failLog.every ago. The URL is written as RedactURL has
+// it, and err was redacted by post: no secret of the URL reaches the log.
+// retryIn is the wait before the next attempt, 0 when the event is given up.
+func (d *Deliverer) logFailure(e ledger.OutboxEvent, attempt int, err error, retryIn time.Duration) {
+	ok, suppressed := d.failLog.allow()
+	if !ok {
+		return
+	}
+	next := "retry_in"
+	var nextValue any = retryIn.String()
+	if retryIn == 0 {
+		next, nextValue = "giving_up", true
+	}
+	d.log.Warn("webhook: delivery failed", "url", RedactURL(d.url), "id", e.ID, "type", e.Type, "limit", e.Bucket.Limit,
+		"attempt", attempt, "err", err, next, nextValue, "suppressed", suppressed, "log_every", d.failLog.every.String())
 }
 
 // wait is the backoff after the attempt-th failure: the first backoff
