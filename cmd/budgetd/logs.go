@@ -13,8 +13,14 @@ import (
 func newLogger(cfg config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.logLevel))
+	return newLoggerAt(cfg.logFormat, level, w)
+}
+
+// newLoggerAt is a logger in format (text or json) that writes the
+// records at level or above to w.
+func newLoggerAt(format string, level slog.Level, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
-	if cfg.logFormat == "json" {
+	if format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))

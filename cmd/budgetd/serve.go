@@ -35,10 +35,11 @@ func (d *daemon) serve(ctx context.Context) error {
 	}
 }
 
-// announce writes the start-up line on stdout and logs who may call.
+// announce writes the start-up line (on stdout, in the log's format,
+// whatever --log-level: scripts wait for it) and logs who may call.
 func (d *daemon) announce() {
 	cfg, url := d.cfg, d.scheme+"://"+d.ln.Addr().String()
-	fmt.Fprintf(d.stdout, "budgetd: serving on %s with the %s\n", url, d.store.describe)
+	d.out.Info(fmt.Sprintf("budgetd: serving on %s with the %s", url, d.store.describe), "url", url)
 	switch {
 	case cfg.authFile != "":
 		d.log.Info("authentication is on", "auth_file", cfg.authFile, "keys", d.keys.Load().Len())

@@ -25,7 +25,7 @@ func (d *daemon) shutdown(served <-chan error) error {
 	if err := d.srv.Shutdown(ctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
-	fmt.Fprintln(d.stdout, "budgetd: stopped")
+	d.out.Info("budgetd: stopped")
 	return nil
 }
 

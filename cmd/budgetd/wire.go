@@ -27,7 +27,7 @@ import (
 type daemon struct {
 	cfg    config
 	log    *slog.Logger // the process's log, on stderr
-	stdout io.Writer    // the start-up and stop lines
+	out    *slog.Logger // the start-up and stop lines, on stdout
 	stderr io.Writer
 
 	hup        chan os.Signal // SIGHUP: reload the key file and the TLS files
@@ -48,7 +48,7 @@ func newDaemon(cfg config, stdout, stderr io.Writer) *daemon {
 	return &daemon{
 		cfg:      cfg,
 		log:      newLogger(cfg, stderr),
-		stdout:   stdout,
+		out:      newLoggerAt(cfg.logFormat, slog.LevelInfo, stdout),
 		stderr:   stderr,
 		draining: make(chan struct{}),
 	}

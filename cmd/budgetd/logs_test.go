@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// serveAndStop runs budgetd on the memory store with args, makes one
+// request, stops it and returns what it wrote on stdout and stderr.
+func serveAndStop(t *testing.T, args ...string) (stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...), env(nil), &out, &errs)
+	}()
+	url := waitURL(t, &out, done)
+	res, err := http.Get(url + "/v1/limits/nothing-here")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	stopRun(t, cancel, done)
+	return out.String(), errs.String()
+}
+
+// lines is s cut at its newlines; s must end with one.
+func lines(t *testing.T, s string) []string {
+	t.Helper()
+	if !strings.HasSuffix(s, "\n") {
+		t.Fatalf("output does not end with a newline: %q", s)
+	}
+	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+}
+
+// TestEveryLineThroughTheLogger: budgetd serving writes nothing but log
+// records, in the format of --log-format, on stdout (the start-up and stop
+// lines) as on stderr (the log and the access log); a log shipper that
+// reads both streams parses every line.
+func TestEveryLineThroughTheLogger(t *testing.T) {
+	textRE := regexp.MustCompile(`^time=\S+ level=(DEBUG|INFO|WARN|ERROR) msg=`)
+	for _, format := range []string{"json", "text"} {
+		t.Run(format, func(t *testing.T) {
+			stdout, stderr := serveAndStop(t, "--log-format", format, "--log-level", "debug")
+			var msgs []string
+			for _, line := range append(lines(t, stdout), lines(t, stderr)...) {
+				if format == "text" {
+					if !textRE.MatchString(line) {
+						t.Errorf("not a text log record: %q", line)
+					}
+					continue
+				}
+				var rec struct{ Time, Level, Msg string }
+				if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Time == "" || rec.Level == "" || rec.Msg == "" {
+					t.Errorf("not a JSON log record (%v): %q", err, line)
+				}
+				msgs = append(msgs, rec.Msg)
+			}
+			all := strings.Join(msgs, "\n")
+			for _, want := range []string{"budgetd: serving on http://", "authentication is off", "request", "shutting down", "budgetd: stopped"} {
+				if format == "json" && !strings.Contains(all, want) {
+					t.Errorf("no record %q among\n%s", want, all)
+				}
+			}
+		})
+	}
+}
+
+// TestStartLineWhateverLogLevel: the start-up and stop lines are written
+// on stdout also when --log-level leaves out INFO, since scripts wait for
+// the first to learn where budgetd serves; stderr keeps the level.
+func TestStartLineWhateverLogLevel(t *testing.T) {
+	stdout, stderr := serveAndStop(t, "--log-level", "error")
+	if !strings.Contains(stdout, "level=INFO") || !strings.Contains(stdout, "budgetd: stopped") {
+		t.Errorf("stdout with --log-level error: %q", stdout)
+	}
+	if stderr != "" {
+		t.Errorf("stderr with --log-level error: %q", stderr)
+	}
+}
