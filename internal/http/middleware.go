@@ -229,10 +229,10 @@ var statusLabels = func() (l [500]string) {
 }()
 
 // publicRoute reports whether a route needs no token: the probes, the API
-// description and the dashboard's static files.
+// description, the dashboard's static files and / (a redirect to them).
 func publicRoute(route string) bool {
 	switch route {
-	case "/healthz", "/readyz", "/openapi.json":
+	case "/", "/healthz", "/readyz", "/openapi.json":
 		return true
 	}
 	return strings.HasPrefix(route, "/ui")

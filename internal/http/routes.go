@@ -8,6 +8,7 @@ func (s *server) routes(e *echo.Echo) {
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.json", s.openapi)
 	e.GET("/metrics", s.metrics)
+	e.GET("/", rootRedirect)
 	e.GET("/ui", uiRedirect)
 	e.GET("/ui/*", uiHandler())
 

@@ -40,3 +40,9 @@ func uiHandler() echo.HandlerFunc {
 
 // uiRedirect sends /ui to /ui/, where the page's relative links work.
 func uiRedirect(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "/ui/") }
+
+// rootRedirect sends / to the dashboard (/ui/), with 302 Found rather than
+// a permanent redirect, which browsers would keep: / is not promised to
+// stay the dashboard. Like the dashboard's files it needs no token
+// (publicRoute); the query, if any, is not carried over.
+func rootRedirect(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") }
