@@ -17,13 +17,25 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 }
 
 // newLoggerAt is a logger in format (text or json) that writes the
-// records at level or above to w.
+// records at level or above to w, durations with their unit
+// (durationWithUnit).
 func newLoggerAt(format string, level slog.Level, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationWithUnit}
 	if format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationWithUnit writes a time.Duration as time.Duration.String does
+// ("1.5ms", "10s", "1h0m0s"): in JSON a string, instead of slog's JSON
+// default of a bare number of nanoseconds. The text handler wrote that
+// already, so text lines do not change (docs/operations.md "Logs").
+func durationWithUnit(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // accessLogFlushTimeout bounds how long budgetd waits on exit for the

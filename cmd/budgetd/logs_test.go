@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // serveAndStop runs budgetd on the memory store with args, makes one
@@ -83,4 +86,40 @@ func TestStartLineWhateverLogLevel(t *testing.T) {
 	if stderr != "" {
 		t.Errorf("stderr with --log-level error: %q", stderr)
 	}
+}
+
+// TestLogDurationsWithUnit: a duration in a log record is written with its
+// unit, as time.Duration.String writes it, in JSON as in text (where slog
+// wrote it so already), also inside a group; other values are left alone.
+func TestLogDurationsWithUnit(t *testing.T) {
+	for format, want := range map[string]string{
+		"json": `"msg":"m","wait":"1.5ms","n":1500000,"g":{"ttl":"2h0m0s","neg":"-3s"}}`,
+		"text": ` msg=m wait=1.5ms n=1500000 g.ttl=2h0m0s g.neg=-3s`,
+	} {
+		var b bytes.Buffer
+		log := newLogger(config{logFormat: format, logLevel: "info"}, &b)
+		log.Info("m", "wait", 1500*time.Microsecond, "n", 1500000, slog.Group("g", "ttl", 2*time.Hour, "neg", -3*time.Second))
+		if got := strings.TrimSuffix(b.String(), "\n"); !strings.HasSuffix(got, want) {
+			t.Errorf("%s: %s\nwant it to end with %s", format, got, want)
+		}
+	}
+}
+
+// TestShutdownLineDurations: budgetd's own record of its shutdown says
+// --shutdown-delay and --shutdown-timeout with their unit in JSON.
+func TestShutdownLineDurations(t *testing.T) {
+	_, stderr := serveAndStop(t, "--log-format", "json", "--shutdown-timeout", "1m30s")
+	for _, line := range lines(t, stderr) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		if rec["msg"] == "shutting down" {
+			if rec["delay"] != "0s" || rec["timeout"] != "1m30s" {
+				t.Errorf("shutdown record %s: want delay 0s and timeout 1m30s", line)
+			}
+			return
+		}
+	}
+	t.Fatalf("no shutdown record in\n%s", stderr)
 }
