@@ -68,6 +68,17 @@ func (o *ovSet) candidates(key string, fn func(ledger.Override) bool) {
 	o.set.Candidates(key, fn)
 }
 
+// changesRules is ovset.Set.ChangesRules under the read lock: whether any
+// override of the set, expired ones included, changes a bucket's rule.
+func (o *ovSet) changesRules() bool {
+	if o == nil {
+		return false
+	}
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.set.ChangesRules()
+}
+
 func (o *ovSet) get(pattern string) (ledger.Override, bool) {
 	if o == nil {
 		return ledger.Override{}, false
@@ -679,21 +690,22 @@ func (s *Store) DeleteOverride(ctx context.Context, limit, pattern string) error
 // cl that pattern covers whose rule (leak rate, period, window) changes
 // when pattern's override becomes o (nil: removed), as PutLimit settles
 // the buckets of a new rule, and returns their keys. A change of capacity
-// alone changes no rule: nothing is scanned then. Replacing an expired
-// override that changed the rule keeps, in each bucket it covered, the
-// switch at its expiry (settle_bucket's 'x').
+// alone changes no rule unless another override of the set does: nothing
+// is scanned then. Every bucket scanned keeps the switches at the expiries
+// since its last write (settle_bucket's 'x'), which the set after the
+// change may no longer find.
 func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern string, o *ledger.Override, now time.Time) ([]string, error) {
 	old, had := cl.ovs.get(pattern)
 	rule := func(o ledger.Override) bool {
 		return o.LeakPer != 0 || o.TZ != "" || o.StartDay != 0 || o.WindowLength != 0
 	}
-	if !(had && rule(old)) && !(o != nil && rule(*o)) {
+	// A change of capacity alone changes no rule unless another override
+	// of the set does: one of capacity alone put over a key that a prefix
+	// override of another rate covers (or deleted from it) moves the key
+	// from that rate to the limit's (or back), as the memory store settles.
+	if !(had && rule(old)) && !(o != nil && rule(*o)) && !cl.ovs.changesRules() {
 		return nil, nil
 	}
-	// A replaced override that changed the rule and has expired: the
-	// buckets it covered may not be written since, and are switched at its
-	// expiry only while it is in the set (ruleChanges).
-	expired := had && rule(old) && !old.ActiveAt(now)
 	// The set after the change: a copy of the candidates is enough per key.
 	after := func(key string) ledger.Limit {
 		set := &ledger.Overrides{}
@@ -719,14 +731,18 @@ func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern stri
 				continue
 			}
 			if termsOf(cl, key, now).SameRule(after(key)) {
-				if expired {
-					// Keep the switch at the replaced override's expiry,
-					// which the set after the change no longer knows.
-					t := target{lim: s.forKey(cl, key), bk: bk, hk: s.k.history(cl.gen, key), slot: slotOf(bk)}
-					if _, err := s.call(ctx, "settle", false, nil, t, "", ledger.Idempotency{}, "x"); err != nil {
-						callErr = err
-						return err
-					}
+				// Keep the switches at the expiries since the bucket's
+				// last write (expire_rules), which the set after the
+				// change may no longer find: a replaced override that
+				// changed the rule is gone, and a new override more
+				// specific than the one that expired hides it from
+				// ruleChanges' walk, which starts at the key's most
+				// specific override. The memory store settles every
+				// bucket it looks at the same way.
+				t := target{lim: s.forKey(cl, key), bk: bk, hk: s.k.history(cl.gen, key), slot: slotOf(bk)}
+				if _, err := s.call(ctx, "settle", false, nil, t, "", ledger.Idempotency{}, "x"); err != nil {
+					callErr = err
+					return err
 				}
 				continue
 			}

@@ -947,7 +947,7 @@ end
 -- settle_bucket is bucket.Switch: it settles a bucket to now under the
 -- passed (old) rule and drops its window slots, so the level as of now
 -- reads as one charge made now under any rule. A PUT that changes the rule
--- calls it on every bucket of the limit first. With ARGV[11] = 'x' it
+-- calls it on every bucket of the limit first. With ARGV[12] = 'x' it
 -- only keeps what expire_rules switched, if anything: a PUT that replaces
 -- an expired override which changed the rule, so that the switch at its
 -- expiry outlives the override Go passed it from (a bucket switched to a
@@ -956,7 +956,7 @@ local function settle_bucket(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1)
   if early then return early end
   local st = load(c, now)
-  if args[11] == 'x' then
+  if args[12] == 'x' then
     if st.switched then finish(c, st, now) end
   elseif st.switched or not (vzero(st.l) or st.u == 0 or (now <= st.u and not st.w)) then
     settle(c, st, now)
