@@ -88,7 +88,7 @@ var options = []option{
 	{flag: "mysql-group-commit", env: "BUDGETD_MYSQL_GROUP_COMMIT", def: "true", help: "MySQL/MariaDB group commit: the single-bucket Fillups that arrive for a bucket while its write is in flight are decided together and sent as one write (needs the decision cache; docs/mysql.md)", boolean: true},
 	{flag: "gc-floor", env: "BUDGETD_GC_FLOOR", def: "64", help: "MiB of heap the garbage collector lets grow before its first cycles, however small the live heap (address space set aside, never touched, so no memory is used; 0: off, Go's default of 4 MiB; docs/operations.md)"},
 	{flag: "redis-eviction-check", env: "BUDGETD_REDIS_EVICTION_CHECK", def: "refuse", help: "when Redis may evict keys (maxmemory-policy): refuse to start, or warn"},
-	{flag: "max-conns", env: "BUDGETD_MAX_CONNS", def: "4096", help: "most client connections open at once; more wait to be accepted"},
+	{flag: "max-conns", env: "BUDGETD_MAX_CONNS", def: "4096", help: "most client connections open at once; when all are taken, the one idle longest is closed, else the one longest without a request header once it has had 1s, and new ones wait to be accepted"},
 	{flag: "max-conns-per-ip", env: "BUDGETD_MAX_CONNS_PER_IP", def: "1024", help: "most connections one client address may hold; more are closed at once (0: no such cap)"},
 	{flag: "idle-timeout", env: "BUDGETD_IDLE_TIMEOUT", def: "30s", help: "how long an idle keep-alive connection is kept open"},
 	{flag: "shutdown-delay", env: "BUDGETD_SHUTDOWN_DELAY", def: "0s", help: "after SIGTERM, how long /readyz answers 503 before the listener closes"},
@@ -385,7 +385,7 @@ func usage(w io.Writer) {
 
 Usage:
   budgetd [flags]                                serve the API
-  budgetd migrate [flags]                        apply the PostgreSQL migrations of --store and exit
+  budgetd migrate [flags]                        apply the PostgreSQL or MySQL/MariaDB migrations of --store and exit
   budgetd token NAME --scopes S [--limits L]     mint an API key: prints the token and its --auth-file line
   budgetd version                                print the version (also budgetd --version)
   budgetd limits|check|fillup|history|holds …    operator commands on a running budgetd (budgetd check --help)

@@ -196,3 +196,52 @@ func TestSIGTERM(t *testing.T) {
 		t.Fatal("budgetd did not exit after SIGTERM")
 	}
 }
+
+// TestHelpAgreesWithREADME: --help says what the code does and the README
+// says: migrate applies the migrations of both SQL stores, --max-conns
+// closes a connection when all are taken, and every flag of the README's
+// table has the variable and default --help gives it.
+func TestHelpAgreesWithREADME(t *testing.T) {
+	var help bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, env(nil), &help, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	migrateLine := regexp.MustCompile(`(?m)^  budgetd migrate .*$`).FindString(help.String())
+	for _, store := range []string{"PostgreSQL", "MySQL"} {
+		if !strings.Contains(migrateLine, store) {
+			t.Errorf("--help on migrate does not name %s: %q", store, migrateLine)
+		}
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string][2]string{} // flag: env, default as the README's table gives them
+	for _, m := range regexp.MustCompile("(?m)^\\| (`--[^|]+) \\| ([^|]+) \\| ([^|]+) \\|").FindAllStringSubmatch(string(readme), -1) {
+		flags, envs := strings.Split(m[1], ", "), strings.Split(m[2], ", ")
+		for i, f := range flags {
+			if i < len(envs) {
+				rows[strings.Trim(f, "`")] = [2]string{strings.Trim(envs[i], "`"), strings.Trim(m[3], "`")}
+			}
+		}
+	}
+	if len(rows) < len(options)/2 {
+		t.Fatalf("README's flag table not found: %d rows", len(rows))
+	}
+	for _, o := range options {
+		row, ok := rows["--"+o.flag]
+		if o.env == "" {
+			continue
+		}
+		def := o.def
+		if def == "" {
+			def = "none"
+		}
+		if !ok || row != [2]string{o.env, def} {
+			t.Errorf("README's row for --%s: %q, --help: %s %q", o.flag, row, o.env, def)
+		}
+		if o.flag == "max-conns" && !strings.Contains(o.help, "idle longest is closed") {
+			t.Errorf("--help on --max-conns does not say that the connection idle longest is closed: %q", o.help)
+		}
+	}
+}
