@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -122,4 +124,40 @@ func TestShutdownLineDurations(t *testing.T) {
 		}
 	}
 	t.Fatalf("no shutdown record in\n%s", stderr)
+}
+
+// TestStartFailureLogged: once the log is configured, the error budgetd
+// stops with is a record of it (here JSON), with the exit status it had,
+// and main does not print it again; an error before (a bad flag) is
+// printed as before.
+func TestStartFailureLogged(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	var stdout, stderr bytes.Buffer
+	err = run(context.Background(), []string{"--addr", busy.Addr().String(), "--log-format", "json"}, env(nil), &stdout, &stderr)
+	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "listen on "+busy.Addr().String()) {
+		t.Fatalf("run on a busy address: %v (exit %d)", err, exitCode(err))
+	}
+	var failed bool
+	for _, line := range lines(t, stderr.String()) {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("not a JSON log record (%v): %q", err, line)
+		}
+		failed = failed || rec.Level == "ERROR" && rec.Msg == "budgetd: "+err.Error()
+	}
+	if !failed {
+		t.Errorf("no ERROR record of %q in\n%s", err, stderr.String())
+	}
+	var printed bytes.Buffer
+	if code := fail(err, &printed); code != 1 || printed.Len() != 0 {
+		t.Errorf("main on a logged error: exit %d, printed %q", code, printed.String())
+	}
+	err = run(context.Background(), []string{"--max-ttl", "soon", "--log-format", "json"}, env(nil), io.Discard, io.Discard)
+	if code := fail(err, &printed); code != 2 || !strings.HasPrefix(printed.String(), "budgetd: --max-ttl") {
+		t.Errorf("main on a bad flag: exit %d, printed %q", code, printed.String())
+	}
 }

@@ -54,8 +54,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	d := newDaemon(cfg, stdout, stderr)
 	defer d.close()
-	if err := d.open(ctx); err != nil {
-		return err
+	err = d.open(ctx)
+	if err == nil {
+		err = d.serve(ctx)
 	}
-	return d.serve(ctx)
+	if err != nil {
+		// The log is configured from here on: the reason budgetd stops
+		// is a record of it too (JSON with --log-format json), not a
+		// bare line of main's.
+		d.log.Error("budgetd: " + err.Error())
+		return loggedError{err}
+	}
+	return nil
 }
+
+// loggedError is an error run has logged already: main does not print it
+// again.
+type loggedError struct{ error }
+
+func (e loggedError) Unwrap() error { return e.error }
