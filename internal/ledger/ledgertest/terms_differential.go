@@ -56,7 +56,7 @@ func (m *termsModel) write(t ledger.Terms, ns bucket.State) {
 // overrides put, deleted and expiring, grants added, revoked and expiring,
 // periods that end and carry, overrides of a leaky limit's rate that
 // settle the buckets they cover when put, deleted or expired — between Fillups, CanAccepts and
-// multi-bucket calls, against the store and against the pure rules
+// multi-bucket calls, holds reserved, committed and released, against the store and against the pure rules
 // (ledger.TermsAt, then package bucket), and demands identical decisions and
 // identical terms (effective capacity, override, grants, rollover
 // received) at every step. The clock only moves forward, with Set.
@@ -110,11 +110,12 @@ func runTermsDifferential(t *testing.T, e *env, spec ledger.LimitSpec, stepUp ti
 	models := []*termsModel{{key: "{t}ab"}, {key: "{t}ac"}}
 	patterns := []string{"{t}ab", "{t}a*", "{t}*", "*", "{t}ac", "{t}abc"}
 	var grantIDs []string
+	var holds []termsHold
 	// seen counts what the sequence went through, so that a sequence that
 	// never met a term fails rather than passes.
 	seen := map[string]int{}
 	defer func() {
-		for _, what := range []string{"accepted", "denied", "override", "grant", "received", "switched"} {
+		for _, what := range []string{"accepted", "denied", "override", "grant", "received", "switched", "held", "resolved"} {
 			if (what == "override" || what == "switched") && !overrides || what == "grant" && !grants ||
 				what == "received" && spec.Rollover == nil || what == "switched" && spec.Period != nil {
 				continue
@@ -131,7 +132,7 @@ func runTermsDifferential(t *testing.T, e *env, spec ledger.LimitSpec, stepUp ti
 		b := rng.IntN(len(models))
 		m := models[b]
 		r := ref(name, m.key)
-		op := rng.IntN(12)
+		op := rng.IntN(15)
 		where := fmt.Sprintf("seed %d step %d at %s op %d bucket %s", seed, step, now.Format(time.RFC3339Nano), op, m.key)
 		switch {
 		case op < 3:
@@ -229,13 +230,13 @@ func runTermsDifferential(t *testing.T, e *env, spec ledger.LimitSpec, stepUp ti
 			} else {
 				o := ledger.Override{Pattern: pattern}
 				if rng.IntN(4) > 0 {
-					o.Capacity = decimal.NewNullDecimal(decimal.New(int64(1+rng.IntN(300)), 0))
+					o.Capacity = decimal.NewNullDecimal(decimal.New(int64(1+rng.IntN(150)), 0))
 				}
 				if spec.Period == nil && (!o.Capacity.Valid || rng.IntN(3) == 0) {
 					o.LeakAmount, o.LeakPer = decimal.New(int64(1+rng.IntN(20)), 0), time.Duration(1+rng.IntN(10))*time.Minute
 				}
 				if !o.Capacity.Valid && o.LeakPer == 0 {
-					o.Capacity = decimal.NewNullDecimal(decimal.New(int64(1+rng.IntN(300)), 0))
+					o.Capacity = decimal.NewNullDecimal(decimal.New(int64(1+rng.IntN(150)), 0))
 				}
 				if rng.IntN(3) > 0 {
 					o.ExpiresAt = now.Add(time.Duration(1+rng.Int64N(int64(4*stepUp)/1000)) * time.Microsecond)
@@ -302,6 +303,81 @@ func runTermsDifferential(t *testing.T, e *env, spec ledger.LimitSpec, stepUp ti
 			if !res.Bucket.Grants.Equal(w.terms(m, now).Limit.Grants) {
 				t.Fatalf("%s add grant: the bucket's grants are %s, want %s", where, res.Bucket.Grants, w.terms(m, now).Limit.Grants)
 			}
+		case op == 12:
+			amount := termsCost(rng)
+			if amount.Sign() == 0 {
+				amount = decimal.New(1, -6)
+			}
+			ttl := time.Second + time.Duration(rng.Int64N(int64(min(4*stepUp, 23*time.Hour))/1000))*time.Microsecond
+			tm := w.terms(m, now)
+			want, ns := bucket.Reserve(tm.Limit.Rule(), tm.State, now, ledger.Amount(amount), now.Add(ttl))
+			got, err := e.svc.Reserve(e.ctx, r, amount, ttl, ledger.Idempotency{}, nil)
+			if err != nil {
+				t.Fatalf("%s reserve: %v", where, err)
+			}
+			sameDecision(t, where+" reserve "+amount.String(), got.Decision, want)
+			sameTerms(t, where+" reserve", got.Limit, tm.Limit)
+			if !want.Accepted {
+				seen["denied"]++
+			}
+			if want.Accepted {
+				ns.Holds[len(ns.Holds)-1].ID = got.Reservation.ID
+				m.write(tm, ns)
+				holds = append(holds, termsHold{id: got.Reservation.ID, owner: b, amount: amount, expires: now.Add(ttl)})
+				seen["held"]++
+			}
+		case op >= 13 && len(holds) > 0:
+			// Commit or release a hold: an active one resolves under the
+			// bucket's terms now, an expired one is refused as expired.
+			i := rng.IntN(len(holds))
+			if rng.IntN(2) == 0 {
+				i = len(holds) - 1 // the newest, most likely still active
+			}
+			h := holds[i]
+			holds = append(holds[:i:i], holds[i+1:]...)
+			owner := models[h.owner]
+			tm := w.terms(owner, now)
+			charge := decimal.Zero
+			var res ledger.ResolveResult
+			var err error
+			if rng.IntN(3) > 0 {
+				amount := decimal.NullDecimal{}
+				charge = h.amount
+				if rng.IntN(2) == 0 {
+					charge = termsCost(rng)
+					amount = decimal.NewNullDecimal(charge)
+				}
+				res, err = e.svc.Commit(e.ctx, h.id, amount, true, ledger.Idempotency{}, nil)
+			} else {
+				res, err = e.svc.Release(e.ctx, h.id, ledger.Idempotency{}, nil)
+			}
+			if !now.Before(h.expires) {
+				if got := refusal(err); got != ledger.RefusalExpired {
+					t.Fatalf("%s resolve of a hold expired at %s: %v, want refusal %q", where, h.expires.Format(time.RFC3339Nano), err, ledger.RefusalExpired)
+				}
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s resolve %s: %v", where, h.id, err)
+			}
+			at := -1
+			for j, x := range tm.State.Holds {
+				if x.ID == h.id {
+					at = j
+				}
+			}
+			if at < 0 {
+				t.Fatalf("%s resolve %s: the model has no such hold in %+v", where, h.id, tm.State.Holds)
+			}
+			ns := bucket.Resolve(tm.Limit.Rule(), tm.State, now, at, ledger.Amount(charge))
+			owner.write(tm, ns)
+			after := w.terms(owner, now)
+			want := bucket.CanAccept(after.Limit.Rule(), after.State, now, bucket.Amount{})
+			if !res.Bucket.Level.Equal(want.Level) || !res.Bucket.Held.Equal(want.Held) || !res.Bucket.Capacity.Equal(want.Capacity) {
+				t.Fatalf("%s resolve %s charging %s: bucket level %s held %s capacity %s, want %s %s %s", where, h.id, charge,
+					res.Bucket.Level, res.Bucket.Held, res.Bucket.Capacity, want.Level, want.Held, want.Capacity)
+			}
+			seen["resolved"]++
 		default:
 			st, err := e.svc.Bucket(e.ctx, r)
 			if err != nil {
@@ -318,13 +394,22 @@ func runTermsDifferential(t *testing.T, e *env, spec ledger.LimitSpec, stepUp ti
 	}
 }
 
-// termsCost is a random cost: a whole one up to 60 (a bucket of capacity
+// termsHold is a hold the terms differential made: its id, its bucket (an
+// index of the models), its amount and expiry.
+type termsHold struct {
+	id      string
+	owner   int
+	amount  decimal.Decimal
+	expires time.Time
+}
+
+// termsCost is a random cost: a whole one up to 70 (a bucket of capacity
 // 100 or so fills in a few), or a random amount of any scale.
 func termsCost(rng *rand.Rand) decimal.Decimal {
 	if rng.IntN(4) == 0 {
 		return randomAmount(rng, dec("30"))
 	}
-	return decimal.New(int64(rng.IntN(61)), 0)
+	return decimal.New(int64(rng.IntN(71)), 0)
 }
 
 // termsStep is a random forward step of the clock, up to max: often none
