@@ -252,8 +252,9 @@ func appendJSONLine(b []byte, l *accessLine) []byte {
 	b = appendJSONString(b, l.route)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(l.status), 10)
-	b = append(b, `,"duration":`...)
-	b = strconv.AppendInt(b, int64(l.duration), 10)
+	b = append(b, `,"duration":"`...)
+	b = append(b, l.duration.String()...)
+	b = append(b, '"')
 	b = append(b, `,"request_id":`...)
 	if l.hasID {
 		b = appendJSONString(b, l.requestID)

@@ -24,7 +24,13 @@ func slogLine(t testing.TB, format budgethttp.AccessFormat, at time.Time, method
 	var buf bytes.Buffer
 	var h slog.Handler = slog.NewTextHandler(&buf, nil)
 	if format == budgethttp.AccessJSON {
-		h = slog.NewJSONHandler(&buf, nil)
+		// As budgetd's loggers write a duration: with its unit.
+		h = slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				return slog.String(a.Key, a.Value.Duration().String())
+			}
+			return a
+		}})
 	}
 	r := slog.NewRecord(at, slog.LevelInfo, "request", 0)
 	r.AddAttrs(slog.String("method", method), slog.String("route", route), slog.Int("status", status),
