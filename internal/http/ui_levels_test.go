@@ -8,9 +8,11 @@ import (
 )
 
 // TestDashboardLevels: the bucket page plots the series budgetd computes
-// (GET …/levels), shows when a monthly cap resets, labels a month of
-// activity by day, writes amounts to the digits they need, and says whether
-// "fullest first" covers the whole limit.
+// (GET …/levels), shows when a monthly cap resets, draws the capacity in
+// force now over the current period only (budgetd gives no capacity for
+// earlier periods) and says so, says whether the limit records denials,
+// labels a month of activity by day, writes amounts to the digits they need,
+// and says whether "fullest first" covers the whole limit.
 func TestDashboardLevels(t *testing.T) {
 	b := browser(t)
 	t.Run("monthly cap", func(t *testing.T) {
@@ -65,6 +67,20 @@ func TestDashboardLevels(t *testing.T) {
 			if strings.Join(got.Ticks, ",") != "Apr 1,06:00,12:00,18:00" {
 				t.Errorf("ticks %q", got.Ticks)
 			}
+			// The window starts in March: the capacity line (the capacity
+			// now) starts at April's period start, where the reset line is,
+			// and the legend says why there is none before it (issue 43).
+			capLine := chartCapacity(t, tb)
+			if capLine.From != "2026-03-31T22:00:00.000000Z" || capLine.X1 != capLine.ResetX || capLine.X1 == capLine.Left ||
+				capLine.Scope != "period" || capLine.Capacity != "100" ||
+				!strings.Contains(capLine.Legend, "capacity 100 in this period only (budgetd gives no capacity for earlier periods)") {
+				t.Errorf("the capacity line crosses the earlier period, or the legend does not say it stops: %+v", capLine)
+			}
+			var note string
+			tb.eval(`document.querySelector('#chart-note').textContent`, &note)
+			if !strings.Contains(note, "This limit does not record denials (record_denials is off), so none are drawn.") {
+				t.Errorf("chart note %q", note)
+			}
 		})
 	})
 	t.Run("a month of activity", func(t *testing.T) {
@@ -102,6 +118,11 @@ func TestDashboardLevels(t *testing.T) {
 		if shown.Title != state || shown.Text != want || len(want) > len("0000.00") {
 			t.Errorf("level %q shown as %+v (want %q)", state, shown, want)
 		}
+		// A leaky limit has no periods: the line is the capacity across the
+		// window.
+		if capLine := chartCapacity(t, tb); capLine.X1 != capLine.Left || capLine.Scope != "window" || capLine.Legend != "capacity 5000" {
+			t.Errorf("a leaky limit's capacity line: %+v", capLine)
+		}
 		tb.screenshot("dashboard-bucket-month")
 	})
 	t.Run("failed logins in a rolling window", func(t *testing.T) {
@@ -130,6 +151,13 @@ func TestDashboardLevels(t *testing.T) {
 		if strings.Join(got.Denied, ",") != "2026-03-01T09:00:25.000000Z 5" || !got.Legend || len(got.Rows) != 6 || got.Rows[0] != "denied" {
 			t.Errorf("denials on the page: %+v", got)
 		}
+		// The note under the chart says what is true of denials: recorded
+		// and drawn (it said "denials are not recorded" under this chart).
+		var note string
+		tb.eval(`document.querySelector('#chart-note').textContent`, &note)
+		if !strings.Contains(note, "This limit records denials (record_denials): each is an open red dot") || strings.Contains(note, "not recorded") {
+			t.Errorf("chart note with record_denials on: %q", note)
+		}
 		// The level falls back as the slots age out, one a second from 09:01:01.
 		series, _ := a.levels("/v1/limits/logins/buckets/alice/levels?points=10")
 		last := series.Items[len(series.Items)-1]
@@ -137,6 +165,23 @@ func TestDashboardLevels(t *testing.T) {
 			t.Errorf("level at the end %s", last.Level)
 		}
 		tb.screenshot("dashboard-window-denials")
+		// record_denials turned off: the denial recorded before is still in
+		// the history and drawn, and the note says why.
+		a.expect("PUT", "/v1/limits/logins", `{"capacity":"5","window":{"length":"1m"},"record_denials":false}`, 200)
+		series, _ = a.levels("/v1/limits/logins/buckets/alice/levels?points=10")
+		denied := 0
+		for _, it := range series.Items {
+			if it.Event == "denied" {
+				denied++
+			}
+		}
+		tb.open("#/l/logins/b/alice")
+		tb.wait(`document.querySelector('#chart-note')?.textContent.includes("it is off now")`)
+		var shown int
+		tb.eval(`document.querySelectorAll('svg.chart circle.point.denied').length`, &shown)
+		if denied != 1 || shown != 1 {
+			t.Errorf("after record_denials off: %d denials in the series, %d drawn, want 1", denied, shown)
+		}
 	})
 	t.Run("amounts", func(t *testing.T) {
 		a := newAPI(t)
@@ -182,4 +227,20 @@ func TestDashboardLevels(t *testing.T) {
 			t.Errorf("order %q", keys)
 		}
 	})
+}
+
+// chartCapacity is the capacity line of the bucket page's chart and its
+// legend: where the line starts (x1, and the time in data-from), the left
+// edge of the plot and the x of the period-start line, for comparison.
+type chartCapacityLine struct {
+	X1, Left, ResetX, From, Capacity, Scope, Legend string
+}
+
+func chartCapacity(t *testing.T, tb *tab) chartCapacityLine {
+	t.Helper()
+	var c chartCapacityLine
+	tb.eval(`(() => { const l = document.querySelector('svg.chart line.cap'), g = document.querySelector('.legend .c');
+		return {X1: l.getAttribute('x1'), Left: "64", ResetX: document.querySelector('svg.chart line.reset')?.getAttribute('x1') ?? "",
+			From: l.dataset.from, Capacity: g.dataset.capacity, Scope: g.dataset.scope, Legend: g.textContent}; })()`, &c)
+	return c
 }

@@ -397,6 +397,17 @@ func testDashboardPeriods(t *testing.T, b context.Context) {
 			if strings.Join(lines, " ") != "50%=50 90=90" {
 				t.Errorf("threshold lines %v, want 50%%=50 90=90", lines)
 			}
+			// A percentage is of the capacity now, which budgetd gives for
+			// this period only: its line starts with the capacity line, at
+			// the period start; an amount's spans the window (issue 43).
+			var x struct{ Cap, Reset, Pct, Amount string }
+			tb.eval(`({Cap: document.querySelector('svg.chart line.cap').getAttribute('x1'),
+				Reset: document.querySelector('svg.chart line.reset').getAttribute('x1'),
+				Pct: document.querySelector('svg.chart line.threshold[data-threshold="50%"]').getAttribute('x1'),
+				Amount: document.querySelector('svg.chart line.threshold[data-threshold="90"]').getAttribute('x1')})`, &x)
+			if x.Cap != x.Reset || x.Pct != x.Reset || x.Amount != "64" {
+				t.Errorf("lines start at %+v: the capacity and the 50%% threshold at the period start, the amount at the left edge (64)", x)
+			}
 		}
 		var got []string
 		tb.eval(`[...document.querySelectorAll('svg.chart circle.point')].map(c => c.dataset.level)`, &got)

@@ -159,6 +159,17 @@ function thresholdUnits(th, cap) {
   return toUnits(th);
 }
 
+// capacitySpan is where the chart's capacity line starts (ms). budgetd gives
+// the capacity in force now (the series' capacity), not that of earlier
+// periods, which rollover, grants and overrides may have made different: on
+// a calendar-period limit whose window reaches back before the current
+// period the line covers the current period only, and earlier is true.
+function capacitySpan(series) {
+  const t0 = msOf(series.from);
+  const ps = series.period_start ? msOf(series.period_start) : NaN;
+  return ps > t0 ? { from: ps, at: series.period_start, earlier: true } : { from: t0, at: series.from, earlier: false };
+}
+
 function drawChart(series, bucket, entries, digits, thresholds) {
   const W = 800, H = 260, L = 64, R = 12, T = 12, B = 34;
   const items = series.items;
@@ -191,9 +202,17 @@ function drawChart(series, bucket, entries, digits, thresholds) {
     label.textContent = fmtAmount(fromUnits(v), digits);
     root.append(label);
   }
-  root.append(svg("line", { class: "cap", x1: L, x2: W - R, y1: y(cap), y2: y(cap), "data-level": series.capacity }));
+  const cs = capacitySpan(series);
+  const capX = cs.earlier ? x(cs.from).toFixed(2) : L;
+  const capLine = svg("line", { class: "cap", x1: capX, x2: W - R, y1: y(cap), y2: y(cap),
+    "data-level": series.capacity, "data-from": cs.at });
+  const capTip = svg("title", {});
+  capTip.textContent = `capacity ${series.capacity}` + (cs.earlier ? " in this period (from " + fmtTime(cs.at) + ")" : "");
+  capLine.append(capTip);
+  root.append(capLine);
   for (const m of marks) {
-    const line = svg("line", { class: "threshold", x1: L, x2: W - R, y1: y(m.u), y2: y(m.u), "data-threshold": m.th, "data-level": fromUnits(m.u) });
+    // A percentage is of the capacity now: drawn where the capacity line is.
+    const line = svg("line", { class: "threshold", x1: m.th.endsWith("%") ? capX : L, x2: W - R, y1: y(m.u), y2: y(m.u), "data-threshold": m.th, "data-level": fromUnits(m.u) });
     const tip = svg("title", {});
     tip.textContent = `threshold ${m.th}: ${fromUnits(m.u)}`;
     line.append(tip);
@@ -230,6 +249,16 @@ function drawChart(series, bucket, entries, digits, thresholds) {
     root.append(c);
   }
   return root;
+}
+
+// denialNote says whether the chart can show denials: a denial is in the
+// history, and so on the chart (an open red dot that changes no level), only
+// when the limit records denials (record_denials).
+function denialNote(limit, series) {
+  const drawn = series.items.some((p) => p.event === "denied");
+  if (limit.record_denials) return "This limit records denials (record_denials): each is an open red dot, which changes no level.";
+  if (drawn) return "The denials drawn were recorded while record_denials was on; it is off now, so later denials are not recorded.";
+  return "This limit does not record denials (record_denials is off), so none are drawn.";
 }
 
 // ---- pages ---------------------------------------------------------------
@@ -456,9 +485,11 @@ async function bucketPage(name, key) {
   if (!limit.history) {
     out.push(el("p", { class: "note" }, "This limit keeps no history, so there is nothing to plot."));
   } else {
+    const capEarlier = capacitySpan(series).earlier;
     out.push(el("div", { class: "legend" }, el("span", { class: "l" }, "level"),
       series.items.some((p) => toUnits(p.held) > 0n) ? el("span", { class: "h" }, "level + held") : null,
-      el("span", { class: "c" }, "capacity " + series.capacity),
+      el("span", { class: "c", "data-capacity": series.capacity, "data-scope": capEarlier ? "period" : "window" },
+        "capacity " + series.capacity + (capEarlier ? " in this period only (budgetd gives no capacity for earlier periods)" : "")),
       series.period_start ? el("span", { class: "r" }, "period start") : null,
       series.items.some((p) => p.event === "denied") ? el("span", { class: "d" }, "denied") : null,
       (limit.thresholds || []).length ? el("span", { class: "t" }, "thresholds " + limit.thresholds.join(", ")) : null));
@@ -469,7 +500,7 @@ async function bucketPage(name, key) {
     if (!series.complete) {
       out.push(el("p", { class: "note" }, "Older history was not read or has been pruned: the plot starts from the least level that ends at the level now."));
     }
-    out.push(el("p", { class: "note" }, "Computed by budgetd from the history (denials are not recorded, so they are not shown). Times in UTC."));
+    out.push(el("p", { class: "note", id: "chart-note" }, "Computed by budgetd from the history. ", denialNote(limit, series), " Times in UTC."));
   }
   out.push(el("h2", {}, `Active holds (${holds.items.length})`));
   out.push(holds.items.length === 0 ? el("p", { class: "note", id: "no-holds" }, "No active holds.") :
