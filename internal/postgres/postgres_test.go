@@ -126,3 +126,13 @@ func TestOverrideExpiryReadCommitted(t *testing.T) {
 func TestOverrideExpirySerializable(t *testing.T) {
 	ledgertest.RunOverrideExpiry(t, factory("serializable"))
 }
+
+// The changes of overrides around an expiry (ledgertest.RunOverrideExpiryChanges),
+// at both isolation levels: every terms suite runs on every store.
+func TestOverrideExpiryChangesReadCommitted(t *testing.T) {
+	ledgertest.RunOverrideExpiryChanges(t, factory("read-committed"))
+}
+
+func TestOverrideExpiryChangesSerializable(t *testing.T) {
+	ledgertest.RunOverrideExpiryChanges(t, factory("serializable"))
+}

@@ -90,4 +90,20 @@ func TestOverrideExpiryCluster(t *testing.T) {
 	})
 }
 
+// The changes of overrides around an expiry (ledgertest.RunOverrideExpiryChanges),
+// standalone and in a cluster: every terms suite runs on every store.
+func TestOverrideExpiryChangesStandalone(t *testing.T) {
+	url := serverURL(t, "BUDGETD_TEST_REDIS")
+	ledgertest.RunOverrideExpiryChanges(t, func(t *testing.T, clock *ledgertest.Clock) ledger.Store {
+		return openTest(t, url, WithClock(clock.Now))
+	})
+}
+
+func TestOverrideExpiryChangesCluster(t *testing.T) {
+	url := serverURL(t, "BUDGETD_TEST_REDIS_CLUSTER")
+	ledgertest.RunOverrideExpiryChanges(t, func(t *testing.T, clock *ledgertest.Clock) ledger.Store {
+		return openTest(t, url, WithClock(clock.Now))
+	})
+}
+
 var _ = time.Second
