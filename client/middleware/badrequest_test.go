@@ -8,6 +8,7 @@ import (
 
 	"github.com/budgetd/budgetd/client"
 	"github.com/budgetd/budgetd/client/middleware"
+	"github.com/budgetd/budgetd/client/middleware/echomw"
 	"github.com/labstack/echo/v4"
 	"github.com/shopspring/decimal"
 )
@@ -39,8 +40,8 @@ func TestBadRequestIsTheCallersMistake(t *testing.T) {
 		opts = append(opts, middleware.OnError(func(_ *http.Request, err error) { errs = append(errs, err) }))
 		l := middleware.New(c, perTenant, opts...)
 		e := echo.New()
-		e.GET("/x/e", func(c echo.Context) error { return c.String(200, "done") }, l.Echo())
-		e.GET("/x/re", func(c echo.Context) error { return c.String(200, "done") }, l.ReserveEcho())
+		e.GET("/x/e", func(c echo.Context) error { return c.String(200, "done") }, echomw.Charge(l))
+		e.GET("/x/re", func(c echo.Context) error { return c.String(200, "done") }, echomw.Reserve(l))
 		for name, h := range map[string]http.Handler{"Handler": l.Handler(ok), "ReserveHandler": l.ReserveHandler(ok), "Echo": e, "ReserveEcho": e} {
 			path := map[string]string{"Echo": "/e", "ReserveEcho": "/re"}[name]
 			w := httptest.NewRecorder()

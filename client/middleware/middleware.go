@@ -58,7 +58,9 @@ func IsBadRequest(err error) bool {
 }
 
 // Limiter is a configured middleware. Its methods return the middleware for
-// net/http (Handler, ReserveHandler) and echo (Echo, ReserveEcho).
+// net/http (Handler, ReserveHandler); package echomw adapts it to echo, and
+// Admit and Hold to any other router, so that a program on net/http alone
+// does not compile echo in.
 type Limiter struct {
 	c        *client.Client
 	items    ItemsFunc
@@ -240,6 +242,27 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
+// Admit is Handler's step for another router: it charges the request's
+// items and reports whether the handler may run; when it returns false it
+// has answered the request itself (denied, or refused on a failure).
+func (l *Limiter) Admit(w http.ResponseWriter, r *http.Request) bool {
+	return l.charge(w, r) == pass
+}
+
+// Hold is ReserveHandler's step for another router: it reserves the
+// request's items as estimates and returns the request to pass to the
+// handler (it carries what ReportCost needs) and done, to call once the
+// handler has ended with whether it succeeded (done(true) commits the
+// reported cost or the estimate, done(false) releases the holds). When ok is
+// false Hold has answered the request itself, and done is nil.
+func (l *Limiter) Hold(w http.ResponseWriter, r *http.Request) (req *http.Request, done func(succeeded bool), ok bool) {
+	h, req, v := l.reserve(w, r)
+	if v != pass {
+		return r, nil, false
+	}
+	return req, func(succeeded bool) { l.finish(req, h, succeeded) }, true
+}
+
 // costKey carries the cost a handler reports in the Reserve variant.
 type costKey struct{}
 
@@ -250,7 +273,8 @@ type reported struct {
 
 // ReportCost tells the Reserve variant what the request actually cost; it is
 // committed instead of the estimate once the handler returns. It returns
-// false when ctx is not a request under ReserveHandler or ReserveEcho.
+// false when ctx is not a request under ReserveHandler, Hold or
+// echomw.Reserve.
 func ReportCost(ctx context.Context, cost decimal.Decimal) bool {
 	rp, ok := ctx.Value(costKey{}).(*reported)
 	if !ok {

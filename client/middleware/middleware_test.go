@@ -13,6 +13,7 @@ import (
 
 	"github.com/budgetd/budgetd/client"
 	"github.com/budgetd/budgetd/client/middleware"
+	"github.com/budgetd/budgetd/client/middleware/echomw"
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
@@ -161,7 +162,7 @@ func TestEcho(t *testing.T) {
 	c := budgetd(t)
 	l := middleware.New(c, perUser)
 	e := echo.New()
-	e.GET("/x", func(c echo.Context) error { return c.String(200, "done") }, l.Echo())
+	e.GET("/x", func(c echo.Context) error { return c.String(200, "done") }, echomw.Charge(l))
 	for i, want := range []int{200, 200, 200, 429} {
 		if w := get(t, e, "/x", "ann"); w.Code != want {
 			t.Fatalf("call %d: %d", i, w.Code)
@@ -220,7 +221,7 @@ func TestReserve(t *testing.T) {
 	}
 
 	e := echo.New()
-	e.GET("/err", func(echo.Context) error { return errors.New("broken") }, l.ReserveEcho())
+	e.GET("/err", func(echo.Context) error { return errors.New("broken") }, echomw.Reserve(l))
 	get(t, e, "/err", "eve")
 	if b, _ := c.Bucket(ctx, "user", "eve"); !b.Held.IsZero() || !b.Level.IsZero() {
 		t.Fatalf("echo error: level %s held %s", b.Level, b.Held)
