@@ -697,13 +697,26 @@ func TestOpenAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	if docs != string(budgethttp.OpenAPI) {
-		t.Fatal("docs/openapi.json differs from internal/http/openapi.json: copy it over")
+		t.Fatal("the served document is not docs/openapi.json")
 	}
 	var doc struct {
+		Info struct {
+			License struct {
+				Identifier string `json:"identifier"`
+			} `json:"license"`
+		} `json:"info"`
 		Paths map[string]map[string]any `json:"paths"`
 	}
 	if err := json.Unmarshal(budgethttp.OpenAPI, &doc); err != nil {
 		t.Fatal(err)
+	}
+	// The licence the document names is the repository's.
+	license, err := readFile("../../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Info.License.Identifier != "Apache-2.0" || !strings.Contains(license, "Apache License") || !strings.Contains(license, "Version 2.0") {
+		t.Errorf("openapi.json names the licence %q; LICENSE is not Apache 2.0 or the document does not say so", doc.Info.License.Identifier)
 	}
 	for _, route := range budgethttp.Routes() {
 		p := route.Path

@@ -7,11 +7,11 @@ package http
 
 import (
 	"context"
-	_ "embed"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/budgetd/budgetd/docs"
 	"github.com/budgetd/budgetd/internal/auth"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/series"
@@ -22,11 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// OpenAPI is the API description served at /openapi.json; docs/openapi.json
-// is the same file.
-//
-//go:embed openapi.json
-var OpenAPI []byte
+// OpenAPI is the API description served at /openapi.json: docs.OpenAPI,
+// the repository's one docs/openapi.json.
+var OpenAPI = docs.OpenAPI
 
 // readyTimeout bounds the store ping behind /readyz.
 const readyTimeout = 2 * time.Second
