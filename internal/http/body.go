@@ -240,5 +240,5 @@ func jsonKind(goKind string) string {
 }
 
 func invalidRequest(field, reason string) error {
-	return &ledger.InvalidError{Code: "invalid_request", Field: field, Reason: reason}
+	return &ledger.InvalidError{Code: ledger.CodeInvalidRequest, Field: field, Reason: reason}
 }

@@ -72,7 +72,7 @@ func query(c echo.Context) (url.Values, error) {
 			name = n
 		}
 		if name == "cost" {
-			return nil, &ledger.InvalidError{Code: "invalid_amount", Field: "cost", Reason: "cost is not a valid query-string value"}
+			return nil, &ledger.InvalidError{Code: ledger.CodeInvalidAmount, Field: "cost", Reason: "cost is not a valid query-string value"}
 		}
 		return nil, invalidRequest(name, fmt.Sprintf("the query parameter %q is malformed", clipText(name)))
 	}
@@ -126,7 +126,7 @@ func pathParam(c echo.Context, name string) (string, error) {
 	}
 	u, err := url.PathUnescape(v)
 	if err != nil {
-		return "", &ledger.InvalidError{Code: "invalid_" + name, Field: name, Reason: "is not a valid path-escaped string"}
+		return "", &ledger.InvalidError{Code: ledger.Code("invalid_" + name), Field: name, Reason: "is not a valid path-escaped string"}
 	}
 	return u, nil
 }

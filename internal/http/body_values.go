@@ -73,7 +73,7 @@ func loneSurrogate(b []byte) bool {
 
 // string returns the text, or an error naming field when it was not a
 // string or not valid UTF-8; code is the error code for the latter.
-func (t jsonText) string(field, code string) (string, error) {
+func (t jsonText) string(field string, code ledger.Code) (string, error) {
 	switch {
 	case t.notText:
 		return "", invalidRequest(field, field+" must be a JSON string")
@@ -116,7 +116,7 @@ func (a jsonAmount) parse(field string, required bool) (decimal.NullDecimal, err
 	case a.bad: // a wrong JSON type: SPEC's invalid_request
 		return decimal.NullDecimal{}, invalidRequest(field, field+" must be a decimal string like \"12.37\" (or a JSON number)")
 	case !a.set && required:
-		return decimal.NullDecimal{}, &ledger.InvalidError{Code: "invalid_amount", Field: field, Reason: "is required"}
+		return decimal.NullDecimal{}, &ledger.InvalidError{Code: ledger.CodeInvalidAmount, Field: field, Reason: "is required"}
 	case !a.set:
 		return decimal.NullDecimal{}, nil
 	}
@@ -163,7 +163,7 @@ func (d jsonDuration) parse(field string, required bool, min, max time.Duration)
 	case d.bad: // a wrong JSON type: SPEC's invalid_request
 		return 0, invalidRequest(field, field+" must be a Go duration string like \"10m\" or \"720h\"")
 	case !d.set && required:
-		return 0, &ledger.InvalidError{Code: "invalid_duration", Field: field, Reason: "is required"}
+		return 0, &ledger.InvalidError{Code: ledger.CodeInvalidDuration, Field: field, Reason: "is required"}
 	case !d.set:
 		return 0, nil
 	}
@@ -214,7 +214,7 @@ func (m jsonMeta) parse(field string) (ledger.Meta, error) {
 		if err := t.UnmarshalJSON(v); err != nil {
 			return nil, err
 		}
-		s, err := t.string(at, "invalid_request")
+		s, err := t.string(at, ledger.CodeInvalidRequest)
 		if err != nil {
 			return nil, err
 		}

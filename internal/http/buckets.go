@@ -48,7 +48,7 @@ func (s *server) canAccept(c echo.Context) error {
 	}
 	costs, asked := q["cost"]
 	if !asked {
-		return &ledger.InvalidError{Code: "invalid_amount", Field: "cost", Reason: "is required"}
+		return &ledger.InvalidError{Code: ledger.CodeInvalidAmount, Field: "cost", Reason: "is required"}
 	}
 	return s.check(c, ref, costs[0])
 }
@@ -146,11 +146,11 @@ var itemFields = func() (fs [ledger.MaxItems]struct{ prefix, limit, key, cost, m
 // validates the name and key.
 func (it multiItem) item(i int) (ledger.Item, error) {
 	at := &itemFields[i]
-	limit, err := it.Limit.string(at.limit, "invalid_name")
+	limit, err := it.Limit.string(at.limit, ledger.CodeInvalidName)
 	if err != nil {
 		return ledger.Item{}, err
 	}
-	key, err := it.Key.string(at.key, "invalid_key")
+	key, err := it.Key.string(at.key, ledger.CodeInvalidKey)
 	if err != nil {
 		return ledger.Item{}, err
 	}

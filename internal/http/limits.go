@@ -24,7 +24,7 @@ type periodBody struct {
 
 // parse checks the period and fills in its defaults.
 func (p *periodBody) parse() (ledger.Period, error) {
-	every, err := p.Every.string("period.every", "invalid_request")
+	every, err := p.Every.string("period.every", ledger.CodeInvalidRequest)
 	if err != nil {
 		return ledger.Period{}, err
 	}
@@ -33,7 +33,7 @@ func (p *periodBody) parse() (ledger.Period, error) {
 	}
 	var tz *string
 	if p.TZ != nil {
-		t, err := p.TZ.string("period.tz", "invalid_request")
+		t, err := p.TZ.string("period.tz", ledger.CodeInvalidRequest)
 		if err != nil {
 			return ledger.Period{}, err
 		}
@@ -70,7 +70,7 @@ func (w *windowBody) parse() (ledger.Window, error) {
 func asInvalidRequest(err error) error {
 	var ie *ledger.InvalidError
 	if errors.As(err, &ie) {
-		return &ledger.InvalidError{Code: "invalid_request", Field: ie.Field, Reason: ie.Reason}
+		return &ledger.InvalidError{Code: ledger.CodeInvalidRequest, Field: ie.Field, Reason: ie.Reason}
 	}
 	return err
 }
@@ -113,7 +113,7 @@ func (s *server) putLimit(c echo.Context) error {
 		return err
 	}
 	if body.Name != nil && *body.Name != name {
-		return &ledger.InvalidError{Code: "invalid_name", Field: "name", Reason: "the name in the body differs from the name in the path"}
+		return &ledger.InvalidError{Code: ledger.CodeInvalidName, Field: "name", Reason: "the name in the body differs from the name in the path"}
 	}
 	capacity, err := body.Capacity.required("capacity")
 	if err != nil {

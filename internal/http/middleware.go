@@ -360,7 +360,7 @@ func (s *server) authenticate() echo.MiddlewareFunc {
 			if len(r.Header.Values(echo.HeaderAuthorization)) > 1 {
 				// A proxy that checks one of them would see another caller
 				// than budgetd acts as: refuse before anything else.
-				return &ledger.InvalidError{Code: "invalid_request", Field: echo.HeaderAuthorization, Reason: "send one Authorization header, not several"}
+				return &ledger.InvalidError{Code: ledger.CodeInvalidRequest, Field: echo.HeaderAuthorization, Reason: "send one Authorization header, not several"}
 			}
 			for p := range r.URL.Query() {
 				if tokenParam(p) {

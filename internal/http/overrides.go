@@ -93,7 +93,7 @@ func (b *overrideBody) parse(pattern string) (ledger.Override, error) {
 			return o, err
 		}
 		if amount.Sign() <= 0 {
-			return o, &ledger.InvalidError{Code: "invalid_amount", Field: "leak.amount", Reason: "must be greater than 0"}
+			return o, &ledger.InvalidError{Code: ledger.CodeInvalidAmount, Field: "leak.amount", Reason: "must be greater than 0"}
 		}
 		o.LeakAmount, o.LeakPer = amount, per
 	}
@@ -106,7 +106,7 @@ func (b *overrideBody) parse(pattern string) (ledger.Override, error) {
 			return o, err
 		}
 		if p.TZ != nil {
-			tz, err := p.TZ.string("period.tz", "invalid_request")
+			tz, err := p.TZ.string("period.tz", ledger.CodeInvalidRequest)
 			if err != nil {
 				return o, err
 			}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/labstack/echo/v4"
 )
@@ -32,22 +33,22 @@ const problemTypeBase = "urn:budgetd:problem:"
 var sentinels = []struct {
 	err    error
 	status int
-	code   string
+	code   api.Code
 }{
-	{ledger.ErrLimitNotFound, http.StatusNotFound, "limit_not_found"},
-	{ledger.ErrReservationNotFound, http.StatusNotFound, "reservation_not_found"},
-	{ledger.ErrOverrideNotFound, http.StatusNotFound, "override_not_found"},
-	{ledger.ErrGrantNotFound, http.StatusNotFound, "grant_not_found"},
-	{ledger.ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused"},
-	{ledger.ErrIdempotencyInFlight, http.StatusConflict, "idempotency_in_flight"},
-	{ledger.ErrTooManyHolds, http.StatusConflict, "too_many_holds"},
-	{ledger.ErrCrossSlot, http.StatusBadRequest, "cross_slot"},
-	{ledger.ErrLevelOverflow, http.StatusUnprocessableEntity, "level_overflow"},
-	{ledger.ErrIdempotencyFull, http.StatusServiceUnavailable, "idempotency_store_full"},
-	{ledger.ErrUnavailable, http.StatusServiceUnavailable, "store_unavailable"},
-	{ledger.ErrNotServed, http.StatusNotImplemented, "not_served"},
-	{context.DeadlineExceeded, http.StatusServiceUnavailable, "store_unavailable"},
-	{context.Canceled, http.StatusServiceUnavailable, "store_unavailable"},
+	{ledger.ErrLimitNotFound, http.StatusNotFound, api.CodeLimitNotFound},
+	{ledger.ErrReservationNotFound, http.StatusNotFound, api.CodeReservationNotFound},
+	{ledger.ErrOverrideNotFound, http.StatusNotFound, api.CodeOverrideNotFound},
+	{ledger.ErrGrantNotFound, http.StatusNotFound, api.CodeGrantNotFound},
+	{ledger.ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, api.CodeIdempotencyKeyReused},
+	{ledger.ErrIdempotencyInFlight, http.StatusConflict, api.CodeIdempotencyInFlight},
+	{ledger.ErrTooManyHolds, http.StatusConflict, api.CodeTooManyHolds},
+	{ledger.ErrCrossSlot, http.StatusBadRequest, api.CodeCrossSlot},
+	{ledger.ErrLevelOverflow, http.StatusUnprocessableEntity, api.CodeLevelOverflow},
+	{ledger.ErrIdempotencyFull, http.StatusServiceUnavailable, api.CodeIdempotencyStoreFull},
+	{ledger.ErrUnavailable, http.StatusServiceUnavailable, api.CodeStoreUnavailable},
+	{ledger.ErrNotServed, http.StatusNotImplemented, api.CodeNotServed},
+	{context.DeadlineExceeded, http.StatusServiceUnavailable, api.CodeStoreUnavailable},
+	{context.Canceled, http.StatusServiceUnavailable, api.CodeStoreUnavailable},
 }
 
 // refusalStatus is the status of each hold refusal code.
@@ -69,19 +70,19 @@ type failureLog func(level slog.Level, msg string, err error)
 func toProblem(err error, logFailure failureLog, r *http.Request) problem {
 	var inv *ledger.InvalidError
 	if errors.As(err, &inv) {
-		return newProblem(http.StatusBadRequest, inv.Code, inv.Error(), inv.Field)
+		return newProblem(http.StatusBadRequest, api.Code(inv.Code), inv.Error(), inv.Field)
 	}
 	var ae *authError
 	if errors.As(err, &ae) {
-		code := "forbidden"
+		code := api.CodeForbidden
 		if ae.status == http.StatusUnauthorized {
-			code = "unauthorized"
+			code = api.CodeUnauthorized
 		}
 		return newProblem(ae.status, code, ae.detail, ae.field)
 	}
 	var ref *ledger.Refusal
 	if errors.As(err, &ref) {
-		p := newProblem(refusalStatus[ref.Code], ref.Code, ref.Error(), "")
+		p := newProblem(refusalStatus[ref.Code], api.Code(ref.Code), ref.Error(), "")
 		v := viewReservation(ref.Reservation)
 		p.Reservation = &v
 		return p
@@ -101,29 +102,29 @@ func toProblem(err error, logFailure failureLog, r *http.Request) problem {
 	if errors.As(err, &he) {
 		switch he.Code {
 		case http.StatusNotFound:
-			return newProblem(he.Code, "not_found", "no such path", "")
+			return newProblem(he.Code, api.CodeNotFound, "no such path", "")
 		case http.StatusMethodNotAllowed:
-			return newProblem(he.Code, "method_not_allowed", "this path does not accept "+r.Method, "")
+			return newProblem(he.Code, api.CodeMethodNotAllowed, "this path does not accept "+r.Method, "")
 		case http.StatusServiceUnavailable:
-			return newProblem(he.Code, "shutting_down", "budgetd is shutting down", "")
+			return newProblem(he.Code, api.CodeShuttingDown, "budgetd is shutting down", "")
 		case http.StatusRequestEntityTooLarge:
-			return newProblem(he.Code, "payload_too_large", "the request body is larger than 64 KiB", "")
+			return newProblem(he.Code, api.CodePayloadTooLarge, "the request body is larger than 64 KiB", "")
 		}
 		if he.Code >= 400 && he.Code < 500 {
-			return newProblem(he.Code, "invalid_request", http.StatusText(he.Code), "")
+			return newProblem(he.Code, api.CodeInvalidRequest, http.StatusText(he.Code), "")
 		}
 	}
 	logFailure(slog.LevelError, "request failed", err)
-	return newProblem(http.StatusInternalServerError, "internal", "internal error", "")
+	return newProblem(http.StatusInternalServerError, api.CodeInternal, "internal error", "")
 }
 
-func newProblem(status int, code, detail, field string) problem {
+func newProblem(status int, code api.Code, detail, field string) problem {
 	return problem{
-		Type:   problemTypeBase + code,
+		Type:   problemTypeBase + string(code),
 		Title:  http.StatusText(status),
 		Status: status,
 		Detail: detail,
-		Code:   code,
+		Code:   string(code),
 		Field:  field,
 	}
 }

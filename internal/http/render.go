@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/labstack/echo/v4"
@@ -46,7 +47,7 @@ func formatDuration(d time.Duration) string {
 func writeJSON(c echo.Context, status int, contentType string, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		b, status, contentType = []byte(`{"code":"internal"}`), http.StatusInternalServerError, "application/problem+json"
+		b, status, contentType = []byte(`{"code":"`+string(api.CodeInternal)+`"}`), http.StatusInternalServerError, "application/problem+json"
 	}
 	_ = c.Blob(status, contentType, append(b, '\n'))
 }

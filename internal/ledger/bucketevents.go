@@ -13,7 +13,7 @@ func (s *Service) BucketEvents(ctx context.Context, ref BucketRef, n int) ([]Out
 		return nil, err
 	}
 	if n < 1 || n > MaxBucketEvents {
-		return nil, invalid("invalid_request", "limit", "must be a whole number from 1 to %d", MaxBucketEvents)
+		return nil, invalid(CodeInvalidRequest, "limit", "must be a whole number from 1 to %d", MaxBucketEvents)
 	}
 	if _, err := s.store.GetLimit(ctx, ref.Limit); err != nil {
 		return nil, err

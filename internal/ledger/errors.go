@@ -48,7 +48,7 @@ var (
 // InvalidError is bad input: Code is the stable machine-readable code
 // (invalid_amount, invalid_key, …), Field names the offending field.
 type InvalidError struct {
-	Code   string
+	Code   Code
 	Field  string
 	Reason string
 }
@@ -60,7 +60,7 @@ func (e *InvalidError) Error() string {
 	return fmt.Sprintf("%s: %s", e.Field, e.Reason)
 }
 
-func invalid(code, field, format string, args ...any) error {
+func invalid(code Code, field, format string, args ...any) error {
 	return &InvalidError{Code: code, Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 

@@ -66,20 +66,20 @@ func GrantExpiry(l Limit, amount decimal.Decimal, expiresAt, now time.Time) (tim
 		return time.Time{}, err
 	}
 	if aboveMax(l.Capacity.Add(amount)) {
-		return time.Time{}, invalid("invalid_amount", "amount", "the bucket's capacity with this grant would pass %s", MaxAmount)
+		return time.Time{}, invalid(CodeInvalidAmount, "amount", "the bucket's capacity with this grant would pass %s", MaxAmount)
 	}
 	if expiresAt.IsZero() {
 		if l.Period == nil {
-			return time.Time{}, invalid("invalid_request", "expires_at", "is required: the limit is not periodic")
+			return time.Time{}, invalid(CodeInvalidRequest, "expires_at", "is required: the limit is not periodic")
 		}
 		_, end := l.Period.stored().Bounds(now)
 		return end.UTC(), nil
 	}
 	if !expiresAt.After(now) {
-		return time.Time{}, invalid("invalid_request", "expires_at", "%s is not in the future", expiresAt.UTC().Format(time.RFC3339Nano))
+		return time.Time{}, invalid(CodeInvalidRequest, "expires_at", "%s is not in the future", expiresAt.UTC().Format(time.RFC3339Nano))
 	}
 	if expiresAt.Nanosecond()%int(time.Microsecond) != 0 {
-		return time.Time{}, invalid("invalid_request", "expires_at", "must be a whole number of microseconds")
+		return time.Time{}, invalid(CodeInvalidRequest, "expires_at", "must be a whole number of microseconds")
 	}
 	return expiresAt.UTC(), nil
 }

@@ -97,11 +97,11 @@ type Period struct {
 func (p Period) Calendar() (calendar.Period, error) {
 	u, ok := calendar.ParseUnit(p.Every)
 	if !ok {
-		return calendar.Period{}, invalid("invalid_request", "period.every", "unknown period %q", clip(p.Every))
+		return calendar.Period{}, invalid(CodeInvalidRequest, "period.every", "unknown period %q", clip(p.Every))
 	}
 	loc, err := calendar.LoadZone(p.TZ)
 	if err != nil {
-		return calendar.Period{}, invalid("invalid_request", "period.tz", "unknown time zone %q", clip(p.TZ))
+		return calendar.Period{}, invalid(CodeInvalidRequest, "period.tz", "unknown time zone %q", clip(p.TZ))
 	}
 	return calendar.Period{Every: u, Zone: loc, StartDay: p.StartDay}, nil
 }
@@ -319,7 +319,7 @@ const ClockStep = time.Minute
 // Refusal codes: domain answers that are stored and replayed for an
 // Idempotency-Key like any other answer. Each maps to one HTTP status.
 const (
-	RefusalExceedsHold = "exceeds_hold"        // commit above the hold without overrun: 422
-	RefusalExpired     = "reservation_expired" // commit or release after expiry: 410
-	RefusalClosed      = "reservation_closed"  // conflicting second resolution: 409
+	RefusalExceedsHold = string(CodeExceedsHold)        // commit above the hold without overrun: 422
+	RefusalExpired     = string(CodeReservationExpired) // commit or release after expiry: 410
+	RefusalClosed      = string(CodeReservationClosed)  // conflicting second resolution: 409
 )

@@ -70,7 +70,7 @@ func (s *Service) Levels(ctx context.Context, ref BucketRef, q LevelQuery) (Leve
 		q.Points = DefaultLevelPoints
 	}
 	if q.Points < 2 || q.Points > MaxLevelPoints {
-		return LevelSeries{}, invalid("invalid_request", "points", "must be a whole number from 2 to %d", MaxLevelPoints)
+		return LevelSeries{}, invalid(CodeInvalidRequest, "points", "must be a whole number from 2 to %d", MaxLevelPoints)
 	}
 	sn, err := s.store.Inspect(ctx, ref)
 	if err != nil {
@@ -80,10 +80,10 @@ func (s *Service) Levels(ctx context.Context, ref BucketRef, q LevelQuery) (Leve
 		q.To = sn.Now
 	}
 	if q.To.After(sn.Now) {
-		return LevelSeries{}, invalid("invalid_request", "to", "must not be after now")
+		return LevelSeries{}, invalid(CodeInvalidRequest, "to", "must not be after now")
 	}
 	if !q.From.IsZero() && !q.From.Before(q.To) {
-		return LevelSeries{}, invalid("invalid_request", "from", "must be before to")
+		return LevelSeries{}, invalid(CodeInvalidRequest, "from", "must be before to")
 	}
 	rule := sn.Limit.Rule()
 	out := LevelSeries{Capacity: rule.Capacity, To: q.To, From: q.From}

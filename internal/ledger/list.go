@@ -19,7 +19,7 @@ func (s *Service) ListBuckets(ctx context.Context, limit, cursor string, n int) 
 		return nil, "", ErrLimitNotFound // as GetLimit: a name that cannot exist is not found
 	}
 	if n < 1 || n > MaxPage {
-		return nil, "", invalid("invalid_request", "limit", "must be a whole number from 1 to %d", MaxPage)
+		return nil, "", invalid(CodeInvalidRequest, "limit", "must be a whole number from 1 to %d", MaxPage)
 	}
 	after, err := ParseBucketCursor(cursor)
 	if err != nil {
@@ -63,7 +63,7 @@ func ParseBucketCursor(cursor string) (string, error) {
 	}
 	b, err := base64.RawURLEncoding.Strict().DecodeString(cursor)
 	if err != nil || len(cursor) > 2*MaxKeyBytes || ValidateKey(string(b)) != nil {
-		return "", invalid("invalid_request", "cursor", "malformed cursor")
+		return "", invalid(CodeInvalidRequest, "cursor", "malformed cursor")
 	}
 	return string(b), nil
 }

@@ -54,26 +54,26 @@ type Meta map[string]string
 // "items[2].meta") and the offending key in the error.
 func ValidateMeta(field string, m Meta) error {
 	if len(m) > MaxMetaEntries {
-		return invalid("invalid_request", field, "has %d entries; at most %d are allowed", len(m), MaxMetaEntries)
+		return invalid(CodeInvalidRequest, field, "has %d entries; at most %d are allowed", len(m), MaxMetaEntries)
 	}
 	total := 0
 	for k, v := range m {
 		if !validMetaKey(k) {
-			return invalid("invalid_request", field, "key %q is not 1-64 characters of [a-z0-9_.-]", clip(k))
+			return invalid(CodeInvalidRequest, field, "key %q is not 1-64 characters of [a-z0-9_.-]", clip(k))
 		}
 		switch {
 		case len(v) > MaxMetaValueBytes:
-			return invalid("invalid_request", field+"."+k, "is %d bytes; at most %d are allowed", len(v), MaxMetaValueBytes)
+			return invalid(CodeInvalidRequest, field+"."+k, "is %d bytes; at most %d are allowed", len(v), MaxMetaValueBytes)
 		case !utf8.ValidString(v):
-			return invalid("invalid_request", field+"."+k, "is not valid UTF-8")
+			return invalid(CodeInvalidRequest, field+"."+k, "is not valid UTF-8")
 		}
 		if r, bad := metaControl(v); bad {
-			return invalid("invalid_request", field+"."+k, "contains the control character U+%04X; only tab, line feed and carriage return are allowed", r)
+			return invalid(CodeInvalidRequest, field+"."+k, "contains the control character U+%04X; only tab, line feed and carriage return are allowed", r)
 		}
 		total += len(k) + len(v)
 	}
 	if total > MaxMetaBytes {
-		return invalid("invalid_request", field, "keys and values come to %d bytes; at most %d are allowed", total, MaxMetaBytes)
+		return invalid(CodeInvalidRequest, field, "keys and values come to %d bytes; at most %d are allowed", total, MaxMetaBytes)
 	}
 	return nil
 }

@@ -69,11 +69,11 @@ func (o Override) Matches(key string) bool {
 // "*" covers every key). Errors name "pattern".
 func ValidatePattern(pattern string) error {
 	if pattern == "" {
-		return invalid("invalid_request", "pattern", "the pattern is empty; give a key or a prefix ending in *")
+		return invalid(CodeInvalidRequest, "pattern", "the pattern is empty; give a key or a prefix ending in *")
 	}
 	p, _ := strings.CutSuffix(pattern, "*")
 	if strings.Contains(p, "*") {
-		return invalid("invalid_request", "pattern", "* is allowed only at the end of a pattern")
+		return invalid(CodeInvalidRequest, "pattern", "* is allowed only at the end of a pattern")
 	}
 	if p == "" {
 		return nil
@@ -81,7 +81,7 @@ func ValidatePattern(pattern string) error {
 	if err := ValidateKey(p); err != nil {
 		var ie *InvalidError
 		if errors.As(err, &ie) {
-			return &InvalidError{Code: "invalid_request", Field: "pattern", Reason: ie.Reason}
+			return &InvalidError{Code: CodeInvalidRequest, Field: "pattern", Reason: ie.Reason}
 		}
 		return err
 	}
@@ -103,18 +103,18 @@ func validateOverride(l Limit, o Override, now time.Time) error {
 	kind := l.Kind()
 	if o.LeakPer != 0 || !o.LeakAmount.IsZero() {
 		if kind != "leak" {
-			return invalid("invalid_request", "leak", "the limit is a %s limit; an override sets only the terms of its limit's kind", kind)
+			return invalid(CodeInvalidRequest, "leak", "the limit is a %s limit; an override sets only the terms of its limit's kind", kind)
 		}
 		if err := checkAmount("leak.amount", o.LeakAmount, true); err != nil {
 			return err
 		}
 		if o.LeakPer < time.Microsecond || o.LeakPer > MaxPer || o.LeakPer%time.Microsecond != 0 {
-			return invalid("invalid_duration", "leak.per", "must be a whole number of microseconds between 1µs and %s", MaxPer)
+			return invalid(CodeInvalidDuration, "leak.per", "must be a whole number of microseconds between 1µs and %s", MaxPer)
 		}
 	}
 	if o.TZ != "" || o.StartDay != 0 {
 		if kind != "period" {
-			return invalid("invalid_request", "period", "the limit is a %s limit; an override sets only the terms of its limit's kind", kind)
+			return invalid(CodeInvalidRequest, "period", "the limit is a %s limit; an override sets only the terms of its limit's kind", kind)
 		}
 		if _, err := overridePeriod(*l.Period, o); err != nil {
 			return err
@@ -122,7 +122,7 @@ func validateOverride(l Limit, o Override, now time.Time) error {
 	}
 	if o.WindowLength != 0 {
 		if kind != "window" {
-			return invalid("invalid_request", "window", "the limit is a %s limit; an override sets only the terms of its limit's kind", kind)
+			return invalid(CodeInvalidRequest, "window", "the limit is a %s limit; an override sets only the terms of its limit's kind", kind)
 		}
 		if _, err := ValidateWindow(o.WindowLength, 0); err != nil {
 			var ie *InvalidError
@@ -134,10 +134,10 @@ func validateOverride(l Limit, o Override, now time.Time) error {
 	}
 	if !o.ExpiresAt.IsZero() {
 		if !o.ExpiresAt.After(now) {
-			return invalid("invalid_request", "expires_at", "%s is not in the future", o.ExpiresAt.UTC().Format(time.RFC3339Nano))
+			return invalid(CodeInvalidRequest, "expires_at", "%s is not in the future", o.ExpiresAt.UTC().Format(time.RFC3339Nano))
 		}
 		if o.ExpiresAt.Nanosecond()%int(time.Microsecond) != 0 {
-			return invalid("invalid_request", "expires_at", "must be a whole number of microseconds")
+			return invalid(CodeInvalidRequest, "expires_at", "must be a whole number of microseconds")
 		}
 	}
 	return nil
@@ -423,7 +423,7 @@ func (s *Service) ListOverrides(ctx context.Context, name, after string, n int) 
 		return nil, ErrLimitNotFound
 	}
 	if n < 1 || n > MaxPage+1 {
-		return nil, invalid("invalid_request", "limit", "must be a whole number from 1 to %d", MaxPage)
+		return nil, invalid(CodeInvalidRequest, "limit", "must be a whole number from 1 to %d", MaxPage)
 	}
 	os, err := s.overrides()
 	if err != nil {

@@ -117,7 +117,7 @@ func validateRollover(r *Rollover, periodic bool) error {
 		return nil
 	}
 	if !periodic {
-		return invalid("invalid_request", "rollover", "rollover is only for a periodic limit")
+		return invalid(CodeInvalidRequest, "rollover", "rollover is only for a periodic limit")
 	}
 	return checkAmount("rollover.max", r.Max, false)
 }

@@ -96,10 +96,10 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 	}
 	if spec.Window != nil {
 		if spec.Period != nil {
-			return Limit{}, invalid("invalid_request", "window", "a limit has one of leak, period or window, not several")
+			return Limit{}, invalid(CodeInvalidRequest, "window", "a limit has one of leak, period or window, not several")
 		}
 		if !spec.LeakAmount.IsZero() || spec.LeakPer != 0 {
-			return Limit{}, invalid("invalid_request", "window", "a limit has one of leak, period or window, not several")
+			return Limit{}, invalid(CodeInvalidRequest, "window", "a limit has one of leak, period or window, not several")
 		}
 		w, err := ValidateWindow(spec.Window.Length, spec.Window.Precision)
 		if err != nil {
@@ -110,7 +110,7 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 	}
 	if spec.Period != nil {
 		if !spec.LeakAmount.IsZero() || spec.LeakPer != 0 {
-			return Limit{}, invalid("invalid_request", "leak", "a limit has either leak or period, not both")
+			return Limit{}, invalid(CodeInvalidRequest, "leak", "a limit has either leak or period, not both")
 		}
 		// Zero values take the defaults (UTC, the first day of the period).
 		tz, sd := &spec.Period.TZ, &spec.Period.StartDay
@@ -131,7 +131,7 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 		return Limit{}, err
 	}
 	if spec.LeakPer < time.Microsecond || spec.LeakPer > MaxPer || spec.LeakPer%time.Microsecond != 0 {
-		return Limit{}, invalid("invalid_duration", "leak.per", "must be a whole number of microseconds between 1µs and %s", MaxPer)
+		return Limit{}, invalid(CodeInvalidDuration, "leak.per", "must be a whole number of microseconds between 1µs and %s", MaxPer)
 	}
 	l.LeakAmount, l.LeakPer = spec.LeakAmount, spec.LeakPer
 	return s.store.PutLimit(ctx, l)
@@ -157,7 +157,7 @@ const MaxPage = 1000
 // ListLimits returns up to n limits with names after cursor.
 func (s *Service) ListLimits(ctx context.Context, after string, n int) ([]Limit, error) {
 	if n < 1 || n > MaxPage+1 {
-		return nil, invalid("invalid_request", "limit", "must be a whole number from 1 to %d", MaxPage)
+		return nil, invalid(CodeInvalidRequest, "limit", "must be a whole number from 1 to %d", MaxPage)
 	}
 	return s.store.ListLimits(ctx, after, n)
 }
@@ -262,7 +262,7 @@ type FillupResult struct {
 // each item's decision says whether its bucket could take that sum.
 func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (FillupResult, error) {
 	if len(items) == 0 || len(items) > MaxItems {
-		return FillupResult{}, invalid("invalid_request", "items", "between 1 and %d items are allowed, got %d", MaxItems, len(items))
+		return FillupResult{}, invalid(CodeInvalidRequest, "items", "between 1 and %d items are allowed, got %d", MaxItems, len(items))
 	}
 	if len(items) == 1 {
 		return s.fillupOne(ctx, items[0], idem)
@@ -282,7 +282,7 @@ func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (F
 			charges = append(charges, Charge{Bucket: it.Bucket, Cost: it.Cost, Meta: it.Meta})
 		case !sameMeta(charges[j].Meta, it.Meta):
 			// The items of one bucket are one charge and one history entry.
-			return FillupResult{}, itemErr(invalid("invalid_request", "meta",
+			return FillupResult{}, itemErr(invalid(CodeInvalidRequest, "meta",
 				"differs from the meta of an earlier item of the same bucket, whose costs are charged as one history entry"), i, len(items))
 		default:
 			charges[j].Cost = charges[j].Cost.Add(it.Cost)
@@ -408,7 +408,7 @@ func (s *Service) Reserve(ctx context.Context, ref BucketRef, amount decimal.Dec
 		ttl = min(s.defaultTTL, s.maxTTL) // --max-ttl may be shorter than the default
 	}
 	if ttl < MinTTL || ttl > s.maxTTL || ttl%time.Microsecond != 0 {
-		return ReserveResult{}, invalid("invalid_duration", "ttl", "must be a whole number of microseconds between %s and %s", MinTTL, s.maxTTL)
+		return ReserveResult{}, invalid(CodeInvalidDuration, "ttl", "must be a whole number of microseconds between %s and %s", MinTTL, s.maxTTL)
 	}
 	if err := ValidateMeta("meta", meta); err != nil {
 		return ReserveResult{}, err
@@ -499,7 +499,7 @@ func (s *Service) History(ctx context.Context, ref BucketRef, cursor string, n i
 		return nil, "", err
 	}
 	if n < 1 || n > MaxPage {
-		return nil, "", invalid("invalid_request", "limit", "must be a whole number from 1 to %d", MaxPage)
+		return nil, "", invalid(CodeInvalidRequest, "limit", "must be a whole number from 1 to %d", MaxPage)
 	}
 	return s.store.History(ctx, ref, cursor, n)
 }
@@ -515,13 +515,13 @@ func validateRef(ref BucketRef) error {
 func checkAmount(field string, d decimal.Decimal, positive bool) error {
 	switch {
 	case d.Sign() < 0:
-		return invalid("invalid_amount", field, "must not be negative")
+		return invalid(CodeInvalidAmount, field, "must not be negative")
 	case positive && d.Sign() == 0:
-		return invalid("invalid_amount", field, "must be greater than 0")
+		return invalid(CodeInvalidAmount, field, "must be greater than 0")
 	case aboveMax(d):
-		return invalid("invalid_amount", field, "must be at most 1000000000000")
+		return invalid(CodeInvalidAmount, field, "must be at most 1000000000000")
 	case d.Exponent() < -AmountScale && !d.Equal(d.Truncate(AmountScale)):
-		return invalid("invalid_amount", field, "has more than %d fractional digits", AmountScale)
+		return invalid(CodeInvalidAmount, field, "has more than %d fractional digits", AmountScale)
 	}
 	return nil
 }

@@ -52,16 +52,16 @@ func ParseThreshold(field, s string) (Threshold, error) {
 	if strings.HasSuffix(s, "%") {
 		p, ok := parsePercent(s)
 		if !ok || p.Sign() <= 0 || p.GreaterThan(MaxThresholdPercent) {
-			return Threshold{}, invalid("invalid_request", field, "%q is not a percentage above 0%% and at most 200%% with at most 2 decimals", clip(s))
+			return Threshold{}, invalid(CodeInvalidRequest, field, "%q is not a percentage above 0%% and at most 200%% with at most 2 decimals", clip(s))
 		}
 		return Threshold{Percent: p}, nil
 	}
 	a, err := ParseAmount(field, s)
 	if err != nil {
-		return Threshold{}, invalid("invalid_request", field, "%q is neither a percentage like \"80%%\" nor an amount like \"4500.00\"", clip(s))
+		return Threshold{}, invalid(CodeInvalidRequest, field, "%q is neither a percentage like \"80%%\" nor an amount like \"4500.00\"", clip(s))
 	}
 	if a.Sign() <= 0 {
-		return Threshold{}, invalid("invalid_request", field, "a threshold is above 0")
+		return Threshold{}, invalid(CodeInvalidRequest, field, "a threshold is above 0")
 	}
 	return Threshold{Amount: a}, nil
 }
@@ -71,16 +71,16 @@ func ParseThreshold(field, s string) (Threshold, error) {
 // "80.00"), naming the field thresholds[i].
 func ValidateThresholds(ts []Threshold) error {
 	if len(ts) > MaxThresholds {
-		return invalid("invalid_request", "thresholds", "a limit has at most %d thresholds, not %d", MaxThresholds, len(ts))
+		return invalid(CodeInvalidRequest, "thresholds", "a limit has at most %d thresholds, not %d", MaxThresholds, len(ts))
 	}
 	for i, t := range ts {
 		field := "thresholds[" + strconv.Itoa(i) + "]"
 		if _, err := ParseThreshold(field, t.String()); err != nil || (t.Percent.IsZero() == t.Amount.IsZero()) {
-			return invalid("invalid_request", field, "a threshold is a percentage above 0%% and at most 200%% or an amount above 0")
+			return invalid(CodeInvalidRequest, field, "a threshold is a percentage above 0%% and at most 200%% or an amount above 0")
 		}
 		for _, u := range ts[:i] {
 			if u.Percent.Equal(t.Percent) && u.Amount.Equal(t.Amount) {
-				return invalid("invalid_request", field, "%s is listed twice", t)
+				return invalid(CodeInvalidRequest, field, "%s is listed twice", t)
 			}
 		}
 	}

@@ -107,7 +107,7 @@ func scanAmount(s string) (coef int64, frac int, big, ok bool) {
 // ValidateName checks a limit name: [a-z0-9][a-z0-9._-]{0,63}.
 func ValidateName(name string) error {
 	if !validName(name) {
-		return invalid("invalid_name", "name", "limit names are 1-64 characters of [a-z0-9._-] starting with a letter or digit")
+		return invalid(CodeInvalidName, "name", "limit names are 1-64 characters of [a-z0-9._-] starting with a letter or digit")
 	}
 	return nil
 }
@@ -117,15 +117,15 @@ func ValidateName(name string) error {
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
-		return invalid("invalid_key", "key", "key is empty")
+		return invalid(CodeInvalidKey, "key", "key is empty")
 	case len(key) > MaxKeyBytes:
-		return invalid("invalid_key", "key", "key is %d bytes; at most %d are allowed", len(key), MaxKeyBytes)
+		return invalid(CodeInvalidKey, "key", "key is %d bytes; at most %d are allowed", len(key), MaxKeyBytes)
 	case !utf8.ValidString(key):
-		return invalid("invalid_key", "key", "key is not valid UTF-8")
+		return invalid(CodeInvalidKey, "key", "key is not valid UTF-8")
 	}
 	for _, r := range key {
 		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
-			return invalid("invalid_key", "key", "key contains the control character U+%04X", r)
+			return invalid(CodeInvalidKey, "key", "key contains the control character U+%04X", r)
 		}
 	}
 	return nil
@@ -137,7 +137,7 @@ func ValidateKey(key string) error {
 func ParseAmount(field, s string) (decimal.Decimal, error) {
 	coef, frac, big, ok := scanAmount(s)
 	if !ok {
-		return decimal.Decimal{}, invalid("invalid_amount", field,
+		return decimal.Decimal{}, invalid(CodeInvalidAmount, field,
 			"%q is not a plain decimal with at most 6 fractional digits (like 12 or 12.37)", clip(s))
 	}
 	var d decimal.Decimal
@@ -145,7 +145,7 @@ func ParseAmount(field, s string) (decimal.Decimal, error) {
 		d = decimal.New(coef, -int32(frac))
 	}
 	if big || aboveMax(d) {
-		return decimal.Decimal{}, invalid("invalid_amount", field, "%s is above the maximum 1000000000000", clip(s))
+		return decimal.Decimal{}, invalid(CodeInvalidAmount, field, "%s is above the maximum 1000000000000", clip(s))
 	}
 	return d, nil
 }
@@ -154,17 +154,17 @@ func ParseAmount(field, s string) (decimal.Decimal, error) {
 // within [min, max], naming field in the error.
 func ParseDuration(field, s string, min, max time.Duration) (time.Duration, error) {
 	if len(s) > 64 {
-		return 0, invalid("invalid_duration", field, "duration is too long")
+		return 0, invalid(CodeInvalidDuration, field, "duration is too long")
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, invalid("invalid_duration", field, "%q is not a Go duration like 1s, 10m or 720h", clip(s))
+		return 0, invalid(CodeInvalidDuration, field, "%q is not a Go duration like 1s, 10m or 720h", clip(s))
 	}
 	if d%time.Microsecond != 0 {
-		return 0, invalid("invalid_duration", field, "%q is not a whole number of microseconds", clip(s))
+		return 0, invalid(CodeInvalidDuration, field, "%q is not a whole number of microseconds", clip(s))
 	}
 	if d < min || d > max {
-		return 0, invalid("invalid_duration", field, "%q is outside [%s, %s]", clip(s), min, max)
+		return 0, invalid(CodeInvalidDuration, field, "%q is outside [%s, %s]", clip(s), min, max)
 	}
 	return d, nil
 }
@@ -176,31 +176,31 @@ func ParseDuration(field, s string, min, max time.Duration) (time.Duration, erro
 func ValidatePeriod(every string, tz *string, startDay *int) (Period, error) {
 	u, ok := calendar.ParseUnit(every)
 	if !ok {
-		return Period{}, invalid("invalid_request", "period.every", "%q is not one of day, week, month, quarter, year", clip(every))
+		return Period{}, invalid(CodeInvalidRequest, "period.every", "%q is not one of day, week, month, quarter, year", clip(every))
 	}
 	p := Period{Every: u.String(), TZ: "UTC"}
 	if tz != nil {
 		if *tz == "" {
-			return Period{}, invalid("invalid_request", "period.tz", "the time zone is empty; omit tz for UTC")
+			return Period{}, invalid(CodeInvalidRequest, "period.tz", "the time zone is empty; omit tz for UTC")
 		}
 		if len(*tz) > MaxZoneBytes {
-			return Period{}, invalid("invalid_request", "period.tz", "the time zone name is %d bytes; at most %d are allowed", len(*tz), MaxZoneBytes)
+			return Period{}, invalid(CodeInvalidRequest, "period.tz", "the time zone name is %d bytes; at most %d are allowed", len(*tz), MaxZoneBytes)
 		}
 		if _, err := calendar.LoadZone(*tz); err != nil {
-			return Period{}, invalid("invalid_request", "period.tz", "unknown time zone %q (an IANA name such as Europe/Berlin)", clip(*tz))
+			return Period{}, invalid(CodeInvalidRequest, "period.tz", "unknown time zone %q (an IANA name such as Europe/Berlin)", clip(*tz))
 		}
 		p.TZ = *tz
 	}
 	switch u {
 	case calendar.Day, calendar.Year:
 		if startDay != nil {
-			return Period{}, invalid("invalid_request", "period.start_day", "start_day is not allowed for %s periods", u)
+			return Period{}, invalid(CodeInvalidRequest, "period.start_day", "start_day is not allowed for %s periods", u)
 		}
 	case calendar.Week:
 		p.StartDay = 1
 		if startDay != nil {
 			if *startDay < 1 || *startDay > 7 {
-				return Period{}, invalid("invalid_request", "period.start_day", "start_day of a week is an ISO weekday from 1 (Monday) to 7 (Sunday), not %d", *startDay)
+				return Period{}, invalid(CodeInvalidRequest, "period.start_day", "start_day of a week is an ISO weekday from 1 (Monday) to 7 (Sunday), not %d", *startDay)
 			}
 			p.StartDay = *startDay
 		}
@@ -208,7 +208,7 @@ func ValidatePeriod(every string, tz *string, startDay *int) (Period, error) {
 		p.StartDay = 1
 		if startDay != nil {
 			if *startDay < 1 || *startDay > 28 {
-				return Period{}, invalid("invalid_request", "period.start_day", "start_day of a %s is a day of the month from 1 to 28, not %d", u, *startDay)
+				return Period{}, invalid(CodeInvalidRequest, "period.start_day", "start_day of a %s is a day of the month from 1 to 28, not %d", u, *startDay)
 			}
 			p.StartDay = *startDay
 		}
@@ -237,27 +237,27 @@ func clip(s string) string {
 // window.length or window.precision.
 func ValidateWindow(length, precision time.Duration) (Window, error) {
 	if length < MinWindow || length > MaxWindow {
-		return Window{}, invalid("invalid_request", "window.length", "the window's length must be from %s to %s, not %s", MinWindow, MaxWindow, length)
+		return Window{}, invalid(CodeInvalidRequest, "window.length", "the window's length must be from %s to %s, not %s", MinWindow, MaxWindow, length)
 	}
 	if length%time.Microsecond != 0 {
-		return Window{}, invalid("invalid_request", "window.length", "the window's length must be a whole number of microseconds")
+		return Window{}, invalid(CodeInvalidRequest, "window.length", "the window's length must be a whole number of microseconds")
 	}
 	if precision == 0 {
 		p, ok := DefaultPrecision(length)
 		if !ok {
-			return Window{}, invalid("invalid_request", "window.precision",
+			return Window{}, invalid(CodeInvalidRequest, "window.precision",
 				"no default precision divides %s into 60 to %d slots; give a precision that divides it into at most %d", length, MaxWindowSlots, MaxWindowSlots)
 		}
 		return Window{Length: length, Precision: p}, nil
 	}
 	if precision < time.Microsecond || precision%time.Microsecond != 0 || precision > length {
-		return Window{}, invalid("invalid_request", "window.precision", "the precision must be a whole number of microseconds from 1µs to the window's length")
+		return Window{}, invalid(CodeInvalidRequest, "window.precision", "the precision must be a whole number of microseconds from 1µs to the window's length")
 	}
 	if length%precision != 0 {
-		return Window{}, invalid("invalid_request", "window.precision", "the precision %s does not divide the length %s", precision, length)
+		return Window{}, invalid(CodeInvalidRequest, "window.precision", "the precision %s does not divide the length %s", precision, length)
 	}
 	if length/precision > MaxWindowSlots {
-		return Window{}, invalid("invalid_request", "window.precision", "the precision %s cuts %s into %d slots; at most %d are allowed", precision, length, length/precision, MaxWindowSlots)
+		return Window{}, invalid(CodeInvalidRequest, "window.precision", "the precision %s cuts %s into %d slots; at most %d are allowed", precision, length, length/precision, MaxWindowSlots)
 	}
 	return Window{Length: length, Precision: precision}, nil
 }
@@ -269,16 +269,16 @@ func validateMode(mode string, grace decimal.Decimal) error {
 	switch mode {
 	case "", ModeEnforce, ModeShadow, ModeSoft:
 	default:
-		return invalid("invalid_request", "mode", "%q is not one of enforce, shadow, soft", clip(mode))
+		return invalid(CodeInvalidRequest, "mode", "%q is not one of enforce, shadow, soft", clip(mode))
 	}
 	if mode != ModeSoft {
 		if !grace.IsZero() {
-			return invalid("invalid_request", "grace", "grace is only for a limit in soft mode")
+			return invalid(CodeInvalidRequest, "grace", "grace is only for a limit in soft mode")
 		}
 		return nil
 	}
 	if grace.Sign() < 0 || grace.GreaterThan(decimal.NewFromInt(MaxGrace)) || !grace.Equal(grace.Truncate(2)) {
-		return invalid("invalid_request", "grace", "must be a percentage from 0%% to 100%% with at most 2 decimals")
+		return invalid(CodeInvalidRequest, "grace", "must be a percentage from 0%% to 100%% with at most 2 decimals")
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ func (s *Store) Events(_ context.Context, cursor string, n int) ([]ledger.Outbox
 	if cursor != "" {
 		var err error
 		if after, err = strconv.ParseInt(cursor, 10, 64); err != nil || after < 0 {
-			return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "after", Reason: "is not a cursor this store gave"}
+			return nil, "", &ledger.InvalidError{Code: ledger.CodeInvalidRequest, Field: "after", Reason: "is not a cursor this store gave"}
 		}
 	}
 	e := &s.events

@@ -1018,7 +1018,7 @@ func compareEntries(a, b ledger.Entry) int {
 }
 
 func parseCursor(c string) (ledger.Entry, error) {
-	bad := &ledger.InvalidError{Code: "invalid_request", Field: "cursor", Reason: "malformed cursor"}
+	bad := &ledger.InvalidError{Code: ledger.CodeInvalidRequest, Field: "cursor", Reason: "malformed cursor"}
 	t, id, ok := strings.Cut(c, ".")
 	if !ok {
 		return ledger.Entry{}, bad

@@ -112,7 +112,7 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 		afterUS, err1 = strconv.ParseInt(t, 10, 64)
 		afterSeq, err2 = strconv.ParseUint(id, 10, 64)
 		if !ok || err1 != nil || err2 != nil {
-			return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "cursor", Reason: "malformed cursor"}
+			return nil, "", &ledger.InvalidError{Code: ledger.CodeInvalidRequest, Field: "cursor", Reason: "malformed cursor"}
 		}
 	}
 	// Holds that have expired are recorded first (their entries, at their
@@ -223,7 +223,7 @@ func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.Outb
 	if cursor != "" {
 		var err error
 		if after, err = strconv.ParseUint(cursor, 10, 64); err != nil {
-			return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "after", Reason: "is not a cursor this store gave"}
+			return nil, "", &ledger.InvalidError{Code: ledger.CodeInvalidRequest, Field: "after", Reason: "is not a cursor this store gave"}
 		}
 	}
 	out, err := s.eventsAfter(ctx, after, n)

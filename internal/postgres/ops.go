@@ -520,7 +520,7 @@ const (
 )
 
 func parseCursor(c string) (int64, int64, error) {
-	bad := &ledger.InvalidError{Code: "invalid_request", Field: "cursor", Reason: "malformed cursor"}
+	bad := &ledger.InvalidError{Code: ledger.CodeInvalidRequest, Field: "cursor", Reason: "malformed cursor"}
 	t, id, ok := strings.Cut(c, ".")
 	if !ok {
 		return 0, 0, bad
@@ -545,7 +545,7 @@ func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.Outb
 	if cursor != "" {
 		var err error
 		if after, err = strconv.ParseInt(cursor, 10, 64); err != nil || after < 0 {
-			return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "after", Reason: "is not a cursor this store gave"}
+			return nil, "", &ledger.InvalidError{Code: ledger.CodeInvalidRequest, Field: "after", Reason: "is not a cursor this store gave"}
 		}
 	}
 	var out []ledger.OutboxEvent

@@ -69,7 +69,7 @@ func (s *Store) hint(ctx context.Context, slots ...int) {
 // sealing what the outboxes hold.
 func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.OutboxEvent, string, error) {
 	if cursor != "" && !validEventID(cursor) {
-		return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "after", Reason: "is not a cursor this store gave"}
+		return nil, "", &ledger.InvalidError{Code: ledger.CodeInvalidRequest, Field: "after", Reason: "is not a cursor this store gave"}
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.callTimeout, errCallTimeout)
 	defer cancel()

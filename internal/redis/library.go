@@ -57,7 +57,7 @@ const (
 
 // errOverrideExpired is the refusal of an override that expires by the
 // store's clock.
-var errOverrideExpired = &ledger.InvalidError{Code: "invalid_request", Field: "expires_at", Reason: "is not after the store's clock"}
+var errOverrideExpired = &ledger.InvalidError{Code: ledger.CodeInvalidRequest, Field: "expires_at", Reason: "is not after the store's clock"}
 
 // codeErrors are the ledger errors of the codes (codeStale is retried).
 var codeErrors = map[string]error{

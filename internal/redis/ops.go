@@ -914,7 +914,7 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 		_, err1 := strconv.ParseInt(ct, 10, 64)
 		_, err2 := strconv.ParseInt(cid, 10, 64)
 		if !ok || err1 != nil || err2 != nil {
-			return nil, "", &ledger.InvalidError{Code: "invalid_request", Field: "cursor", Reason: "malformed cursor"}
+			return nil, "", &ledger.InvalidError{Code: ledger.CodeInvalidRequest, Field: "cursor", Reason: "malformed cursor"}
 		}
 	}
 	n = max(n, 0)

@@ -234,7 +234,7 @@ func observeErr(obs map[string]string, err error) bool {
 	}
 	var inv *ledger.InvalidError
 	if errors.As(err, &inv) {
-		obs["invalid"] = inv.Code + " " + inv.Field
+		obs["invalid"] = string(inv.Code) + " " + inv.Field
 		return false
 	}
 	obs["error"] = err.Error()

@@ -134,7 +134,7 @@ func testMeta(t *testing.T, e *env) {
 func checkInvalid(t *testing.T, err error, field string) {
 	t.Helper()
 	var inv *ledger.InvalidError
-	if !errors.As(err, &inv) || inv.Code != "invalid_request" || inv.Field != field {
+	if !errors.As(err, &inv) || inv.Code != ledger.CodeInvalidRequest || inv.Field != field {
 		t.Errorf("err = %v, want invalid_request naming %s", err, field)
 	}
 }
