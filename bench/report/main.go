@@ -649,7 +649,9 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 	if f := readText(filepath.Join(dir, "failures.txt")); f != "" {
 		w("\n## Failures during the run\n\n```\n%s\n```\n", f)
 	}
-	w("\n## Commands\n\nThe whole report: `scripts/bench`%s. What it ran, in order (binaries built from this commit; ports chosen at random on 127.0.0.1):\n\n```\n%s\n```\n",
+	// A record of this run, not an example to run: docs/examples_test.go skips it by the marker.
+	w("\n## Commands\n\nThe whole report: `scripts/bench`%s. What it ran, in order (binaries built from this commit; ports chosen at random on 127.0.0.1):\n\n"+
+		"<!-- no-run: a record of what scripts/bench ran: budgetd, baselines and budgetload on the ports of that run, PostgreSQL, Redis and MariaDB -->\n```\n%s\n```\n",
 		map[bool]string{true: " --quick", false: ""}[meta["quick"] == "true"], readText(filepath.Join(dir, "commands.txt")))
 	return b.String()
 }

@@ -254,3 +254,13 @@ func TestIdleBucketTargetInReport(t *testing.T) {
 		}
 	}
 }
+
+// The commands a run records are marked as a record, not an example that
+// docs/examples_test.go runs: the marker stands right before their block,
+// and a report without it would fail the docs test at the next run.
+func TestCommandsMarkedNoRun(t *testing.T) {
+	md := markdown(map[string]string{}, nil, nil, nil, map[string]string{}, t.TempDir(), "", "")
+	if !strings.Contains(md, "<!-- no-run: a record of what scripts/bench ran: budgetd, baselines and budgetload on the ports of that run, PostgreSQL, Redis and MariaDB -->\n```\n") {
+		t.Errorf("the Commands section has no no-run marker before its block:\n%s", md[strings.Index(md, "## Commands"):])
+	}
+}

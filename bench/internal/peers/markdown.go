@@ -104,7 +104,8 @@ func Markdown(r *Results) string {
 		w(" --quick")
 	}
 	w(" (see `scripts/bench-peers --help`). What this run ran, in order (ports chosen at random on 127.0.0.1; ")
-	w("the wrk commands once each, every round ran them again):\n\n```\n%s\n```\n%s\n",
+	// The commands are a record of this run, not an example to run: docs/examples_test.go skips them by the marker.
+	w("the wrk commands once each, every round ran them again):\n\n%s\n```\n%s\n```\n%s\n", CommandsNoRun,
 		strings.Join(r.Commands, "\n"), EndMarker)
 	return b.String()
 }
@@ -200,3 +201,8 @@ func f2(v float64) string {
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
 }
+
+// CommandsNoRun marks the generated list of commands a run of
+// scripts/bench-peers ran as a record, not an example that
+// docs/examples_test.go should run.
+const CommandsNoRun = "<!-- no-run: a record of what scripts/bench-peers ran: budgetd, an echo handler and gubernator under wrk on the ports of that run -->"

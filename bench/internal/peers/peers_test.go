@@ -196,3 +196,12 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// The commands of a run are marked as a record, not an example that
+// docs/examples_test.go runs.
+func TestCommandsMarkedNoRun(t *testing.T) {
+	md := Markdown(&Results{Commands: []string{"budgetd --addr 127.0.0.1:PORT"}})
+	if !strings.Contains(md, CommandsNoRun+"\n```\nbudgetd --addr 127.0.0.1:PORT\n```") {
+		t.Errorf("no no-run marker right before the commands:\n%s", md)
+	}
+}
