@@ -92,305 +92,391 @@ func testTermsDifferential(t *testing.T, factory Factory) {
 	}
 }
 
-func runTermsDifferential(t *testing.T, e *env, spec ledger.LimitSpec, stepUp time.Duration, seed uint64, overrides, grants bool) {
-	rng := rand.New(rand.NewPCG(seed, 0x7e57))
-	const name = "terms"
-	w := &termsWorld{overrides: &ledger.Overrides{}, grants: map[string][]ledger.Grant{}}
-	put := func(spec ledger.LimitSpec) {
-		if _, err := e.svc.PutLimit(e.ctx, name, spec); err != nil {
-			t.Fatalf("PutLimit(%+v): %v", spec, err)
-		}
-		stored, err := e.svc.GetLimit(e.ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.limit = stored
-	}
-	put(spec)
-	models := []*termsModel{{key: "{t}ab"}, {key: "{t}ac"}}
-	patterns := []string{"{t}ab", "{t}a*", "{t}*", "*", "{t}ac", "{t}abc"}
-	var grantIDs []string
-	var holds []termsHold
+// termsLimit is the name of the limit of the terms differential.
+const termsLimit = "terms"
+
+// termsRun is one sequence of the terms differential: the store, the model
+// (the limit, overrides and grants as stored, each bucket's state), the
+// holds and grants made so far, and what the sequence went through.
+type termsRun struct {
+	t                 *testing.T
+	e                 *env
+	rng               *rand.Rand
+	spec              ledger.LimitSpec
+	stepUp            time.Duration
+	overrides, grants bool // whether the store serves them
+	w                 *termsWorld
+	models            []*termsModel
+	patterns          []string
+	grantIDs          []string
+	holds             []termsHold
 	// seen counts what the sequence went through, so that a sequence that
 	// never met a term fails rather than passes.
-	seen := map[string]int{}
-	defer func() {
-		for _, what := range []string{"accepted", "denied", "override", "grant", "received", "switched", "held", "resolved"} {
-			if (what == "override" || what == "switched") && !overrides || what == "grant" && !grants ||
-				what == "received" && spec.Rollover == nil || what == "switched" && spec.Period != nil {
-				continue
-			}
-			if seen[what] == 0 {
-				t.Errorf("no decision in the sequence was %s (seen %v)", what, seen)
-			}
-		}
-		t.Logf("seen %v", seen)
-	}()
+	seen map[string]int
+}
+
+func runTermsDifferential(t *testing.T, e *env, spec ledger.LimitSpec, stepUp time.Duration, seed uint64, overrides, grants bool) {
+	x := &termsRun{t: t, e: e, rng: rand.New(rand.NewPCG(seed, 0x7e57)), spec: spec, stepUp: stepUp, overrides: overrides, grants: grants,
+		w:        &termsWorld{overrides: &ledger.Overrides{}, grants: map[string][]ledger.Grant{}},
+		models:   []*termsModel{{key: "{t}ab"}, {key: "{t}ac"}},
+		patterns: []string{"{t}ab", "{t}a*", "{t}*", "*", "{t}ac", "{t}abc"},
+		seen:     map[string]int{}}
+	x.put(spec)
+	defer x.covered()
 	for step := range termsSteps {
-		e.clock.Set(e.clock.Now().Add(termsStep(rng, stepUp)))
+		e.clock.Set(e.clock.Now().Add(termsStep(x.rng, stepUp)))
 		now := e.clock.Now()
-		b := rng.IntN(len(models))
-		m := models[b]
-		r := ref(name, m.key)
-		op := rng.IntN(15)
-		where := fmt.Sprintf("seed %d step %d at %s op %d bucket %s", seed, step, now.Format(time.RFC3339Nano), op, m.key)
+		b := x.rng.IntN(len(x.models))
+		op := x.rng.IntN(15)
+		where := fmt.Sprintf("seed %d step %d at %s op %d bucket %s", seed, step, now.Format(time.RFC3339Nano), op, x.models[b].key)
 		switch {
 		case op < 3:
-			cost := termsCost(rng)
-			tm := w.terms(m, now)
-			want, ns := bucket.Fillup(tm.Limit.Rule(), tm.State, now, ledger.Amount(cost))
-			res, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: r, Cost: cost}}, ledger.Idempotency{})
-			if err != nil {
-				t.Fatalf("%s fillup: %v", where, err)
-			}
-			sameDecision(t, where+" fillup "+cost.String(), res.Items[0], want)
-			sameTerms(t, where+" fillup", res.Limits[0], tm.Limit)
-			seen[map[bool]string{true: "accepted", false: "denied"}[want.Accepted]]++
-			if tm.Limit.Override != "" {
-				seen["override"]++
-			}
-			if tm.Limit.Grants.Sign() > 0 {
-				seen["grant"]++
-			}
-			if tm.Limit.Received.Sign() > 0 {
-				seen["received"]++
-			}
-			if want.Accepted && cost.Sign() > 0 {
-				m.write(tm, ns)
-			}
+			x.fillup(op, now, b, where)
 		case op < 5:
-			cost := termsCost(rng)
-			tm := w.terms(m, now)
-			got, err := e.svc.Check(e.ctx, r, cost)
-			if err != nil {
-				t.Fatalf("%s can: %v", where, err)
-			}
-			sameDecision(t, where+" can "+cost.String(), got.Decision, bucket.CanAccept(tm.Limit.Rule(), tm.State, now, ledger.Amount(cost)))
-			sameTerms(t, where+" can", got.Limit, tm.Limit)
+			x.check(op, now, b, where)
 		case op == 5:
-			// Both buckets at once, all or nothing.
-			c0, c1 := termsCost(rng), termsCost(rng)
-			t0, t1 := w.terms(models[0], now), w.terms(models[1], now)
-			d0, ns0 := bucket.Fillup(t0.Limit.Rule(), t0.State, now, ledger.Amount(c0))
-			d1, ns1 := bucket.Fillup(t1.Limit.Rule(), t1.State, now, ledger.Amount(c1))
-			res, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: ref(name, models[0].key), Cost: c0}, {Bucket: ref(name, models[1].key), Cost: c1}}, ledger.Idempotency{})
-			if err != nil {
-				t.Fatalf("%s multi: %v", where, err)
-			}
-			if ok := d0.Accepted && d1.Accepted; res.Accepted != ok {
-				t.Fatalf("%s multi %s+%s accepted %v, want %v", where, c0, c1, res.Accepted, ok)
-			}
-			sameTerms(t, where+" multi 0", res.Limits[0], t0.Limit)
-			sameTerms(t, where+" multi 1", res.Limits[1], t1.Limit)
-			if res.Accepted {
-				if c0.Sign() > 0 {
-					models[0].write(t0, ns0)
-				}
-				if c1.Sign() > 0 {
-					models[1].write(t1, ns1)
-				}
-			}
+			x.multi(op, now, b, where)
 		case op == 6:
-			// A PUT that keeps the rule and changes the capacity, the mode or
-			// the rollover's max.
-			s := spec
-			s.Capacity = decimal.New(int64(20+rng.IntN(200)), 0)
-			switch rng.IntN(3) {
-			case 1:
-				s.Mode = ledger.ModeShadow
-			case 2:
-				s.Mode, s.Grace = ledger.ModeSoft, decimal.New(int64(rng.IntN(5001)), -2)
-			}
-			if s.Rollover != nil {
-				s.Rollover = &ledger.Rollover{Max: decimal.New(int64(rng.IntN(60)), 0)}
-			}
-			put(s)
+			x.putLimit(op, now, b, where)
 		case op < 9 && overrides:
-			pattern := patterns[rng.IntN(len(patterns))]
-			// The terms of every bucket before the change: a bucket whose
-			// rule (leak rate) changes with it is settled at now under the
-			// old one, as a PUT of the limit that changes the rule settles it.
-			before := make([]ledger.Terms, len(models))
-			for i, m := range models {
-				before[i] = w.terms(m, now)
-			}
-			if op == 8 {
-				err := e.svc.DeleteOverride(e.ctx, name, pattern)
-				o, had := w.overrides.Get(pattern)
-				active := had && o.ActiveAt(now)
-				switch {
-				case active && err != nil:
-					t.Fatalf("%s delete override %s: %v", where, pattern, err)
-				case !active && !errors.Is(err, ledger.ErrOverrideNotFound):
-					t.Fatalf("%s delete override %s (none active): %v, want ErrOverrideNotFound", where, pattern, err)
-				}
-				if active {
-					w.overrides.Delete(pattern)
-				}
-			} else {
-				o := ledger.Override{Pattern: pattern}
-				if rng.IntN(4) > 0 {
-					o.Capacity = decimal.NewNullDecimal(decimal.New(int64(1+rng.IntN(150)), 0))
-				}
-				if spec.Period == nil && (!o.Capacity.Valid || rng.IntN(3) == 0) {
-					o.LeakAmount, o.LeakPer = decimal.New(int64(1+rng.IntN(20)), 0), time.Duration(1+rng.IntN(10))*time.Minute
-				}
-				if !o.Capacity.Valid && o.LeakPer == 0 {
-					o.Capacity = decimal.NewNullDecimal(decimal.New(int64(1+rng.IntN(150)), 0))
-				}
-				if rng.IntN(3) > 0 {
-					o.ExpiresAt = now.Add(time.Duration(1+rng.Int64N(int64(4*stepUp)/1000)) * time.Microsecond)
-				}
-				got, err := e.svc.PutOverride(e.ctx, name, o)
-				if err != nil {
-					t.Fatalf("%s put override %+v: %v", where, o, err)
-				}
-				w.overrides.Put(got)
-			}
-			for i, m := range models {
-				old := before[i]
-				if old.Settled {
-					// An override that changed the rule and expired is
-					// replaced or gone: the switch at its expiry stays in
-					// the bucket, as the store settles a bucket before it
-					// changes its terms.
-					m.state = old.State
-				}
-				if m.state.Level.Sign() <= 0 || old.Limit.SameRule(w.terms(m, now).Limit) {
-					continue
-				}
-				ns, _ := bucket.Switch(old.Limit.Rule(), old.State, now)
-				m.write(old, ns)
-				seen["switched"]++
-			}
+			x.override(op, now, b, where)
 		case op < 11 && grants:
-			if op == 10 && len(grantIDs) > 0 {
-				i := rng.IntN(len(grantIDs))
-				key, id, _ := cutGrantID(grantIDs[i])
-				_, err := e.svc.RevokeGrant(e.ctx, ref(name, key), id, ledger.Idempotency{}, nil)
-				gs, active := w.grants[key], false
-				for j, g := range gs {
-					if g.ID == id {
-						active = g.ActiveAt(now)
-						w.grants[key] = append(gs[:j:j], gs[j+1:]...)
-						break
-					}
-				}
-				switch {
-				case active && err != nil:
-					t.Fatalf("%s revoke grant %s: %v", where, id, err)
-				case !active && !errors.Is(err, ledger.ErrGrantNotFound):
-					t.Fatalf("%s revoke grant %s (not active): %v, want ErrGrantNotFound", where, id, err)
-				}
-				grantIDs = append(grantIDs[:i:i], grantIDs[i+1:]...)
-				break
-			}
-			amount := decimal.New(int64(1+rng.IntN(50)), 0)
-			var expires time.Time
-			if spec.Period == nil || rng.IntN(2) == 0 {
-				expires = now.Add(time.Duration(1+rng.Int64N(int64(4*stepUp)/1000)) * time.Microsecond)
-			}
-			res, err := e.svc.AddGrant(e.ctx, r, amount, expires, ledger.Idempotency{}, nil)
-			if err != nil {
-				t.Fatalf("%s add grant %s until %v: %v", where, amount, expires, err)
-			}
-			g := res.Grant
-			if !expires.IsZero() && !g.ExpiresAt.Equal(expires) {
-				t.Fatalf("%s grant expires at %v, asked %v", where, g.ExpiresAt, expires)
-			}
-			w.grants[m.key] = append(w.grants[m.key], g)
-			grantIDs = append(grantIDs, m.key+"\x00"+g.ID)
-			if !res.Bucket.Grants.Equal(w.terms(m, now).Limit.Grants) {
-				t.Fatalf("%s add grant: the bucket's grants are %s, want %s", where, res.Bucket.Grants, w.terms(m, now).Limit.Grants)
-			}
+			x.grant(op, now, b, where)
 		case op == 12:
-			amount := termsCost(rng)
-			if amount.Sign() == 0 {
-				amount = decimal.New(1, -6)
-			}
-			ttl := time.Second + time.Duration(rng.Int64N(int64(min(4*stepUp, 23*time.Hour))/1000))*time.Microsecond
-			tm := w.terms(m, now)
-			want, ns := bucket.Reserve(tm.Limit.Rule(), tm.State, now, ledger.Amount(amount), now.Add(ttl))
-			got, err := e.svc.Reserve(e.ctx, r, amount, ttl, ledger.Idempotency{}, nil)
-			if err != nil {
-				t.Fatalf("%s reserve: %v", where, err)
-			}
-			sameDecision(t, where+" reserve "+amount.String(), got.Decision, want)
-			sameTerms(t, where+" reserve", got.Limit, tm.Limit)
-			if !want.Accepted {
-				seen["denied"]++
-			}
-			if want.Accepted {
-				ns.Holds[len(ns.Holds)-1].ID = got.Reservation.ID
-				m.write(tm, ns)
-				holds = append(holds, termsHold{id: got.Reservation.ID, owner: b, amount: amount, expires: now.Add(ttl)})
-				seen["held"]++
-			}
-		case op >= 13 && len(holds) > 0:
-			// Commit or release a hold: an active one resolves under the
-			// bucket's terms now, an expired one is refused as expired.
-			i := rng.IntN(len(holds))
-			if rng.IntN(2) == 0 {
-				i = len(holds) - 1 // the newest, most likely still active
-			}
-			h := holds[i]
-			holds = append(holds[:i:i], holds[i+1:]...)
-			owner := models[h.owner]
-			tm := w.terms(owner, now)
-			charge := decimal.Zero
-			var res ledger.ResolveResult
-			var err error
-			if rng.IntN(3) > 0 {
-				amount := decimal.NullDecimal{}
-				charge = h.amount
-				if rng.IntN(2) == 0 {
-					charge = termsCost(rng)
-					amount = decimal.NewNullDecimal(charge)
-				}
-				res, err = e.svc.Commit(e.ctx, h.id, amount, true, ledger.Idempotency{}, nil)
-			} else {
-				res, err = e.svc.Release(e.ctx, h.id, ledger.Idempotency{}, nil)
-			}
-			if !now.Before(h.expires) {
-				if got := refusal(err); got != ledger.RefusalExpired {
-					t.Fatalf("%s resolve of a hold expired at %s: %v, want refusal %q", where, h.expires.Format(time.RFC3339Nano), err, ledger.RefusalExpired)
-				}
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s resolve %s: %v", where, h.id, err)
-			}
-			at := -1
-			for j, x := range tm.State.Holds {
-				if x.ID == h.id {
-					at = j
-				}
-			}
-			if at < 0 {
-				t.Fatalf("%s resolve %s: the model has no such hold in %+v", where, h.id, tm.State.Holds)
-			}
-			ns := bucket.Resolve(tm.Limit.Rule(), tm.State, now, at, ledger.Amount(charge))
-			owner.write(tm, ns)
-			after := w.terms(owner, now)
-			want := bucket.CanAccept(after.Limit.Rule(), after.State, now, bucket.Amount{})
-			if !res.Bucket.Level.Equal(want.Level) || !res.Bucket.Held.Equal(want.Held) || !res.Bucket.Capacity.Equal(want.Capacity) {
-				t.Fatalf("%s resolve %s charging %s: bucket level %s held %s capacity %s, want %s %s %s", where, h.id, charge,
-					res.Bucket.Level, res.Bucket.Held, res.Bucket.Capacity, want.Level, want.Held, want.Capacity)
-			}
-			seen["resolved"]++
+			x.reserve(op, now, b, where)
+		case op >= 13 && len(x.holds) > 0:
+			x.resolve(op, now, b, where)
 		default:
-			st, err := e.svc.Bucket(e.ctx, r)
-			if err != nil {
-				t.Fatalf("%s bucket: %v", where, err)
-			}
-			tm := w.terms(m, now)
-			want := bucket.CanAccept(tm.Limit.Rule(), tm.State, now, bucket.Amount{})
-			if !st.Capacity.Equal(want.Capacity) || !st.Level.Equal(want.Level) || !st.Remaining.Equal(want.Remaining) ||
-				st.Override != tm.Limit.Override || !st.Grants.Equal(tm.Limit.Grants) {
-				t.Fatalf("%s bucket: got %+v\nwant capacity %s level %s remaining %s override %q grants %s", where, st,
-					want.Capacity, want.Level, want.Remaining, tm.Limit.Override, tm.Limit.Grants)
+			x.read(op, now, b, where)
+		}
+	}
+}
+
+// put puts the limit and takes it as stored into the model.
+func (x *termsRun) put(spec ledger.LimitSpec) {
+	if _, err := x.e.svc.PutLimit(x.e.ctx, termsLimit, spec); err != nil {
+		x.t.Fatalf("PutLimit(%+v): %v", spec, err)
+	}
+	stored, err := x.e.svc.GetLimit(x.e.ctx, termsLimit)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	x.w.limit = stored
+}
+
+// covered fails the sequence when it never met one of the things it is
+// there to test (a denial, an override, a switch, …).
+func (x *termsRun) covered() {
+	for _, what := range []string{"accepted", "denied", "override", "grant", "received", "switched", "held", "resolved"} {
+		if (what == "override" || what == "switched") && !x.overrides || what == "grant" && !x.grants ||
+			what == "received" && x.spec.Rollover == nil || what == "switched" && x.spec.Period != nil {
+			continue
+		}
+		if x.seen[what] == 0 {
+			x.t.Errorf("no decision in the sequence was %s (seen %v)", what, x.seen)
+		}
+	}
+	x.t.Logf("seen %v", x.seen)
+}
+
+// fillup charges the bucket alone: its decision and terms are the pure
+// rules'.
+func (x *termsRun) fillup(op int, now time.Time, b int, where string) {
+	t, e, rng, w, m := x.t, x.e, x.rng, x.w, x.models[b]
+	r := ref(termsLimit, m.key)
+	cost := termsCost(rng)
+	tm := w.terms(m, now)
+	want, ns := bucket.Fillup(tm.Limit.Rule(), tm.State, now, ledger.Amount(cost))
+	res, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: r, Cost: cost}}, ledger.Idempotency{})
+	if err != nil {
+		t.Fatalf("%s fillup: %v", where, err)
+	}
+	sameDecision(t, where+" fillup "+cost.String(), res.Items[0], want)
+	sameTerms(t, where+" fillup", res.Limits[0], tm.Limit)
+	x.seen[map[bool]string{true: "accepted", false: "denied"}[want.Accepted]]++
+	if tm.Limit.Override != "" {
+		x.seen["override"]++
+	}
+	if tm.Limit.Grants.Sign() > 0 {
+		x.seen["grant"]++
+	}
+	if tm.Limit.Received.Sign() > 0 {
+		x.seen["received"]++
+	}
+	if want.Accepted && cost.Sign() > 0 {
+		m.write(tm, ns)
+	}
+}
+
+// check asks CanAccept: its decision and terms are the pure rules'.
+func (x *termsRun) check(op int, now time.Time, b int, where string) {
+	t, e, rng, w, m := x.t, x.e, x.rng, x.w, x.models[b]
+	r := ref(termsLimit, m.key)
+	cost := termsCost(rng)
+	tm := w.terms(m, now)
+	got, err := e.svc.Check(e.ctx, r, cost)
+	if err != nil {
+		t.Fatalf("%s can: %v", where, err)
+	}
+	sameDecision(t, where+" can "+cost.String(), got.Decision, bucket.CanAccept(tm.Limit.Rule(), tm.State, now, ledger.Amount(cost)))
+	sameTerms(t, where+" can", got.Limit, tm.Limit)
+}
+
+// multi charges both buckets at once, all or nothing.
+func (x *termsRun) multi(op int, now time.Time, b int, where string) {
+	t, e, rng, w, models := x.t, x.e, x.rng, x.w, x.models
+	// Both buckets at once, all or nothing.
+	c0, c1 := termsCost(rng), termsCost(rng)
+	t0, t1 := w.terms(models[0], now), w.terms(models[1], now)
+	d0, ns0 := bucket.Fillup(t0.Limit.Rule(), t0.State, now, ledger.Amount(c0))
+	d1, ns1 := bucket.Fillup(t1.Limit.Rule(), t1.State, now, ledger.Amount(c1))
+	res, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: ref(termsLimit, models[0].key), Cost: c0}, {Bucket: ref(termsLimit, models[1].key), Cost: c1}}, ledger.Idempotency{})
+	if err != nil {
+		t.Fatalf("%s multi: %v", where, err)
+	}
+	if ok := d0.Accepted && d1.Accepted; res.Accepted != ok {
+		t.Fatalf("%s multi %s+%s accepted %v, want %v", where, c0, c1, res.Accepted, ok)
+	}
+	sameTerms(t, where+" multi 0", res.Limits[0], t0.Limit)
+	sameTerms(t, where+" multi 1", res.Limits[1], t1.Limit)
+	if res.Accepted {
+		if c0.Sign() > 0 {
+			models[0].write(t0, ns0)
+		}
+		if c1.Sign() > 0 {
+			models[1].write(t1, ns1)
+		}
+	}
+}
+
+// putLimit PUTs the limit with its rule kept and the capacity, the mode or
+// the rollover's max changed.
+func (x *termsRun) putLimit(op int, now time.Time, b int, where string) {
+	rng := x.rng
+	// A PUT that keeps the rule and changes the capacity, the mode or
+	// the rollover's max.
+	s := x.spec
+	s.Capacity = decimal.New(int64(20+rng.IntN(200)), 0)
+	switch rng.IntN(3) {
+	case 1:
+		s.Mode = ledger.ModeShadow
+	case 2:
+		s.Mode, s.Grace = ledger.ModeSoft, decimal.New(int64(rng.IntN(5001)), -2)
+	}
+	if s.Rollover != nil {
+		s.Rollover = &ledger.Rollover{Max: decimal.New(int64(rng.IntN(60)), 0)}
+	}
+	x.put(s)
+}
+
+// override puts an override, or deletes one (op 8), and settles the
+// buckets it covers as the store settles them.
+func (x *termsRun) override(op int, now time.Time, b int, where string) {
+	t, e, rng, w, models := x.t, x.e, x.rng, x.w, x.models
+	pattern := x.patterns[rng.IntN(len(x.patterns))]
+	// The terms of every bucket before the change: a bucket whose
+	// rule (leak rate) changes with it is settled at now under the
+	// old one, as a PUT of the limit that changes the rule settles it.
+	before := make([]ledger.Terms, len(models))
+	for i, m := range models {
+		before[i] = w.terms(m, now)
+	}
+	if op == 8 {
+		err := e.svc.DeleteOverride(e.ctx, termsLimit, pattern)
+		o, had := w.overrides.Get(pattern)
+		active := had && o.ActiveAt(now)
+		switch {
+		case active && err != nil:
+			t.Fatalf("%s delete override %s: %v", where, pattern, err)
+		case !active && !errors.Is(err, ledger.ErrOverrideNotFound):
+			t.Fatalf("%s delete override %s (none active): %v, want ErrOverrideNotFound", where, pattern, err)
+		}
+		if active {
+			w.overrides.Delete(pattern)
+		}
+	} else {
+		o := ledger.Override{Pattern: pattern}
+		if rng.IntN(4) > 0 {
+			o.Capacity = decimal.NewNullDecimal(decimal.New(int64(1+rng.IntN(150)), 0))
+		}
+		if x.spec.Period == nil && (!o.Capacity.Valid || rng.IntN(3) == 0) {
+			o.LeakAmount, o.LeakPer = decimal.New(int64(1+rng.IntN(20)), 0), time.Duration(1+rng.IntN(10))*time.Minute
+		}
+		if !o.Capacity.Valid && o.LeakPer == 0 {
+			o.Capacity = decimal.NewNullDecimal(decimal.New(int64(1+rng.IntN(150)), 0))
+		}
+		if rng.IntN(3) > 0 {
+			o.ExpiresAt = now.Add(time.Duration(1+rng.Int64N(int64(4*x.stepUp)/1000)) * time.Microsecond)
+		}
+		got, err := e.svc.PutOverride(e.ctx, termsLimit, o)
+		if err != nil {
+			t.Fatalf("%s put override %+v: %v", where, o, err)
+		}
+		w.overrides.Put(got)
+	}
+	for i, m := range models {
+		old := before[i]
+		if old.Settled {
+			// An override that changed the rule and expired is
+			// replaced or gone: the switch at its expiry stays in
+			// the bucket, as the store settles a bucket before it
+			// changes its terms.
+			m.state = old.State
+		}
+		if m.state.Level.Sign() <= 0 || old.Limit.SameRule(w.terms(m, now).Limit) {
+			continue
+		}
+		ns, _ := bucket.Switch(old.Limit.Rule(), old.State, now)
+		m.write(old, ns)
+		x.seen["switched"]++
+	}
+}
+
+// grant adds a grant, or revokes one (op 10).
+func (x *termsRun) grant(op int, now time.Time, b int, where string) {
+	t, e, rng, w, m := x.t, x.e, x.rng, x.w, x.models[b]
+	r := ref(termsLimit, m.key)
+	if op == 10 && len(x.grantIDs) > 0 {
+		i := rng.IntN(len(x.grantIDs))
+		key, id, _ := cutGrantID(x.grantIDs[i])
+		_, err := e.svc.RevokeGrant(e.ctx, ref(termsLimit, key), id, ledger.Idempotency{}, nil)
+		gs, active := w.grants[key], false
+		for j, g := range gs {
+			if g.ID == id {
+				active = g.ActiveAt(now)
+				w.grants[key] = append(gs[:j:j], gs[j+1:]...)
+				break
 			}
 		}
+		switch {
+		case active && err != nil:
+			t.Fatalf("%s revoke grant %s: %v", where, id, err)
+		case !active && !errors.Is(err, ledger.ErrGrantNotFound):
+			t.Fatalf("%s revoke grant %s (not active): %v, want ErrGrantNotFound", where, id, err)
+		}
+		x.grantIDs = append(x.grantIDs[:i:i], x.grantIDs[i+1:]...)
+		return
+	}
+	amount := decimal.New(int64(1+rng.IntN(50)), 0)
+	var expires time.Time
+	if x.spec.Period == nil || rng.IntN(2) == 0 {
+		expires = now.Add(time.Duration(1+rng.Int64N(int64(4*x.stepUp)/1000)) * time.Microsecond)
+	}
+	res, err := e.svc.AddGrant(e.ctx, r, amount, expires, ledger.Idempotency{}, nil)
+	if err != nil {
+		t.Fatalf("%s add grant %s until %v: %v", where, amount, expires, err)
+	}
+	g := res.Grant
+	if !expires.IsZero() && !g.ExpiresAt.Equal(expires) {
+		t.Fatalf("%s grant expires at %v, asked %v", where, g.ExpiresAt, expires)
+	}
+	w.grants[m.key] = append(w.grants[m.key], g)
+	x.grantIDs = append(x.grantIDs, m.key+"\x00"+g.ID)
+	if !res.Bucket.Grants.Equal(w.terms(m, now).Limit.Grants) {
+		t.Fatalf("%s add grant: the bucket's grants are %s, want %s", where, res.Bucket.Grants, w.terms(m, now).Limit.Grants)
+	}
+}
+
+// reserve reserves a hold under the bucket's terms.
+func (x *termsRun) reserve(op int, now time.Time, b int, where string) {
+	t, e, rng, w, m := x.t, x.e, x.rng, x.w, x.models[b]
+	r := ref(termsLimit, m.key)
+	amount := termsCost(rng)
+	if amount.Sign() == 0 {
+		amount = decimal.New(1, -6)
+	}
+	ttl := time.Second + time.Duration(rng.Int64N(int64(min(4*x.stepUp, 23*time.Hour))/1000))*time.Microsecond
+	tm := w.terms(m, now)
+	want, ns := bucket.Reserve(tm.Limit.Rule(), tm.State, now, ledger.Amount(amount), now.Add(ttl))
+	got, err := e.svc.Reserve(e.ctx, r, amount, ttl, ledger.Idempotency{}, nil)
+	if err != nil {
+		t.Fatalf("%s reserve: %v", where, err)
+	}
+	sameDecision(t, where+" reserve "+amount.String(), got.Decision, want)
+	sameTerms(t, where+" reserve", got.Limit, tm.Limit)
+	if !want.Accepted {
+		x.seen["denied"]++
+	}
+	if want.Accepted {
+		ns.Holds[len(ns.Holds)-1].ID = got.Reservation.ID
+		m.write(tm, ns)
+		x.holds = append(x.holds, termsHold{id: got.Reservation.ID, owner: b, amount: amount, expires: now.Add(ttl)})
+		x.seen["held"]++
+	}
+}
+
+// resolve commits or releases a hold: an active one resolves under its
+// bucket's terms now, an expired one is refused as expired.
+func (x *termsRun) resolve(op int, now time.Time, b int, where string) {
+	t, e, rng, w, models := x.t, x.e, x.rng, x.w, x.models
+	// Commit or release a hold: an active one resolves under the
+	// bucket's terms now, an expired one is refused as expired.
+	i := rng.IntN(len(x.holds))
+	if rng.IntN(2) == 0 {
+		i = len(x.holds) - 1 // the newest, most likely still active
+	}
+	h := x.holds[i]
+	x.holds = append(x.holds[:i:i], x.holds[i+1:]...)
+	owner := models[h.owner]
+	tm := w.terms(owner, now)
+	charge := decimal.Zero
+	var res ledger.ResolveResult
+	var err error
+	if rng.IntN(3) > 0 {
+		amount := decimal.NullDecimal{}
+		charge = h.amount
+		if rng.IntN(2) == 0 {
+			charge = termsCost(rng)
+			amount = decimal.NewNullDecimal(charge)
+		}
+		res, err = e.svc.Commit(e.ctx, h.id, amount, true, ledger.Idempotency{}, nil)
+	} else {
+		res, err = e.svc.Release(e.ctx, h.id, ledger.Idempotency{}, nil)
+	}
+	if !now.Before(h.expires) {
+		if got := refusal(err); got != ledger.RefusalExpired {
+			t.Fatalf("%s resolve of a hold expired at %s: %v, want refusal %q", where, h.expires.Format(time.RFC3339Nano), err, ledger.RefusalExpired)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("%s resolve %s: %v", where, h.id, err)
+	}
+	at := -1
+	for j, x := range tm.State.Holds {
+		if x.ID == h.id {
+			at = j
+		}
+	}
+	if at < 0 {
+		t.Fatalf("%s resolve %s: the model has no such hold in %+v", where, h.id, tm.State.Holds)
+	}
+	ns := bucket.Resolve(tm.Limit.Rule(), tm.State, now, at, ledger.Amount(charge))
+	owner.write(tm, ns)
+	after := w.terms(owner, now)
+	want := bucket.CanAccept(after.Limit.Rule(), after.State, now, bucket.Amount{})
+	if !res.Bucket.Level.Equal(want.Level) || !res.Bucket.Held.Equal(want.Held) || !res.Bucket.Capacity.Equal(want.Capacity) {
+		t.Fatalf("%s resolve %s charging %s: bucket level %s held %s capacity %s, want %s %s %s", where, h.id, charge,
+			res.Bucket.Level, res.Bucket.Held, res.Bucket.Capacity, want.Level, want.Held, want.Capacity)
+	}
+	x.seen["resolved"]++
+}
+
+// read reads the bucket: its level, capacity, override and grants are the
+// pure rules'.
+func (x *termsRun) read(op int, now time.Time, b int, where string) {
+	t, e, w, m := x.t, x.e, x.w, x.models[b]
+	r := ref(termsLimit, m.key)
+	st, err := e.svc.Bucket(e.ctx, r)
+	if err != nil {
+		t.Fatalf("%s bucket: %v", where, err)
+	}
+	tm := w.terms(m, now)
+	want := bucket.CanAccept(tm.Limit.Rule(), tm.State, now, bucket.Amount{})
+	if !st.Capacity.Equal(want.Capacity) || !st.Level.Equal(want.Level) || !st.Remaining.Equal(want.Remaining) ||
+		st.Override != tm.Limit.Override || !st.Grants.Equal(tm.Limit.Grants) {
+		t.Fatalf("%s bucket: got %+v\nwant capacity %s level %s remaining %s override %q grants %s", where, st,
+			want.Capacity, want.Level, want.Remaining, tm.Limit.Override, tm.Limit.Grants)
 	}
 }
 
