@@ -126,9 +126,22 @@ func pathParam(c echo.Context, name string) (string, error) {
 	}
 	u, err := url.PathUnescape(v)
 	if err != nil {
-		return "", &ledger.InvalidError{Code: ledger.Code("invalid_" + name), Field: name, Reason: "is not a valid path-escaped string"}
+		return "", &ledger.InvalidError{Code: pathParamCode(name), Field: name, Reason: "is not a valid path-escaped string"}
 	}
 	return u, nil
+}
+
+// pathParamCode is the problem code of a path parameter that does not
+// unescape: a limit name's and a bucket key's own codes, invalid_request for
+// the others (a hold's or a grant's id, an override's pattern).
+func pathParamCode(name string) ledger.Code {
+	switch name {
+	case "name":
+		return ledger.CodeInvalidName
+	case "key":
+		return ledger.CodeInvalidKey
+	}
+	return ledger.CodeInvalidRequest
 }
 
 // bucketRef reads the limit name and key of a bucket route.

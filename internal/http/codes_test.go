@@ -102,3 +102,66 @@ func TestNoCodeLiterals(t *testing.T) {
 		}
 	}
 }
+
+// TestNoBuiltCodes: the server never builds a problem code from text (a
+// conversion to api.Code or ledger.Code of a literal or a concatenation, or
+// a Code member set to one): the code of a bad path parameter was
+// "invalid_"+name, so a hold's id or an override's pattern answered codes
+// outside api.Codes (issue 43). Codes come from the constants only.
+func TestNoBuiltCodes(t *testing.T) {
+	root := filepath.Join("..", "..", "internal")
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.CallExpr:
+				if isCodeType(n.Fun) && len(n.Args) == 1 && builtText(n.Args[0]) {
+					t.Errorf("%s: a problem code built from text; use a Code constant", fset.Position(n.Pos()))
+				}
+			case *ast.KeyValueExpr:
+				if k, ok := n.Key.(*ast.Ident); ok && k.Name == "Code" && builtText(n.Value) {
+					t.Errorf("%s: a Code member set to text; use a Code constant", fset.Position(n.Pos()))
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// isCodeType reports whether e names api.Code, ledger.Code or (inside
+// package ledger) Code.
+func isCodeType(e ast.Expr) bool {
+	switch e := e.(type) {
+	case *ast.Ident:
+		return e.Name == "Code"
+	case *ast.SelectorExpr:
+		x, ok := e.X.(*ast.Ident)
+		return ok && e.Sel.Name == "Code" && (x.Name == "api" || x.Name == "bapi" || x.Name == "ledger")
+	}
+	return false
+}
+
+// builtText reports whether e is a string literal or an expression with
+// one among its operands.
+func builtText(e ast.Expr) bool {
+	switch e := e.(type) {
+	case *ast.BasicLit:
+		return e.Kind == token.STRING
+	case *ast.BinaryExpr:
+		return builtText(e.X) || builtText(e.Y)
+	case *ast.ParenExpr:
+		return builtText(e.X)
+	}
+	return false
+}
