@@ -11,47 +11,44 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// PutLimit creates or updates the limit name: a leaky bucket (spec.Leak) or
-// a calendar budget (spec.Period). Buckets keep their level and holds
-// across an update. A spec budgetd would refuse is refused before sending
-// (an *Error with Status 0).
-func (c *Client) PutLimit(ctx context.Context, name string, spec LimitSpec) (Limit, error) {
+// PutLimit creates or updates the limit name: a leaky bucket (spec.Leak),
+// a calendar budget (spec.Period) or a rolling window (spec.Window), and
+// returns the limit document budgetd answered. Buckets keep their level
+// and holds across an update. A spec budgetd would refuse is refused
+// before sending (an *Error with Status 0).
+func (c *Client) PutLimit(ctx context.Context, name string, spec LimitSpec) (api.Limit, error) {
 	if err := api.CheckName("name", name); err != nil {
-		return Limit{}, refused(err)
+		return api.Limit{}, refused(err)
 	}
 	body := spec.doc()
 	if err := body.Validate(); err != nil {
-		return Limit{}, refused(err)
+		return api.Limit{}, refused(err)
 	}
 	a, err := c.do(ctx, http.MethodPut, "/v1/limits/"+esc(name), nil, body, callOpts{})
 	if err != nil {
-		return Limit{}, err
+		return api.Limit{}, err
 	}
 	var d api.Limit
-	if err := decode(a, &d); err != nil {
-		return Limit{}, err
-	}
-	return limitOfDoc(d), nil
+	err = decode(a, &d)
+	return d, err
 }
 
 // GetLimit reads the limit name; an unknown name is an *Error with Code
 // limit_not_found.
-func (c *Client) GetLimit(ctx context.Context, name string) (Limit, error) {
+func (c *Client) GetLimit(ctx context.Context, name string) (api.Limit, error) {
 	a, err := c.do(ctx, http.MethodGet, "/v1/limits/"+esc(name), nil, nil, callOpts{})
 	if err != nil {
-		return Limit{}, err
+		return api.Limit{}, err
 	}
 	var d api.Limit
-	if err := decode(a, &d); err != nil {
-		return Limit{}, err
-	}
-	return limitOfDoc(d), nil
+	err = decode(a, &d)
+	return d, err
 }
 
 // ListLimits returns up to n limits (0: the server's default) ordered by
 // name, after cursor (""; the first page), and the cursor of the next page
 // ("" at the end).
-func (c *Client) ListLimits(ctx context.Context, cursor string, n int) ([]Limit, string, error) {
+func (c *Client) ListLimits(ctx context.Context, cursor string, n int) ([]api.Limit, string, error) {
 	a, err := c.do(ctx, http.MethodGet, "/v1/limits", pageQuery(cursor, n), nil, callOpts{})
 	if err != nil {
 		return nil, "", err
@@ -60,11 +57,7 @@ func (c *Client) ListLimits(ctx context.Context, cursor string, n int) ([]Limit,
 	if err := decode(a, &p); err != nil {
 		return nil, "", err
 	}
-	out := make([]Limit, len(p.Items))
-	for i, d := range p.Items {
-		out[i] = limitOfDoc(d)
-	}
-	return out, p.Next(), nil
+	return p.Items, p.Next(), nil
 }
 
 // DeleteLimit removes the limit name with its buckets, holds and history.
@@ -78,24 +71,22 @@ func (c *Client) DeleteLimit(ctx context.Context, name string) error {
 
 // Bucket returns the state of the bucket (limit, key); a bucket never
 // written is empty with a nil UpdatedAt.
-func (c *Client) Bucket(ctx context.Context, limit, key string) (Bucket, error) {
+func (c *Client) Bucket(ctx context.Context, limit, key string) (api.BucketState, error) {
 	if err := checkBucket("", limit, key); err != nil {
-		return Bucket{}, err
+		return api.BucketState{}, err
 	}
 	a, err := c.do(ctx, http.MethodGet, bucketPath(limit, key), nil, nil, callOpts{})
 	if err != nil {
-		return Bucket{}, err
+		return api.BucketState{}, err
 	}
 	var d api.BucketState
-	if err := decode(a, &d); err != nil {
-		return Bucket{}, err
-	}
-	return bucketOfDoc(key, d), nil
+	err = decode(a, &d)
+	return d, err
 }
 
 // ListBuckets returns up to n buckets of limit that the store holds, in
 // key order, after cursor, and the next page's cursor ("" at the end).
-func (c *Client) ListBuckets(ctx context.Context, limit, cursor string, n int) ([]Bucket, string, error) {
+func (c *Client) ListBuckets(ctx context.Context, limit, cursor string, n int) ([]api.BucketListItem, string, error) {
 	a, err := c.do(ctx, http.MethodGet, "/v1/limits/"+esc(limit)+"/buckets", pageQuery(cursor, n), nil, callOpts{})
 	if err != nil {
 		return nil, "", err
@@ -104,11 +95,7 @@ func (c *Client) ListBuckets(ctx context.Context, limit, cursor string, n int) (
 	if err := decode(a, &p); err != nil {
 		return nil, "", err
 	}
-	out := make([]Bucket, len(p.Items))
-	for i, d := range p.Items {
-		out[i] = bucketOfDoc(d.Key, d.BucketState)
-	}
-	return out, p.Next(), nil
+	return p.Items, p.Next(), nil
 }
 
 // CanAccept asks whether a Fillup of cost would be accepted now (GET
@@ -182,13 +169,11 @@ func (c *Client) FillupMany(ctx context.Context, items []Item, opts ...CallOptio
 	if err := decode(a, &d, http.StatusTooManyRequests); err != nil {
 		return MultiDecision{}, err
 	}
-	out := MultiDecision{Accepted: d.Accepted, Items: make([]ItemDecision, len(d.Items)), RateLimitPolicy: a.header.Get("RateLimit-Policy"), RateLimit: a.header.Get("RateLimit")}
+	out := MultiDecision{MultiFillupResult: d, RateLimitPolicy: a.header.Get("RateLimit-Policy"), RateLimit: a.header.Get("RateLimit")}
 	never := false
-	for i, it := range d.Items {
-		dec := decisionOfDoc(it.Decision)
-		out.Items[i] = ItemDecision{Limit: it.Limit, Key: it.Key, Decision: dec}
-		never = never || dec.NeverFits
-		out.RetryAfter = max(out.RetryAfter, dec.RetryAfter)
+	for _, it := range d.Items {
+		never = never || it.NeverFits
+		out.RetryAfter = max(out.RetryAfter, it.RetryAfterDuration())
 	}
 	if never {
 		out.RetryAfter = 0
@@ -198,35 +183,31 @@ func (c *Client) FillupMany(ctx context.Context, items []Item, opts ...CallOptio
 
 // Drain lowers the bucket's level by amount (clamped at zero): refunds and
 // corrections. The Meta option is stored on the history entry.
-func (c *Client) Drain(ctx context.Context, limit, key string, amt decimal.Decimal, opts ...CallOption) (Drained, error) {
+func (c *Client) Drain(ctx context.Context, limit, key string, amt decimal.Decimal, opts ...CallOption) (api.Drained, error) {
 	if err := checkBucket("", limit, key); err != nil {
-		return Drained{}, err
+		return api.Drained{}, err
 	}
 	o := applyOpts(opts)
 	if err := checkAmount("amount", amt); err != nil {
-		return Drained{}, err
+		return api.Drained{}, err
 	}
 	if err := checkMeta("meta", o.meta); err != nil {
-		return Drained{}, err
+		return api.Drained{}, err
 	}
 	a, err := c.do(ctx, http.MethodPost, bucketPath(limit, key)+"/drain", nil, api.DrainRequest{Amount: amt, Meta: o.meta}, o)
 	if err != nil {
-		return Drained{}, err
+		return api.Drained{}, err
 	}
 	var d api.Drained
-	if err := decode(a, &d); err != nil {
-		return Drained{}, err
-	}
-	b := bucketOfDoc(key, api.BucketState{Level: d.Level, Held: d.Held, Remaining: d.Remaining, Capacity: d.Capacity, UpdatedAt: d.UpdatedAt,
-		PeriodStart: d.PeriodStart, ResetsAt: d.ResetsAt, Override: d.Override, Grants: d.Grants, Rollover: d.Rollover})
-	return Drained{Removed: d.Removed, Bucket: b, EntryID: optString(d.EntryID), Doc: d}, nil
+	err = decode(a, &d)
+	return d, err
 }
 
 // Reserve holds amount in the bucket for ttl (0: the server's default, 5m)
-// when it fits. When accepted, the hold is returned with the decision; when
-// denied, the Reservation is nil. The Meta option is stored on the history
-// entry.
-func (c *Client) Reserve(ctx context.Context, limit, key string, amt decimal.Decimal, ttl time.Duration, opts ...CallOption) (*Reservation, Decision, error) {
+// when it fits. When accepted, the hold is returned with the decision (the
+// two halves of budgetd's api.Reserved answer); when denied, the hold is
+// nil. The Meta option is stored on the history entry.
+func (c *Client) Reserve(ctx context.Context, limit, key string, amt decimal.Decimal, ttl time.Duration, opts ...CallOption) (*api.Reservation, Decision, error) {
 	if err := checkBucket("", limit, key); err != nil {
 		return nil, Decision{}, err
 	}
@@ -253,8 +234,7 @@ func (c *Client) Reserve(ctx context.Context, limit, key string, amt decimal.Dec
 	if err := decode(a, &r); err != nil {
 		return nil, Decision{}, err
 	}
-	res := reservationOfDoc(r.Reservation)
-	return &res, dec, nil
+	return &r.Reservation, dec, nil
 }
 
 // Commit ends the hold id and charges amt (nil: the held amount). A larger
@@ -262,60 +242,55 @@ func (c *Client) Reserve(ctx context.Context, limit, key string, amt decimal.Dec
 // Refusals are *Error values: reservation_expired (410),
 // reservation_closed (409), exceeds_hold (422). The Meta option is stored
 // on the history entry.
-func (c *Client) Commit(ctx context.Context, id string, amt *decimal.Decimal, overrun bool, opts ...CallOption) (Resolved, error) {
+func (c *Client) Commit(ctx context.Context, id string, amt *decimal.Decimal, overrun bool, opts ...CallOption) (api.Resolved, error) {
 	o := applyOpts(opts)
 	if amt != nil {
 		if err := checkAmount("amount", *amt); err != nil {
-			return Resolved{}, err
+			return api.Resolved{}, err
 		}
 	}
 	if err := checkMeta("meta", o.meta); err != nil {
-		return Resolved{}, err
+		return api.Resolved{}, err
 	}
 	return c.resolve(ctx, id, "commit", api.CommitRequest{Amount: amt, Overrun: overrun, Meta: o.meta}, o)
 }
 
 // Release ends the hold id without charging. The Meta option is stored on
 // the history entry.
-func (c *Client) Release(ctx context.Context, id string, opts ...CallOption) (Resolved, error) {
+func (c *Client) Release(ctx context.Context, id string, opts ...CallOption) (api.Resolved, error) {
 	o := applyOpts(opts)
 	if err := checkMeta("meta", o.meta); err != nil {
-		return Resolved{}, err
+		return api.Resolved{}, err
 	}
 	return c.resolve(ctx, id, "release", api.ReleaseRequest{Meta: o.meta}, o)
 }
 
-func (c *Client) resolve(ctx context.Context, id, verb string, body any, o callOpts) (Resolved, error) {
+func (c *Client) resolve(ctx context.Context, id, verb string, body any, o callOpts) (api.Resolved, error) {
 	if id == "" {
-		return Resolved{}, &Error{Code: api.CodeReservationNotFound, Field: "id", Detail: "the hold id is empty"}
+		return api.Resolved{}, &Error{Code: api.CodeReservationNotFound, Field: "id", Detail: "the hold id is empty"}
 	}
 	a, err := c.do(ctx, http.MethodPost, "/v1/reservations/"+esc(id)+"/"+verb, nil, body, o)
 	if err != nil {
-		return Resolved{}, err
+		return api.Resolved{}, err
 	}
 	var d api.Resolved
-	if err := decode(a, &d); err != nil {
-		return Resolved{}, err
-	}
-	r := reservationOfDoc(d.Reservation)
-	return Resolved{Reservation: r, Bucket: bucketOfDoc(r.Key, d.Bucket), Doc: d}, nil
+	err = decode(a, &d)
+	return d, err
 }
 
 // Reservation reads the hold id as it is now.
-func (c *Client) Reservation(ctx context.Context, id string) (Reservation, error) {
+func (c *Client) Reservation(ctx context.Context, id string) (api.Reservation, error) {
 	a, err := c.do(ctx, http.MethodGet, "/v1/reservations/"+esc(id), nil, nil, callOpts{})
 	if err != nil {
-		return Reservation{}, err
+		return api.Reservation{}, err
 	}
 	var d api.Reservation
-	if err := decode(a, &d); err != nil {
-		return Reservation{}, err
-	}
-	return reservationOfDoc(d), nil
+	err = decode(a, &d)
+	return d, err
 }
 
 // Holds lists the active holds of the bucket (limit, key).
-func (c *Client) Holds(ctx context.Context, limit, key string) ([]Reservation, error) {
+func (c *Client) Holds(ctx context.Context, limit, key string) ([]api.Reservation, error) {
 	if err := checkBucket("", limit, key); err != nil {
 		return nil, err
 	}
@@ -327,16 +302,12 @@ func (c *Client) Holds(ctx context.Context, limit, key string) ([]Reservation, e
 	if err := decode(a, &p); err != nil {
 		return nil, err
 	}
-	out := make([]Reservation, len(p.Items))
-	for i, d := range p.Items {
-		out[i] = reservationOfDoc(d)
-	}
-	return out, nil
+	return p.Items, nil
 }
 
 // History lists up to n entries of the bucket, newest first, after cursor,
 // and the next page's cursor ("" at the end).
-func (c *Client) History(ctx context.Context, limit, key, cursor string, n int) ([]Entry, string, error) {
+func (c *Client) History(ctx context.Context, limit, key, cursor string, n int) ([]api.HistoryEntry, string, error) {
 	if err := checkBucket("", limit, key); err != nil {
 		return nil, "", err
 	}
@@ -348,11 +319,7 @@ func (c *Client) History(ctx context.Context, limit, key, cursor string, n int) 
 	if err := decode(a, &p); err != nil {
 		return nil, "", err
 	}
-	out := make([]Entry, len(p.Items))
-	for i, d := range p.Items {
-		out[i] = entryOfDoc(d)
-	}
-	return out, p.Next(), nil
+	return p.Items, p.Next(), nil
 }
 
 func bucketPath(limit, key string) string {
@@ -377,8 +344,5 @@ func decisionOf(a answer) (Decision, error) {
 	if err := decode(a, &d, http.StatusTooManyRequests); err != nil {
 		return Decision{}, err
 	}
-	out := decisionOfDoc(d)
-	out.RateLimitPolicy = a.header.Get("RateLimit-Policy")
-	out.RateLimit = a.header.Get("RateLimit")
-	return out, nil
+	return Decision{Decision: d, RateLimitPolicy: a.header.Get("RateLimit-Policy"), RateLimit: a.header.Get("RateLimit")}, nil
 }

@@ -1,12 +1,13 @@
 // Package client is the Go client of budgetd: one typed call per endpoint of
 // its HTTP API (docs/api.md), amounts as exact decimals. It sends and reads
 // the documents of package api (the wire contract the server is tested
-// against) and hands them out as plain Go values: limits of every kind
-// (LimitSpec with Leak or Period), decisions and buckets with the bounds of a
-// period (PeriodStart, ResetsAt), holds and history with their meta.
-// Each answer also keeps the document budgetd sent as its Doc (an api
-// type), so a program that passes answers on, like budgetd's CLI with
-// --json, prints every member without a converter back to api.
+// against) and returns them as they are: an api.Limit, api.BucketState,
+// api.Drained, api.Resolved, api.Granted, api.Override, pages of api
+// documents; a Decision or MultiDecision embeds budgetd's api document and
+// adds the answer's RateLimit header fields. So a program that passes
+// answers on, like budgetd's CLI with --json, prints every member budgetd
+// sent, with no converter. Inputs with Go durations and times are the
+// client's own: LimitSpec (with Leak, Period or Window), Override, Item.
 //
 // A denial is an answer, not an error: CanAccept, Fillup and Reserve return
 // a Decision (FillupMany a MultiDecision) whose Accepted is false and whose
@@ -140,7 +141,7 @@ type Error struct {
 	Detail string
 	// Reservation is the hold a refusal is about (exceeds_hold,
 	// reservation_expired, reservation_closed); nil otherwise.
-	Reservation *Reservation
+	Reservation *api.Reservation
 	// NotBudgetd: the answer was not a budgetd problem document (no code):
 	// something else answered — a proxy, a load balancer, another service
 	// at that address. Code is then "http_" and the status, e.g. "http_404",
@@ -291,10 +292,7 @@ func problem(a answer) *Error {
 	var p api.Problem
 	if json.Unmarshal(a.body, &p) == nil {
 		e.Title, e.Detail, e.Code, e.Field = p.Title, p.Detail, p.Code, p.Field
-		if p.Reservation != nil {
-			r := reservationOfDoc(*p.Reservation)
-			e.Reservation = &r
-		}
+		e.Reservation = p.Reservation
 	}
 	if e.Code == "" {
 		e.NotBudgetd = true

@@ -36,7 +36,7 @@ func TestEveryCall(t *testing.T) {
 	c, _ := newBudgetd(t)
 	off := false
 	l, err := c.PutLimit(ctx, "spend", client.LimitSpec{Capacity: dec("100.50"), Leak: &client.Leak{Amount: dec("10"), Per: time.Hour}, History: &off})
-	if err != nil || !l.Capacity.Equal(dec("100.5")) || l.Leak.Per != time.Hour || l.History {
+	if err != nil || !l.Capacity.Equal(dec("100.5")) || l.Leak.Per != api.Duration(time.Hour) || l.History {
 		t.Fatalf("PutLimit: %+v %v", l, err)
 	}
 	if _, err := c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: dec("10"), Leak: &client.Leak{Amount: dec("1"), Per: time.Second}}); err != nil {
@@ -62,10 +62,10 @@ func TestEveryCall(t *testing.T) {
 		t.Fatalf("Fillup: %+v %v", d, err)
 	}
 	d, err = c.Fillup(ctx, "rows", key, dec("4"))
-	if err != nil || d.Accepted || d.RetryAfter != time.Second {
+	if err != nil || d.Accepted || d.RetryAfterDuration() != time.Second || d.RetryAfter.String() != "1" {
 		t.Fatalf("denied Fillup: %+v %v", d, err)
 	}
-	if d, err = c.CanAccept(ctx, "rows", key, dec("11")); err != nil || !d.NeverFits || d.RetryAfter != 0 {
+	if d, err = c.CanAccept(ctx, "rows", key, dec("11")); err != nil || !d.NeverFits || d.RetryAfter != nil {
 		t.Fatalf("CanAccept: %+v %v", d, err)
 	}
 	m, err := c.FillupMany(ctx, []client.Item{{Limit: "rows", Key: key, Cost: dec("3")}, {Limit: "spend", Key: "t", Cost: dec("100")}})
@@ -77,7 +77,7 @@ func TestEveryCall(t *testing.T) {
 		t.Fatalf("denied FillupMany: %+v %v", m, err)
 	}
 	dr, err := c.Drain(ctx, "rows", key, dec("4"))
-	if err != nil || !dr.Removed.Equal(dec("4")) || !dr.Bucket.Level.Equal(dec("6")) {
+	if err != nil || !dr.Removed.Equal(dec("4")) || !dr.Level.Equal(dec("6")) {
 		t.Fatalf("Drain: %+v %v", dr, err)
 	}
 	hold, d, err := c.Reserve(ctx, "rows", key, dec("3"), time.Minute)
@@ -283,7 +283,7 @@ func TestListings(t *testing.T) {
 		t.Fatalf("ListBuckets: %+v %q %v", bs, next, err)
 	}
 	hs, err := c.Holds(context.Background(), "rows", "a/b")
-	if err != nil || len(hs) != 1 || hs[0].ID != "h1" || hs[0].ExpiresAt.Sub(hs[0].CreatedAt) != 10*time.Minute {
+	if err != nil || len(hs) != 1 || hs[0].ID != "h1" || hs[0].ExpiresAt.Sub(hs[0].CreatedAt.Time) != 10*time.Minute {
 		t.Fatalf("Holds: %+v %v", hs, err)
 	}
 }
@@ -325,13 +325,13 @@ func TestModes(t *testing.T) {
 	c, _ := newBudgetd(t)
 	grace := dec("12.5")
 	l, err := c.PutLimit(ctx, "soft", client.LimitSpec{Capacity: dec("100"), Leak: &client.Leak{Amount: dec("1"), Per: time.Hour}, Mode: api.ModeSoft, Grace: &grace})
-	if err != nil || l.Mode != api.ModeSoft || !l.Grace.Equal(grace) {
+	if err != nil || l.Mode != api.ModeSoft || l.Grace == nil || !l.Grace.Value.Equal(grace) {
 		t.Fatalf("PutLimit soft: %+v %v", l, err)
 	}
 	if d, err := c.Fillup(ctx, "soft", "k", dec("112.5")); err != nil || !d.Accepted || !d.OverCapacity || d.ShadowDenied {
 		t.Fatalf("Fillup within the grace: %+v %v", d, err)
 	}
-	if l, err = c.PutLimit(ctx, "shadow", client.LimitSpec{Capacity: dec("1"), Leak: &client.Leak{Amount: dec("1"), Per: time.Hour}, Mode: api.ModeShadow}); err != nil || l.Mode != api.ModeShadow || !l.Grace.IsZero() {
+	if l, err = c.PutLimit(ctx, "shadow", client.LimitSpec{Capacity: dec("1"), Leak: &client.Leak{Amount: dec("1"), Per: time.Hour}, Mode: api.ModeShadow}); err != nil || l.Mode != api.ModeShadow || l.Grace != nil {
 		t.Fatalf("PutLimit shadow: %+v %v", l, err)
 	}
 	if d, err := c.CanAccept(ctx, "shadow", "k", dec("2")); err != nil || !d.Accepted || !d.ShadowDenied {

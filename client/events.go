@@ -6,41 +6,20 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/budgetd/budgetd/api"
-	"github.com/shopspring/decimal"
 )
 
-// Event is an event a write emitted (api.WebhookEvent): a threshold of a
-// bucket crossed or recovered, written in the same atomic step as the write.
-type Event struct {
-	// ID is the store's id of the event (the webhook-id header).
-	ID string
-	// Type is api.EventThresholdCrossed or api.EventThresholdRecovered.
-	Type string
-	// Time is the store's clock at the write.
-	Time       time.Time
-	Limit, Key string
-	// Threshold is the threshold as the limit lists it: "80%" or "4500".
-	Threshold string
-	// Used is the bucket's level + held after the write, Capacity its
-	// effective capacity then.
-	Used, Capacity decimal.Decimal
-	// PeriodStart is the start of the period of a periodic limit; nil for
-	// another kind.
-	PeriodStart *time.Time
-	// Doc is the document as budgetd sent it, every member included (the
-	// fields above are read from it): what a program that passes the
-	// answer on, like budgetd's CLI with --json, prints.
-	Doc api.WebhookEvent
-}
+// Event is an event a write emitted, as GET /v1/events lists it and a
+// webhook sends it: a threshold of a bucket crossed or recovered, written
+// in the same atomic step as the write. It is the document's own type.
+type Event = api.WebhookEvent
 
-// EventOf is the event of a document, as GET /v1/events lists it and a
-// webhook sends it.
-func EventOf(d api.WebhookEvent) Event {
-	return Event{ID: d.ID, Type: d.Type, Time: d.Time.Time, Limit: d.Limit, Key: d.Key, Threshold: d.Threshold, Used: d.Used, Capacity: d.Capacity, PeriodStart: optTime(d.PeriodStart), Doc: d}
-}
+// EventOf returns d: Event is api.WebhookEvent.
+//
+// Deprecated: use the api.WebhookEvent itself; kept for callers outside
+// this package (bench/chaos) until they drop the call.
+func EventOf(d api.WebhookEvent) Event { return d }
 
 // Events lists up to n events (0: budgetd's default page) after the cursor
 // after ("" for the oldest kept) and returns the cursor to continue from:
@@ -63,11 +42,7 @@ func (c *Client) Events(ctx context.Context, after string, n int) ([]Event, stri
 	if err := decode(a, &p); err != nil {
 		return nil, "", err
 	}
-	out := make([]Event, len(p.Items))
-	for i, d := range p.Items {
-		out[i] = EventOf(d)
-	}
-	return out, p.NextCursor, nil
+	return p.Items, p.NextCursor, nil
 }
 
 // BucketEvents lists up to n (0: budgetd's default of 20; at most 100) of
@@ -90,11 +65,7 @@ func (c *Client) BucketEvents(ctx context.Context, limit, key string, n int) ([]
 	if err := decode(a, &l); err != nil {
 		return nil, err
 	}
-	out := make([]Event, len(l.Items))
-	for i, d := range l.Items {
-		out[i] = EventOf(d)
-	}
-	return out, nil
+	return l.Items, nil
 }
 
 // AllEvents iterates over the events after the cursor after, page by page,

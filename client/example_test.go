@@ -38,7 +38,7 @@ func Example_rowCountPreCheck() {
 	}
 	rest := batch.Sub(now)
 	later, _ := c.CanAccept(ctx, "tenant-rows", "t42", rest)
-	fmt.Println("the other", rest, "rows fit in", later.RetryAfter)
+	fmt.Println("the other", rest, "rows fit in", later.RetryAfterDuration())
 	// Output:
 	// inserting 10000 rows now
 	// the other 15000 rows fit in 9m0s
@@ -91,7 +91,7 @@ func Example_reserveThenCommit() {
 	run := func(job string, work func() (decimal.Decimal, error)) {
 		hold, d, err := c.Reserve(ctx, "llm-dollars", "team-a", dec("2.00"), 10*time.Minute)
 		if err != nil || !d.Accepted {
-			fmt.Println(job, "not started:", err, d.RetryAfter)
+			fmt.Println(job, "not started:", err, d.RetryAfterDuration())
 			return
 		}
 		cost, err := work()

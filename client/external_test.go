@@ -51,7 +51,7 @@ func main() {
 	dec, err := bd.Fillup(ctx, "caller", "k", d("1.5"))
 	fmt.Println("fillup", dec.Accepted, dec.Remaining, err)
 	dec, err = bd.Fillup(ctx, "caller", "k", d("1"))
-	fmt.Println("fillup", dec.Accepted, dec.RetryAfter > 0, err)
+	fmt.Println("fillup", dec.Accepted, dec.RetryAfterDuration() > 0, err)
 	hold, _, err := bd.Reserve(ctx, "caller", "h", d("1"), time.Minute)
 	if err != nil {
 		panic(err)

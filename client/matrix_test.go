@@ -36,9 +36,9 @@ func TestMatrix(t *testing.T) {
 						t.Fatalf("%s: %v", what, err)
 					}
 				}
-				bounded := func(what string, start, resets *time.Time) {
+				bounded := func(what string, start, resets *api.Time) {
 					t.Helper()
-					if (resets != nil) != k.periodic || (start != nil) != k.periodic || (k.periodic && !resets.After(*start)) {
+					if (resets != nil) != k.periodic || (start != nil) != k.periodic || (k.periodic && !resets.After(start.Time)) {
 						t.Errorf("%s: period %v – %v", what, start, resets)
 					}
 				}
@@ -48,7 +48,7 @@ func TestMatrix(t *testing.T) {
 				if l.Kind() != k.kind || (l.Period != nil) != k.periodic {
 					t.Fatalf("PutLimit: %+v", l)
 				}
-				if k.kind == api.KindWindow && (l.Window.Length != 720*time.Hour || l.Window.Precision != time.Hour) {
+				if k.kind == api.KindWindow && (l.Window.Length != api.Duration(720*time.Hour) || l.Window.Precision != api.Duration(time.Hour)) {
 					t.Fatalf("PutLimit of a window: %+v (the default precision of 720h is 1h)", l.Window)
 				}
 				got, err := c.GetLimit(ctx, name)
@@ -95,7 +95,7 @@ func TestMatrix(t *testing.T) {
 				}
 				dr, err := c.Drain(ctx, name, "{t}a", dec("2"), client.Meta(map[string]string{"op": "drain"}))
 				must("Drain", err)
-				bounded("Drain", dr.Bucket.PeriodStart, dr.Bucket.ResetsAt)
+				bounded("Drain", dr.PeriodStart, dr.ResetsAt)
 				if !dr.Removed.Equal(dec("2")) {
 					t.Errorf("Drain removed %s", dr.Removed)
 				}

@@ -9,10 +9,12 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// Override is a limit's terms for one key (an exact Pattern) or for every
-// key that starts with a prefix (a Pattern ending in "*"), docs/terms.md.
-// A nil or zero term comes from the limit; set only terms of the limit's
-// own kind.
+// Override is the terms PutOverride writes for one key (an exact Pattern)
+// or for every key that starts with a prefix (a Pattern ending in "*"),
+// docs/terms.md, with Go durations and times. A nil or zero term comes
+// from the limit; set only terms of the limit's own kind. It is written as
+// an api.OverridePut; what budgetd answers, and what GetOverride and
+// ListOverrides return, is the api.Override.
 type Override struct {
 	Pattern string
 	// Capacity replaces the limit's capacity.
@@ -27,13 +29,6 @@ type Override struct {
 	WindowLength time.Duration
 	// ExpiresAt, when not nil, is when the override stops applying.
 	ExpiresAt *time.Time
-	// CreatedAt and UpdatedAt are set in answers; PutOverride ignores them.
-	CreatedAt time.Time
-	UpdatedAt time.Time
-	// Doc is the document as budgetd sent it, every member included (set in
-	// answers; PutOverride ignores it): what a program that passes the
-	// answer on, like budgetd's CLI with --json, prints.
-	Doc api.Override
 }
 
 func (o Override) doc() api.OverridePut {
@@ -58,23 +53,6 @@ func (o Override) doc() api.OverridePut {
 	return d
 }
 
-func overrideOfDoc(d api.Override) Override {
-	o := Override{Pattern: d.Pattern, Capacity: d.Capacity, ExpiresAt: optTime(d.ExpiresAt), CreatedAt: d.CreatedAt.Time, UpdatedAt: d.UpdatedAt.Time, Doc: d}
-	if d.Leak != nil {
-		o.Leak = &Leak{Amount: d.Leak.Amount, Per: time.Duration(d.Leak.Per)}
-	}
-	if d.Period != nil {
-		o.TZ = d.Period.TZ
-		if d.Period.StartDay != nil {
-			o.StartDay = *d.Period.StartDay
-		}
-	}
-	if d.Window != nil {
-		o.WindowLength = time.Duration(d.Window.Length)
-	}
-	return o
-}
-
 func overridePath(limit, pattern string) string {
 	return "/v1/limits/" + esc(limit) + "/overrides/" + esc(pattern)
 }
@@ -82,36 +60,32 @@ func overridePath(limit, pattern string) string {
 // PutOverride creates or replaces the override o.Pattern of the limit (PUT
 // /v1/limits/{name}/overrides/{pattern}, admin scope). On a store that
 // keeps no overrides it is an *Error with Code not_served.
-func (c *Client) PutOverride(ctx context.Context, limit string, o Override) (Override, error) {
+func (c *Client) PutOverride(ctx context.Context, limit string, o Override) (api.Override, error) {
 	a, err := c.do(ctx, http.MethodPut, overridePath(limit, o.Pattern), nil, o.doc(), callOpts{})
 	if err != nil {
-		return Override{}, err
+		return api.Override{}, err
 	}
 	var d api.Override
-	if err := decode(a, &d); err != nil {
-		return Override{}, err
-	}
-	return overrideOfDoc(d), nil
+	err = decode(a, &d)
+	return d, err
 }
 
 // GetOverride reads one override; none of that pattern (or an expired
 // one) is an *Error with Code override_not_found.
-func (c *Client) GetOverride(ctx context.Context, limit, pattern string) (Override, error) {
+func (c *Client) GetOverride(ctx context.Context, limit, pattern string) (api.Override, error) {
 	a, err := c.do(ctx, http.MethodGet, overridePath(limit, pattern), nil, nil, callOpts{})
 	if err != nil {
-		return Override{}, err
+		return api.Override{}, err
 	}
 	var d api.Override
-	if err := decode(a, &d); err != nil {
-		return Override{}, err
-	}
-	return overrideOfDoc(d), nil
+	err = decode(a, &d)
+	return d, err
 }
 
 // ListOverrides returns up to n of the limit's unexpired overrides (0: the
 // server's default) in byte order of pattern, after the page cursor ("" for
 // the first), and the cursor of the next page ("" at the end).
-func (c *Client) ListOverrides(ctx context.Context, limit, cursor string, n int) ([]Override, string, error) {
+func (c *Client) ListOverrides(ctx context.Context, limit, cursor string, n int) ([]api.Override, string, error) {
 	a, err := c.do(ctx, http.MethodGet, "/v1/limits/"+esc(limit)+"/overrides", pageQuery(cursor, n), nil, callOpts{})
 	if err != nil {
 		return nil, "", err
@@ -120,11 +94,7 @@ func (c *Client) ListOverrides(ctx context.Context, limit, cursor string, n int)
 	if err := decode(a, &p); err != nil {
 		return nil, "", err
 	}
-	out := make([]Override, len(p.Items))
-	for i, d := range p.Items {
-		out[i] = overrideOfDoc(d)
-	}
-	return out, p.Next(), nil
+	return p.Items, p.Next(), nil
 }
 
 // DeleteOverride removes one override (admin scope); the limit's terms, or

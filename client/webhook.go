@@ -88,7 +88,7 @@ func (v *WebhookVerifier) Verify(h http.Header, body []byte) (Event, error) {
 	if d.ID != id {
 		return Event{}, fmt.Errorf("%w: webhook-id %q is not the event's id %q", ErrWebhookSignature, id, d.ID)
 	}
-	return EventOf(d), nil
+	return d, nil
 }
 
 // SignWebhook returns the webhook-signature value budgetd sends for an

@@ -30,15 +30,15 @@ func TestEveryLimitKindRoundTrips(t *testing.T) {
 func everyLimitKindRoundTrips(t *testing.T, c *client.Client) {
 	ctx := context.Background()
 	monthly, err := c.PutLimit(ctx, "team-spend", client.LimitSpec{Capacity: dec("5000.00"), Period: &client.Period{Every: api.Month, TZ: "Europe/Berlin"}})
-	if err != nil || monthly.Kind() != api.KindPeriod || monthly.Leak != nil || monthly.Period.Every != api.Month || monthly.Period.TZ != "Europe/Berlin" || monthly.Period.StartDay != 1 || !monthly.Capacity.Equal(dec("5000")) {
+	if err != nil || monthly.Kind() != api.KindPeriod || monthly.Leak != nil || monthly.Period.Every != api.Month || monthly.Period.TZ != "Europe/Berlin" || monthly.Period.StartDay == nil || *monthly.Period.StartDay != 1 || !monthly.Capacity.Equal(dec("5000")) {
 		t.Fatalf("PutLimit monthly: %+v %v", monthly, err)
 	}
 	weekly, err := c.PutLimit(ctx, "weekly", client.LimitSpec{Capacity: dec("7"), Period: &client.Period{Every: api.Week, StartDay: 3}})
-	if err != nil || weekly.Period.TZ != "UTC" || weekly.Period.StartDay != 3 {
+	if err != nil || weekly.Period.TZ != "UTC" || weekly.Period.StartDay == nil || *weekly.Period.StartDay != 3 {
 		t.Fatalf("PutLimit weekly: %+v %v", weekly, err)
 	}
 	leaky, err := c.PutLimit(ctx, "rows", client.LimitSpec{Capacity: dec("10"), Leak: &client.Leak{Amount: dec("1.5"), Per: 90 * time.Minute}})
-	if err != nil || leaky.Kind() != api.KindLeak || leaky.Period != nil || leaky.Leak.Per != 90*time.Minute || !leaky.Leak.Amount.Equal(dec("1.5")) {
+	if err != nil || leaky.Kind() != api.KindLeak || leaky.Period != nil || leaky.Leak.Per != api.Duration(90*time.Minute) || !leaky.Leak.Amount.Equal(dec("1.5")) {
 		t.Fatalf("PutLimit leaky: %+v %v", leaky, err)
 	}
 	got, err := c.GetLimit(ctx, "team-spend")
@@ -56,7 +56,7 @@ func everyLimitKindRoundTrips(t *testing.T, c *client.Client) {
 	}
 
 	d, err := c.Fillup(ctx, "team-spend", "team-a", dec("12.37"))
-	if err != nil || !d.Accepted || d.PeriodStart == nil || d.ResetsAt == nil || !d.ResetsAt.After(*d.PeriodStart) {
+	if err != nil || !d.Accepted || d.PeriodStart == nil || d.ResetsAt == nil || !d.ResetsAt.After(d.PeriodStart.Time) {
 		t.Fatalf("Fillup monthly: %+v %v", d, err)
 	}
 	berlin, _ := time.LoadLocation("Europe/Berlin")
@@ -64,10 +64,10 @@ func everyLimitKindRoundTrips(t *testing.T, c *client.Client) {
 		t.Errorf("period starts %v, not at midnight of the 1st in Berlin", s)
 	}
 	b, err := c.Bucket(ctx, "team-spend", "team-a")
-	if err != nil || b.ResetsAt == nil || !b.ResetsAt.Equal(*d.ResetsAt) || !b.Level.Equal(dec("12.37")) {
+	if err != nil || b.ResetsAt == nil || !b.ResetsAt.Equal(d.ResetsAt.Time) || !b.Level.Equal(dec("12.37")) {
 		t.Fatalf("Bucket monthly: %+v %v", b, err)
 	}
-	if d, err = c.CanAccept(ctx, "team-spend", "team-a", dec("6000")); err != nil || d.Accepted || d.ResetsAt == nil || d.RetryAfter <= 0 {
+	if d, err = c.CanAccept(ctx, "team-spend", "team-a", dec("6000")); err != nil || d.Accepted || d.ResetsAt == nil || d.RetryAfterDuration() <= 0 {
 		t.Fatalf("CanAccept monthly: %+v %v", d, err)
 	}
 	bs, _, err := c.ListBuckets(ctx, "team-spend", "", 0)

@@ -162,7 +162,7 @@ func (l *Limiter) charge(w http.ResponseWriter, r *http.Request) verdict {
 			return l.failed(w, r, err)
 		}
 		if !d.Accepted {
-			dn = &denial{d.RetryAfter, d.NeverFits, d.RateLimitPolicy, d.RateLimit}
+			dn = &denial{d.RetryAfterDuration(), d.NeverFits, d.RateLimitPolicy, d.RateLimit}
 		}
 		setRateLimit(w, d.RateLimitPolicy, d.RateLimit)
 	} else {
@@ -315,7 +315,7 @@ func (l *Limiter) reserve(w http.ResponseWriter, r *http.Request) (*holds, *http
 		policies, states = append(policies, d.RateLimitPolicy), append(states, d.RateLimit)
 		if !d.Accepted {
 			l.resolve(r, h, nil, false)
-			l.deny(w, denial{d.RetryAfter, d.NeverFits, join(policies), join(states)})
+			l.deny(w, denial{d.RetryAfterDuration(), d.NeverFits, join(policies), join(states)})
 			return nil, r, refused
 		}
 		h.ids = append(h.ids, hold.ID)

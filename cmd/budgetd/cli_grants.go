@@ -61,17 +61,13 @@ func (c *cli) grants(ctx context.Context, cl *client.Client) error {
 
 // printGrants prints grants as a table, or with --json budgetd's page of
 // them (every grant is on one page).
-func (c *cli) printGrants(gs []client.Grant) error {
+func (c *cli) printGrants(gs []api.Grant) error {
 	if c.json {
-		docs := make([]api.Grant, len(gs))
-		for i, g := range gs {
-			docs[i] = g.Doc
-		}
-		return c.printJSON(api.Page[api.Grant]{Items: docs})
+		return c.printJSON(api.Page[api.Grant]{Items: nonNil(gs)})
 	}
 	rows := make([][]string, len(gs))
 	for i, g := range gs {
-		rows[i] = []string{g.ID, g.Amount.String(), fmtTime(g.CreatedAt), fmtTime(g.ExpiresAt)}
+		rows[i] = []string{g.ID, g.Amount.String(), g.CreatedAt.String(), g.ExpiresAt.String()}
 	}
 	c.table("ID\tAMOUNT\tCREATED\tUNTIL", rows)
 	return nil
@@ -79,11 +75,11 @@ func (c *cli) printGrants(gs []client.Grant) error {
 
 // printGranted prints a grant or a revocation with the bucket's capacity
 // after it.
-func (c *cli) printGranted(g client.Granted) error {
+func (c *cli) printGranted(g api.Granted) error {
 	if c.json {
-		return c.printJSON(g.Doc)
+		return c.printJSON(g)
 	}
-	c.table("ID\tAMOUNT\tUNTIL\tCAPACITY\tGRANTS", [][]string{{g.Grant.ID, g.Grant.Amount.String(), fmtTime(g.Grant.ExpiresAt), g.Bucket.Capacity.String(), g.Bucket.Grants.String()}})
+	c.table("ID\tAMOUNT\tUNTIL\tCAPACITY\tGRANTS", [][]string{{g.Grant.ID, g.Grant.Amount.String(), g.Grant.ExpiresAt.String(), g.Bucket.Capacity.String(), g.Bucket.Grants.String()}})
 	return nil
 }
 

@@ -72,7 +72,7 @@ func (c *cli) limitsList(ctx context.Context, cl *client.Client) error {
 	if err := c.want("limits list", 0, 0); err != nil {
 		return err
 	}
-	var all []client.Limit
+	var all []api.Limit
 	cursor := c.cursor
 	for {
 		ls, next, err := cl.ListLimits(ctx, cursor, 1000)
@@ -151,25 +151,26 @@ func (c *cli) limitsSet(ctx context.Context, cl *client.Client) error {
 	return c.printLimit(ctx, cl, l)
 }
 
-// specOf is the limit l as a spec that writes it back unchanged.
-func specOf(l client.Limit) client.LimitSpec {
+// specOf is the limit document l as the spec that writes it back
+// unchanged (the CLI's flags are Go durations and numbers, as a spec's).
+func specOf(l api.Limit) client.LimitSpec {
 	history, denials := l.History, l.RecordDenials
 	s := client.LimitSpec{Capacity: l.Capacity, History: &history, RecordDenials: &denials, Mode: l.Mode, Thresholds: l.Thresholds}
-	if l.Mode == api.ModeSoft {
-		g := l.Grace
+	if l.Mode == api.ModeSoft && l.Grace != nil {
+		g := l.Grace.Value
 		s.Grace = &g
 	}
 	if l.Leak != nil {
-		v := *l.Leak
-		s.Leak = &v
+		s.Leak = &client.Leak{Amount: l.Leak.Amount, Per: time.Duration(l.Leak.Per)}
 	}
 	if l.Period != nil {
-		v := *l.Period
-		s.Period = &v
+		s.Period = &client.Period{Every: l.Period.Every, TZ: l.Period.TZ}
+		if l.Period.StartDay != nil { // none for days and years
+			s.Period.StartDay = *l.Period.StartDay
+		}
 	}
 	if l.Window != nil {
-		v := *l.Window
-		s.Window = &v
+		s.Window = &client.Window{Length: time.Duration(l.Window.Length), Precision: time.Duration(l.Window.Precision)}
 	}
 	if l.Rollover != nil {
 		v := *l.Rollover
@@ -298,7 +299,7 @@ func (c *cli) applyKind(spec *client.LimitSpec) error {
 
 // wouldDrop lists what writing spec over the limit old would drop or reset
 // that the command line does not name.
-func (c *cli) wouldDrop(old client.Limit, spec client.LimitSpec) []string {
+func (c *cli) wouldDrop(old api.Limit, spec client.LimitSpec) []string {
 	var lost []string
 	if len(old.Thresholds) > 0 && !c.named["threshold"] {
 		lost = append(lost, "thresholds "+strings.Join(old.Thresholds, ", ")+" (--threshold)")
@@ -309,11 +310,11 @@ func (c *cli) wouldDrop(old client.Limit, spec client.LimitSpec) []string {
 	if old.Mode != api.ModeEnforce && old.Mode != "" && !c.named["mode"] {
 		m := "mode " + string(old.Mode)
 		if old.Mode == api.ModeSoft {
-			m += " with grace " + old.Grace.String() + "%"
+			m += " with grace " + grace(old)
 		}
 		lost = append(lost, m+" (--mode)")
-	} else if old.Mode == api.ModeSoft && spec.Mode == api.ModeSoft && !c.named["grace"] && !old.Grace.IsZero() {
-		lost = append(lost, "grace "+old.Grace.String()+"% (--grace)")
+	} else if old.Mode == api.ModeSoft && spec.Mode == api.ModeSoft && !c.named["grace"] && old.Grace != nil && !old.Grace.Value.IsZero() {
+		lost = append(lost, "grace "+grace(old)+" (--grace)")
 	}
 	if old.RecordDenials && !c.named["record-denials"] {
 		lost = append(lost, "record_denials (--record-denials)")
@@ -325,14 +326,14 @@ func (c *cli) wouldDrop(old client.Limit, spec client.LimitSpec) []string {
 		if old.Period.TZ != "" && old.Period.TZ != "UTC" && !c.named["tz"] {
 			lost = append(lost, "time zone "+old.Period.TZ+" (--tz)")
 		}
-		if old.Period.Every == spec.Period.Every && old.Period.StartDay > 1 && !c.named["start-day"] {
-			lost = append(lost, "start day "+itoa(old.Period.StartDay)+" (--start-day)")
+		if old.Period.Every == spec.Period.Every && startDay(old.Period) > 1 && !c.named["start-day"] {
+			lost = append(lost, "start day "+itoa(startDay(old.Period))+" (--start-day)")
 		}
 	}
 	if old.Window != nil && spec.Window != nil && !c.named["precision"] {
 		// Lost only if it was not the default of the old length.
-		if def, _ := api.DefaultPrecision(old.Window.Length); def != old.Window.Precision {
-			lost = append(lost, "precision "+api.Duration(old.Window.Precision).String()+" (--precision)")
+		if def, _ := api.DefaultPrecision(time.Duration(old.Window.Length)); api.Duration(def) != old.Window.Precision {
+			lost = append(lost, "precision "+old.Window.Precision.String()+" (--precision)")
 		}
 	}
 	return lost
@@ -340,13 +341,13 @@ func (c *cli) wouldDrop(old client.Limit, spec client.LimitSpec) []string {
 
 // printLimit prints one limit: every field of it for people (what a put
 // would otherwise drop unseen), its document with --json.
-func (c *cli) printLimit(ctx context.Context, cl *client.Client, l client.Limit) error {
+func (c *cli) printLimit(ctx context.Context, cl *client.Client, l api.Limit) error {
 	if c.json {
-		return c.printJSON(l.Doc)
+		return c.printJSON(l)
 	}
 	mode := string(l.Mode)
 	if l.Mode == api.ModeSoft {
-		mode += ", grace " + l.Grace.String() + "%"
+		mode += ", grace " + grace(l)
 	}
 	thresholds := "none"
 	if len(l.Thresholds) > 0 {
@@ -369,7 +370,7 @@ func (c *cli) printLimit(ctx context.Context, cl *client.Client, l client.Limit)
 	if l.Period != nil {
 		rows = append(rows, []string{"resets at", resetsAt(ctx, cl, l)})
 	}
-	rows = append(rows, []string{"created", fmtTime(l.CreatedAt)}, []string{"updated", fmtTime(l.UpdatedAt)})
+	rows = append(rows, []string{"created", l.CreatedAt.String()}, []string{"updated", l.UpdatedAt.String()})
 	w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	for _, r := range rows {
 		fmt.Fprintf(w, "%s:\t%s\n", r[0], r[1])

@@ -22,7 +22,7 @@ func (c *cli) overrides(ctx context.Context, cl *client.Client) error {
 		if err := c.want("overrides list", 1, 1); err != nil {
 			return err
 		}
-		var all []client.Override
+		var all []api.Override
 		cursor := c.cursor
 		for {
 			os, next, err := cl.ListOverrides(ctx, c.args[0], cursor, 1000)
@@ -44,20 +44,20 @@ func (c *cli) overrides(ctx context.Context, cl *client.Client) error {
 		if err != nil {
 			return err
 		}
-		return c.printOverrides([]client.Override{o}, true)
+		return c.printOverrides([]api.Override{o}, true)
 	case "put":
 		if err := c.want("overrides put", 2, 2); err != nil {
 			return err
 		}
-		o, err := c.overrideSpec(c.args[1])
+		spec, err := c.overrideSpec(c.args[1])
 		if err != nil {
 			return err
 		}
-		o, err = cl.PutOverride(ctx, c.args[0], o)
+		o, err := cl.PutOverride(ctx, c.args[0], spec)
 		if err != nil {
 			return err
 		}
-		return c.printOverrides([]client.Override{o}, true)
+		return c.printOverrides([]api.Override{o}, true)
 	case "delete":
 		if err := c.want("overrides delete", 2, 2); err != nil {
 			return err
@@ -115,16 +115,12 @@ func (c *cli) overrideSpec(pattern string) (client.Override, error) {
 // printOverrides prints overrides as a table, or with --json budgetd's
 // document of one override (get, put) or its page of them (list, every page
 // read).
-func (c *cli) printOverrides(os []client.Override, one bool) error {
+func (c *cli) printOverrides(os []api.Override, one bool) error {
 	if c.json {
 		if one {
-			return c.printJSON(os[0].Doc)
+			return c.printJSON(os[0])
 		}
-		docs := make([]api.Override, len(os))
-		for i, o := range os {
-			docs[i] = o.Doc
-		}
-		return c.printJSON(api.Page[api.Override]{Items: docs})
+		return c.printJSON(api.Page[api.Override]{Items: nonNil(os)})
 	}
 	rows := make([][]string, len(os))
 	for i, o := range os {
@@ -133,19 +129,19 @@ func (c *cli) printOverrides(os []client.Override, one bool) error {
 			capacity = o.Capacity.String()
 		}
 		if o.Leak != nil {
-			leak = o.Leak.Amount.String() + "/" + api.Duration(o.Leak.Per).String()
+			leak = o.Leak.Amount.String() + "/" + o.Leak.Per.String()
 		}
-		if o.TZ != "" || o.StartDay != 0 {
-			period = strings.TrimSpace(o.TZ + " day " + itoa(o.StartDay))
-			if o.StartDay == 0 {
-				period = o.TZ
+		if p := o.Period; p != nil {
+			period = p.TZ
+			if p.StartDay != nil {
+				period = strings.TrimSpace(p.TZ + " day " + itoa(*p.StartDay))
 			}
 		}
-		if o.WindowLength != 0 {
-			window = api.Duration(o.WindowLength).String()
+		if o.Window != nil {
+			window = o.Window.Length.String()
 		}
 		if o.ExpiresAt != nil {
-			until = fmtTime(*o.ExpiresAt)
+			until = o.ExpiresAt.String()
 		}
 		rows[i] = []string{o.Pattern, capacity, leak, period, window, until}
 	}

@@ -23,11 +23,11 @@ const cliTime = "2006-01-02T15:04:05.000000Z"
 func fmtTime(t time.Time) string { return t.UTC().Format(cliTime) }
 
 // optTime writes a time that may be absent, "-" when it is.
-func optTime(t *time.Time) string {
+func optTime(t *api.Time) string {
 	if t == nil {
 		return "-"
 	}
-	return fmtTime(*t)
+	return fmtTime(t.Time)
 }
 
 // wait writes how long until a cost fits for people: a Go duration rounded
@@ -67,28 +67,45 @@ func (c *cli) table(header string, rows [][]string) {
 // rule says in words how a limit refills: "5000 per 720h", "per month
 // from day 1, Europe/Berlin" or "in any 1m (slots of 1s)", and its mode
 // when it is not enforce: "…, shadow" or "…, soft +10%".
-func rule(l client.Limit) string {
+func rule(l api.Limit) string {
 	switch l.Mode {
 	case api.ModeShadow:
 		return refill(l) + ", shadow"
 	case api.ModeSoft:
-		return refill(l) + ", soft +" + l.Grace.String() + "%"
+		return refill(l) + ", soft +" + grace(l)
 	}
 	return refill(l)
 }
 
+// grace writes a soft limit's grace, "0%" when the document has none.
+func grace(l api.Limit) string {
+	if l.Grace == nil {
+		return "0%"
+	}
+	return l.Grace.String()
+}
+
+// startDay is the start day of a period, 1 (the default) when the
+// document has none.
+func startDay(p *api.Period) int {
+	if p == nil || p.StartDay == nil {
+		return 1
+	}
+	return *p.StartDay
+}
+
 // refill says in words how a limit refills.
-func refill(l client.Limit) string {
+func refill(l api.Limit) string {
 	switch {
 	case l.Window != nil:
-		return "in any " + api.Duration(l.Window.Length).String() + " (slots of " + api.Duration(l.Window.Precision).String() + ")"
+		return "in any " + l.Window.Length.String() + " (slots of " + l.Window.Precision.String() + ")"
 	case l.Period != nil:
 		s := "per " + string(l.Period.Every)
 		switch l.Period.Every {
 		case api.Month, api.Quarter:
-			s += " from day " + itoa(l.Period.StartDay)
+			s += " from day " + itoa(startDay(l.Period))
 		case api.Week:
-			s += " from " + time.Weekday(l.Period.StartDay%7).String()
+			s += " from " + time.Weekday(startDay(l.Period)%7).String()
 		}
 		s += ", " + l.Period.TZ
 		if l.Rollover != nil {
@@ -96,7 +113,7 @@ func refill(l client.Limit) string {
 		}
 		return s
 	case l.Leak != nil:
-		return l.Leak.Amount.String() + " per " + api.Duration(l.Leak.Per).String()
+		return l.Leak.Amount.String() + " per " + l.Leak.Per.String()
 	}
 	return "-"
 }
@@ -104,7 +121,7 @@ func refill(l client.Limit) string {
 // resetsAt asks budgetd when the current period of a periodic limit ends
 // (every bucket of a limit shares its periods; reading a bucket never
 // written changes nothing): "-" for a leaky limit or when it cannot say.
-func resetsAt(ctx context.Context, cl *client.Client, l client.Limit) string {
+func resetsAt(ctx context.Context, cl *client.Client, l api.Limit) string {
 	if l.Period == nil {
 		return "-"
 	}
@@ -117,29 +134,25 @@ func resetsAt(ctx context.Context, cl *client.Client, l client.Limit) string {
 
 // printLimits prints a list of limits: a table, or budgetd's page of them
 // with --json (every page read).
-func (c *cli) printLimits(ctx context.Context, cl *client.Client, ls []client.Limit) error {
+func (c *cli) printLimits(ctx context.Context, cl *client.Client, ls []api.Limit) error {
 	if c.json {
-		out := make([]api.Limit, len(ls))
-		for i, l := range ls {
-			out[i] = l.Doc
-		}
-		return c.printJSON(api.Page[api.Limit]{Items: out})
+		return c.printJSON(api.Page[api.Limit]{Items: nonNil(ls)})
 	}
 	rows := make([][]string, len(ls))
 	for i, l := range ls {
-		rows[i] = []string{l.Name, l.Capacity.String(), rule(l), resetsAt(ctx, cl, l), fmt.Sprint(l.History), fmtTime(l.UpdatedAt)}
+		rows[i] = []string{l.Name, l.Capacity.String(), rule(l), resetsAt(ctx, cl, l), fmt.Sprint(l.History), l.UpdatedAt.String()}
 	}
 	c.table("NAME\tCAPACITY\tRULE\tRESETS AT\tHISTORY\tUPDATED", rows)
 	return nil
 }
 
-func (c *cli) printBucket(b client.Bucket) error {
+func (c *cli) printBucket(b api.BucketState) error {
 	if c.json {
-		return c.printJSON(b.Doc)
+		return c.printJSON(b)
 	}
 	updated := "never"
 	if b.UpdatedAt != nil {
-		updated = fmtTime(*b.UpdatedAt)
+		updated = b.UpdatedAt.String()
 	}
 	c.table("LEVEL\tHELD\tREMAINING\tCAPACITY\tUPDATED\tRESETS AT", [][]string{{b.Level.String(), b.Held.String(), b.Remaining.String(), b.Capacity.String(), updated, optTime(b.ResetsAt)}})
 	return nil
@@ -149,7 +162,7 @@ func (c *cli) printBucket(b client.Bucket) error {
 // exitDenied.
 func (c *cli) printDecision(d client.Decision) error {
 	if c.json {
-		if err := c.printJSON(d.Doc); err != nil {
+		if err := c.printJSON(d.Decision); err != nil {
 			return err
 		}
 	} else {
@@ -164,7 +177,7 @@ func (c *cli) decisionTable(d client.Decision) {
 	case d.NeverFits:
 		verdict, after = "denied", "never fits"
 	case !d.Accepted:
-		verdict, after = "denied", wait(d.RetryAfter, c.sent)
+		verdict, after = "denied", wait(d.RetryAfterDuration(), c.sent)
 	case d.ShadowDenied:
 		verdict = "accepted (shadow: enforce denies)"
 	case d.OverCapacity:
@@ -179,18 +192,18 @@ func (c *cli) denial(d client.Decision) error {
 	case d.NeverFits:
 		return cliError{exitDenied, "denied: the cost is larger than the capacity and never fits"}
 	case !d.Accepted:
-		return cliError{exitDenied, "denied: retry after " + wait(d.RetryAfter, c.sent)}
+		return cliError{exitDenied, "denied: retry after " + wait(d.RetryAfterDuration(), c.sent)}
 	}
 	return nil
 }
 
 // printReserved prints a Reserve: the hold (only its id with -q, for
 // hold=$(budgetd reserve … -q)), or the denial.
-func (c *cli) printReserved(h *client.Reservation, d client.Decision) error {
+func (c *cli) printReserved(h *api.Reservation, d client.Decision) error {
 	switch {
 	case h == nil && c.quiet:
 	case h == nil && c.json:
-		if err := c.printJSON(d.Doc); err != nil {
+		if err := c.printJSON(d.Decision); err != nil {
 			return err
 		}
 	case h == nil:
@@ -198,16 +211,17 @@ func (c *cli) printReserved(h *client.Reservation, d client.Decision) error {
 	case c.quiet:
 		fmt.Fprintln(c.stdout, h.ID)
 	case c.json:
-		return c.printJSON(api.Reserved{Reservation: h.Doc, Decision: d.Doc})
+		// budgetd's answer is the hold and the decision side by side.
+		return c.printJSON(api.Reserved{Reservation: *h, Decision: d.Decision})
 	default:
-		c.table("ID\tAMOUNT\tEXPIRES\tLEVEL\tHELD\tREMAINING\tRESETS AT", [][]string{{h.ID, h.Amount.String(), fmtTime(h.ExpiresAt), d.Level.String(), d.Held.String(), d.Remaining.String(), optTime(d.ResetsAt)}})
+		c.table("ID\tAMOUNT\tEXPIRES\tLEVEL\tHELD\tREMAINING\tRESETS AT", [][]string{{h.ID, h.Amount.String(), h.ExpiresAt.String(), d.Level.String(), d.Held.String(), d.Remaining.String(), optTime(d.ResetsAt)}})
 	}
 	return c.denial(d)
 }
 
-func (c *cli) printResolved(r client.Resolved) error {
+func (c *cli) printResolved(r api.Resolved) error {
 	if c.json {
-		return c.printJSON(r.Doc)
+		return c.printJSON(r)
 	}
 	charged := "-"
 	if r.Reservation.CommittedAmount != nil {
@@ -218,39 +232,30 @@ func (c *cli) printResolved(r client.Resolved) error {
 	return nil
 }
 
-func (c *cli) printDrained(d client.Drained) error {
-	b := d.Bucket
+func (c *cli) printDrained(d api.Drained) error {
 	if c.json {
-		return c.printJSON(d.Doc)
+		return c.printJSON(d)
 	}
-	c.table("REMOVED\tLEVEL\tHELD\tREMAINING\tCAPACITY", [][]string{{d.Removed.String(), b.Level.String(), b.Held.String(), b.Remaining.String(), b.Capacity.String()}})
+	c.table("REMOVED\tLEVEL\tHELD\tREMAINING\tCAPACITY", [][]string{{d.Removed.String(), d.Level.String(), d.Held.String(), d.Remaining.String(), d.Capacity.String()}})
 	return nil
 }
 
-func (c *cli) printEvents(es []client.Event, next string) error {
+func (c *cli) printEvents(es []api.WebhookEvent, next string) error {
 	if c.json {
-		out := make([]api.WebhookEvent, len(es))
-		for i, e := range es {
-			out[i] = e.Doc
-		}
-		return c.printJSON(api.EventPage{Items: out, NextCursor: next})
+		return c.printJSON(api.EventPage{Items: es, NextCursor: next})
 	}
 	rows := make([][]string, len(es))
 	for i, e := range es {
-		rows[i] = []string{fmtTime(e.Time), e.Type, e.Limit, e.Key, e.Threshold, e.Used.String(), e.Capacity.String(), e.ID}
+		rows[i] = []string{e.Time.String(), e.Type, e.Limit, e.Key, e.Threshold, e.Used.String(), e.Capacity.String(), e.ID}
 	}
 	c.table("TIME\tTYPE\tLIMIT\tKEY\tTHRESHOLD\tUSED\tCAPACITY\tID", rows)
 	fmt.Fprintf(c.stdout, "next: --after %s\n", next)
 	return nil
 }
 
-func (c *cli) printHistory(es []client.Entry, next string) error {
+func (c *cli) printHistory(es []api.HistoryEntry, next string) error {
 	if c.json {
-		out := make([]api.HistoryEntry, len(es))
-		for i, e := range es {
-			out[i] = e.Doc
-		}
-		p := api.Page[api.HistoryEntry]{Items: out}
+		p := api.Page[api.HistoryEntry]{Items: es}
 		if next != "" {
 			p.NextCursor = &next
 		}
@@ -258,7 +263,7 @@ func (c *cli) printHistory(es []client.Entry, next string) error {
 	}
 	rows := make([][]string, len(es))
 	for i, e := range es {
-		rows[i] = []string{fmtTime(e.Time), string(e.Event), e.Amount.String(), or(e.ReservationID, "-"), metaText(e.Meta), e.ID}
+		rows[i] = []string{e.Time.String(), string(e.Event), e.Amount.String(), or(e.ReservationID, "-"), metaText(e.Meta), e.ID}
 	}
 	c.table("TIME\tEVENT\tAMOUNT\tRESERVATION\tMETA\tID", rows)
 	if next != "" {
@@ -279,18 +284,22 @@ func metaText(m map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-func (c *cli) printHolds(hs []client.Reservation) error {
+func (c *cli) printHolds(hs []api.Reservation) error {
 	if c.json {
-		out := make([]api.Reservation, len(hs))
-		for i, h := range hs {
-			out[i] = h.Doc
-		}
-		return c.printJSON(api.ReservationList{Items: out})
+		return c.printJSON(api.ReservationList{Items: hs})
 	}
 	rows := make([][]string, len(hs))
 	for i, h := range hs {
-		rows[i] = []string{h.ID, string(h.State), h.Amount.String(), fmtTime(h.ExpiresAt)}
+		rows[i] = []string{h.ID, string(h.State), h.Amount.String(), h.ExpiresAt.String()}
 	}
 	c.table("ID\tSTATE\tAMOUNT\tEXPIRES", rows)
 	return nil
+}
+
+// nonNil is s, or an empty slice for nil: a page's items are never null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
