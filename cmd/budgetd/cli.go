@@ -94,9 +94,11 @@ Operator commands (on a running budgetd):
                                                        TIME (RFC 3339, or +DURATION from now), e.g. a
                                                        raise for three days: --capacity 8000 --expires-at +72h
   budgetd overrides delete LIMIT PATTERN               delete an override (the limit's terms apply again)
-  budgetd grants add LIMIT KEY AMOUNT [--expires-at TIME|+DURATION]
+  budgetd grants add LIMIT KEY AMOUNT [--expires-at TIME|+DURATION] [-q]
                                                        add AMOUNT to the bucket's capacity until TIME (default
-                                                       for a periodic limit: the end of the current period)
+                                                       for a periodic limit: the end of the current period);
+                                                       -q prints only the grant id:
+                                                         grant=$(budgetd grants add team-spend team-a 500 -q)
   budgetd grants list LIMIT KEY                        the bucket's active grants
   budgetd grants revoke LIMIT KEY ID                   revoke a grant (its amount counts no more)
   budgetd check LIMIT KEY [COST]                       a bucket's state, or CanAccept of COST (changes nothing)

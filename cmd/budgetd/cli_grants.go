@@ -74,9 +74,14 @@ func (c *cli) printGrants(gs []api.Grant) error {
 }
 
 // printGranted prints a grant or a revocation with the bucket's capacity
-// after it.
+// after it; with -q only the grant's id, for
+// grant=$(budgetd grants add … -q).
 func (c *cli) printGranted(g api.Granted) error {
-	if c.json {
+	switch {
+	case c.quiet:
+		_, err := fmt.Fprintln(c.stdout, g.Grant.ID)
+		return err
+	case c.json:
 		return c.printJSON(g)
 	}
 	c.table("ID\tAMOUNT\tUNTIL\tCAPACITY\tGRANTS", [][]string{{g.Grant.ID, g.Grant.Amount.String(), g.Grant.ExpiresAt.String(), g.Bucket.Capacity.String(), g.Bucket.Grants.String()}})

@@ -41,3 +41,24 @@ func TestCLIGrants(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIGrantsQuiet: budgetd grants add -q prints the grant's id and
+// nothing else, so that grant=$(budgetd grants add … -q) names the grant
+// that budgetd grants revoke then takes.
+func TestCLIGrantsQuiet(t *testing.T) {
+	server := startBudgetd(t)
+	if out, code := cliRun(t, server, "limits", "put", "team-spend", "--capacity", "5000", "--period", "month"); code != 0 {
+		t.Fatalf("limits put: exit %d\n%s", code, out)
+	}
+	out, code := cliRun(t, server, "grants", "add", "team-spend", "team-b", "500", "-q")
+	id := strings.TrimSuffix(out, "\n")
+	if code != 0 || id == "" || strings.ContainsAny(id, " \t\n") {
+		t.Fatalf("grants add -q: exit %d, printed %q; want the grant's id alone on a line", code, out)
+	}
+	if out, code := cliRun(t, server, "grants", "list", "team-spend", "team-b", "--json"); code != 0 || !strings.Contains(out, `"id": "`+id+`"`) {
+		t.Fatalf("grants list: exit %d; the id %q printed by -q is not the grant's:\n%s", code, id, out)
+	}
+	if out, code := cliRun(t, server, "grants", "revoke", "team-spend", "team-b", id, "-q"); code != 0 || out != id+"\n" {
+		t.Fatalf("grants revoke -q: exit %d, printed %q; want %q", code, out, id+"\n")
+	}
+}
