@@ -217,6 +217,13 @@ func cliRoundTrip(t *testing.T, store ledger.Store, clock *ledgertest.Clock, alo
 		"--threshold", "80%", "--threshold", "4500", "--record-denials", "--mode", "soft", "--grace", "10%")
 	same(0, "GET", limit, "limits", "get", name)
 	same(0, "PUT", limit, "limits", "set", name, "--capacity", "5000")
+	// The other kinds of limit document: a leak, and a window with its
+	// precision (null members where a period has values).
+	same(0, "PUT", limit+"-leak", "limits", "put", name+"-leak", "--capacity", "10", "--leak", "1/1s", "--mode", "shadow")
+	same(0, "GET", limit+"-leak/buckets/a/can-accept", "check", name+"-leak", "a", "11")
+	same(0, "PUT", limit+"-window", "limits", "put", name+"-window", "--capacity", "5", "--window", "1m", "--precision", "2s", "--history=false")
+	same(0, "PUT", limit+"-window", "limits", "set", name+"-window", "--capacity", "6")
+	same(0, "GET", limit+"-window", "limits", "get", name+"-window")
 	if alone {
 		same(0, "GET", "/v1/limits", "limits", "list")
 	}
@@ -250,6 +257,10 @@ func cliRoundTrip(t *testing.T, store ledger.Store, clock *ledgertest.Clock, alo
 	hold, _ := same(0, "POST", bucket+"/reservations", "reserve", name, "vip", "1")["id"].(string)
 	same(0, "POST", "/v1/reservations/"+hold+"/release", "release", hold)
 	same(0, "GET", bucket+"/history", "history", name, "vip")
+	if page := same(0, "GET", bucket+"/history", "history", name, "vip", "--limit", "2"); page["next_cursor"] == nil {
+		t.Fatalf("history --limit 2: no next page to compare: %v", page)
+	}
+	same(0, "GET", "/v1/events", "events", "--limit", "1")
 	if events := same(0, "GET", "/v1/events", "events"); alone && len(events["items"].([]any)) == 0 {
 		t.Fatalf("no events to compare: %v", events)
 	}
