@@ -34,7 +34,7 @@ func (s *server) bucketEvents(c echo.Context) error {
 	}
 	list := api.BucketEventList{Items: make([]api.WebhookEvent, len(es))}
 	for i, e := range es {
-		list.Items[i] = api.NewWebhookEvent(e.ID, e.Type, e.Time, e.Bucket.Limit, e.Bucket.Key, e.Threshold, e.Used, e.Capacity, e.PeriodStart)
+		list.Items[i] = apiEvent(e)
 	}
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, list)
 	return nil

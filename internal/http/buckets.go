@@ -31,7 +31,7 @@ func (s *server) getBucket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewBucket(b))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiBucket(b))
 	return nil
 }
 
@@ -253,14 +253,6 @@ type drainBody struct {
 	Meta   jsonMeta   `json:"meta"`
 }
 
-// drainView is a bucket after a Drain: always accepted, with the amount
-// actually removed.
-type drainView struct {
-	decisionView
-	UpdatedAt *string `json:"updated_at"`
-	Removed   string  `json:"removed"`
-}
-
 func (s *server) drain(c echo.Context) error {
 	ref, err := bucketRef(c)
 	if err != nil {
@@ -287,17 +279,11 @@ func (s *server) drain(c echo.Context) error {
 		return err
 	}
 	s.markReplay(c, "drain", res.Replayed)
-	b := viewBucket(res.Bucket)
 	s.audit(c, "drain", slog.String("limit", ref.Limit), slog.String("bucket_key", ref.Key),
 		slog.String("amount", amount.String()), slog.String("removed", res.Removed.String()),
 		slog.String("level_before", res.Bucket.Level.Decimal().Add(res.Removed).String()), slog.String("level_after", res.Bucket.Level.String()),
 		slog.Bool("replayed", res.Replayed))
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, drainView{
-		decisionView: decisionView{Accepted: true, Level: b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity,
-			PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt, EntryID: optString(res.EntryID), Override: b.Override, Grants: b.Grants, Rollover: b.Rollover},
-		UpdatedAt: b.UpdatedAt,
-		Removed:   res.Removed.String(),
-	})
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiDrained(res))
 	return nil
 }
 
@@ -314,11 +300,7 @@ func (s *server) history(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	views := make([]entryView, len(entries))
-	for i, e := range entries {
-		views[i] = viewEntry(e)
-	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, newPage(views, next))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiPage(entries, next, apiEntry))
 	return nil
 }
 

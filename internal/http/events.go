@@ -33,7 +33,7 @@ func (s *server) events(c echo.Context) error {
 	page := api.EventPage{Items: make([]api.WebhookEvent, 0, len(es)), NextCursor: next}
 	for _, e := range es {
 		if k == nil || k.MayUse(e.Bucket.Limit) {
-			page.Items = append(page.Items, api.NewWebhookEvent(e.ID, e.Type, e.Time, e.Bucket.Limit, e.Bucket.Key, e.Threshold, e.Used, e.Capacity, e.PeriodStart))
+			page.Items = append(page.Items, apiEvent(e))
 		}
 	}
 	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, page)

@@ -6,29 +6,9 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/api"
 	"github.com/labstack/echo/v4"
 )
-
-// grantView is a grant (api.Grant).
-type grantView struct {
-	ID        string `json:"id"`
-	Amount    string `json:"amount"`
-	CreatedAt string `json:"created_at"`
-	ExpiresAt string `json:"expires_at"`
-}
-
-func viewGrant(g ledger.Grant) grantView {
-	return grantView{ID: g.ID, Amount: g.Amount.String(), CreatedAt: formatTime(g.CreatedAt), ExpiresAt: formatTime(g.ExpiresAt)}
-}
-
-// grantedView is the answer to POST …/grants and DELETE …/grants/{id}: the
-// grant, the history entry written and the bucket under its new terms.
-type grantedView struct {
-	Grant   grantView  `json:"grant"`
-	EntryID *string    `json:"entry_id"`
-	Bucket  bucketView `json:"bucket"`
-}
 
 // grantBody is the body of POST …/grants.
 type grantBody struct {
@@ -63,7 +43,7 @@ func (s *server) addGrant(c echo.Context) error {
 	}
 	canon := "amount=" + amount.String()
 	if expires {
-		canon += ";expires_at=" + formatTime(expiresAt)
+		canon += ";expires_at=" + api.NewTime(expiresAt).String()
 	}
 	idem, err := idempotency(c, bucketScope("grant", ref), canon+metaCanon(meta))
 	if err != nil {
@@ -76,8 +56,8 @@ func (s *server) addGrant(c echo.Context) error {
 	s.markReplay(c, "grant", res.Replayed)
 	s.audit(c, "grant", slog.String("limit", ref.Limit), slog.String("bucket_key", ref.Key),
 		slog.String("grant", res.Grant.ID), slog.String("amount", res.Grant.Amount.String()),
-		slog.String("expires_at", formatTime(res.Grant.ExpiresAt)), slog.Bool("replayed", res.Replayed))
-	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, grantedView{viewGrant(res.Grant), optString(res.EntryID), viewBucket(res.Bucket)})
+		slog.String("expires_at", api.NewTime(res.Grant.ExpiresAt).String()), slog.Bool("replayed", res.Replayed))
+	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, apiGranted(res))
 	return nil
 }
 
@@ -92,11 +72,7 @@ func (s *server) listGrants(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	views := make([]grantView, len(gs))
-	for i, g := range gs {
-		views[i] = viewGrant(g)
-	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, newPage(views, ""))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiPage(gs, "", apiGrant))
 	return nil
 }
 
@@ -131,6 +107,6 @@ func (s *server) revokeGrant(c echo.Context) error {
 	s.markReplay(c, "revoke", res.Replayed)
 	s.audit(c, "revoke_grant", slog.String("limit", ref.Limit), slog.String("bucket_key", ref.Key),
 		slog.String("grant", res.Grant.ID), slog.String("amount", res.Grant.Amount.String()), slog.Bool("replayed", res.Replayed))
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, grantedView{viewGrant(res.Grant), optString(res.EntryID), viewBucket(res.Bucket)})
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiGranted(res))
 	return nil
 }

@@ -9,25 +9,6 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// levelPointView is one point of a level series.
-type levelPointView struct {
-	At    string `json:"at"`
-	Level string `json:"level"`
-	Held  string `json:"held"`
-	Event string `json:"event,omitempty"`
-}
-
-// levelsView is the answer of GET …/buckets/{key}/levels.
-type levelsView struct {
-	Items       []levelPointView `json:"items"`
-	Capacity    string           `json:"capacity"`
-	From        string           `json:"from"`
-	To          string           `json:"to"`
-	PeriodStart *string          `json:"period_start"`
-	ResetsAt    *string          `json:"resets_at"`
-	Complete    bool             `json:"complete"`
-}
-
 // levels is a bucket's level over time, replayed from its history by the
 // rule in Go, for the dashboard's plot (docs/api.md).
 func (s *server) levels(c echo.Context) error {
@@ -63,12 +44,6 @@ func (s *server) levels(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v := levelsView{Items: make([]levelPointView, len(ls.Points)), Capacity: ls.Capacity.String(),
-		From: formatTime(ls.From), To: formatTime(ls.To), PeriodStart: optTime(ls.PeriodStart), ResetsAt: optTime(ls.ResetsAt),
-		Complete: ls.Complete}
-	for i, p := range ls.Points {
-		v.Items[i] = levelPointView{At: formatTime(p.At), Level: p.Level.String(), Held: p.Held.String(), Event: string(p.Event)}
-	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, v)
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiLevels(ls))
 	return nil
 }

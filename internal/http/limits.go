@@ -219,8 +219,8 @@ func (s *server) putLimit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s.audit(c, "put_limit", slog.String("limit", name), slog.Any("before", jsonValue(optLimit(before))), slog.Any("after", jsonValue(viewLimit(l))))
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewLimit(l))
+	s.audit(c, "put_limit", slog.String("limit", name), slog.Any("before", jsonValue(optLimit(before))), slog.Any("after", jsonValue(apiLimit(l))))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiLimit(l))
 	return nil
 }
 
@@ -233,7 +233,7 @@ func (s *server) getLimit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewLimit(l))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiLimit(l))
 	return nil
 }
 
@@ -251,7 +251,7 @@ func (s *server) deleteLimit(c echo.Context) error {
 		return err
 	}
 	s.m.forget(name)
-	s.audit(c, "delete_limit", slog.String("limit", name), slog.Any("before", jsonValue(viewLimit(before))), slog.Any("after", jsonValue(nil)))
+	s.audit(c, "delete_limit", slog.String("limit", name), slog.Any("before", jsonValue(apiLimit(before))), slog.Any("after", jsonValue(nil)))
 	return c.NoContent(http.StatusNoContent)
 }
 
@@ -272,11 +272,7 @@ func (s *server) listLimits(c echo.Context) error {
 		limits = limits[:n]
 		next = limits[n-1].Name
 	}
-	views := make([]limitView, len(limits))
-	for i, l := range limits {
-		views[i] = viewLimit(l)
-	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, newPage(views, next))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiPage(limits, next, apiLimit))
 	return nil
 }
 
@@ -312,7 +308,7 @@ func optLimit(l ledger.Limit) any {
 	if l.Name == "" {
 		return nil
 	}
-	return viewLimit(l)
+	return apiLimit(l)
 }
 
 // validName reads and checks the {name} path parameter.

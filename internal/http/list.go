@@ -6,12 +6,6 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// listedBucketView is one bucket of GET /v1/limits/{name}/buckets.
-type listedBucketView struct {
-	Key string `json:"key"`
-	bucketView
-}
-
 // listBuckets is GET /v1/limits/{name}/buckets?limit=N&cursor=C: the
 // limit's buckets in byte order of key, one page at a time. It writes
 // nothing.
@@ -28,18 +22,8 @@ func (s *server) listBuckets(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	views := make([]listedBucketView, len(items))
-	for i, b := range items {
-		views[i] = listedBucketView{Key: b.Key, bucketView: viewBucket(b.BucketState)}
-	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, newPage(views, next))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiPage(items, next, apiListed))
 	return nil
-}
-
-// holdsView is the answer of GET …/buckets/{key}/reservations: every active
-// hold of the bucket (at most ledger.MaxHolds), so there is no next page.
-type holdsView struct {
-	Items []reservationView `json:"items"`
 }
 
 // listHolds is GET /v1/limits/{name}/buckets/{key}/reservations: the
@@ -56,10 +40,6 @@ func (s *server) listHolds(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v := holdsView{Items: make([]reservationView, len(holds))}
-	for i, r := range holds {
-		v.Items[i] = viewReservation(r)
-	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, v)
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiHolds(holds))
 	return nil
 }

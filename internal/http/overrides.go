@@ -12,49 +12,6 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// overrideView is an override document (api.Override).
-type overrideView struct {
-	Pattern   string              `json:"pattern"`
-	Capacity  *string             `json:"capacity"`
-	Leak      *leakView           `json:"leak"`
-	Period    *overridePeriodView `json:"period"`
-	Window    *overrideWindowView `json:"window"`
-	ExpiresAt *string             `json:"expires_at"`
-	CreatedAt string              `json:"created_at"`
-	UpdatedAt string              `json:"updated_at"`
-}
-
-type overridePeriodView struct {
-	TZ       string `json:"tz,omitempty"`
-	StartDay *int   `json:"start_day,omitempty"`
-}
-
-type overrideWindowView struct {
-	Length string `json:"length"`
-}
-
-func viewOverride(o ledger.Override) overrideView {
-	v := overrideView{Pattern: o.Pattern, ExpiresAt: optTime(o.ExpiresAt), CreatedAt: formatTime(o.CreatedAt), UpdatedAt: formatTime(o.UpdatedAt)}
-	if o.Capacity.Valid {
-		c := o.Capacity.Decimal.String()
-		v.Capacity = &c
-	}
-	if o.LeakPer != 0 {
-		v.Leak = &leakView{Amount: o.LeakAmount.String(), Per: formatDuration(o.LeakPer)}
-	}
-	if o.TZ != "" || o.StartDay != 0 {
-		v.Period = &overridePeriodView{TZ: o.TZ}
-		if o.StartDay != 0 {
-			sd := o.StartDay
-			v.Period.StartDay = &sd
-		}
-	}
-	if o.WindowLength != 0 {
-		v.Window = &overrideWindowView{Length: formatDuration(o.WindowLength)}
-	}
-	return v
-}
-
 // overrideBody is the body of PUT …/overrides/{pattern}. A client may send
 // back a document it read: pattern (if present) must match the path, and
 // the times are ignored.
@@ -186,11 +143,11 @@ func (s *server) putOverride(c echo.Context) error {
 	}
 	var was any
 	if before.Pattern != "" {
-		was = viewOverride(before)
+		was = apiOverride(before)
 	}
 	s.audit(c, "put_override", slog.String("limit", name), slog.String("pattern", pattern),
-		slog.Any("before", jsonValue(was)), slog.Any("after", jsonValue(viewOverride(o))))
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewOverride(o))
+		slog.Any("before", jsonValue(was)), slog.Any("after", jsonValue(apiOverride(o))))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiOverride(o))
 	return nil
 }
 
@@ -210,7 +167,7 @@ func (s *server) getOverride(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewOverride(o))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiOverride(o))
 	return nil
 }
 
@@ -229,7 +186,7 @@ func (s *server) deleteOverride(c echo.Context) error {
 		return err
 	}
 	s.audit(c, "delete_override", slog.String("limit", name), slog.String("pattern", pattern),
-		slog.Any("before", jsonValue(viewOverride(before))), slog.Any("after", jsonValue(nil)))
+		slog.Any("before", jsonValue(apiOverride(before))), slog.Any("after", jsonValue(nil)))
 	return c.NoContent(http.StatusNoContent)
 }
 
@@ -262,10 +219,6 @@ func (s *server) listOverrides(c echo.Context) error {
 		items = items[:n]
 		next = base64.RawURLEncoding.EncodeToString([]byte(items[n-1].Pattern))
 	}
-	views := make([]overrideView, len(items))
-	for i, o := range items {
-		views[i] = viewOverride(o)
-	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, newPage(views, next))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiPage(items, next, apiOverride))
 	return nil
 }

@@ -12,18 +12,6 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// problem is an RFC 9457 problem document with budgetd's stable code and,
-// where it helps, the offending field or the hold a refusal is about.
-type problem struct {
-	Type        string           `json:"type"`
-	Title       string           `json:"title"`
-	Status      int              `json:"status"`
-	Detail      string           `json:"detail"`
-	Code        string           `json:"code"`
-	Field       string           `json:"field,omitempty"`
-	Reservation *reservationView `json:"reservation,omitempty"`
-}
-
 // problemTypeBase prefixes every problem type; the codes are listed in
 // docs/api.md.
 const problemTypeBase = "urn:budgetd:problem:"
@@ -67,7 +55,7 @@ type failureLog func(level slog.Level, msg string, err error)
 
 // toProblem turns any error a handler returns into a problem document.
 // Unknown errors become a generic 500; their detail goes to the log only.
-func toProblem(err error, logFailure failureLog, r *http.Request) problem {
+func toProblem(err error, logFailure failureLog, r *http.Request) api.Problem {
 	var inv *ledger.InvalidError
 	if errors.As(err, &inv) {
 		return newProblem(http.StatusBadRequest, api.Code(inv.Code), inv.Error(), inv.Field)
@@ -83,7 +71,7 @@ func toProblem(err error, logFailure failureLog, r *http.Request) problem {
 	var ref *ledger.Refusal
 	if errors.As(err, &ref) {
 		p := newProblem(refusalStatus[ref.Code], api.Code(ref.Code), ref.Error(), "")
-		v := viewReservation(ref.Reservation)
+		v := apiReservation(ref.Reservation)
 		p.Reservation = &v
 		return p
 	}
@@ -118,13 +106,15 @@ func toProblem(err error, logFailure failureLog, r *http.Request) problem {
 	return newProblem(http.StatusInternalServerError, api.CodeInternal, "internal error", "")
 }
 
-func newProblem(status int, code api.Code, detail, field string) problem {
-	return problem{
+// newProblem is an RFC 9457 problem document (api.Problem) with budgetd's
+// stable code and, for a 400, the offending field.
+func newProblem(status int, code api.Code, detail, field string) api.Problem {
+	return api.Problem{
 		Type:   problemTypeBase + string(code),
 		Title:  http.StatusText(status),
 		Status: status,
 		Detail: detail,
-		Code:   string(code),
+		Code:   code,
 		Field:  field,
 	}
 }

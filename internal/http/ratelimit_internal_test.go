@@ -1,8 +1,6 @@
 package http
 
 import (
-	"encoding/json"
-	"github.com/budgetd/budgetd/internal/ledger"
 	"testing"
 	"time"
 
@@ -45,30 +43,5 @@ func TestLeakSeconds(t *testing.T) {
 	}
 	if h := headerInt(clampHeader(-5, true)); h != "0" {
 		t.Errorf("negative: %s", h)
-	}
-}
-
-// TestAppendDecision: the hand-written encoding of a decision is byte for
-// byte what encoding/json writes of its view, for accepted, denied, never
-// fitting and periodic decisions at every magnitude.
-func TestAppendDecision(t *testing.T) {
-	a := bucket.MustAmount
-	at := time.Date(2026, 11, 30, 23, 0, 0, 123456000, time.FixedZone("x", 3600))
-	for i, d := range []bucket.Decision{
-		{Accepted: true, Level: a("25000"), Remaining: a("75000"), Capacity: a("100000")},
-		{Level: a("99998.811750000002"), Held: a("0.000000000001"), Remaining: a("1.188249999998"), Capacity: a("100000"), RetryAfter: bucket.MicrosOf(899_957_224)},
-		{NeverFits: true, Level: a("1000000000000000"), Capacity: a("1")},
-		{Accepted: true, Level: a("12.37"), Capacity: a("5000"), Remaining: a("4987.63"), PeriodStart: at, ResetsAt: at.AddDate(0, 1, 0)},
-		{Level: a("5000"), Capacity: a("5000"), RetryAfter: bucket.MicrosOf(1), PeriodStart: at, ResetsAt: at.AddDate(0, 1, 0)},
-	} {
-		for _, entry := range []string{"", "1843"} {
-			want, err := json.Marshal(viewDecision(d, entry, ledger.Limit{}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := appendDecision(nil, d, entry, ledger.Limit{}); string(got) != string(want) {
-				t.Errorf("%d (entry %q):\n got %s\nwant %s", i, entry, got, want)
-			}
-		}
 	}
 }

@@ -16,13 +16,6 @@ type reserveBody struct {
 	Meta   jsonMeta     `json:"meta"`
 }
 
-// reservedView is the 201 answer of a Reserve: the hold and the decision at
-// the top level.
-type reservedView struct {
-	reservationView
-	decisionView
-}
-
 func (s *server) reserve(c echo.Context) error {
 	ref, err := bucketRef(c)
 	if err != nil {
@@ -62,9 +55,9 @@ func (s *server) reserve(c echo.Context) error {
 	}
 	setRateLimit(c, quotaOf(ref.Limit, res.Limit, res.Decision))
 	if !res.Decision.Accepted {
-		return writeDenied(c, viewDecision(res.Decision, res.EntryID, res.Limit), res.Decision)
+		return writeDenied(c, apiDecision(res.Decision, res.EntryID, res.Limit), res.Decision)
 	}
-	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, reservedView{viewReservation(res.Reservation), viewDecision(res.Decision, res.EntryID, res.Limit)})
+	writeJSON(c, http.StatusCreated, echo.MIMEApplicationJSON, apiReserved(res.Reservation, res.Decision, res.EntryID, res.Limit))
 	return nil
 }
 
@@ -80,7 +73,7 @@ func (s *server) getReservation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, viewReservation(r))
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiReservation(r))
 	return nil
 }
 
@@ -88,24 +81,6 @@ type commitBody struct {
 	Amount  jsonAmount `json:"amount"`
 	Overrun bool       `json:"overrun"`
 	Meta    jsonMeta   `json:"meta"`
-}
-
-// resolvedView is the answer of a Commit or Release: the hold and the
-// bucket's state after it, at the top level and under "bucket".
-type resolvedView struct {
-	reservationView
-	Level     string  `json:"level"`
-	Held      string  `json:"held"`
-	Remaining string  `json:"remaining"`
-	Capacity  string  `json:"capacity"`
-	UpdatedAt *string `json:"updated_at"`
-
-	PeriodStart *string    `json:"period_start"`
-	ResetsAt    *string    `json:"resets_at"`
-	Override    *string    `json:"override"`
-	Grants      string     `json:"grants"`
-	Rollover    string     `json:"rollover"`
-	Bucket      bucketView `json:"bucket"`
 }
 
 func (s *server) commit(c echo.Context) error {
@@ -183,12 +158,6 @@ func (s *server) writeResolved(c echo.Context, op string, res ledger.ResolveResu
 	if err != nil {
 		return err
 	}
-	b := viewBucket(res.Bucket)
-	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, resolvedView{
-		reservationView: viewReservation(res.Reservation),
-		Level:           b.Level, Held: b.Held, Remaining: b.Remaining, Capacity: b.Capacity, UpdatedAt: b.UpdatedAt,
-		PeriodStart: b.PeriodStart, ResetsAt: b.ResetsAt, Override: b.Override, Grants: b.Grants, Rollover: b.Rollover,
-		Bucket: b,
-	})
+	writeJSON(c, http.StatusOK, echo.MIMEApplicationJSON, apiResolved(res))
 	return nil
 }
