@@ -11,7 +11,8 @@
 //
 // A denial is an answer, not an error: CanAccept, Fillup and Reserve return
 // a Decision (FillupMany a MultiDecision) whose Accepted is false and whose
-// RetryAfter says when the cost would fit. Errors are for bad input, missing
+// RetryAfter (RetryAfterDuration for a Decision) says when the cost would
+// fit. Errors are for bad input, missing
 // things, closed holds and broken infrastructure; budgetd's problems arrive
 // as *Error with its Code (an api.Code) and Field, and input budgetd would
 // refuse is refused before sending (an *Error with Status 0).

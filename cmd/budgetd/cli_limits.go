@@ -24,8 +24,11 @@ import (
 //     command line is the whole limit.
 //
 // Both read the limit before writing it; a change made by someone else
-// between the read and the write is overwritten (budgetd has no
-// conditional PUT).
+// between the read and the write is overwritten. Closing that needs a
+// conditional PUT, which budgetd does not have: GET /v1/limits/{name}
+// sends no ETag (nor any revision but updated_at), PUT ignores If-Match
+// and answers no 412, and ledger.Store.PutLimit takes no expected
+// revision to compare in its atomic step.
 
 const putUsage = "budgetd limits put NAME needs --capacity C and one of --period day|week|month|quarter|year [--tz ZONE] [--start-day N], --leak AMOUNT/PER (e.g. --leak 10/1s) or --window LENGTH [--precision P] (e.g. --window 1m)"
 
