@@ -238,7 +238,7 @@ func (s *Store) settleLimit(ctx context.Context, cl cachedLimit, l ledger.Limit)
 				if !ok {
 					continue
 				}
-				if termsOf(cl, key, now).SameRule(termsOf(next, key, now)) {
+				if termsAt(cl, key, now).Limit.SameRule(termsAt(next, key, now).Limit) {
 					continue
 				}
 				lim = s.forKey(cl, key)

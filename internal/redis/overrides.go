@@ -368,31 +368,54 @@ func (s *Store) syncOverrides(ctx context.Context, limit string, e *ovSet, have,
 	return true, nil
 }
 
-// termsFor is the limit of cl as it applies to key at now (the store's
-// clock as budgetd sees it): with the override that resolves, if any
-// (o), and the span [lo, hi) of store time, in µs (0: unbounded), in which
-// that resolution holds: up to the resolved override's expiry, from the
-// latest expiry of a more specific one.
-func termsFor(cl cachedLimit, key string, now time.Time) (eff ledger.Limit, o *ledger.Override, lo, hi int64) {
-	eff = cl.l
+// Resolve is ovset.Set.Resolve under the read lock: an ovSet is the
+// ledger.Resolver that ledger.TermsAt resolves a key's override with.
+func (o *ovSet) Resolve(key string, now time.Time) (ledger.Override, bool) {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.set.Resolve(key, now)
+}
+
+// MayExpire is ovset.Set.MayExpire under the read lock (ledger.TermsAt
+// asks it before it settles a bucket's state through expiries).
+func (o *ovSet) MayExpire(key string, updated int64, now time.Time) bool {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.set.MayExpire(key, updated, now)
+}
+
+// termsAt is ledger.TermsAt of key's bucket under cl at now (the store's
+// clock as budgetd sees it), from what Go holds without reading the
+// bucket: the stored limit and its overrides. It is the one place the
+// Redis store resolves terms: the override applied (Terms.Limit, its
+// pattern Limit.Override, its version OverrideVersion) and the instant
+// they hold until (ValidUntil: the override's expiry). What lives in the
+// bucket's hash, read under the function's atomicity, is added there as
+// TermsAt's later steps add it: the active grants (with_grants) and the
+// rollover carry (carry, with the capacity in force at the end of the
+// period before, which is termsAt at that instant: resolveForKey).
+func termsAt(cl cachedLimit, key string, now time.Time) ledger.Terms {
+	in := ledger.TermsInput{Limit: cl.l, Key: key, Now: now}
+	if cl.ovs != nil {
+		in.Overrides = cl.ovs
+	}
+	return ledger.TermsAt(&in)
+}
+
+// validFrom is the start of the span of store time, in µs (0: unbounded),
+// in which termsAt(cl, key, now) holds looking back from now: the latest
+// expiry of an override more specific than the one in force at now (which
+// resolved for key until then). ledger.Terms bounds the span forward only
+// (ValidUntil); the function's clock may be behind budgetd's view of it.
+func validFrom(cl cachedLimit, key string, now time.Time) (lo int64) {
 	cl.ovs.candidates(key, func(c ledger.Override) bool {
 		if c.ActiveAt(now) {
-			if !c.ExpiresAt.IsZero() {
-				hi = c.ExpiresAt.UnixMicro()
-			}
-			eff, o = c.Apply(cl.l), &c
 			return false
 		}
 		lo = max(lo, c.ExpiresAt.UnixMicro())
 		return true
 	})
-	return eff, o, lo, hi
-}
-
-// termsOf is termsFor's effective limit alone.
-func termsOf(cl cachedLimit, key string, now time.Time) ledger.Limit {
-	eff, _, _, _ := termsFor(cl, key, now)
-	return eff
+	return lo
 }
 
 // forKey returns cl as a decision on key uses it: with the override that
@@ -437,22 +460,30 @@ func (s *Store) forKey(cl cachedLimit, key string) cachedLimit {
 	return out
 }
 
-// resolveForKey is forKey without its memo.
+// resolveForKey is forKey without its memo: the terms of key's bucket
+// (termsAt) as the functions take them.
 func (s *Store) resolveForKey(cl cachedLimit, key string) cachedLimit {
 	now := s.storeNow()
-	eff, o, lo, hi := termsFor(cl, key, now)
-	out := cl
-	if o != nil {
+	t := termsAt(cl, key, now)
+	eff, out := t.Limit, cl
+	if t.Overridden() {
 		out.l = eff
-		out.args = cl.ovArgs.get(o.Pattern, o.UpdatedAt, func() limitArgs { return newLimitArgs(s.k, eff, cl.gen, cl.version, cl.at) })
+		out.args = cl.ovArgs.get(eff.Override, t.OverrideVersion, func() limitArgs { return newLimitArgs(s.k, eff, cl.gen, cl.version, cl.at) })
 	}
 	if eff.Rollover != nil && eff.Period != nil {
 		if starts := eff.Period.StartsAround(now, 2); len(starts) == 2 {
 			end := fromMicros(starts[1]).Add(-time.Microsecond)
-			if c := termsOf(cl, key, end).Capacity; !c.Equal(eff.Capacity) {
+			if c := termsAt(cl, key, end).Limit.Capacity; !c.Equal(eff.Capacity) {
 				out.args.ceilArg = units(eff.Ceiling()) + grantScale(eff) + "~" + units(eff.Rollover.Max) + ":" + units(c)
 			}
 		}
+	}
+	var lo, hi int64
+	if !t.ValidUntil.IsZero() {
+		hi = t.ValidUntil.UnixMicro()
+	}
+	if cl.ovs != nil {
+		lo = validFrom(cl, key, now)
 	}
 	if lo != 0 || hi != 0 {
 		g := func(v int64) string {
@@ -718,7 +749,7 @@ func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern stri
 		if o != nil {
 			set.Put(*o)
 		}
-		return set.Effective(cl.l, key, now)
+		return ledger.TermsAt(&ledger.TermsInput{Limit: cl.l, Key: key, Overrides: set, Now: now}).Limit
 	}
 	prefix, isPrefix := ledger.Override{Pattern: pattern}.Prefix()
 	base := s.k.gen(cl.gen) + ":b:"
@@ -730,7 +761,7 @@ func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern stri
 			if !ok || isPrefix && !strings.HasPrefix(key, prefix) || !isPrefix && key != prefix {
 				continue
 			}
-			if termsOf(cl, key, now).SameRule(after(key)) {
+			if termsAt(cl, key, now).Limit.SameRule(after(key)) {
 				// Keep the switches at the expiries since the bucket's
 				// last write (expire_rules), which the set after the
 				// change may no longer find: a replaced override that

@@ -1,0 +1,139 @@
+package redis
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ovset"
+	"github.com/shopspring/decimal"
+)
+
+// randomOverrides is a random set of overrides of a leaky limit on the
+// patterns that cover "k-ab" (and others), some of another rate, about
+// half with an expiry within 100 s of base.
+func randomOverrides(r *rand.Rand, base time.Time) []ledger.Override {
+	patterns := []string{"k-ab", "k-a*", "k-*", "k*", "*", "k-b*", "k-ac"}
+	var out []ledger.Override
+	for _, p := range patterns {
+		if r.IntN(3) == 0 {
+			continue
+		}
+		o := ledger.Override{Pattern: p, Capacity: decimal.NewNullDecimal(decimal.NewFromInt(int64(1 + r.IntN(50)))),
+			CreatedAt: base, UpdatedAt: base.Add(time.Duration(r.IntN(1000)) * time.Microsecond)}
+		if r.IntN(2) == 0 {
+			o.LeakAmount, o.LeakPer = decimal.NewFromInt(int64(1+r.IntN(3))), time.Second
+		}
+		if r.IntN(2) == 0 {
+			o.ExpiresAt = base.Add(time.Duration(1+r.IntN(100)) * time.Second)
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// pureTerms is ledger.TermsAt over ledger.Overrides (the pure rules, not
+// the Redis store's index) for a bucket not looked up.
+func pureTerms(l ledger.Limit, os []ledger.Override, key string, at time.Time) ledger.Terms {
+	set := &ledger.Overrides{}
+	for _, o := range os {
+		set.Put(o)
+	}
+	return ledger.TermsAt(&ledger.TermsInput{Limit: l, Key: key, Overrides: set, Now: at})
+}
+
+func sameTerms(a, b ledger.Limit) bool {
+	return a.Override == b.Override && a.Capacity.Equal(b.Capacity) && a.SameRule(b)
+}
+
+// TestTermsSpan: the terms the store resolves for a key (termsAt, through
+// forKey and its memo) are ledger.TermsAt's over the pure override set,
+// and hold at every instant of the span the functions check them in (the
+// version's "@lo:hi"), and no longer: just before lo and at hi another
+// override resolves. Random sets of overrides with expiries, random keys
+// and instants.
+func TestTermsSpan(t *testing.T) {
+	base := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	l := ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(10), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}
+	r := rand.New(rand.NewPCG(42, 42))
+	for i := range 300 {
+		os := randomOverrides(r, base)
+		set := &ovset.Set{}
+		for _, o := range os {
+			set.Put(o)
+		}
+		now := base.Add(time.Duration(r.IntN(120_000_000)) * time.Microsecond)
+		s := &Store{k: keys{prefix: "b"}, limits: map[string]cachedLimit{}, gens: map[int64]string{}, now: func() time.Time { return now }}
+		cl := s.remember(cachedLimit{l: l, gen: 1, version: "1", ovs: &ovSet{ov: 1, set: set}})
+		for _, key := range []string{"k-ab", "k-ac", "k-ax", "k-bz", "kz", "z"} {
+			name := fmt.Sprintf("%d/%s", i, key)
+			want := pureTerms(l, os, key, now).Limit
+			for range 3 { // the memo keeps a key from its second call on
+				if got := s.forKey(cl, key).l; !sameTerms(got, want) {
+					t.Fatalf("%s: terms %s %v, want %s %v", name, got.Override, got.Capacity, want.Override, want.Capacity)
+				}
+			}
+			lo, hi := spanOf(t, s.forKey(cl, key).args.version)
+			for _, at := range spanInstants(os, now, lo, hi) {
+				if got := pureTerms(l, os, key, at).Limit; !sameTerms(got, want) {
+					t.Fatalf("%s: at %v inside [%d, %d) the terms are %q, not %q", name, at, lo, hi, got.Override, want.Override)
+				}
+			}
+			if lo != 0 && pureTerms(l, os, key, time.UnixMicro(lo-1)).Limit.Override == want.Override {
+				t.Fatalf("%s: the span starts at %d, after the terms began", name, lo)
+			}
+			if hi != 0 && pureTerms(l, os, key, time.UnixMicro(hi)).Limit.Override == want.Override {
+				t.Fatalf("%s: the span ends at %d, before the terms end", name, hi)
+			}
+		}
+	}
+}
+
+// spanOf reads the "@lo:hi" of a version (0: unbounded).
+func spanOf(t *testing.T, version string) (lo, hi int64) {
+	_, span, ok := strings.Cut(version, "@")
+	if !ok {
+		return 0, 0
+	}
+	span, _, _ = strings.Cut(span, "|")
+	a, b, _ := strings.Cut(span, ":")
+	var err error
+	if a != "" {
+		if lo, err = strconv.ParseInt(a, 10, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b != "" {
+		if hi, err = strconv.ParseInt(b, 10, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return lo, hi
+}
+
+// spanInstants are the instants of [lo, hi) at which the terms could
+// change: its ends, now, and each expiry inside it and the µs before.
+func spanInstants(os []ledger.Override, now time.Time, lo, hi int64) []time.Time {
+	in := func(us int64) bool { return us >= lo && (hi == 0 || us < hi) }
+	out := []time.Time{now}
+	for _, us := range []int64{lo, hi - 1} {
+		if us > 0 && in(us) {
+			out = append(out, time.UnixMicro(us))
+		}
+	}
+	for _, o := range os {
+		if o.ExpiresAt.IsZero() {
+			continue
+		}
+		for _, us := range []int64{o.ExpiresAt.UnixMicro() - 1, o.ExpiresAt.UnixMicro()} {
+			if in(us) {
+				out = append(out, time.UnixMicro(us))
+			}
+		}
+	}
+	return out
+}
