@@ -3,13 +3,13 @@ package http
 import (
 	"encoding/json"
 	"errors"
-	"github.com/budgetd/budgetd/api"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/labstack/echo/v4"
 )
@@ -100,47 +100,49 @@ type limitBody struct {
 	UpdatedAt json.RawMessage `json:"updated_at"`
 }
 
-func (s *server) putLimit(c echo.Context) error {
-	name, err := pathParam(c, "name")
+// spec checks the body of a PUT of the limit name, in the order of its
+// members' errors (name, capacity, the kind, then the other settings).
+func (b *limitBody) spec(name string) (ledger.LimitSpec, error) {
+	if b.Name != nil && *b.Name != name {
+		return ledger.LimitSpec{}, &ledger.InvalidError{Code: ledger.CodeInvalidName, Field: "name", Reason: "the name in the body differs from the name in the path"}
+	}
+	capacity, err := b.Capacity.required("capacity")
 	if err != nil {
-		return err
-	}
-	if err := ledger.ValidateName(name); err != nil {
-		return err
-	}
-	var body limitBody
-	if err := readJSON(c, &body); err != nil {
-		return err
-	}
-	if body.Name != nil && *body.Name != name {
-		return &ledger.InvalidError{Code: ledger.CodeInvalidName, Field: "name", Reason: "the name in the body differs from the name in the path"}
-	}
-	capacity, err := body.Capacity.required("capacity")
-	if err != nil {
-		return err
+		return ledger.LimitSpec{}, err
 	}
 	spec := ledger.LimitSpec{Capacity: capacity, History: true}
+	if err := b.kind(&spec); err != nil {
+		return spec, err
+	}
+	if err := b.settings(&spec); err != nil {
+		return spec, err
+	}
+	return spec, b.rollover(&spec)
+}
+
+// kind reads the one of leak, period and window the body sets into spec.
+func (b *limitBody) kind(spec *ledger.LimitSpec) error {
 	var period *periodBody
-	if len(body.Period) > 0 && string(body.Period) != "null" {
+	if len(b.Period) > 0 && string(b.Period) != "null" {
 		// Decoded on its own so that an unknown member is named period.x.
 		period = &periodBody{}
-		if err := decodeStrict(body.Period, period, "period."); err != nil {
+		if err := decodeStrict(b.Period, period, "period."); err != nil {
 			return err
 		}
 	}
 	var window *windowBody
-	if len(body.Window) > 0 && string(body.Window) != "null" {
+	if len(b.Window) > 0 && string(b.Window) != "null" {
 		window = &windowBody{}
-		if err := decodeStrict(body.Window, window, "window."); err != nil {
+		if err := decodeStrict(b.Window, window, "window."); err != nil {
 			return err
 		}
 	}
 	switch {
-	case window != nil && (body.Leak != nil || period != nil):
+	case window != nil && (b.Leak != nil || period != nil):
 		return invalidRequest("window", "a limit has one of leak (a rate), period (a calendar budget) or window (a rolling window), not several")
-	case body.Leak != nil && period != nil:
+	case b.Leak != nil && period != nil:
 		return invalidRequest("leak", "a limit has one of leak (a rate), period (a calendar budget) or window (a rolling window), not several")
-	case body.Leak == nil && period == nil && window == nil:
+	case b.Leak == nil && period == nil && window == nil:
 		return invalidRequest("leak", "a limit needs leak (a rate), period (a calendar budget) or window (a rolling window)")
 	case window != nil:
 		w, err := window.parse()
@@ -155,40 +157,46 @@ func (s *server) putLimit(c echo.Context) error {
 		}
 		spec.Period = &p
 	default:
-		amount, err := body.Leak.Amount.required("leak.amount")
+		amount, err := b.Leak.Amount.required("leak.amount")
 		if err != nil {
 			return err
 		}
-		per, err := body.Leak.Per.parse("leak.per", true, time.Microsecond, ledger.MaxPer)
+		per, err := b.Leak.Per.parse("leak.per", true, time.Microsecond, ledger.MaxPer)
 		if err != nil {
 			return err
 		}
 		spec.LeakAmount, spec.LeakPer = amount, per
 	}
-	if body.History != nil {
-		spec.History = *body.History
+	return nil
+}
+
+// settings reads history, record_denials, mode, grace and thresholds into
+// spec.
+func (b *limitBody) settings(spec *ledger.LimitSpec) error {
+	if b.History != nil {
+		spec.History = *b.History
 	}
-	if body.RecordDenials != nil {
-		spec.RecordDenials = *body.RecordDenials
+	if b.RecordDenials != nil {
+		spec.RecordDenials = *b.RecordDenials
 	}
-	if body.Mode != nil {
-		spec.Mode = *body.Mode
+	if b.Mode != nil {
+		spec.Mode = *b.Mode
 		if spec.Mode == "" {
 			return invalidRequest("mode", `mode is one of "enforce", "shadow", "soft"`)
 		}
 	}
-	if body.Grace != nil {
+	if b.Grace != nil {
 		if spec.Mode != ledger.ModeSoft {
 			return invalidRequest("grace", "grace is only for a limit in soft mode")
 		}
-		g, err := api.ParsePercent("grace", *body.Grace)
+		g, err := api.ParsePercent("grace", *b.Grace)
 		if err != nil {
 			return invalidRequest("grace", err.(*api.Problem).Detail)
 		}
 		spec.Grace = g
 	}
-	if body.Thresholds != nil {
-		for i, t := range *body.Thresholds {
+	if b.Thresholds != nil {
+		for i, t := range *b.Thresholds {
 			th, err := ledger.ParseThreshold("thresholds["+strconv.Itoa(i)+"]", t)
 			if err != nil {
 				return err
@@ -196,19 +204,45 @@ func (s *server) putLimit(c echo.Context) error {
 			spec.Thresholds = append(spec.Thresholds, th)
 		}
 	}
-	if len(body.Rollover) > 0 && string(body.Rollover) != "null" {
-		// Decoded on its own so that an unknown member is named rollover.x.
-		var r struct {
-			Max jsonAmount `json:"max"`
-		}
-		if err := decodeStrict(body.Rollover, &r, "rollover."); err != nil {
-			return err
-		}
-		m, err := r.Max.required("rollover.max")
-		if err != nil {
-			return err
-		}
-		spec.Rollover = &ledger.Rollover{Max: m}
+	return nil
+}
+
+// rollover reads the rollover into spec.
+func (b *limitBody) rollover(spec *ledger.LimitSpec) error {
+	if len(b.Rollover) == 0 || string(b.Rollover) == "null" {
+		return nil
+	}
+	// Decoded on its own so that an unknown member is named rollover.x.
+	var r struct {
+		Max jsonAmount `json:"max"`
+	}
+	if err := decodeStrict(b.Rollover, &r, "rollover."); err != nil {
+		return err
+	}
+	m, err := r.Max.required("rollover.max")
+	if err != nil {
+		return err
+	}
+	spec.Rollover = &ledger.Rollover{Max: m}
+	return nil
+}
+
+// putLimit is PUT /v1/limits/{name}: creates or replaces the limit.
+func (s *server) putLimit(c echo.Context) error {
+	name, err := pathParam(c, "name")
+	if err != nil {
+		return err
+	}
+	if err := ledger.ValidateName(name); err != nil {
+		return err
+	}
+	var body limitBody
+	if err := readJSON(c, &body); err != nil {
+		return err
+	}
+	spec, err := body.spec(name)
+	if err != nil {
+		return err
 	}
 	ctx := c.Request().Context()
 	before, err := s.svc.GetLimit(ctx, name)
