@@ -136,3 +136,37 @@ func TestThresholdValidationAgrees(t *testing.T) {
 		}
 	})
 }
+
+// TestEventsEmptyFeedCursor: GET /v1/events is a feed to poll, not a list
+// that ends, so next_cursor is never null (SPEC's "null at the end" is for
+// the lists of limits and history): it is always a string (EventPage), the
+// cursor given on an empty page, "" when none was given, and polling with
+// it (?after=) lists the events written since, each once, on every store.
+func TestEventsEmptyFeedCursor(t *testing.T) {
+	eachStore(t, func(t *testing.T, a *api) {
+		empty := a.expect("GET", "/v1/events", "", 200)
+		if !strings.Contains(empty.raw, `"items":[]`) || !strings.Contains(empty.raw, `"next_cursor":""`) {
+			t.Fatalf("an empty feed: %s", empty.raw)
+		}
+		if again := a.expect("GET", "/v1/events?after=", "", 200); again.raw != empty.raw {
+			t.Fatalf("polling an empty feed with its cursor: %s, then %s", empty.raw, again.raw)
+		}
+		a.expect("PUT", "/v1/limits/feed", `{"capacity":"10","leak":{"amount":"1","per":"1h"},"thresholds":["50%"]}`, 200)
+		a.expect("POST", "/v1/limits/feed/buckets/k/fillup", `{"cost":"6"}`, 200)
+		p := a.expect("GET", "/v1/events?after="+empty.str("next_cursor"), "", 200)
+		var page struct {
+			Items []wire.WebhookEvent `json:"items"`
+			Next  *string             `json:"next_cursor"`
+		}
+		if err := json.Unmarshal([]byte(p.raw), &page); err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Items) != 1 || page.Items[0].Threshold != "50%" || page.Next == nil || *page.Next != page.Items[0].ID {
+			t.Fatalf("the event written since: %s", p.raw)
+		}
+		last := a.expect("GET", "/v1/events?after="+*page.Next, "", 200)
+		if !strings.Contains(last.raw, `"items":[]`) || !strings.Contains(last.raw, `"next_cursor":"`+*page.Next+`"`) {
+			t.Fatalf("nothing new after %s: %s", *page.Next, last.raw)
+		}
+	})
+}
