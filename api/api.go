@@ -708,7 +708,10 @@ func NewWebhookEvent(id, typ string, at time.Time, limit, key, threshold string,
 }
 
 // EventPage is a page of GET /v1/events: NextCursor is where to continue
-// from, also when Items is empty (poll again with it later).
+// from, also when Items is empty (poll again with it later): never null,
+// since the events are a feed rather than a list that ends, and on an empty
+// page the cursor given ("" when none was, which lists from the oldest event
+// kept).
 type EventPage struct {
 	Items      []WebhookEvent `json:"items"`
 	NextCursor string         `json:"next_cursor"`
