@@ -14,9 +14,12 @@ import (
 )
 
 // TestOverrideExpirySettles checks the Redis side of the end of a temporary
-// rule change (ledgertest.RunOverrideExpiry runs the rule itself): the
-// switch at expires_at costs no round trip more (CanAccept, Fillup with a
-// key and a multi-bucket Fillup: one function call each, as
+// rule change (ledgertest.RunOverrideExpiry runs the rule itself): Go
+// settles a bucket through the expiry (ledger.TermsAt) the first time a
+// function meets it unswitched, which costs two function calls more, once
+// (the function's answer E_SWITCH with the bucket as stored, then
+// switch_bucket; no other read), and every call after it one function call
+// (CanAccept, Fillup with a key and a multi-bucket Fillup, as
 // TestOverridesOneRoundTrip), a listing shows the settled state, and a PUT
 // that replaces the expired override, after which the instance's copy no
 // longer knows it, keeps the switch: a capacity raise (no change of rule)
@@ -56,8 +59,14 @@ func TestOverrideExpirySettles(t *testing.T) {
 			if d, err := svc.CanAccept(ctx, ref("{t}k"), num("62")); err != nil || !d.Accepted {
 				t.Fatalf("CanAccept of the settled remaining 62: %+v %v", d, err)
 			}
+			if got := log.take(); !slices.Equal(got, []string{"fcall_ro", "fcall", "fcall_ro"}) {
+				t.Errorf("CanAccept of a bucket to switch sent %v, want the call, the switch and the call again", got)
+			}
+			if _, err := svc.CanAccept(ctx, ref("{t}k"), num("62")); err != nil {
+				t.Fatal(err)
+			}
 			if got := log.take(); !slices.Equal(got, []string{"fcall_ro"}) {
-				t.Errorf("CanAccept sent %v", got)
+				t.Errorf("CanAccept of the switched bucket sent %v", got)
 			}
 			res, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ref("{t}k"), Cost: num("2")}}, ledger.Idempotency{Scope: "s", Key: "a", Hash: "h"})
 			if err != nil || !res.Accepted || res.Items[0].Level.String() != "40" {
@@ -70,8 +79,15 @@ func TestOverrideExpirySettles(t *testing.T) {
 			if err != nil || !res.Accepted || res.Items[0].Level.String() != "41" || res.Items[1].Level.String() != "39" {
 				t.Fatalf("multi-bucket Fillup: %+v %v", res, err)
 			}
+			if got := log.take(); !slices.Equal(got, []string{"fcall", "fcall", "fcall"}) {
+				t.Errorf("multi-bucket Fillup over a bucket to switch ({t}j) sent %v", got)
+			}
+			res, err = svc.Fillup(ctx, []ledger.Item{{Bucket: ref("{t}k"), Cost: num("0")}, {Bucket: ref("{t}j"), Cost: num("0")}}, ledger.Idempotency{})
+			if err != nil || !res.Accepted || res.Items[0].Level.String() != "41" || res.Items[1].Level.String() != "39" {
+				t.Fatalf("multi-bucket Fillup again: %+v %v", res, err)
+			}
 			if got := log.take(); !slices.Equal(got, []string{"fcall"}) {
-				t.Errorf("multi-bucket Fillup sent %v", got)
+				t.Errorf("multi-bucket Fillup of switched buckets sent %v", got)
 			}
 
 			list, _, err := svc.ListBuckets(ctx, "l", "", 10)

@@ -152,6 +152,18 @@ func (k keys) gen(g int64) string { return k.prefix + ":" + strconv.FormatInt(g,
 func (k keys) bucket(g int64, key string) string  { return k.gen(g) + ":b:" + encodeKey(key) }
 func (k keys) history(g int64, key string) string { return k.gen(g) + ":x:" + encodeKey(key) }
 
+// parseBucket reverses bucket: the generation and key of a bucket's Redis key.
+func (k keys) parseBucket(bk string) (int64, string, bool) {
+	rest, ok := strings.CutPrefix(bk, k.prefix+":")
+	g, enc, found := strings.Cut(rest, ":b:")
+	gen, err := strconv.ParseInt(g, 10, 64)
+	if !ok || !found || err != nil {
+		return 0, "", false
+	}
+	key, ok := decodeKey(enc)
+	return gen, key, ok
+}
+
 // holdBase is the key of a hold record without its id; all holds of a bucket
 // in slot share it.
 func (k keys) holdBase(g int64, slot int) string { return k.gen(g) + ":r:{" + slotTag(slot) + "}" }

@@ -53,6 +53,10 @@ const (
 	// the store's clock.
 	codeOverrideNotFound = "override_not_found"
 	codeOverrideExpired  = "override_expired"
+	// codeSwitch: the bucket was last written before an override's expiry
+	// changed its rule; the answer carries the bucket's key, which Go
+	// settles through the expiries (switchBucket) before it calls again.
+	codeSwitch = "switch"
 )
 
 // errOverrideExpired is the refusal of an override that expires by the
@@ -71,6 +75,7 @@ var codeErrors = map[string]error{
 	codeGrantNotFound:    ledger.ErrGrantNotFound,
 	codeOverrideNotFound: ledger.ErrOverrideNotFound,
 	codeOverrideExpired:  errOverrideExpired,
+	codeSwitch:           errSwitch, // answered with the bucket's key: a *switchError
 }
 
 // luaConstants is the Lua that declares the constants above for the library.
@@ -86,8 +91,9 @@ func luaConstants() string {
 	fmt.Fprintf(&b, "local SLACK_MS = %d\n", ms(ttlSlack))
 	fmt.Fprintf(&b, "local CLOCK_STEP_US = %d\n", ledger.ClockStep.Microseconds())
 	fmt.Fprintf(&b, "local OV_LOG = %d\n", overrideLogLen)
-	fmt.Fprintf(&b, "local E_STALE, E_REUSED, E_NOT_FOUND, E_TOO_MANY_HOLDS, E_LEVEL_OVERFLOW, E_PERIOD_TABLE, E_GRANT_INVALID, E_GRANT_NOT_FOUND, E_OVERRIDE_NOT_FOUND, E_OVERRIDE_EXPIRED = %q, %q, %q, %q, %q, %q, %q, %q, %q, %q\n",
-		codeStale, codeReused, codeNotFound, codeTooManyHolds, codeLevelOverflow, codePeriodTable, codeGrantInvalid, codeGrantNotFound, codeOverrideNotFound, codeOverrideExpired)
+	fmt.Fprintf(&b, "local E_STALE, E_REUSED, E_NOT_FOUND, E_TOO_MANY_HOLDS, E_LEVEL_OVERFLOW, E_PERIOD_TABLE, E_GRANT_INVALID, E_GRANT_NOT_FOUND, E_OVERRIDE_NOT_FOUND, E_OVERRIDE_EXPIRED, E_SWITCH = %q, %q, %q, %q, %q, %q, %q, %q, %q, %q, %q\n",
+		codeStale, codeReused, codeNotFound, codeTooManyHolds, codeLevelOverflow, codePeriodTable, codeGrantInvalid, codeGrantNotFound, codeOverrideNotFound, codeOverrideExpired,
+		codeSwitch)
 	return b.String()
 }
 

@@ -241,6 +241,10 @@ func (s *Store) settleLimit(ctx context.Context, cl cachedLimit, l ledger.Limit)
 				if termsAt(cl, key, now).Limit.SameRule(termsAt(next, key, now).Limit) {
 					continue
 				}
+				if err := s.switchBucket(ctx, bk, nil); err != nil {
+					callErr = err
+					return err
+				}
 				lim = s.forKey(cl, key)
 			}
 			t := target{lim: lim, bk: bk, hk: s.k.gen(cl.gen) + ":x:" + strings.TrimPrefix(bk, base), slot: slotOf(bk)}

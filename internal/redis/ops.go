@@ -288,10 +288,21 @@ func withFreshLimits[T any](ctx context.Context, s *Store, op func(ctx context.C
 }
 
 // retryStale runs op, and again with the limit cache emptied when a function
-// reports that a limit changed under it.
+// reports that a limit changed under it, or after settling a bucket that a
+// function found last written before an override's expiry changed its
+// rule (switchBucket).
 func retryStale[T any](ctx context.Context, s *Store, op func(ctx context.Context) (T, error)) (T, error) {
-	for attempt := 0; ; attempt++ {
+	var zero T
+	for attempt, switches := 0, 0; ; {
 		out, err := op(ctx)
+		if sw := (*switchError)(nil); errors.As(err, &sw) {
+			if switches++; switches > maxSwitches {
+				return zero, fmt.Errorf("redis: %w: buckets kept needing a switch", ledger.ErrUnavailable)
+			}
+			if err = s.switchBucket(ctx, sw.bk, sw.fields); err == nil {
+				continue
+			}
+		}
 		var pt *periodTableError
 		switch {
 		case errors.As(err, &pt):
@@ -301,8 +312,7 @@ func retryStale[T any](ctx context.Context, s *Store, op func(ctx context.Contex
 		case !errors.Is(err, errStale):
 			return out, err
 		}
-		if attempt == 2 {
-			var zero T
+		if attempt++; attempt == 3 {
 			return zero, fmt.Errorf("redis: %w: limit definitions kept changing", ledger.ErrUnavailable)
 		}
 		s.forgetAll()
@@ -391,6 +401,9 @@ func parseReply(res []string) (reply, error) {
 			return reply{}, err
 		}
 		return reply{}, &periodTableError{now: now}
+	}
+	if res[0] == codeSwitch && len(res) == 5 {
+		return reply{}, &switchError{bk: res[1], fields: []any{res[2], res[3], res[4]}}
 	}
 	if res[0] == codeGrantInvalid && len(res) == 3 {
 		return reply{}, parseGrantRefusal(res[1], res[2])

@@ -92,9 +92,8 @@ func (o *ovSet) get(pattern string) (ledger.Override, bool) {
 // pattern, formatted on first use; an entry made for another version of
 // the override (its update time) is made again.
 type ovArgs struct {
-	mu    sync.RWMutex
-	m     map[string]ovArgsEntry
-	rules map[string]ovRuleEntry // ruleChanges' "|T=rule" of an expired override, by pattern
+	mu sync.RWMutex
+	m  map[string]ovArgsEntry
 	// keys is forKey's memo, for a limit with overrides (nil without).
 	keys *keyMemos
 }
@@ -129,30 +128,6 @@ var keyMemoSeed = maphash.MakeSeed()
 type ovArgsEntry struct {
 	updated time.Time
 	args    limitArgs
-}
-
-type ovRuleEntry struct {
-	updated time.Time
-	change  string
-}
-
-// rule is what ruleChanges appends for o's expiry, formatted on first use
-// per version of o.
-func (a *ovArgs) rule(o ledger.Override, make func() string) string {
-	a.mu.RLock()
-	e, ok := a.rules[o.Pattern]
-	a.mu.RUnlock()
-	if ok && e.updated.Equal(o.UpdatedAt) {
-		return e.change
-	}
-	e = ovRuleEntry{updated: o.UpdatedAt, change: make()}
-	a.mu.Lock()
-	if a.rules == nil {
-		a.rules = map[string]ovRuleEntry{}
-	}
-	a.rules[o.Pattern] = e
-	a.mu.Unlock()
-	return e.change
 }
 
 func (a *ovArgs) get(pattern string, updated time.Time, make func() limitArgs) limitArgs {
@@ -384,40 +359,6 @@ func (o *ovSet) MayExpire(key string, updated int64, now time.Time) bool {
 	return o.set.MayExpire(key, updated, now)
 }
 
-// termsAt is ledger.TermsAt of key's bucket under cl at now (the store's
-// clock as budgetd sees it), from what Go holds without reading the
-// bucket: the stored limit and its overrides. It is the one place the
-// Redis store resolves terms: the override applied (Terms.Limit, its
-// pattern Limit.Override, its version OverrideVersion) and the instant
-// they hold until (ValidUntil: the override's expiry). What lives in the
-// bucket's hash, read under the function's atomicity, is added there as
-// TermsAt's later steps add it: the active grants (with_grants) and the
-// rollover carry (carry, with the capacity in force at the end of the
-// period before, which is termsAt at that instant: resolveForKey).
-func termsAt(cl cachedLimit, key string, now time.Time) ledger.Terms {
-	in := ledger.TermsInput{Limit: cl.l, Key: key, Now: now}
-	if cl.ovs != nil {
-		in.Overrides = cl.ovs
-	}
-	return ledger.TermsAt(&in)
-}
-
-// validFrom is the start of the span of store time, in µs (0: unbounded),
-// in which termsAt(cl, key, now) holds looking back from now: the latest
-// expiry of an override more specific than the one in force at now (which
-// resolved for key until then). ledger.Terms bounds the span forward only
-// (ValidUntil); the function's clock may be behind budgetd's view of it.
-func validFrom(cl cachedLimit, key string, now time.Time) (lo int64) {
-	cl.ovs.candidates(key, func(c ledger.Override) bool {
-		if c.ActiveAt(now) {
-			return false
-		}
-		lo = max(lo, c.ExpiresAt.UnixMicro())
-		return true
-	})
-	return lo
-}
-
 // forKey returns cl as a decision on key uses it: with the override that
 // applies to key and its script arguments, the span in which it holds
 // appended to the version, and, for a limit with rollover, the capacity
@@ -493,66 +434,11 @@ func (s *Store) resolveForKey(cl cachedLimit, key string) cachedLimit {
 			return strconv.FormatInt(v, 10)
 		}
 		out.args.version += "@" + g(lo) + ":" + g(hi)
-		if lo != 0 {
-			out.args.version += ruleChanges(cl, key, now)
+		if sw := lastSwitch(cl, key, now); sw != 0 {
+			out.args.version += "|" + strconv.FormatInt(sw, 10)
 		}
 	}
 	return out
-}
-
-// ruleChanges is ledger.SettleExpiries' walk for key up to now, for a
-// bucket last written at any time: per instant T ≤ now at which the
-// override in force for key expired and the rule changed, ascending,
-// "|T=" and the rule that applied up to T (ruleArg), or "" for none.
-// Overrides only end, never start, between two changes of the set, so the
-// override in force at t is the first candidate that applies at t, and it
-// changes only when that one expires: the function (expire_rules in
-// budgetd.lua) switches the bucket at each T after its last write. Every T
-// is at or before the span's lo (T is the expiry of an override more
-// specific than the one in force now), so a call inside the span has
-// passed them all.
-func ruleChanges(cl cachedLimit, key string, now time.Time) string {
-	cands := make([]ledger.Override, 0, 4)
-	cl.ovs.candidates(key, func(c ledger.Override) bool {
-		cands = append(cands, c)
-		return !c.ActiveAt(now)
-	})
-	out := ""
-	for i := 0; i < len(cands); {
-		o := cands[i]
-		if o.ExpiresAt.IsZero() || o.ExpiresAt.After(now) {
-			break
-		}
-		t := o.ExpiresAt
-		j := i + 1
-		for j < len(cands) && !cands[j].ActiveAt(t) {
-			j++
-		}
-		old, next := o.Apply(cl.l), cl.l
-		if j < len(cands) {
-			next = cands[j].Apply(cl.l)
-		}
-		if !old.SameRule(next) {
-			out += cl.ovArgs.rule(o, func() string { return "|" + strconv.FormatInt(t.UnixMicro(), 10) + "=" + ruleArg(old, t) })
-		}
-		i = j
-	}
-	return out
-}
-
-// ruleArg is l's rule as expire_rules in budgetd.lua takes it at t: the
-// leak as bkt takes it ("amount/per", divided by their gcd), "P/" and the
-// start of l's period that contains t (µs), or "W/" and its window.
-func ruleArg(l ledger.Limit, t time.Time) string {
-	switch {
-	case l.Window != nil:
-		return "W/" + windowArg(*l.Window)
-	case l.Period != nil:
-		start, _ := l.Rule().Period.Bounds(t)
-		return "P/" + strconv.FormatInt(start.UnixMicro(), 10)
-	}
-	a, p := leakRatio(l)
-	return a + "/" + p
 }
 
 // overrideCall runs override_put or override_delete on the limit's slot.
@@ -723,7 +609,7 @@ func (s *Store) DeleteOverride(ctx context.Context, limit, pattern string) error
 // the buckets of a new rule, and returns their keys. A change of capacity
 // alone changes no rule unless another override of the set does: nothing
 // is scanned then. Every bucket scanned keeps the switches at the expiries
-// since its last write (settle_bucket's 'x'), which the set after the
+// since its last write (switchBucket), which the set after the
 // change may no longer find.
 func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern string, o *ledger.Override, now time.Time) ([]string, error) {
 	old, had := cl.ovs.get(pattern)
@@ -761,20 +647,17 @@ func (s *Store) settleOverride(ctx context.Context, cl cachedLimit, pattern stri
 			if !ok || isPrefix && !strings.HasPrefix(key, prefix) || !isPrefix && key != prefix {
 				continue
 			}
+			// First the switches at the expiries since the bucket's last
+			// write (switchBucket), which the set after the change may no
+			// longer find: a replaced override that changed the rule is
+			// gone, and a new override more specific than the one that
+			// expired hides it. The memory store settles every bucket it
+			// looks at the same way.
+			if err := s.switchBucket(ctx, bk, nil); err != nil {
+				callErr = err
+				return err
+			}
 			if termsAt(cl, key, now).Limit.SameRule(after(key)) {
-				// Keep the switches at the expiries since the bucket's
-				// last write (expire_rules), which the set after the
-				// change may no longer find: a replaced override that
-				// changed the rule is gone, and a new override more
-				// specific than the one that expired hides it from
-				// ruleChanges' walk, which starts at the key's most
-				// specific override. The memory store settles every
-				// bucket it looks at the same way.
-				t := target{lim: s.forKey(cl, key), bk: bk, hk: s.k.history(cl.gen, key), slot: slotOf(bk)}
-				if _, err := s.call(ctx, "settle", false, nil, t, "", ledger.Idempotency{}, "x"); err != nil {
-					callErr = err
-					return err
-				}
 				continue
 			}
 			t := target{lim: s.forKey(cl, key), bk: bk, hk: s.k.history(cl.gen, key), slot: slotOf(bk)}

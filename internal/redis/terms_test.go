@@ -54,8 +54,9 @@ func sameTerms(a, b ledger.Limit) bool {
 // forKey and its memo) are ledger.TermsAt's over the pure override set,
 // and hold at every instant of the span the functions check them in (the
 // version's "@lo:hi"), and no longer: just before lo and at hi another
-// override resolves. Random sets of overrides with expiries, random keys
-// and instants.
+// override resolves; the version's "|T" is the last expiry up to now that
+// changed the key's rule (lastSwitch), before which a bucket is switched
+// by Go. Random sets of overrides with expiries, random keys and instants.
 func TestTermsSpan(t *testing.T) {
 	base := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
 	l := ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(10), LeakAmount: decimal.NewFromInt(1), LeakPer: time.Hour}
@@ -77,7 +78,11 @@ func TestTermsSpan(t *testing.T) {
 					t.Fatalf("%s: terms %s %v, want %s %v", name, got.Override, got.Capacity, want.Override, want.Capacity)
 				}
 			}
-			lo, hi := spanOf(t, s.forKey(cl, key).args.version)
+			version := s.forKey(cl, key).args.version
+			lo, hi := spanOf(t, version)
+			if got, want := switchOf(t, version), pureSwitch(l, os, key, now); got != want {
+				t.Fatalf("%s: version %q passes the last switch %d, want %d", name, version, got, want)
+			}
 			for _, at := range spanInstants(os, now, lo, hi) {
 				if got := pureTerms(l, os, key, at).Limit; !sameTerms(got, want) {
 					t.Fatalf("%s: at %v inside [%d, %d) the terms are %q, not %q", name, at, lo, hi, got.Override, want.Override)
@@ -91,6 +96,35 @@ func TestTermsSpan(t *testing.T) {
 			}
 		}
 	}
+}
+
+// switchOf reads the "|T" of a version (0: none).
+func switchOf(t *testing.T, version string) int64 {
+	_, sw, ok := strings.Cut(version, "|")
+	if !ok {
+		return 0
+	}
+	v, err := strconv.ParseInt(sw, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// pureSwitch is the last expiry up to now at which the rule of key changed
+// (the rule just before it is not the rule at it), by the pure rules: the
+// instant before which a function answers E_SWITCH for a bucket written.
+func pureSwitch(l ledger.Limit, os []ledger.Override, key string, now time.Time) (last int64) {
+	for _, o := range os {
+		e := o.ExpiresAt
+		if e.IsZero() || e.After(now) || e.UnixMicro() <= last {
+			continue
+		}
+		if !pureTerms(l, os, key, e.Add(-time.Microsecond)).Limit.SameRule(pureTerms(l, os, key, e).Limit) {
+			last = e.UnixMicro()
+		}
+	}
+	return last
 }
 
 // spanOf reads the "@lo:hi" of a version (0: unbounded).

@@ -28,16 +28,30 @@ end
 -- Go resolved for the bucket (or none) applies (a raise's expires_at, one
 -- more specific that expired). guard answers the version without it and
 -- whether now is inside; outside, the function answers E_PERIOD_TABLE with
--- now, and Go resolves again at that clock. The span may be followed by the
--- rule changes that ended overrides made before lo (all at or before lo):
--- '|' T '=' rule, per instant T, ascending (expire_rules, below); guard
--- answers them as a third value (nil for none).
+-- now, and Go resolves again at that clock. The span may be followed by
+-- '|' T: the last instant (at or before lo) at which an override's expiry
+-- changed the key's rule (Go's ledger.SettleExpiries); guard answers it as
+-- a third value (nil for none), and switched checks the bucket against it.
 local function guard(version, now)
   local at = string.find(version, '@', 1, true)
   if not at then return version, true end
-  local lo, hi, sw = string.match(version, '^(%d*):(%d*)(.*)$', at + 1)
+  local lo, hi, sw = string.match(version, '^(%d*):(%d*)|?(%d*)$', at + 1)
   return string.sub(version, 1, at - 1), (lo == '' or now >= tonumber(lo)) and (hi == '' or now < tonumber(hi)),
-    sw ~= '' and sw or nil
+    sw ~= '' and tonumber(sw) or nil
+end
+
+-- unswitched returns, for bucket bk last written before sw, the last
+-- instant at which the end of a temporary override changed its rule
+-- (guard), the answer E_SWITCH, bk and its level, time and window slots as
+-- stored (nil otherwise): Lua does not apply an override's expiry; Go
+-- settles the bucket through the expiries (ledger.TermsAt, which it writes
+-- with switch_bucket, below) and calls again.
+local function unswitched(bk, sw)
+  if not sw then return nil end
+  local f = redis.call('HMGET', bk, 'l', 'u', 'w')
+  local u = tonumber(f[2] or '0')
+  if u == 0 or u >= sw then return nil end
+  return { E_SWITCH, bk, f[1] or '', f[2], f[3] or '' }
 end
 
 local function stale(dk, version)
@@ -328,38 +342,6 @@ local function level_at(c, st, now)
   return leak(c.lp, st.l, now - st.u)
 end
 
--- expire_rules is ledger.SettleExpiries: the end of a temporary override
--- that changed the bucket's rule settles it at its expires_at, as a PUT of
--- the limit would have then, with no write at that instant. c.sw is what Go
--- passed after the span (guard): per instant T at which the override in
--- force for the key expired and the rule changed, ascending, the rule that
--- applied up to T: '|' T '=' ra '/' rp, ra and rp as bkt takes a leaky
--- limit's leak, or 'P' and the start (µs) of its period that contains T,
--- or 'W' and its "length:precision". Go knows them for every key (its copy
--- of the overrides), not when the bucket was last written: each T after
--- the stored time st.u switches the bucket under the rule before it
--- (bucket.Switch: the level at T, st.u = T, the slots dropped, so the level
--- reads as one charge at T under the next rule). Expired holds are left to
--- settle, which records them at their own expiry as it would have. It only
--- changes st: a function that writes the bucket keeps the switched state,
--- one that does not (a read, a denial) switches it again next time.
-local function expire_rules(c, st)
-  if st.u == 0 then return end
-  for t, ra, rp in string.gmatch(c.sw, '|(%d+)=([^/|]+)/([^|]+)') do
-    t = tonumber(t)
-    if t > st.u then
-      local o = {}
-      if ra == 'P' then o.starts, o.ps = rp, tonumber(rp)
-      elseif ra == 'W' then
-        local colon = string.find(rp, ':', 1, true)
-        o.wl, o.wp = tonumber(string.sub(rp, 1, colon - 1)), tonumber(string.sub(rp, colon + 1))
-        st.ws = wslots(o, st, not st.switched and st.w or nil)
-      else o.lp = leak_params(ra, rp) end
-      st.l, st.u, st.switched = level_at(o, st, t), t, true
-    end
-  end
-end
-
 -- marks reads a bucket's threshold marks (notice) into st.ts (the sig of
 -- the thresholds they were computed for), st.ta (bit i-1 set when
 -- threshold i is reached) and st.tp (the start of the period they belong
@@ -381,9 +363,9 @@ end
 -- load reads a bucket at now (f: its fields when the caller already read
 -- them), with its grants and, for a limit with rollover, the carry it
 -- receives (st.ru, carry) of which at most c.rmax raises c's bounds as a
--- grant does (ledger.Limit.WithRollover). A bucket whose rule changed at an
--- override's expiry since its last write reads as switched then
--- (expire_rules).
+-- grant does (ledger.Limit.WithRollover). c.put is the level and time Go
+-- settled the bucket to through the ends of temporary overrides
+-- (switch_bucket): the bucket reads as switched then, before its carry.
 local function load(c, now, f)
   f = f or redis.call('HGETALL', c.bk)
   local st = { l = pair(0, 0), u = 0, n = 0, holds = {}, grants = {} }
@@ -410,7 +392,7 @@ local function load(c, now, f)
     end
   end
   marks(st)
-  if c.sw then expire_rules(c, st) end
+  if c.put then st.l, st.u, st.switched = c.put.l, c.put.u, true end
   local raise = st.g
   if c.starts then
     st.ru = carry(c, st)
@@ -770,9 +752,7 @@ end
 -- pair of arith.lua, with the same bounds (H < 2^52), and the leak is
 -- arith.lua's fast path; anything beyond them goes to the general path.
 -- It returns nil for the general path to go on (also when the bucket has
--- other fields: holds, a history counter, or was last written before sw,
--- the last instant at which an override's expiry changed its rule:
--- expire_rules).
+-- other fields: holds, a history counter).
 -- A limit with thresholds (th, as thresholds parsed it) takes it too while
 -- nothing is reached, which is what notice would find and leave: the
 -- bucket has no marks or marks of this list with none reached (its field
@@ -782,7 +762,7 @@ end
 -- gets the ones notice writes then (th.z), in the same HSET. Anything else
 -- (a crossing, a reached mark, marks of another list, marks in the fields
 -- of an earlier version) is the general path's.
-local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost, th, sw)
+local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost, th)
   local ls, us, tm = '0', '0', nil
   for i = 1, #f, 2 do
     local k = f[i]
@@ -790,7 +770,6 @@ local function fillup_lean(bk, f, now, nows, ceil, ra, rp, cost, th, sw)
     elseif th and k == 't' then tm = f[i + 1]
     else return nil end
   end
-  if sw and tonumber(us) < sw then return nil end
   if th then
     if tm and tm ~= th.z then return nil end
     if th.min.h == nil then return nil end
@@ -875,15 +854,16 @@ local function fillup(keys, args)
     local v, inside, sw = guard(version, now)
     if not inside then return { E_PERIOD_TABLE, fmt(now) } end
     if check and stale(keys[2 * n + i], v) then return { E_STALE } end
+    local un = unswitched(keys[2 * i - 1], sw)
+    if un then return un end
     local f
     if n == 1 and not ik and ra ~= 'P' and ra ~= 'W' and hist == '0' then -- the usual call: fillup_lean
       f = redis.call('HGETALL', keys[1])
       local t = th ~= '' and thresholds(th) or nil
-      local out = fillup_lean(keys[1], f, now, nows, ceil, ra, rp, cost, t, sw and tonumber(string.match(sw, '(%d+)=[^|]*$')))
+      local out = fillup_lean(keys[1], f, now, nows, ceil, ra, rp, cost, t)
       if out then return out end
     end
     local c = bkt(keys[2 * i - 1], keys[2 * i], ceil, ra, rp, hist, lim, th, ob)
-    c.sw = sw
     if c.starts and not in_period(c, now) then return { E_PERIOD_TABLE, fmt(now) } end
     local st = load(c, now, f)
     local cv = nv(cost)
@@ -919,8 +899,9 @@ end
 -- version, limit document, thresholds, outbox, then the function's own from 12 on. KEYS = the
 -- bucket at b, its history at b + 1, then (check) the definition, then (ih)
 -- the idempotency record. It returns the bucket, now and the record key, or
--- the answer to give instead (a replay or an error code).
-local function one_bucket(keys, args, b)
+-- the answer to give instead (a replay or an error code: E_SWITCH for a
+-- bucket to switch first, unless put, switch_bucket's own call).
+local function one_bucket(keys, args, b, put)
   local now_arg, ih, check = args[1], args[2], args[3] == '1'
   local ceil, ra, rp, hist, version, lim, th, ob = args[4], args[5], args[6], args[7], args[8], args[9], args[10],
     args[11]
@@ -931,8 +912,9 @@ local function one_bucket(keys, args, b)
   local v, inside, sw = guard(version, now)
   if not inside then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
   if check and stale(keys[b + 2], v) then return nil, nil, nil, { E_STALE } end
+  local un = not put and unswitched(keys[b], sw)
+  if un then return nil, nil, nil, un end
   local c = bkt(keys[b], keys[b + 1], ceil, ra, rp, hist, lim, th, ob)
-  c.sw = sw
   if c.starts and not in_period(c, now) then return nil, nil, nil, { E_PERIOD_TABLE, fmt(now) } end
   return c, now, ik
 end
@@ -947,22 +929,33 @@ end
 -- settle_bucket is bucket.Switch: it settles a bucket to now under the
 -- passed (old) rule and drops its window slots, so the level as of now
 -- reads as one charge made now under any rule. A PUT that changes the rule
--- calls it on every bucket of the limit first. With ARGV[12] = 'x' it
--- only keeps what expire_rules switched, if anything: a PUT that replaces
--- an expired override which changed the rule, so that the switch at its
--- expiry outlives the override Go passed it from (a bucket switched to a
--- level of zero is written by the plain settle too, for the same reason).
+-- calls it on every bucket of the limit first.
 local function settle_bucket(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1)
   if early then return early end
   local st = load(c, now)
-  if args[12] == 'x' then
-    if st.switched then finish(c, st, now) end
-  elseif st.switched or not (vzero(st.l) or st.u == 0 or (now <= st.u and not st.w)) then
+  if not (vzero(st.l) or st.u == 0 or (now <= st.u and not st.w)) then
     settle(c, st, now)
     if c.wp then st.ws = '' end
     finish(c, st, now)
   end
+  return reply(now, '', nil, {})
+end
+
+-- switch_bucket writes what Go settled a bucket to through the ends of
+-- temporary overrides that changed its rule since its last write
+-- (ledger.TermsAt: ledger.SettleExpiries, bucket.Switch at each): ARGV[12]
+-- = the stored time it settled from (µs), ARGV[13], ARGV[14] = the level
+-- (units) and time (µs) it settled to. It answers E_STALE when the bucket
+-- was written since, and otherwise writes it as switched at that time
+-- (load's c.put: a window bucket's level reads as one charge then), with
+-- its carry and TTL under the terms passed, those of now.
+local function switch_bucket(keys, args)
+  local c, now, _, early = one_bucket(keys, args, 1, true)
+  if early then return early end
+  if (redis.call('HGET', c.bk, 'u') or '0') ~= args[12] then return { E_STALE } end
+  c.put = { l = nv(args[13]), u = tonumber(args[14]) }
+  finish(c, load(c, now), now)
   return reply(now, '', nil, {})
 end
 
@@ -1327,6 +1320,7 @@ local RO = { 'no-writes' }
 redis.register_function('budgetd_fillup' .. V, fillup)
 redis.register_function { function_name = 'budgetd_inspect' .. V, callback = inspect, flags = RO }
 redis.register_function('budgetd_settle' .. V, settle_bucket)
+redis.register_function('budgetd_switch' .. V, switch_bucket)
 redis.register_function('budgetd_drain' .. V, drain)
 redis.register_function('budgetd_reserve' .. V, reserve)
 redis.register_function('budgetd_resolve' .. V, resolve)
