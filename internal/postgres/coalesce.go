@@ -155,7 +155,7 @@ type batchRow struct {
 }
 
 // fillupSQL is the one statement of every Fillup.
-const fillupSQL = "SELECT * FROM budgetd_fillup($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+const fillupSQL = "SELECT * FROM budgetd_fillup($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
 
 // queryFillup runs budgetd_fillup once and returns its rows in item order,
 // one per item (allOrNone: one for the call).
@@ -169,7 +169,16 @@ func (s *Store) queryFillup(ctx context.Context, deadline time.Time, limits, key
 		deadline = time.Now().Add(s.cfg.timeout)
 	}
 	err := s.doUntil(ctx, deadline, "fillup", func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, fillupSQL, limits, keys, costs, s.nowArg(), scopes, idems, hashes, allOrNone, metas)
+		// The terms are resolved again at every attempt: a retry after
+		// stale_terms or settle (terms.go) takes the limit as read since.
+		var terms []*string
+		if !allOrNone {
+			var err error
+			if terms, err = s.termsArgs(ctx, limits, keys); err != nil {
+				return err
+			}
+		}
+		rows, err := s.pool.Query(ctx, fillupSQL, limits, keys, costs, s.nowArg(), scopes, idems, hashes, allOrNone, metas, terms)
 		if err != nil {
 			return err
 		}
@@ -188,6 +197,12 @@ func (s *Store) queryFillup(ctx context.Context, deadline time.Time, limits, key
 		}
 		seen[i] = true
 		out[i] = r
+		if r.NowUS != nil && i == 0 {
+			s.sawNow(*r.NowUS)
+		}
+		if r.ErrCode != nil && *r.ErrCode == codeLimitNotFound && !allOrNone {
+			s.terms.forgetDeleted(limits[i])
+		}
 	}
 	if len(got) != want {
 		return nil, fmt.Errorf("postgres fillup: %d answers for %d calls: %w", len(got), want, errBadAnswer)

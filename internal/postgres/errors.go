@@ -28,6 +28,8 @@ const (
 	codeKeyReused           = "BD006"
 	codePeriodTable         = "BD007" // the clock is outside a periodic limit's table of period starts: refresh it and retry
 	codeGrantNotFound       = "BD008"
+	codeStaleTerms          = "BD009" // the terms passed were resolved from another version of the limit or for another instant: read it again and retry
+	codeSettle              = "BD010" // the bucket crossed the end of a temporary rule change: settle it and retry
 	codeClockStep           = "BD100" // a notice: a bucket's stored time was ahead of now (see policy.go, ClockStep)
 
 	codeSerialization = "40001"
@@ -49,6 +51,8 @@ var sqlCodes = []struct{ name, code string }{
 	{"key_reused", codeKeyReused},
 	{"period_table", codePeriodTable},
 	{"grant_not_found", codeGrantNotFound},
+	{"stale_terms", codeStaleTerms},
+	{"settle", codeSettle},
 	{"clock_step", codeClockStep},
 }
 
@@ -83,6 +87,11 @@ func (s *Store) doUntil(ctx context.Context, deadline time.Time, op string, f fu
 			}
 			s.stats.periodTables.Add(1)
 			continue
+		}
+		if retry, err := s.termsRetry(cctx, err); retry && attempt < s.cfg.maxAttempts {
+			continue
+		} else if err != nil {
+			return s.fail(ctx, op, err)
 		}
 		switch code {
 		case codeSerialization:

@@ -203,7 +203,8 @@ type Store struct {
 	stats counters
 	// co sends single-bucket Fillups in batches (coalesce.go).
 	co         *groupcommit.Batcher[*fillCall]
-	multiLocks keyLocks // SERIALIZABLE: multi-bucket Fillups of a bucket one at a time (keylock.go)
+	multiLocks keyLocks   // SERIALIZABLE: multi-bucket Fillups of a bucket one at a time (keylock.go)
+	terms      termsIndex // the limits and their overrides, to resolve terms in Go (terms.go)
 
 	kick      chan struct{}
 	stop      chan struct{}
@@ -334,6 +335,12 @@ type Stats struct {
 	// PeriodTables counts the tables of period starts recomputed because
 	// the database's clock had passed the end of a periodic limit's table.
 	PeriodTables uint64
+	// StaleTerms counts the decisions whose terms, resolved in Go, were
+	// found stale (the limit or its overrides changed, or the instant left
+	// their span) and TermsLoads the limits read into the index; Settled
+	// the buckets settled in Go at the end of a temporary rule change
+	// (terms.go).
+	StaleTerms, TermsLoads, Settled uint64
 }
 
 type counters struct {
@@ -341,6 +348,7 @@ type counters struct {
 	batches, batched                                          atomic.Uint64
 	clockSteps                                                atomic.Uint64
 	periodTables                                              atomic.Uint64 // tables of period starts recomputed
+	staleTerms, settled                                       atomic.Uint64
 }
 
 // Stats returns the store's counters.
@@ -355,6 +363,9 @@ func (s *Store) Stats() Stats {
 		Batched:              s.stats.batched.Load(),
 		ClockSteps:           s.stats.clockSteps.Load(),
 		PeriodTables:         s.stats.periodTables.Load(),
+		StaleTerms:           s.stats.staleTerms.Load(),
+		TermsLoads:           s.terms.loads.Load(),
+		Settled:              s.stats.settled.Load(),
 	}
 }
 

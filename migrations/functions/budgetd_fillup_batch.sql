@@ -24,6 +24,14 @@
 -- reads only the bucket. Without it, or when it is NULL (no such limit), the
 -- function reads the limit by name itself.
 --
+-- p_t is the bucket's terms as budgetd resolved them in Go (migration 0021,
+-- docs/postgres.md "Terms resolved in Go"): the override that applies, as
+-- deltas of the limit's terms. They are checked against the limit's row
+-- after the bucket's lock and against now: stale ones raise stale_terms
+-- (budgetd reads the limit again and retries), and a bucket last written
+-- before p_t.switch_us raises settle (budgetd settles it and retries).
+-- Nothing is written before these checks.
+--
 -- The work is done in as few statements as the rule allows, since each
 -- statement of a plpgsql function costs a plan check, a snapshot and an
 -- executor start beyond its own work: the limit and the locked bucket row in
@@ -53,7 +61,7 @@
 -- and err_msg.
 CREATE OR REPLACE FUNCTION budgetd_fillup_batch(p_limit text, p_key text, p_costs text[], p_now timestamptz,
                                      p_scopes text[], p_idems text[], p_hashes text[], p_metas text[] DEFAULT NULL,
-                                     p_l limits DEFAULT NULL)
+                                     p_l limits DEFAULT NULL, p_t budgetd_terms_arg DEFAULT NULL)
 RETURNS TABLE (r_fits boolean, r_level text, r_updated_us bigint, r_hold_amounts text[], r_hold_expires bigint[],
                r_now_us bigint, r_capacity text, r_leak_amount text, r_leak_per_us bigint, r_period jsonb, r_history boolean,
                r_created_us bigint, r_limit_updated_us bigint, r_doc jsonb, r_err_code text, r_err_msg text,
@@ -83,19 +91,8 @@ DECLARE
     v_lupd     timestamptz;
     v_wlen     bigint;  -- the window of a window limit (NULL: another kind)
     v_wprec    bigint;
-    v_olens    int[];    -- the limit's override pattern lengths (limits.override_lens)
-    v_orules   boolean;  -- limits.override_rules and override_expiry: whether to look for expiries crossed
-    v_oexp     timestamptz;
-    v_ou       overrides;  -- the override in force at the bucket's last write, when one may have expired since
-    v_sw       record;   -- the bucket settled at them (budgetd_expiry_switch)
-    v_o        overrides;
     v_ovr      text;     -- the pattern of the override that applies, NULL for none
-    v_over     bigint;   -- limits.override_ver, and the override the bucket's row remembers (migration 0019)
-    v_bver     bigint;
-    v_bpat     text;
-    v_bcap     numeric;
-    v_mver     bigint;   -- what the write remembers (ov_ver; NULL: nothing)
-    v_caponly  boolean;  -- the override that applies sets the capacity alone
+    v_fresh    boolean;  -- p_t was resolved from the limit as stored
     v_grows    int;      -- the limit's rows of grants (limits.grant_rows)
     v_gsum     numeric;  -- the bucket's active grants, NULL for none
     v_rmax     numeric;  -- the limit's rollover max (limits.rollover_max), NULL for none
@@ -173,28 +170,24 @@ BEGIN
             v_every := p_l.period_every; v_starts := p_l.period_starts; v_period := budgetd_period_json(p_l);
             v_wlen := p_l.window_length_us; v_wprec := p_l.window_precision_us; v_mode := p_l.mode; v_grace := p_l.grace;
             v_ceil := budgetd_ceiling(p_l); v_ths := p_l.thresholds; v_tsig := p_l.th_sig; v_tamt := p_l.th_min_amount; v_tpct := p_l.th_min_pct;
-            v_olens := p_l.override_lens; v_grows := p_l.grant_rows;
-            v_rmax := p_l.rollover_max; v_orules := p_l.override_rules; v_oexp := p_l.override_expiry;
-            v_over := p_l.override_ver;
+            v_grows := p_l.grant_rows; v_rmax := p_l.rollover_max;
             -- (No row: every target is NULL.)
             SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true, bb.th_sig, bb.th_above, bb.th_period,
-                   bb.carry_unused, bb.carry_period, bb.ov_ver, bb.ov_pattern, bb.ov_capacity
-              INTO v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp, v_bver, v_bpat, v_bcap
+                   bb.carry_unused, bb.carry_period
+              INTO v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp
               FROM buckets bb WHERE bb.limit_id = v_lid AND bb.key = p_key FOR UPDATE;
         ELSE
             v_base := NULL;
             SELECT l.id, l.capacity, l.leak_amount, l.leak_per_us, l.history, l.record_denials, l.created_at, l.updated_at,
                    l.period_every, l.period_starts, budgetd_period_json(l), l.window_length_us, l.window_precision_us,
-                   l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.th_sig, l.th_min_amount, l.th_min_pct, l.override_lens, l.grant_rows, l.rollover_max,
-                   l.override_rules, l.override_expiry, l.override_ver,
-                   b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found, b.th_sig, b.th_above, b.th_period, b.carry_unused, b.carry_period,
-                   b.ov_ver, b.ov_pattern, b.ov_capacity
+                   l.mode, l.grace, budgetd_ceiling(l), l.thresholds, l.th_sig, l.th_min_amount, l.th_min_pct, l.grant_rows, l.rollover_max,
+                   b.level, b.updated_at, b.slot_idx, b.slot_sum, b.found, b.th_sig, b.th_above, b.th_period, b.carry_unused, b.carry_period
               INTO v_lid, v_cap, v_lamt, v_per, v_hist, v_rec, v_lcre, v_lupd, v_every, v_starts, v_period, v_wlen, v_wprec,
-                   v_mode, v_grace, v_ceil, v_ths, v_tsig, v_tamt, v_tpct, v_olens, v_grows, v_rmax, v_orules, v_oexp, v_over,
-                   v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp, v_bver, v_bpat, v_bcap
+                   v_mode, v_grace, v_ceil, v_ths, v_tsig, v_tamt, v_tpct, v_grows, v_rmax,
+                   v_blevel, v_bupd, v_bidx, v_bsum, v_bfound, v_msig, v_mabove, v_mperiod, v_bcu, v_bcp
               FROM limits l
               LEFT JOIN LATERAL (SELECT bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, true AS found, bb.th_sig, bb.th_above, bb.th_period,
-                                        bb.carry_unused, bb.carry_period, bb.ov_ver, bb.ov_pattern, bb.ov_capacity FROM buckets bb
+                                        bb.carry_unused, bb.carry_period FROM buckets bb
                                   WHERE bb.limit_id = l.id AND bb.key = p_key FOR UPDATE) b ON true
              WHERE l.name = p_limit;
         END IF;
@@ -224,104 +217,69 @@ BEGIN
         END IF;
         v_bfound := coalesce(v_bfound, false);
         v_now := coalesce(p_now, budgetd_clock());
-        -- The bucket's own terms, when an override applies (budgetd_terms).
+        -- The terms resolved in Go (p_t, migration 0021): for this limit and
+        -- an instant of their span, or stale; the versions are checked with
+        -- the holds, after the lock.
+        IF p_t.limit_id IS DISTINCT FROM v_lid OR p_t.from_us > budgetd_us(v_now) OR p_t.until_us <= budgetd_us(v_now) THEN
+            PERFORM budgetd_stale_terms(p_limit, v_now);
+        END IF;
         v_l := NULL;
         v_limit := NULL;
-        v_ovr := NULL;
-        v_o := NULL;
-        v_ou := NULL;
-        IF cardinality(v_olens) > 0 AND v_orules AND v_oexp > v_bupd AND v_bupd <= v_now THEN
-            -- An override of the limit changes a rule and one expired after
-            -- the bucket's last write: the override in force at that write
-            -- (one probe, as usual). Unless it has expired by now it is the
-            -- one in force now too (one more specific and unexpired now was
-            -- unexpired then), and the bucket crossed no expiry.
-            v_ou := budgetd_override_of(v_lid, v_olens, p_key, v_bupd);
-            IF v_ou.expires_at IS NULL OR v_ou.expires_at > v_now THEN
-                v_o := v_ou;
-            ELSE
-                -- It has: the bucket settled at the expiries it crossed
-                -- (budgetd_settle_expiries, inline), written at once so that
-                -- everything below builds on it; then the override of now.
-                IF v_base.id IS NULL THEN
-                    SELECT * INTO v_base FROM limits WHERE id = v_lid;
-                END IF;
-                SELECT * INTO v_sw FROM budgetd_expiry_switch(v_base, p_key, v_blevel, v_bupd, v_bidx, v_bsum, v_now);
-                IF v_sw.switched THEN
-                    v_blevel := v_sw.level;
-                    v_bupd := v_sw.updated_at;
-                    v_bidx := NULL;
-                    v_bsum := NULL;
-                    UPDATE buckets SET level = v_blevel, updated_at = v_bupd, slot_idx = NULL, slot_sum = NULL
-                     WHERE limit_id = v_lid AND key = p_key;
-                END IF;
-                v_o := budgetd_override_of(v_lid, v_olens, p_key, v_now);
-            END IF;
-        ELSIF cardinality(v_olens) > 0 AND v_bver = v_over AND (v_oexp IS NULL OR v_oexp <= v_now) THEN
-            -- The bucket's row remembers the override that applied at its
-            -- last decision under these very overrides (migration 0019):
-            -- none, or one of capacity alone without expiry; and no
-            -- override has an expiry still to come, so it applies now too.
-            IF v_bpat IS NOT NULL THEN
-                v_o.limit_id := v_lid;
-                v_o.pattern := v_bpat;
-                v_o.capacity := v_bcap;
-            END IF;
-        ELSIF cardinality(v_olens) > 0 THEN
-            v_o := budgetd_override_of(v_lid, v_olens, p_key, v_now);
+        v_ovr := p_t.override;
+        -- The holds, under the bucket's lock: what counts now and how many
+        -- have expired; when there are any, again in one scan with the
+        -- answer's list with and without the expired ones (four ordered
+        -- aggregates cost more than the common bucket without holds should
+        -- pay).
+        SELECT coalesce(sum(h.amount) FILTER (WHERE h.expires_at > v_now), 0),
+               count(*) FILTER (WHERE h.expires_at <= v_now), count(*),
+               (SELECT budgetd_us(l.updated_at) = p_t.revision_us AND coalesce(l.override_ver, 0) = p_t.override_ver
+                  FROM limits l WHERE l.id = v_lid)
+          INTO v_held, v_expired, v_j, v_fresh
+          FROM holds h
+         WHERE h.limit_id = v_lid AND h.key = p_key AND h.state = 'active';
+        IF NOT v_fresh THEN
+            PERFORM budgetd_stale_terms(p_limit, v_now);
         END IF;
-        -- What the write remembers: the override that applied, when it is
-        -- one of capacity alone without expiry (or none) and no override of
-        -- the limit has an expiry after now.
-        v_caponly := v_o.limit_id IS NOT NULL AND v_o.leak_per_us IS NULL AND v_o.period_tz IS NULL
-                     AND v_o.period_start_day IS NULL AND v_o.window_length_us IS NULL;
-        v_mver := NULL;
-        IF cardinality(v_olens) > 0 AND (v_oexp IS NULL OR v_oexp <= v_now)
-           AND (v_o.limit_id IS NULL OR (v_caponly AND v_o.expires_at IS NULL)) THEN
-            v_mver := v_over;
+        IF v_bupd < budgetd_from_us(p_t.switch_us) THEN
+            -- The bucket crossed the end of a temporary rule change since
+            -- its last write: budgetd settles it (in Go) and retries.
+            RAISE EXCEPTION 'limit %: bucket % to be settled at an override''s expiry', p_limit, p_key
+                USING ERRCODE = budgetd_code_settle(), DETAIL = jsonb_build_object('limit', p_limit, 'key', p_key)::text;
         END IF;
-        IF v_caponly THEN
-            -- An override of capacity alone (a remembered one always is):
-            -- only the capacity and the ceiling change (budgetd_ceiling,
-            -- inline), and the limit's row with the override applied is
-            -- made only where one is needed (budgetd_base_terms), not for
-            -- every decision: a call with a copy of the limit's row, and its
-            -- period and ceiling computed again through SQL functions, took
-            -- a decision under an override from 0.96 to 0.92 of one without
-            -- (docs/postgres.md "Overrides at scale").
-            v_cap := coalesce(v_o.capacity, v_cap);
+        IF v_ovr IS NOT NULL THEN
+            -- The override's terms (deltas: NULL is the limit's own).
+            v_cap := p_t.capacity;
+            v_lamt := coalesce(p_t.leak_amount, v_lamt);
+            v_per := coalesce(p_t.leak_per_us, v_per);
+            v_wlen := coalesce(p_t.window_length_us, v_wlen);
+            v_wprec := coalesce(p_t.window_precision_us, v_wprec);
+            IF p_t.period_tz IS NOT NULL THEN
+                v_l := budgetd_terms_limit(v_base, v_lid, p_t, v_now);
+                v_starts := v_l.period_starts;
+                v_period := budgetd_period_json(v_l);
+            END IF;
             v_ceil := CASE v_mode WHEN 'shadow' THEN v_ceil WHEN 'soft' THEN trim_scale(v_cap + v_cap * v_grace * 0.01) ELSE v_cap END;
-            v_ovr := v_o.pattern;
-        ELSIF v_o.limit_id IS NOT NULL THEN
-            v_l := budgetd_base_terms(v_base, v_lid, v_o, v_now);
-            v_cap := v_l.capacity;
-            v_lamt := v_l.leak_amount;
-            v_per := v_l.leak_per_us;
-            v_starts := v_l.period_starts;
-            v_period := budgetd_period_json(v_l);
-            v_wlen := v_l.window_length_us;
-            v_wprec := v_l.window_precision_us;
-            v_ceil := budgetd_ceiling(v_l);
-            v_ovr := v_o.pattern;
         END IF;
-        -- Then the rollover it receives (budgetd_terms).
+        -- Then the rollover it receives (budgetd_with_rollover), with the
+        -- capacity in force at the end of the period before as Go resolved it.
         v_roll := NULL;
         IF v_rmax IS NOT NULL AND v_bupd IS NOT NULL THEN
             IF v_l.id IS NULL THEN
-                v_l := budgetd_base_terms(v_base, v_lid, v_o, v_now);
+                v_l := budgetd_terms_limit(v_base, v_lid, p_t, v_now);
             END IF;
-            v_l := budgetd_with_rollover(v_l, p_key, v_blevel, v_bupd, v_bcu, v_bcp, v_now);
+            v_l := budgetd_with_rollover(v_l, p_key, v_blevel, v_bupd, v_bcu, v_bcp, v_now, p_t.prev_capacity);
             v_cap := v_l.capacity;
             v_ceil := budgetd_ceiling(v_l);
             v_roll := v_l.rollover;
         END IF;
-        -- And its active grants added to its capacity (budgetd_terms).
+        -- And its active grants added to its capacity (budgetd_grant_sum).
         v_gsum := NULL;
         IF v_grows > 0 THEN
             v_gsum := budgetd_grant_sum(v_lid, p_key, v_now);
             IF v_gsum > 0 THEN
                 IF v_l.id IS NULL THEN
-                    v_l := budgetd_base_terms(v_base, v_lid, v_o, v_now);
+                    v_l := budgetd_terms_limit(v_base, v_lid, p_t, v_now);
                 END IF;
                 v_l := budgetd_with_grants(v_l, v_gsum);
                 v_cap := v_l.capacity;
@@ -333,17 +291,6 @@ BEGIN
         IF v_bupd > v_now THEN
             PERFORM budgetd_note_step(v_bupd, v_now);
         END IF;
-
-        -- The holds, under the bucket's lock: what counts now and how many
-        -- have expired; when there are any, again in one scan with the
-        -- answer's list with and without the expired ones (four ordered
-        -- aggregates cost more than the common bucket without holds should
-        -- pay).
-        SELECT coalesce(sum(h.amount) FILTER (WHERE h.expires_at > v_now), 0),
-               count(*) FILTER (WHERE h.expires_at <= v_now), count(*)
-          INTO v_held, v_expired, v_j
-          FROM holds h
-         WHERE h.limit_id = v_lid AND h.key = p_key AND h.state = 'active';
         v_all_a := '{}';
         v_all_e := '{}';
         v_live_a := '{}';
@@ -468,7 +415,7 @@ BEGIN
                 -- The document budgetd_fillup answers and stores.
                 IF v_limit IS NULL THEN
                     IF v_l.id IS NULL THEN
-                        v_l := budgetd_base_terms(v_base, v_lid, v_o, v_now);
+                        v_l := budgetd_terms_limit(v_base, v_lid, p_t, v_now);
                     END IF;
                     v_limit := budgetd_limit_json(v_l);
                 END IF;
@@ -544,7 +491,7 @@ BEGIN
         IF v_wrote THEN
             IF v_expired > 0 THEN
                 IF v_l.id IS NULL THEN
-                    v_l := budgetd_base_terms(v_base, v_lid, v_o, v_now);
+                    v_l := budgetd_terms_limit(v_base, v_lid, p_t, v_now);
                 END IF;
                 PERFORM budgetd_expire_holds(v_l, p_key, v_now);
             END IF;
@@ -552,7 +499,7 @@ BEGIN
                 -- No slots before or after, no carry to keep: the columns
                 -- that would stay as they are are not written.
                 UPDATE buckets
-                   SET level = v_level, ov_ver = v_mver, ov_pattern = v_o.pattern, ov_capacity = v_o.capacity,
+                   SET level = v_level,
                        th_sig = coalesce(v_wsig, th_sig), th_above = CASE WHEN v_wsig IS NULL THEN th_above ELSE v_wabove END,
                        th_period = CASE WHEN v_wsig IS NULL THEN th_period ELSE v_wperiod END,
                        updated_at = CASE WHEN updated_at IS NULL OR updated_at < v_now OR updated_at > v_now + budgetd_clock_step()
@@ -561,7 +508,6 @@ BEGIN
             ELSIF v_bfound THEN
                 UPDATE buckets
                    SET level = v_level, slot_idx = v_widx, slot_sum = v_wsum,
-                       ov_ver = v_mver, ov_pattern = v_o.pattern, ov_capacity = v_o.capacity,
                        th_sig = coalesce(v_wsig, th_sig), th_above = CASE WHEN v_wsig IS NULL THEN th_above ELSE v_wabove END,
                        th_period = CASE WHEN v_wsig IS NULL THEN th_period ELSE v_wperiod END,
                        carry_unused = CASE WHEN v_l.rollover_period IS NULL THEN carry_unused ELSE v_l.rollover_unused END,
@@ -570,14 +516,14 @@ BEGIN
                                          THEN v_now ELSE updated_at END
                  WHERE limit_id = v_lid AND key = p_key;
             ELSIF v_wlen IS NULL THEN
-                INSERT INTO buckets (limit_id, key, level, updated_at, ov_ver, ov_pattern, ov_capacity, th_sig, th_above, th_period)
-                VALUES (v_lid, p_key, v_level, v_now, v_mver, v_o.pattern, v_o.capacity, coalesce(v_wsig, 0), CASE WHEN v_wsig IS NULL THEN 0 ELSE v_wabove END,
+                INSERT INTO buckets (limit_id, key, level, updated_at, th_sig, th_above, th_period)
+                VALUES (v_lid, p_key, v_level, v_now, coalesce(v_wsig, 0), CASE WHEN v_wsig IS NULL THEN 0 ELSE v_wabove END,
                         CASE WHEN v_wsig IS NULL THEN 0 ELSE v_wperiod END)
                 ON CONFLICT DO NOTHING;
                 CONTINUE WHEN NOT FOUND;
             ELSE
-                INSERT INTO buckets (limit_id, key, level, updated_at, slot_idx, slot_sum, ov_ver, ov_pattern, ov_capacity, th_sig, th_above, th_period)
-                VALUES (v_lid, p_key, v_level, v_now, v_widx, v_wsum, v_mver, v_o.pattern, v_o.capacity,
+                INSERT INTO buckets (limit_id, key, level, updated_at, slot_idx, slot_sum, th_sig, th_above, th_period)
+                VALUES (v_lid, p_key, v_level, v_now, v_widx, v_wsum,
                         coalesce(v_wsig, 0), CASE WHEN v_wsig IS NULL THEN 0 ELSE v_wabove END,
                         CASE WHEN v_wsig IS NULL THEN 0 ELSE v_wperiod END)
                 ON CONFLICT DO NOTHING;
@@ -589,7 +535,7 @@ BEGIN
             -- its item.
             IF cardinality(v_ths) > 0 AND v_wsig IS NULL THEN
                 IF v_l.id IS NULL THEN
-                    v_l := budgetd_base_terms(v_base, v_lid, v_o, v_now);
+                    v_l := budgetd_terms_limit(v_base, v_lid, p_t, v_now);
                 END IF;
                 PERFORM budgetd_cross(v_l, p_key, coalesce(v_msig, 0), coalesce(v_mabove, 0), coalesce(v_mperiod, 0),
                                       v_before, v_afters, v_now, v_start);

@@ -84,8 +84,9 @@ BEGIN
     ELSE
         v_lens := ARRAY(SELECT DISTINCT u.n FROM unnest(v_l.override_lens || coalesce(v_plen, -1)) AS u(n) ORDER BY u.n DESC);
     END IF;
-    -- override_ver counts every change, so that no bucket's remembered
-    -- override (buckets.ov_ver, migration 0019) outlives it.
+    -- override_ver counts every change: the version of the limit's
+    -- overrides that a decision checks the terms resolved in Go against
+    -- (budgetd_terms_arg, migration 0021).
     UPDATE limits
        SET override_ver = coalesce(override_ver, 0) + 1,
            override_lens = v_lens,
