@@ -99,9 +99,10 @@ const maxSwitches = 2 * ledger.MaxItems
 // since its last write: its level, time and window slots as stored
 // (fields, as the function that answered E_SWITCH read them, or, nil, one
 // HMGET), then ledger.TermsAt with that state, whose Settled state
-// switch_bucket writes, unless the bucket was written meanwhile (errStale).
-// A bucket with nothing to settle (written meanwhile, or its limit gone)
-// is left as it is: the caller calls again.
+// switch_bucket writes, unless the bucket was written meanwhile. A bucket
+// with nothing to settle, or written meanwhile (by a call that switched
+// it first), is left as it is: the caller calls again, and a switch
+// racing with another instance's costs no reload of the limit cache.
 func (s *Store) switchBucket(ctx context.Context, bk string, fields []any) error {
 	gen, key, ok := s.k.parseBucket(bk)
 	if !ok {

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/ovset"
 	"github.com/shopspring/decimal"
 )
@@ -170,4 +172,60 @@ func spanInstants(os []ledger.Override, now time.Time, lo, hi int64) []time.Time
 		}
 	}
 	return out
+}
+
+// TestSwitchBucket: Go settles a bucket through the end of a temporary
+// override that changed its rule (switchBucket: ledger.TermsAt over the
+// bucket as stored, written by switch_bucket): at the expiry, at the
+// level the old rule left then. A switch computed from a bucket as it no
+// longer is (written since) writes nothing and is no error: the caller
+// calls again, with no reload of the limit cache. On both set-ups.
+func TestSwitchBucket(t *testing.T) {
+	for _, env := range []string{"BUDGETD_TEST_REDIS", "BUDGETD_TEST_REDIS_CLUSTER"} {
+		t.Run(env, func(t *testing.T) {
+			clock := ledgertest.NewClock()
+			s := openTest(t, serverURL(t, env), WithClock(clock.Now), WithLimitCacheTTL(time.Hour))
+			ctx := context.Background()
+			svc := ledger.NewService(s)
+			if _, err := svc.PutLimit(ctx, "l", ledger.LimitSpec{Capacity: num("100"), LeakAmount: num("10"), LeakPer: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			t0 := clock.Now()
+			exp := t0.Add(2 * time.Hour)
+			if _, err := svc.PutOverride(ctx, "l", ledger.Override{Pattern: "{t}k", LeakAmount: num("1"), LeakPer: time.Hour, ExpiresAt: exp}); err != nil {
+				t.Fatal(err)
+			}
+			ref := ledger.BucketRef{Limit: "l", Key: "{t}k"}
+			if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ref, Cost: num("50")}}, ledger.Idempotency{}); err != nil {
+				t.Fatal(err)
+			}
+			clock.Set(t0.Add(3 * time.Hour))
+			cl, err := s.fetchLimit(ctx, "l")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bk := s.k.bucket(cl.gen, "{t}k")
+			before, err := s.client.HGetAll(ctx, bk).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := []any{before["l"], strconv.FormatInt(t0.Add(-time.Second).UnixMicro(), 10), ""}
+			if err := s.switchBucket(ctx, bk, old); err != nil {
+				t.Fatalf("a switch from a bucket written since: %v, want none", err)
+			}
+			if after, _ := s.client.HGetAll(ctx, bk).Result(); after["u"] != before["u"] || after["l"] != before["l"] {
+				t.Fatalf("a switch from a bucket written since wrote %v over %v", after, before)
+			}
+			if err := s.switchBucket(ctx, bk, nil); err != nil {
+				t.Fatal(err)
+			}
+			after, _ := s.client.HGetAll(ctx, bk).Result()
+			if want := strconv.FormatInt(exp.UnixMicro(), 10); after["u"] != want || after["l"] != units(num("48")) {
+				t.Fatalf("switched to l=%s u=%s, want %s (2h at 1/h) at %s", after["l"], after["u"], units(num("48")), want)
+			}
+			if st, err := svc.Bucket(ctx, ref); err != nil || st.Level.String() != "38" {
+				t.Fatalf("after the switch: %+v %v, want level 38 (1h at 10/h since the expiry)", st, err)
+			}
+		})
+	}
 }

@@ -946,17 +946,18 @@ end
 -- temporary overrides that changed its rule since its last write
 -- (ledger.TermsAt: ledger.SettleExpiries, bucket.Switch at each): ARGV[12]
 -- = the stored time it settled from (µs), ARGV[13], ARGV[14] = the level
--- (units) and time (µs) it settled to. It answers E_STALE when the bucket
--- was written since, and otherwise writes it as switched at that time
--- (load's c.put: a window bucket's level reads as one charge then), with
--- its carry and TTL under the terms passed, those of now.
+-- (units) and time (µs) it settled to. A bucket written since is left as
+-- it is (x = '0': the caller calls again, and Go settles it again if it
+-- still needs it); otherwise it is written as switched at that time (x =
+-- '1'; load's c.put: a window bucket's level reads as one charge then),
+-- with its carry and TTL under the terms passed, those of now.
 local function switch_bucket(keys, args)
   local c, now, _, early = one_bucket(keys, args, 1, true)
   if early then return early end
-  if (redis.call('HGET', c.bk, 'u') or '0') ~= args[12] then return { E_STALE } end
+  if (redis.call('HGET', c.bk, 'u') or '0') ~= args[12] then return reply(now, '0', nil, {}) end
   c.put = { l = nv(args[13]), u = tonumber(args[14]) }
   finish(c, load(c, now), now)
-  return reply(now, '', nil, {})
+  return reply(now, '1', nil, {})
 end
 
 -- drain: ARGV[12] = amount, ARGV[13] = meta. x = the amount removed (and
