@@ -171,12 +171,9 @@ func (s *Store) queryFillup(ctx context.Context, deadline time.Time, limits, key
 	err := s.doUntil(ctx, deadline, "fillup", func(ctx context.Context) error {
 		// The terms are resolved again at every attempt: a retry after
 		// stale_terms or settle (terms.go) takes the limit as read since.
-		var terms []*string
-		if !allOrNone {
-			var err error
-			if terms, err = s.termsArgs(ctx, limits, keys); err != nil {
-				return err
-			}
+		terms, err := s.termsArgs(ctx, limits, keys)
+		if err != nil {
+			return err
 		}
 		rows, err := s.pool.Query(ctx, fillupSQL, limits, keys, costs, s.nowArg(), scopes, idems, hashes, allOrNone, metas, terms)
 		if err != nil {

@@ -3,7 +3,7 @@
 -- metas[i] is item i's meta as JSON text (NULL or '' for none), and
 -- terms[i] the terms budgetd resolved for item i's bucket (a
 -- budgetd_terms_arg as text, migration 0021; the same for every item of a
--- bucket), unused by a multi-bucket call.
+-- bucket).
 --
 -- With all_or_none the items are one multi-bucket call (bucket.Fillup per
 -- item, every item or none), with one Idempotency-Key (scopes[1], idems[1],
@@ -30,7 +30,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     IF p_all_or_none THEN
         r_item := 1;
-        r_doc := budgetd_fillup_all(p_limits, p_keys, p_costs, p_now, p_scopes[1], p_idems[1], p_hashes[1], p_metas);
+        r_doc := budgetd_fillup_all(p_limits, p_keys, p_costs, p_now, p_scopes[1], p_idems[1], p_hashes[1], p_metas, p_terms);
         RETURN NEXT;
         RETURN;
     END IF;

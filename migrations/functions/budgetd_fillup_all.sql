@@ -4,9 +4,11 @@
 -- Idempotency-Key. When the call is denied, each item whose own bucket could
 -- not take its cost records a denied entry (budgetd_record_denial); the
 -- others record nothing. Each item's "entry_id" names the entry written for
--- it (fillup or denied; null when none was).
+-- it (fillup or denied; null when none was). p_terms are the items' terms
+-- as budgetd resolved them (budgetd_bucket_terms).
 CREATE OR REPLACE FUNCTION budgetd_fillup_all(p_limits text[], p_keys text[], p_costs text[], p_now timestamptz,
-                                   p_scope text, p_idem text, p_hash text, p_metas text[] DEFAULT NULL)
+                                   p_scope text, p_idem text, p_hash text, p_metas text[] DEFAULT NULL,
+                                   p_terms text[] DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_n        int := coalesce(array_length(p_limits, 1), 0);
@@ -44,11 +46,13 @@ BEGIN
         v_created[v_r.ord] := budgetd_lock_bucket(v_ids[v_r.ord], p_keys[v_r.ord]);
     END LOOP;
     v_now := coalesce(p_now, budgetd_clock());
+    -- The terms budgetd resolved in Go (p_terms, migration 0021): for the
+    -- limits as they are now that the buckets are locked, then per bucket.
+    PERFORM budgetd_stale_limits(v_ids, p_terms, v_now);
     FOR i IN 1 .. v_n LOOP
-        PERFORM budgetd_settle_expiries(v_lims[i], p_keys[i], v_now);
-        v_lims[i] := budgetd_terms(v_lims[i], p_keys[i], v_now);
+        SELECT * INTO v_b FROM buckets WHERE limit_id = v_ids[i] AND key = p_keys[i];
+        v_lims[i] := budgetd_bucket_terms(v_lims[i], p_keys[i], p_terms[i]::budgetd_terms_arg, v_b, v_now);
         v_l := v_lims[i];
-        SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = p_keys[i];
         SELECT coalesce(sum(amount), 0) INTO v_held
           FROM holds WHERE limit_id = v_l.id AND key = p_keys[i] AND state = 'active' AND expires_at > v_now;
         v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),

@@ -46,3 +46,53 @@ BEGIN
     RAISE EXCEPTION 'limit %: the terms passed are stale', p_limit
         USING ERRCODE = budgetd_code_stale_terms(), DETAIL = jsonb_build_object('limit', p_limit, 'now_us', budgetd_us(p_now))::text;
 END $$;
+
+-- The terms of the locked bucket p_key (p_b: its row, the NULL row for none)
+-- of the limit p_l (its row as stored) at p_now, from the terms budgetd
+-- resolved in Go (p_t): they must be for this limit and instant (else
+-- stale_terms), the bucket must not have crossed the end of a temporary
+-- rule change since its last write (else settle: budgetd settles it and
+-- retries), and then the override's terms applied (budgetd_terms_limit),
+-- the rollover received added (budgetd_with_rollover, with the capacity of
+-- the period before as resolved) and the active grants added
+-- (budgetd_grant_sum): what is read under the lock. The version of p_l is
+-- checked by the caller, after its locks (budgetd_stale_limits).
+CREATE OR REPLACE FUNCTION budgetd_bucket_terms(p_l limits, p_key text, p_t budgetd_terms_arg, p_b buckets, p_now timestamptz)
+RETURNS limits LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_t.limit_id IS DISTINCT FROM p_l.id OR p_t.from_us > budgetd_us(p_now) OR p_t.until_us <= budgetd_us(p_now) THEN
+        PERFORM budgetd_stale_terms(p_l.name, p_now);
+    END IF;
+    IF p_b.updated_at < budgetd_from_us(p_t.switch_us) THEN
+        RAISE EXCEPTION 'limit %: bucket % to be settled at an override''s expiry', p_l.name, p_key
+            USING ERRCODE = budgetd_code_settle(), DETAIL = jsonb_build_object('limit', p_l.name, 'key', p_key)::text;
+    END IF;
+    IF p_t.override IS NOT NULL THEN
+        p_l := budgetd_terms_limit(p_l, p_l.id, p_t, p_now);
+    END IF;
+    IF p_l.rollover_max IS NOT NULL THEN
+        p_l := budgetd_with_rollover(p_l, p_key, p_b.level, p_b.updated_at, p_b.carry_unused, p_b.carry_period, p_now, p_t.prev_capacity);
+    END IF;
+    IF p_l.grant_rows > 0 THEN
+        p_l := budgetd_with_grants(p_l, budgetd_grant_sum(p_l.id, p_key, p_now));
+    END IF;
+    RETURN p_l;
+END $$;
+
+-- Raises stale_terms for the first of the limits p_ids (read before the
+-- caller's locks) whose row, read now, is not the version the terms p_terms
+-- (budgetd_terms_arg as text, one per limit) were resolved from.
+CREATE OR REPLACE FUNCTION budgetd_stale_limits(p_ids bigint[], p_terms text[], p_now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name text;
+BEGIN
+    SELECT l.name INTO v_name
+      FROM unnest(p_ids, p_terms) AS u(id, t) JOIN limits l ON l.id = u.id
+     WHERE budgetd_us(l.updated_at) IS DISTINCT FROM (u.t::budgetd_terms_arg).revision_us
+        OR coalesce(l.override_ver, 0) IS DISTINCT FROM (u.t::budgetd_terms_arg).override_ver
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM budgetd_stale_terms(v_name, p_now);
+    END IF;
+END $$;
