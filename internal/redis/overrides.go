@@ -419,25 +419,7 @@ func (s *Store) resolveForKey(cl cachedLimit, key string) cachedLimit {
 			}
 		}
 	}
-	var lo, hi int64
-	if !t.ValidUntil.IsZero() {
-		hi = t.ValidUntil.UnixMicro()
-	}
-	if cl.ovs != nil {
-		lo = validFrom(cl, key, now)
-	}
-	if lo != 0 || hi != 0 {
-		g := func(v int64) string {
-			if v == 0 {
-				return ""
-			}
-			return strconv.FormatInt(v, 10)
-		}
-		out.args.version += "@" + g(lo) + ":" + g(hi)
-		if sw := lastSwitch(cl, key, now); sw != 0 {
-			out.args.version += "|" + strconv.FormatInt(sw, 10)
-		}
-	}
+	out.args.version += spanArg(cl, key, now)
 	return out
 }
 

@@ -42,38 +42,34 @@ func termsAt(cl cachedLimit, key string, now time.Time) ledger.Terms {
 	return ledger.TermsAt(&in)
 }
 
-// validFrom is the start of the span of store time, in µs (0: unbounded),
-// in which termsAt(cl, key, now) holds looking back from now: the latest
-// expiry of an override more specific than the one in force at now (which
-// resolved for key until then). ledger.Terms bounds the span forward only
-// (ValidUntil); the function's clock may be behind budgetd's view of it.
-func validFrom(cl cachedLimit, key string, now time.Time) (lo int64) {
-	cl.ovs.candidates(key, func(c ledger.Override) bool {
-		if c.ActiveAt(now) {
-			return false
-		}
-		lo = max(lo, c.ExpiresAt.UnixMicro())
-		return true
-	})
-	return lo
-}
-
-// lastSwitch is the last instant up to now, in µs (0: none), at which the
-// end of a temporary override changed key's rule: where
-// ledger.SettleExpiries settles a bucket written before every expiry (at
-// the first µs) to. A bucket last written before it is settled by Go
-// (switchBucket) before a function decides on it (unswitched in
-// budgetd.lua).
-func lastSwitch(cl cachedLimit, key string, now time.Time) int64 {
+// spanArg is what follows the limit's version in the functions' arguments
+// for key's terms at now (guard in budgetd.lua): "@lo:hi" (µs, "" for
+// unbounded), the span of store time in which the override resolved at now
+// stays the one that resolves (ledger.SpanAt: from the latest expiry
+// crossed to the expiry of the one in force), then "|T" when an override's
+// expiry changed the key's rule, T the last such instant
+// (Span.LastSwitch): a bucket last written before it is settled by Go
+// (switchBucket) before a function decides on it (unswitched). It is ""
+// for terms that hold at every instant.
+func spanArg(cl cachedLimit, key string, now time.Time) string {
 	if cl.ovs == nil {
-		return 0
+		return ""
 	}
-	first := time.UnixMicro(1)
-	st, _ := ledger.SettleExpiries(cl.ovs, cl.l, key, bucket.State{Updated: first}, now)
-	if !st.Updated.After(first) {
-		return 0
+	sp := ledger.SpanAt(cl.ovs, cl.l, key, now)
+	if sp.From.IsZero() && sp.Until.IsZero() {
+		return ""
 	}
-	return st.Updated.UnixMicro()
+	us := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return strconv.FormatInt(t.UnixMicro(), 10)
+	}
+	out := "@" + us(sp.From) + ":" + us(sp.Until)
+	if !sp.LastSwitch.IsZero() {
+		out += "|" + us(sp.LastSwitch)
+	}
+	return out
 }
 
 // errSwitch: a bucket's rule changed at an override's expiry since its

@@ -57,7 +57,7 @@ func sameTerms(a, b ledger.Limit) bool {
 // and hold at every instant of the span the functions check them in (the
 // version's "@lo:hi"), and no longer: just before lo and at hi another
 // override resolves; the version's "|T" is the last expiry up to now that
-// changed the key's rule (lastSwitch), before which a bucket is switched
+// changed the key's rule (spanArg), before which a bucket is switched
 // by Go. Random sets of overrides with expiries, random keys and instants.
 func TestTermsSpan(t *testing.T) {
 	base := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
