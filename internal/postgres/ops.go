@@ -362,8 +362,9 @@ func (s *Store) Drain(ctx context.Context, ref ledger.BucketRef, amount decimal.
 		EntryID  string          `json:"entry_id"`
 		Replayed bool            `json:"replayed"`
 	}
-	err := s.queryJSON(ctx, "drain", &doc, "SELECT budgetd_drain($1, $2, $3, $4, $5, $6, $7, $8)",
-		ref.Limit, ref.Key, amount.String(), s.nowArg(), scope, key, hash, metaArg(meta))
+	err := s.queryJSONTerms(ctx, "drain", &doc, ref, "SELECT budgetd_drain($1, $2, $3, $4, $5, $6, $7, $8, $9)", func(terms *string) []any {
+		return []any{ref.Limit, ref.Key, amount.String(), s.nowArg(), scope, key, hash, metaArg(meta), terms}
+	})
 	if err != nil {
 		return ledger.DrainOutcome{}, err
 	}
@@ -385,8 +386,10 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 		EntryID     string   `json:"entry_id"`
 		Replayed    bool     `json:"replayed"`
 	}
-	err := s.queryJSON(ctx, "reserve", &doc, "SELECT budgetd_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-		ref.Limit, ref.Key, amount.String(), ttl.Microseconds(), newHoldID(), s.nowArg(), scope, key, hash, metaArg(meta))
+	id := newHoldID()
+	err := s.queryJSONTerms(ctx, "reserve", &doc, ref, "SELECT budgetd_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", func(terms *string) []any {
+		return []any{ref.Limit, ref.Key, amount.String(), ttl.Microseconds(), id, s.nowArg(), scope, key, hash, metaArg(meta), terms}
+	})
 	if err != nil {
 		return ledger.ReserveOutcome{}, err
 	}

@@ -476,3 +476,24 @@ func (s *Store) termsRetry(ctx context.Context, err error) (retry bool, _ error)
 	}
 	return false, nil
 }
+
+// queryJSONTerms is queryJSON for a statement on one bucket that takes the
+// bucket's terms: they are resolved again at every attempt, so that a retry
+// after stale_terms or settle takes the limit as read since.
+func (s *Store) queryJSONTerms(ctx context.Context, op string, out any, ref ledger.BucketRef, sql string, args func(terms *string) []any) error {
+	var raw []byte
+	err := s.do(ctx, op, func(ctx context.Context) error {
+		terms, err := s.termsArgs(ctx, []string{ref.Limit}, []string{ref.Key})
+		if err != nil {
+			return err
+		}
+		return s.pool.QueryRow(ctx, sql, args(terms[0])...).Scan(&raw)
+	})
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("postgres %s: decoding %s: %w", op, raw, err)
+	}
+	return nil
+}

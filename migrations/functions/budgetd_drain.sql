@@ -2,9 +2,11 @@
 -- removes nothing (0, or an empty bucket) is a no-op: it writes neither the
 -- bucket, nor a history entry, nor the expiry of a hold (as on every store:
 -- only a write records the holds it finds expired). "entry_id" names the
--- drain entry (null when none was written).
+-- drain entry (null when none was written). p_terms are the bucket's terms
+-- as budgetd resolved them (a budgetd_terms_arg, migration 0021); a drain
+-- of 0 reads and locks nothing and resolves its terms as a read does.
 CREATE OR REPLACE FUNCTION budgetd_drain(p_limit text, p_key text, p_amount text, p_now timestamptz,
-                                         p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL)
+                                         p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL, p_terms text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_amount  numeric := p_amount::numeric;
@@ -26,8 +28,11 @@ BEGIN
     IF v_amount > 0 THEN
         PERFORM budgetd_lock_bucket(v_l.id, p_key);
         v_now := coalesce(p_now, budgetd_clock());
-        PERFORM budgetd_settle_expiries(v_l, p_key, v_now);
-        v_l := budgetd_terms(v_l, p_key, v_now);
+        -- The terms budgetd resolved in Go (p_terms, migration 0021),
+        -- checked now that the bucket is locked (budgetd_bucket_terms).
+        PERFORM budgetd_stale_limits(ARRAY[v_l.id], ARRAY[p_terms], v_now);
+        v_l := budgetd_bucket_terms(v_l, p_key, p_terms::budgetd_terms_arg,
+                                    (SELECT b FROM buckets b WHERE b.limit_id = v_l.id AND b.key = p_key), v_now);
         SELECT budgetd_level_at(b.level, b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
                                 v_l.window_length_us, v_l.window_precision_us, b.slot_idx, b.slot_sum)
           INTO v_level FROM buckets b WHERE b.limit_id = v_l.id AND b.key = p_key;

@@ -2,9 +2,10 @@
 -- (bucket.Reserve). BD003 when the bucket has 1000 active holds. A denial
 -- leaves the bucket as it was and records a denied entry when the limit
 -- records denials. "entry_id" names the entry written (reserved or denied;
--- null when none was).
+-- null when none was). p_terms are the bucket's terms as budgetd resolved
+-- them (a budgetd_terms_arg, migration 0021).
 CREATE OR REPLACE FUNCTION budgetd_reserve(p_limit text, p_key text, p_amount text, p_ttl_us bigint, p_id text, p_now timestamptz,
-                                p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL)
+                                p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL, p_terms text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_amount   numeric := p_amount::numeric;
@@ -30,14 +31,16 @@ BEGIN
     v_l := budgetd_limit(p_limit);
     v_created := budgetd_lock_bucket(v_l.id, p_key);
     v_now := coalesce(p_now, budgetd_clock());
-    PERFORM budgetd_settle_expiries(v_l, p_key, v_now);
-    v_l := budgetd_terms(v_l, p_key, v_now);
+    -- The terms budgetd resolved in Go (p_terms, migration 0021), checked
+    -- now that the bucket is locked (budgetd_bucket_terms).
+    PERFORM budgetd_stale_limits(ARRAY[v_l.id], ARRAY[p_terms], v_now);
+    SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = p_key;
+    v_l := budgetd_bucket_terms(v_l, p_key, p_terms::budgetd_terms_arg, v_b, v_now);
     SELECT coalesce(sum(amount), 0), count(*) INTO v_held, v_count
       FROM holds WHERE limit_id = v_l.id AND key = p_key AND state = 'active' AND expires_at > v_now;
     IF v_count >= budgetd_max_holds() THEN
         RAISE EXCEPTION 'bucket has % active holds', v_count USING ERRCODE = budgetd_code_too_many_holds();
     END IF;
-    SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = p_key;
     v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
                                 v_l.window_length_us, v_l.window_precision_us, v_b.slot_idx, v_b.slot_sum);
     v_accepted := budgetd_fits(v_level, v_held, v_amount, budgetd_ceiling(v_l));
