@@ -349,14 +349,16 @@ func (c *cli) callError(err error) error {
 
 // maybeNeedsCert says whether err, on https without a client certificate,
 // looks like a server that requires one: it ends the handshake (TLS 1.3:
-// the first write after it fails with a broken pipe or a reset) or says
-// "certificate required".
+// the first write after it fails with a broken pipe or a reset, or, over
+// HTTP/2, the client connection cannot be set up) or says "certificate
+// required".
 func (c *cli) maybeNeedsCert(err error) bool {
 	if c.cert != "" || !strings.HasPrefix(strings.ToLower(c.server), "https:") {
 		return false
 	}
 	s := err.Error()
-	for _, sign := range []string{"broken pipe", "connection reset", "certificate required", "bad certificate", "handshake failure", "EOF"} {
+	for _, sign := range []string{"broken pipe", "connection reset", "certificate required", "bad certificate", "handshake failure", "EOF",
+		"client conn could not be established"} {
 		if strings.Contains(s, sign) {
 			return true
 		}
