@@ -263,13 +263,17 @@ func idemArgs(idem ledger.Idempotency) (any, any, any) {
 	return idem.Scope, idem.Key, idem.Hash
 }
 
-// Inspect returns a bucket's state without writing anything.
+// Inspect returns a bucket's state, writing nothing but the settling at
+// the end of a temporary rule change that any call on the bucket makes
+// first (terms.go), which changes no answer.
 func (s *Store) Inspect(ctx context.Context, ref ledger.BucketRef) (ledger.Snapshot, error) {
 	var doc struct {
 		snapDoc
 		NowUS int64 `json:"now_us"`
 	}
-	if err := s.queryJSON(ctx, "inspect", &doc, "SELECT budgetd_inspect($1, $2, $3)", ref.Limit, ref.Key, s.nowArg()); err != nil {
+	if err := s.queryJSONTerms(ctx, "inspect", &doc, ref, "SELECT budgetd_inspect($1, $2, $3, $4)", func(terms *string) []any {
+		return []any{ref.Limit, ref.Key, s.nowArg(), terms}
+	}); err != nil {
 		return ledger.Snapshot{}, err
 	}
 	snap, err := doc.snapshot(doc.NowUS)

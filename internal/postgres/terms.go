@@ -42,6 +42,15 @@ type limitTerms struct {
 	set  *ovset.Set
 }
 
+// resolver is the limit's overrides as TermsAt takes them: nil (not a nil
+// *ovset.Set) for none.
+func (lt *limitTerms) resolver() ledger.Resolver {
+	if lt.set == nil {
+		return nil
+	}
+	return lt.set
+}
+
 // termsIndex is the store's index of limits and their overrides. A nil
 // entry is a limit that did not exist when read.
 type termsIndex struct {
@@ -445,7 +454,7 @@ func (lt *limitTerms) settle(ctx context.Context, tx pgx.Tx, key, level string, 
 	if !ok || err != nil {
 		return fmt.Errorf("decoding the bucket %q %v: %w", level, sums, errBadAnswer)
 	}
-	t := ledger.TermsAt(&ledger.TermsInput{Limit: lt.lim, Key: key, Overrides: lt.set,
+	t := ledger.TermsAt(&ledger.TermsInput{Limit: lt.lim, Key: key, Overrides: lt.resolver(),
 		State: bucket.State{Level: lv, Updated: fromUS(*updated), Slots: slots}, Now: now})
 	if !t.Settled {
 		return nil

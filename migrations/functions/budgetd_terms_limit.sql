@@ -55,12 +55,15 @@ END $$;
 -- retries), and then the override's terms applied (budgetd_terms_limit),
 -- the rollover received added (budgetd_with_rollover, with the capacity of
 -- the period before as resolved) and the active grants added
--- (budgetd_grant_sum): what is read under the lock. The version of p_l is
--- checked by the caller, after its locks (budgetd_stale_limits).
+-- (budgetd_grant_sum): what is read under the lock. p_t must be for the
+-- version of p_l; a caller that read p_l before its locks checks the
+-- version again after them (budgetd_stale_limits).
 CREATE OR REPLACE FUNCTION budgetd_bucket_terms(p_l limits, p_key text, p_t budgetd_terms_arg, p_b buckets, p_now timestamptz)
 RETURNS limits LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF p_t.limit_id IS DISTINCT FROM p_l.id OR p_t.from_us > budgetd_us(p_now) OR p_t.until_us <= budgetd_us(p_now) THEN
+    IF p_t.limit_id IS DISTINCT FROM p_l.id OR p_t.revision_us IS DISTINCT FROM budgetd_us(p_l.updated_at)
+       OR p_t.override_ver IS DISTINCT FROM coalesce(p_l.override_ver, 0)
+       OR p_t.from_us > budgetd_us(p_now) OR p_t.until_us <= budgetd_us(p_now) THEN
         PERFORM budgetd_stale_terms(p_l.name, p_now);
     END IF;
     IF p_b.updated_at < budgetd_from_us(p_t.switch_us) THEN
