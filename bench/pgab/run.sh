@@ -31,6 +31,7 @@ while [ $# -gt 0 ]; do
 done
 [ ${#bins[@]} -ge 1 ] || { echo "run.sh: give NAME=BINARY for each budgetd to compare" >&2; exit 2; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pgab.XXXXXX")
+psql=$(command -v psql || echo "")
 pgbin=$(dirname "$(command -v initdb 2>/dev/null || ls /usr/lib/postgresql/*/bin/initdb | sort -V | tail -n1)")
 as_pg=()
 if [ "$(id -u)" = 0 ]; then as_pg=(runuser -u postgres --); chown postgres "$tmp"; fi
@@ -50,7 +51,7 @@ declare -A url
 i=0
 for nb in "${bins[@]}"; do
   name=${nb%%=*} bin=${nb#*=} i=$((i + 1))
-  "$pgbin/psql" -h 127.0.0.1 -p "$port" -U postgres -qc "CREATE DATABASE \"$name\""
+  "${psql:-$pgbin/psql}" -h 127.0.0.1 -p "$port" -U postgres -qc "CREATE DATABASE \"$name\""
   "$bin" --addr "127.0.0.1:$((18180 + i))" --store "postgres://postgres@127.0.0.1:$port/$name" >"$tmp/$name.log" 2>&1 &
   pids+=($!)
   url[$name]=http://127.0.0.1:$((18180 + i))
