@@ -58,6 +58,10 @@ func (s *Store) AddGrant(ctx context.Context, ref ledger.BucketRef, amount decim
 	var invalid error
 	err := s.do(ctx, "add grant", func(ctx context.Context) error {
 		invalid = nil
+		targs, err := s.termsArgs(ctx, []string{ref.Limit}, []string{ref.Key})
+		if err != nil {
+			return err
+		}
 		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 			var begin struct {
 				Replay  json.RawMessage `json:"replay"`
@@ -66,8 +70,8 @@ func (s *Store) AddGrant(ctx context.Context, ref ledger.BucketRef, amount decim
 				Limit   limitDoc        `json:"limit"`
 				NowUS   int64           `json:"now_us"`
 			}
-			if err := tx.QueryRow(ctx, "SELECT budgetd_grant_begin($1, $2, $3, $4, $5, $6)",
-				ref.Limit, ref.Key, s.nowArg(), scope, key, hash).Scan(&begin); err != nil {
+			if err := tx.QueryRow(ctx, "SELECT budgetd_grant_begin($1, $2, $3, $4, $5, $6, $7)",
+				ref.Limit, ref.Key, s.nowArg(), scope, key, hash, targs[0]).Scan(&begin); err != nil {
 				return err
 			}
 			if begin.Replay != nil {
@@ -84,8 +88,8 @@ func (s *Store) AddGrant(ctx context.Context, ref ledger.BucketRef, amount decim
 				invalid = err
 				return errGrantInvalid
 			}
-			return tx.QueryRow(ctx, "SELECT budgetd_add_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-				begin.LimitID, ref.Key, amount.String(), exp, now, begin.Created, scope, key, hash, metaArg(meta)).Scan(&raw)
+			return tx.QueryRow(ctx, "SELECT budgetd_add_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+				begin.LimitID, ref.Key, amount.String(), exp, now, begin.Created, scope, key, hash, metaArg(meta), targs[0]).Scan(&raw)
 		})
 	})
 	if invalid != nil {
@@ -134,8 +138,9 @@ func (s *Store) RevokeGrant(ctx context.Context, ref ledger.BucketRef, id string
 	id, idem.Scope = textSafe(id), textSafe(idem.Scope)
 	scope, key, hash := idemArgs(idem)
 	var raw json.RawMessage
-	if err := s.queryJSON(ctx, "revoke grant", &raw, "SELECT budgetd_revoke_grant($1, $2, $3, $4, $5, $6, $7, $8)",
-		ref.Limit, ref.Key, id, s.nowArg(), scope, key, hash, metaArg(meta)); err != nil {
+	if err := s.queryJSONTerms(ctx, "revoke grant", &raw, ref, "SELECT budgetd_revoke_grant($1, $2, $3, $4, $5, $6, $7, $8, $9)", func(terms *string) []any {
+		return []any{ref.Limit, ref.Key, id, s.nowArg(), scope, key, hash, metaArg(meta), terms}
+	}); err != nil {
 		return ledger.GrantOutcome{}, err
 	}
 	return decodeGrantOutcome("revoke grant", raw)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,57 +11,69 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// The listing statements read the tables directly and write nothing. A
-// bucket that crossed the expiry of an override that changed its rule is
-// listed settled there (budgetd_expiry_switch), as a decision would see it. Each is
-// one statement, so it sees the limit, its buckets and their holds in one
+// The listing statements read the tables directly and write nothing. Each
+// is one statement, so it sees the limit, its buckets and their holds in one
 // snapshot; a limit that does not exist yields no row at all. Keys are
 // COLLATE "C", so the primary key (limit_id, key) gives byte order and a page
 // costs one index range scan of n rows.
 
+// listBucketsSQL reads a page of buckets as stored, with what their terms
+// are computed from that only the bucket's rows hold (its holds, its active
+// grants' sum, its rollover carry), and the limit's id and versions: the
+// terms themselves are resolved in Go (ledger.TermsAt), from the limit as
+// the index holds it when that is the version read here.
 const listBucketsSQL = `
 WITH l AS (SELECT * FROM limits WHERE name = $1),
      t AS (SELECT coalesce($4::timestamptz, date_trunc('microseconds', clock_timestamp())) AS now)
-SELECT l.name, l.capacity::text, l.leak_amount::text, l.leak_per_us, l.period_every, l.period_tz, l.period_start_day,
-       l.window_length_us, l.window_precision_us, l.history, l.record_denials, l.mode, l.grace::text, l.thresholds, l.created_at, l.updated_at, t.now,
-       b.key, coalesce(sx.level, b.level)::text, coalesce(sx.updated_at, b.updated_at), hs.amounts, hs.expires,
-       CASE WHEN sx.switched THEN NULL ELSE b.slot_idx END, CASE WHEN sx.switched THEN NULL ELSE b.slot_sum::text[] END,
-       o.pattern, o.capacity::text, o.leak_amount::text, o.leak_per_us, o.period_tz, o.period_start_day, o.window_length_us,
-       gs.amount, l.rollover_max::text, ro.received
+SELECT l.id, budgetd_us(l.updated_at), coalesce(l.override_ver, 0), budgetd_us(t.now),
+       b.key, b.level::text, budgetd_us(b.updated_at), hs.amounts, hs.expires, b.slot_idx, b.slot_sum::text[],
+       b.carry_unused::text, b.carry_period, gs.amount
   FROM l CROSS JOIN t
   LEFT JOIN LATERAL (
-        SELECT b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum
+        SELECT b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum, b.carry_unused, b.carry_period
           FROM buckets b
          WHERE b.limit_id = l.id AND b.key > $2::text COLLATE "C" AND b.updated_at IS NOT NULL
          ORDER BY b.key
          LIMIT $3) b ON true
   LEFT JOIN LATERAL (
-        SELECT s.level, s.updated_at, s.switched
-          FROM limits li CROSS JOIN LATERAL budgetd_expiry_switch(li, b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum, t.now) s
-         WHERE li.id = l.id AND b.key IS NOT NULL AND l.override_rules AND l.override_expiry > b.updated_at AND s.switched) sx ON true
-  LEFT JOIN LATERAL (
         SELECT array_agg(h.amount::text ORDER BY h.expires_at, h.id) AS amounts,
-               array_agg(h.expires_at ORDER BY h.expires_at, h.id) AS expires
+               array_agg(budgetd_us(h.expires_at) ORDER BY h.expires_at, h.id) AS expires
           FROM holds h
          WHERE h.limit_id = l.id AND h.key = b.key AND h.state = 'active') hs ON true
   LEFT JOIN LATERAL (
-        SELECT (budgetd_override_of(l.id, l.override_lens, b.key, t.now)).*
-         WHERE b.key IS NOT NULL AND cardinality(l.override_lens) > 0) o ON true
-  LEFT JOIN LATERAL (
         SELECT budgetd_grant_sum(l.id, b.key, t.now)::text AS amount
          WHERE b.key IS NOT NULL AND l.grant_rows > 0) gs ON true
-  LEFT JOIN LATERAL (
-        SELECT (budgetd_terms(li, b.key, t.now)).rollover::text AS received
-          FROM limits li
-         WHERE li.id = l.id AND b.key IS NOT NULL AND l.rollover_max IS NOT NULL) ro ON true
  ORDER BY b.key`
 
+// errListStale reports a listing that read another version of the limit
+// than the terms index holds: the index reads it again and the listing
+// runs again.
+var errListStale = errors.New("the limit changed during the listing")
+
 // ListBuckets lists up to n of the limit's buckets with keys after after, in
-// byte order, each with its active holds, at the database clock.
+// byte order, each with its active holds and under its terms, at the
+// database clock. A bucket that crossed the end of a temporary rule change
+// since its last write is listed settled there, as a decision would see it.
 func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
 	var out []ledger.BucketSnapshot
+	var err error
+	for range 3 {
+		if out, err = s.listBuckets(ctx, limit, after, n); !errors.Is(err, errListStale) {
+			return out, err
+		}
+		s.terms.forget(limit)
+	}
+	return nil, fmt.Errorf("postgres list buckets of %q: %w", limit, err)
+}
+
+func (s *Store) listBuckets(ctx context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
+	lt, err := s.limitTerms(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	var out []ledger.BucketSnapshot
 	found := false
-	err := s.do(ctx, "list buckets", func(ctx context.Context) error {
+	err = s.do(ctx, "list buckets", func(ctx context.Context) error {
 		out, found = out[:0], false
 		rows, err := s.pool.Query(ctx, listBucketsSQL, limit, after, n, s.nowArg())
 		if err != nil {
@@ -69,84 +82,53 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 		defer rows.Close()
 		for rows.Next() {
 			var (
-				l             ledger.Limit
-				capacity      string
-				grace         string
-				ths           []string
-				amount, every *string // leak_amount: NULL unless leaky; period_every: NULL unless periodic
-				perUS         *int64
-				tz            *string
-				startDay      *int32
-				wlen, wprec   *int64 // NULL unless a window
-				slotIdx       []int64
-				slotSums      []string
-				now           time.Time
-				key, level    *string
-				updated       *time.Time
-				amounts       []string
-				expires       []time.Time
-				ovr           overrideCols
-				grantSum      *string // the bucket's active grants, NULL when the limit has none
-				rolloverMax   *string // the limit's rollover max, NULL for none
-				received      *string // the rollover the bucket receives (budgetd_terms), NULL for none
+				id, rev, over, nowUS int64
+				key, level           *string
+				updated              *int64
+				amounts              []string
+				expires              []int64
+				slotIdx              []int64
+				slotSums             []string
+				carryUnused          *string
+				carryPeriod          *int64
+				grantSum             *string // the bucket's active grants, NULL when the limit has none
 			)
-			if err := rows.Scan(&l.Name, &capacity, &amount, &perUS, &every, &tz, &startDay, &wlen, &wprec, &l.History, &l.RecordDenials, &l.Mode, &grace, &ths, &l.CreatedAt, &l.UpdatedAt, &now,
-				&key, &level, &updated, &amounts, &expires, &slotIdx, &slotSums,
-				&ovr.pattern, &ovr.capacity, &ovr.leakAmount, &ovr.leakPerUS, &ovr.tz, &ovr.startDay, &ovr.windowUS, &grantSum, &rolloverMax, &received); err != nil {
+			if err := rows.Scan(&id, &rev, &over, &nowUS, &key, &level, &updated, &amounts, &expires, &slotIdx, &slotSums,
+				&carryUnused, &carryPeriod, &grantSum); err != nil {
 				return err
 			}
 			found = true
+			if lt == nil || id != lt.id || rev != lt.rev || over != lt.over {
+				return errListStale
+			}
 			if key == nil {
 				continue // the limit has no bucket after after
 			}
+			now := fromUS(nowUS)
 			var p numParser
-			l.Capacity = p.num(capacity)
-			l.Mode, l.Grace = storedMode(l.Mode, p.num(grace))
-			l.Thresholds = storedThresholds(ths)
-			switch {
-			case every != nil && tz != nil: // a periodic limit (the table's check: leak fields NULL)
-				l.Period = &ledger.Period{Every: *every, TZ: *tz}
-				if startDay != nil {
-					l.Period.StartDay = int(*startDay)
-				}
-			case amount != nil && perUS != nil:
-				l.LeakAmount, l.LeakPer = p.num(*amount), time.Duration(*perUS)*time.Microsecond
-			case wlen != nil && wprec != nil:
-				l.Window = (&windowDoc{LengthUS: *wlen, PrecisionUS: *wprec}).window()
-			default:
-				return fmt.Errorf("postgres: limit %q has none of a leak, a period and a window", l.Name)
-			}
-			l.CreatedAt, l.UpdatedAt = l.CreatedAt.UTC(), l.UpdatedAt.UTC()
-			if ovr.pattern != nil {
-				// Applied in Go, as the rule is: the listing computes the
-				// calendar itself and needs no table of period starts.
-				l = ovr.override(&p).Apply(l)
-			}
-			if rolloverMax != nil {
-				l.Rollover = &ledger.Rollover{Max: p.num(*rolloverMax)}
-			}
-			if received != nil {
-				// What the server computed by ledger.CarryAt's rule, max applied.
-				l.Received = p.num(*received)
-				l.Capacity = l.Capacity.Add(l.Received)
-			}
-			if grantSum != nil {
-				l = l.WithGrants(p.num(*grantSum))
-			}
-			st := bucket.State{Level: ledger.Amount(p.num(*level))}
+			in := ledger.TermsInput{Limit: lt.lim, Key: *key, Overrides: lt.resolver(), Now: now,
+				State: bucket.State{Level: ledger.Amount(p.num(*level))}}
 			if updated != nil {
-				st.Updated = updated.UTC()
+				in.State.Updated = fromUS(*updated)
 			}
 			for i := range amounts {
-				st.Holds = append(st.Holds, bucket.Hold{Amount: ledger.Amount(p.num(amounts[i])), ExpiresAt: expires[i].UTC()})
+				in.State.Holds = append(in.State.Holds, bucket.Hold{Amount: ledger.Amount(p.num(amounts[i])), ExpiresAt: fromUS(expires[i])})
+			}
+			if carryUnused != nil && carryPeriod != nil {
+				in.Carry = ledger.Carry{Unused: ledger.Amount(p.num(*carryUnused)), Period: *carryPeriod}
+			}
+			if grantSum != nil {
+				// The sum of the grants active now, as one grant.
+				in.Grants = []ledger.Grant{{Amount: p.num(*grantSum), ExpiresAt: now.Add(time.Microsecond)}}
 			}
 			if p.err != nil {
 				return p.err
 			}
-			if st.Slots, err = slotsOf(slotIdx, slotSums); err != nil {
+			if in.State.Slots, err = slotsOf(slotIdx, slotSums); err != nil {
 				return err
 			}
-			out = append(out, ledger.BucketSnapshot{Key: *key, Snapshot: ledger.Snapshot{Limit: l, State: st, Now: now.UTC()}})
+			t := ledger.TermsAt(&in)
+			out = append(out, ledger.BucketSnapshot{Key: *key, Snapshot: ledger.Snapshot{Limit: t.Limit, State: t.State, Now: now}})
 		}
 		return rows.Err()
 	})
@@ -154,6 +136,9 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 		return nil, err
 	}
 	if !found {
+		if lt != nil {
+			s.terms.forget(limit)
+		}
 		return nil, fmt.Errorf("limit %q: %w", limit, ledger.ErrLimitNotFound)
 	}
 	return out, nil

@@ -38,10 +38,10 @@ type limitDoc struct {
 	CreatedUS  int64    `json:"created_us"`
 	UpdatedUS  int64    `json:"updated_us"`
 	// Override is present only for a limit with an override applied: its
-	// pattern (budgetd_terms).
+	// pattern (budgetd_terms_limit).
 	Override string `json:"override"`
 	// Grants is present only for a limit with a bucket's active grants
-	// added to its capacity: their sum (budgetd_terms).
+	// added to its capacity: their sum (budgetd_bucket_terms).
 	Grants decimal.Decimal `json:"grants"`
 	// RolloverMax is present only for a limit with rollover, and Rollover
 	// only for one with a bucket's rollover added to its capacity: what
@@ -397,6 +397,9 @@ func (s *Store) Reserve(ctx context.Context, ref ledger.BucketRef, amount decima
 	if err != nil {
 		return ledger.ReserveOutcome{}, err
 	}
+	if doc.Reservation != nil {
+		s.holds.put(doc.Reservation.ID, ref)
+	}
 	snap, err := doc.snapshot(doc.NowUS)
 	if err != nil {
 		return ledger.ReserveOutcome{}, fmt.Errorf("postgres reserve: %w", err)
@@ -443,10 +446,33 @@ func (s *Store) resolve(ctx context.Context, op, id string, commit bool, amount 
 		NowUS       int64   `json:"now_us"`
 		Replayed    bool    `json:"replayed"`
 	}
-	err := s.queryJSON(ctx, op, &doc, "SELECT budgetd_resolve($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-		id, commit, amount, overrun, s.nowArg(), scope, key, hash, metaArg(meta))
+	// The terms of the hold's bucket are resolved again at every attempt,
+	// as queryJSONTerms does, once the bucket is known.
+	var raw []byte
+	err := s.do(ctx, op, func(ctx context.Context) error {
+		var terms *string
+		ref, ok, err := s.holdRef(ctx, id)
+		if err != nil {
+			return err
+		}
+		if ok {
+			args, err := s.termsArgs(ctx, []string{ref.Limit}, []string{ref.Key})
+			if err != nil {
+				return err
+			}
+			terms = args[0]
+		}
+		return s.pool.QueryRow(ctx, "SELECT budgetd_resolve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+			id, commit, amount, overrun, s.nowArg(), scope, key, hash, metaArg(meta), terms).Scan(&raw)
+	})
 	if err != nil {
 		return ledger.ResolveOutcome{}, err
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return ledger.ResolveOutcome{}, fmt.Errorf("postgres %s: decoding %s: %w", op, raw, err)
+	}
+	if doc.Reservation.State != string(ledger.Active) {
+		s.holds.drop(id)
 	}
 	snap, err := doc.snapshot(doc.NowUS)
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ovset"
+	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 )
 
@@ -132,7 +134,8 @@ func (s *Store) PutOverride(ctx context.Context, limit string, o ledger.Override
 		expires = o.ExpiresAt
 	}
 	var doc *overrideDoc
-	err = s.queryJSON(ctx, "put override", &doc, `SELECT budgetd_put_override($1, $2, $3, false, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+	err = s.changeOverride(ctx, "put override", limit, o.Pattern, &doc, func(set *ovset.Set) { set.Put(o) },
+		`SELECT budgetd_put_override($1, $2, $3, false, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 		limit, o.Pattern, s.nowArg(), capacity, leakAmount, leakPer, tz, startDay, starts, key, wlen, wprec, expires)
 	if err != nil {
 		return ledger.Override{}, err
@@ -187,7 +190,9 @@ func (s *Store) ListOverrides(ctx context.Context, limit, after string, n int) (
 // DeleteOverride removes an unexpired override (budgetd_put_override).
 func (s *Store) DeleteOverride(ctx context.Context, limit, pattern string) error {
 	var doc *overrideDoc
-	if err := s.queryJSON(ctx, "delete override", &doc, `SELECT coalesce(budgetd_put_override($1, $2, $3, true), 'null')`, limit, pattern, s.nowArg()); err != nil {
+	err := s.changeOverride(ctx, "delete override", limit, pattern, &doc, func(set *ovset.Set) { set.Delete(pattern) },
+		`SELECT coalesce(budgetd_put_override($1, $2, $3, true), 'null')`, limit, pattern, s.nowArg())
+	if err != nil {
 		return err
 	}
 	if doc == nil {
@@ -237,6 +242,25 @@ func (s *Store) refreshOverrideTables(ctx context.Context, id int64, every, limi
 			id, c.tz, c.startDay, periodTable(p, now), periodKey(p)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// changeOverride runs the statement sql of a PUT or DELETE of the
+// override pattern (budgetd_put_override), after settling the buckets it
+// covers (changeTerms), and decodes its answer into out; change makes the
+// same change on the limit's overrides in Go.
+func (s *Store) changeOverride(ctx context.Context, op, limit, pattern string, out any, change func(*ovset.Set), sql string, args ...any) error {
+	var raw []byte
+	err := s.changeTerms(ctx, op, limit, pattern, func(l ledger.Limit, set *ovset.Set) ledger.Limit {
+		change(set)
+		return l
+	}, func(ctx context.Context, tx pgx.Tx) error { return tx.QueryRow(ctx, sql, args...).Scan(&raw) })
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("postgres %s: decoding %s: %w", op, raw, err)
 	}
 	return nil
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/budgetd/budgetd/internal/groupcommit"
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ovset"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -205,6 +206,7 @@ type Store struct {
 	co         *groupcommit.Batcher[*fillCall]
 	multiLocks keyLocks   // SERIALIZABLE: multi-bucket Fillups of a bucket one at a time (keylock.go)
 	terms      termsIndex // the limits and their overrides, to resolve terms in Go (terms.go)
+	holds      holdRefs   // the buckets of holds reserved here (holdrefs.go)
 
 	kick      chan struct{}
 	stop      chan struct{}
@@ -399,19 +401,21 @@ func (s *Store) queryJSON(ctx context.Context, op string, out any, sql string, a
 	return nil
 }
 
-// PutLimit creates or updates a limit, keeping its buckets.
+// PutLimit creates or updates a limit, keeping its buckets: those of a
+// limit with overrides are settled in Go first (changeTerms), the others by
+// budgetd_put_limit.
 func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, error) {
-	var doc limitDoc
-	var err error
+	var sql string
+	var args []any
 	mode, g := storedMode(l.Mode, l.Grace)
 	grace := g.String()
 	ths, sig := thresholdArgs(l.Thresholds)
 	switch {
 	case l.Window != nil:
-		err = s.queryJSON(ctx, "put limit", &doc, `SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4,
+		sql = `SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4,
 			p_window_length_us => $5, p_window_precision_us => $6, p_record_denials => $7, p_mode => $8, p_grace => $9,
-			p_thresholds => $10, p_th_sig => $11)`,
-			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Window.Length.Microseconds(), l.Window.Precision.Microseconds(), l.RecordDenials, mode, grace, ths, sig)
+			p_thresholds => $10, p_th_sig => $11)`
+		args = []any{l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Window.Length.Microseconds(), l.Window.Precision.Microseconds(), l.RecordDenials, mode, grace, ths, sig}
 	case l.Period != nil:
 		starts := periodTable(*l.Period, s.goNow())
 		var startDay any
@@ -423,14 +427,21 @@ func (s *Store) PutLimit(ctx context.Context, l ledger.Limit) (ledger.Limit, err
 			m := l.Rollover.Max.String()
 			rolloverMax = &m
 		}
-		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4, $5, $6, $7, $8, p_record_denials => $9, p_mode => $10, p_grace => $11, p_thresholds => $12, p_th_sig => $13, p_rollover_max => $14)",
-			l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Period.Every, l.Period.TZ, startDay, starts, l.RecordDenials, mode, grace, ths, sig, rolloverMax)
+		sql = "SELECT budgetd_put_limit($1, $2, NULL, NULL, $3, $4, $5, $6, $7, $8, p_record_denials => $9, p_mode => $10, p_grace => $11, p_thresholds => $12, p_th_sig => $13, p_rollover_max => $14)"
+		args = []any{l.Name, l.Capacity.String(), l.History, s.nowArg(), l.Period.Every, l.Period.TZ, startDay, starts, l.RecordDenials, mode, grace, ths, sig, rolloverMax}
 	default:
-		err = s.queryJSON(ctx, "put limit", &doc, "SELECT budgetd_put_limit($1, $2, $3, $4, $5, $6, p_record_denials => $7, p_mode => $8, p_grace => $9, p_thresholds => $10, p_th_sig => $11)",
-			l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), l.History, s.nowArg(), l.RecordDenials, mode, grace, ths, sig)
+		sql = "SELECT budgetd_put_limit($1, $2, $3, $4, $5, $6, p_record_denials => $7, p_mode => $8, p_grace => $9, p_thresholds => $10, p_th_sig => $11)"
+		args = []any{l.Name, l.Capacity.String(), l.LeakAmount.String(), l.LeakPer.Microseconds(), l.History, s.nowArg(), l.RecordDenials, mode, grace, ths, sig}
 	}
+	var raw []byte
+	err := s.changeTerms(ctx, "put limit", l.Name, "", func(ledger.Limit, *ovset.Set) ledger.Limit { return l },
+		func(ctx context.Context, tx pgx.Tx) error { return tx.QueryRow(ctx, sql, args...).Scan(&raw) })
 	if err != nil {
 		return ledger.Limit{}, err
+	}
+	var doc limitDoc
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return ledger.Limit{}, fmt.Errorf("postgres put limit: decoding %s: %w", raw, err)
 	}
 	return doc.limit(), nil
 }

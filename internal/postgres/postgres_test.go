@@ -118,7 +118,7 @@ func TestConformanceSerializable(t *testing.T) {
 }
 
 // The end of a temporary rule change settled at its expires_at
-// (budgetd_expiry_switch), at both isolation levels.
+// (Go settles the bucket: terms.go, settleBucket), at both isolation levels.
 func TestOverrideExpiryReadCommitted(t *testing.T) {
 	ledgertest.RunOverrideExpiry(t, factory("read-committed"))
 }

@@ -26,6 +26,10 @@ type pruneBucketsRow struct {
 	NextLimit *int64  `db:"next_limit"`
 	NextKey   *string `db:"next_key"`
 	Deleted   int     `db:"deleted"`
+	// The buckets left to Go to judge (budgetd_prune_buckets): their
+	// limits' names and keys.
+	AskLimits []string `db:"ask_limits"`
+	AskKeys   []string `db:"ask_keys"`
 }
 
 type pruneCursor struct {
@@ -87,7 +91,11 @@ func (s *Store) Prune(ctx context.Context) (PruneStats, error) {
 		if err != nil {
 			return st, err
 		}
-		st.EmptyBuckets += r.Deleted
+		n, err := s.pruneAsked(ctx, r.AskLimits, r.AskKeys)
+		if err != nil {
+			return st, err
+		}
+		st.EmptyBuckets += r.Deleted + n
 		st.ScannedBatches++
 		if r.NextLimit == nil || r.NextKey == nil {
 			s.cursor = pruneCursor{}
@@ -134,4 +142,36 @@ func (s *Store) pruneLoop() {
 		// Errors (the database is down) are retried at the next tick.
 		_, _ = s.Prune(ctx)
 	}
+}
+
+// pruneAsked judges the buckets budgetd_prune_buckets left to Go, whose
+// terms it resolves: each is settled first at the ends of temporary rule
+// changes it crossed (settleBucket), kept while an override applies to it,
+// and otherwise deleted by budgetd_prune_bucket when it is empty, unless
+// the limit changed since the index read it. Returns how many it deleted.
+func (s *Store) pruneAsked(ctx context.Context, limits, keys []string) (int, error) {
+	deleted := 0
+	for i, name := range limits {
+		if err := s.settleBucket(ctx, name, keys[i]); err != nil {
+			return deleted, err
+		}
+		lt, err := s.limitTerms(ctx, name)
+		if err != nil {
+			return deleted, err
+		}
+		if lt == nil || lt.set != nil && lt.set.Effective(lt.lim, keys[i], s.termsNow()).Override != "" {
+			continue
+		}
+		var ok bool
+		if err := s.pruneTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return tx.QueryRow(ctx, "SELECT budgetd_prune_bucket($1, $2, coalesce($3, budgetd_clock()), $4, $5)",
+				lt.id, keys[i], s.nowArg(), lt.rev, lt.over).Scan(&ok)
+		}); err != nil {
+			return deleted, err
+		}
+		if ok {
+			deleted++
+		}
+	}
+	return deleted, nil
 }

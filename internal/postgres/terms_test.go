@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -172,5 +173,46 @@ func TestTermsSettleInGo(t *testing.T) {
 	p.decide("e", "1", true, "10", "")
 	if p.s1.Stats().Settled != before+1 {
 		t.Fatalf("settled again: %d", p.s1.Stats().Settled-before)
+	}
+}
+
+// TestTermsHoldOnOtherInstance: Commit and Release learn their bucket from
+// the hold, so an instance that did not reserve it reads it first; the
+// terms it then passes are checked under the bucket's lock like any
+// other's: an override changed by the reserving instance after the hold is
+// seen by the commit's answer, and a limit the other instance changed
+// makes the reserving instance's release read it again; an unknown hold is
+// not found, with no bucket to read.
+func TestTermsHoldOnOtherInstance(t *testing.T) {
+	p := newTermsPair(t)
+	p.put(p.one, ledger.Override{Pattern: "h", Capacity: decimal.NewNullDecimal(dec("100"))})
+	ref := ledger.BucketRef{Limit: "api", Key: "h"}
+	r1, err := p.one.Reserve(p.ctx, ref, dec("60"), time.Hour, ledger.Idempotency{}, nil)
+	if err != nil || !r1.Decision.Accepted {
+		t.Fatalf("reserve 60 under 100: %+v %v", r1, err)
+	}
+	r2, err := p.one.Reserve(p.ctx, ref, dec("30"), time.Hour, ledger.Idempotency{}, nil)
+	if err != nil || !r2.Decision.Accepted {
+		t.Fatalf("reserve 30 more under 100: %+v %v", r2, err)
+	}
+	p.put(p.one, ledger.Override{Pattern: "h", Capacity: decimal.NewNullDecimal(dec("200"))})
+
+	out, err := p.other.Commit(p.ctx, r1.Reservation.ID, decimal.NullDecimal{}, false, ledger.Idempotency{}, nil)
+	if err != nil || out.Bucket.Capacity.String() != "200" || out.Bucket.Override != "h" || out.Bucket.Level.String() != "60" {
+		t.Fatalf("commit on the other instance: %+v %v, want capacity 200 under h", out, err)
+	}
+	if _, err := p.other.PutLimit(p.ctx, "api", ledger.LimitSpec{Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: 2000 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	stale := p.s1.Stats().StaleTerms
+	out, err = p.one.Release(p.ctx, r2.Reservation.ID, ledger.Idempotency{}, nil)
+	if err != nil || out.Reservation.State != ledger.Released || out.Bucket.Capacity.String() != "200" {
+		t.Fatalf("release after the other instance changed the limit: %+v %v", out, err)
+	}
+	if p.s1.Stats().StaleTerms == stale {
+		t.Fatal("the release passed terms of the limit before its change without a stale answer")
+	}
+	if _, err := p.other.Commit(p.ctx, "hnosuchhold0000000000000000000000", decimal.NullDecimal{}, false, ledger.Idempotency{}, nil); !errors.Is(err, ledger.ErrReservationNotFound) {
+		t.Fatalf("commit of an unknown hold: %v, want reservation not found", err)
 	}
 }

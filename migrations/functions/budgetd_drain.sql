@@ -4,7 +4,9 @@
 -- only a write records the holds it finds expired). "entry_id" names the
 -- drain entry (null when none was written). p_terms are the bucket's terms
 -- as budgetd resolved them (a budgetd_terms_arg, migration 0021); a drain
--- of 0 reads and locks nothing and resolves its terms as a read does.
+-- of 0 locks nothing and takes its terms as a read does (budgetd_inspect):
+-- a bucket to be settled at the end of a temporary rule change answers
+-- settle first, so the state answered is the settled one in every case.
 CREATE OR REPLACE FUNCTION budgetd_drain(p_limit text, p_key text, p_amount text, p_now timestamptz,
                                          p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL, p_terms text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
@@ -14,7 +16,6 @@ DECLARE
     v_out     jsonb;
     v_now     timestamptz;
     v_l       limits;
-    v_raw     limits;
     v_level   numeric;
     v_entry   bigint;
     v_before  numeric;
@@ -24,7 +25,6 @@ BEGIN
         RETURN v_out;
     END IF;
     v_l := budgetd_limit(p_limit);
-    v_raw := v_l;
     IF v_amount > 0 THEN
         PERFORM budgetd_lock_bucket(v_l.id, p_key);
         v_now := coalesce(p_now, budgetd_clock());
@@ -50,10 +50,11 @@ BEGIN
         END IF;
     ELSE
         v_now := coalesce(p_now, budgetd_clock());
-        v_l := budgetd_terms(v_l, p_key, v_now);
+        v_l := budgetd_bucket_terms(v_l, p_key, p_terms::budgetd_terms_arg,
+                                    (SELECT b FROM buckets b WHERE b.limit_id = v_l.id AND b.key = p_key), v_now);
     END IF;
     v_out := jsonb_build_object('removed', v_removed::text, 'limit', budgetd_limit_json(v_l),
-                                'state', budgetd_expiry_state_json(v_raw, p_key, v_now), 'now_us', budgetd_us(v_now),
+                                'state', budgetd_state_json(v_l.id, p_key), 'now_us', budgetd_us(v_now),
                                 'entry_id', v_entry::text);
     PERFORM budgetd_idem_put(p_scope, p_idem, p_hash, ARRAY[v_l.id], v_out, v_now);
     RETURN v_out;

@@ -49,16 +49,19 @@ END $$;
 -- budgetd_add_grant: the answer stored for the call's Idempotency-Key, as
 -- {"replay": answer}, when there is one; otherwise, with the limit's row and
 -- the bucket locked until the transaction ends, what budgetd validates the
--- grant against (ledger.GrantExpiry): the bucket's terms at now (its override
--- and its active grants applied, budgetd_terms), now, and whether locking
--- inserted the bucket's placeholder row (budgetd_lock_bucket).
-CREATE OR REPLACE FUNCTION budgetd_grant_begin(p_limit text, p_key text, p_now timestamptz, p_scope text, p_idem text, p_hash text)
+-- grant against (ledger.GrantExpiry): the bucket's terms at now (p_terms,
+-- resolved in Go, checked and completed under the locks by
+-- budgetd_bucket_terms), now, and whether locking inserted the bucket's
+-- placeholder row (budgetd_lock_bucket).
+CREATE OR REPLACE FUNCTION budgetd_grant_begin(p_limit text, p_key text, p_now timestamptz, p_scope text, p_idem text, p_hash text,
+                                               p_terms text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_out     jsonb;
     v_l       limits;
     v_now     timestamptz;
     v_created boolean;
+    v_b       buckets;
 BEGIN
     v_out := budgetd_idem_get(p_scope, p_idem, p_hash, coalesce(p_now, budgetd_clock()));
     IF v_out IS NOT NULL THEN
@@ -67,7 +70,8 @@ BEGIN
     v_l := budgetd_lock_limit(p_limit);
     v_created := budgetd_lock_bucket(v_l.id, p_key);
     v_now := coalesce(p_now, budgetd_clock());
-    v_l := budgetd_terms(v_l, p_key, v_now);
+    SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = p_key;
+    v_l := budgetd_bucket_terms(v_l, p_key, p_terms::budgetd_terms_arg, v_b, v_now);
     RETURN jsonb_build_object('limit_id', v_l.id, 'created', v_created, 'limit', budgetd_limit_json(v_l),
                               'now_us', budgetd_us(v_now));
 END $$;
@@ -76,7 +80,8 @@ END $$;
 -- transaction (the locks it took still held, p_now its now): see
 -- budgetd_grant_done.
 CREATE OR REPLACE FUNCTION budgetd_add_grant(p_limit_id bigint, p_key text, p_amount text, p_expires_at timestamptz, p_now timestamptz,
-                                             p_created boolean, p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL)
+                                             p_created boolean, p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL,
+                                             p_terms text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_g grants;
@@ -86,13 +91,14 @@ BEGIN
     VALUES (p_limit_id, p_key, trim_scale(p_amount::numeric), p_expires_at, p_now)
     RETURNING * INTO v_g;
     UPDATE limits SET grant_rows = grant_rows + 1 WHERE id = p_limit_id RETURNING * INTO v_l;
-    RETURN budgetd_grant_done(v_l, v_g, 'granted', p_now, p_created, p_scope, p_idem, p_hash, p_meta);
+    RETURN budgetd_grant_done(v_l, v_g, 'granted', p_now, p_created, p_scope, p_idem, p_hash, p_meta, p_terms::budgetd_terms_arg);
 END $$;
 
 -- Revokes the grant p_id ("g" and a number) of the bucket when it is active
 -- at now; BD008 (grant_not_found) otherwise. See budgetd_grant_done.
 CREATE OR REPLACE FUNCTION budgetd_revoke_grant(p_limit text, p_key text, p_id text, p_now timestamptz,
-                                                p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL)
+                                                p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL,
+                                                p_terms text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_out     jsonb;
@@ -116,7 +122,7 @@ BEGIN
         RAISE EXCEPTION 'grant "%" of %/% not found', p_id, p_limit, p_key USING ERRCODE = budgetd_code_grant_not_found();
     END IF;
     UPDATE limits SET grant_rows = grant_rows - 1 WHERE id = v_l.id RETURNING * INTO v_l;
-    RETURN budgetd_grant_done(v_l, v_g, 'revoked', v_now, v_created, p_scope, p_idem, p_hash, p_meta);
+    RETURN budgetd_grant_done(v_l, v_g, 'revoked', v_now, v_created, p_scope, p_idem, p_hash, p_meta, p_terms::budgetd_terms_arg);
 END $$;
 
 -- The end of a grant or a revocation of p_g on the limit p_l (its row as
@@ -125,17 +131,19 @@ END $$;
 -- on a limit with history, after recording the bucket's expired holds as
 -- every write does; the bucket's placeholder row removed when the lock
 -- inserted it (p_created: a grant writes no bucket); the answer, with the
--- bucket under its terms now, stored for the Idempotency-Key.
+-- bucket under its terms now (p_t, resolved in Go: budgetd_bucket_terms),
+-- stored for the Idempotency-Key.
 CREATE OR REPLACE FUNCTION budgetd_grant_done(p_l limits, p_g grants, p_event text, p_now timestamptz, p_created boolean,
-                                              p_scope text, p_idem text, p_hash text, p_meta text)
+                                              p_scope text, p_idem text, p_hash text, p_meta text, p_t budgetd_terms_arg)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_e     limits;
     v_entry bigint;
     v_out   jsonb;
+    v_b     buckets;
 BEGIN
-    PERFORM budgetd_settle_expiries(p_l, p_g.key, p_now);
-    v_e := budgetd_terms(p_l, p_g.key, p_now);
+    SELECT * INTO v_b FROM buckets WHERE limit_id = p_l.id AND key = p_g.key;
+    v_e := budgetd_bucket_terms(p_l, p_g.key, p_t, v_b, p_now);
     IF v_e.history THEN
         PERFORM budgetd_expire_holds(v_e, p_g.key, p_now);
         v_entry := budgetd_record(v_e, p_g.key, p_now, p_event, p_g.amount, NULL, p_meta, NULL, 'g' || p_g.id);

@@ -7,7 +7,7 @@
 -- "thresholds" (their strings) only for a limit that has some, and
 -- "override" only for a limit with an override applied, and "grants" (their
 -- sum, numeric text) only for one with a bucket's active grants added
--- (budgetd_terms), and "rollover_max" only for a limit with rollover and
+-- (budgetd_bucket_terms), and "rollover_max" only for a limit with rollover and
 -- "rollover" (the rollover received, numeric text) only for one with a
 -- bucket's rollover added (budgetd_with_rollover).
 CREATE OR REPLACE FUNCTION budgetd_limit_json(l limits) RETURNS jsonb

@@ -59,35 +59,11 @@ BEGIN
            thresholds = EXCLUDED.thresholds, th_sig = EXCLUDED.th_sig,
            th_min_amount = EXCLUDED.th_min_amount, th_min_pct = EXCLUDED.th_min_pct, rollover_max = EXCLUDED.rollover_max
     RETURNING * INTO v_l;
-    IF v_old.id IS NOT NULL AND (v_old.leak_amount IS DISTINCT FROM v_l.leak_amount OR v_old.leak_per_us IS DISTINCT FROM v_l.leak_per_us
-                                 OR v_old.period_every IS DISTINCT FROM v_l.period_every OR v_old.period_tz IS DISTINCT FROM v_l.period_tz
-                                 OR v_old.period_start_day IS DISTINCT FROM v_l.period_start_day
-                                 OR v_old.window_length_us IS DISTINCT FROM v_l.window_length_us
-                                 OR v_old.window_precision_us IS DISTINCT FROM v_l.window_precision_us)
-                             AND cardinality(v_old.override_lens) > 0 THEN
-        -- Each bucket first settled at the expiries of overrides it crossed
-        -- since its last write (budgetd_expiry_switch): those that ended in
-        -- the limit's own rule ended in the old one.
-        IF v_old.override_rules AND v_old.override_expiry IS NOT NULL THEN
-            UPDATE buckets AS b
-               SET level = s.level, updated_at = s.updated_at, slot_idx = NULL, slot_sum = NULL
-              FROM buckets bb
-             CROSS JOIN LATERAL budgetd_expiry_switch(v_old, bb.key, bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, v_now) s
-             WHERE bb.limit_id = v_old.id AND bb.level > 0 AND bb.updated_at < v_old.override_expiry
-               AND s.switched AND b.limit_id = bb.limit_id AND b.key = bb.key;
-        END IF;
-        -- Each bucket under the terms in force for it (budgetd_terms).
-        UPDATE buckets AS b
-           SET level = trim_scale(budgetd_level_at(b.level, b.updated_at, (x.e).leak_amount, (x.e).leak_per_us, v_now,
-                                                   budgetd_period_start(x.e, v_now),
-                                                   (x.e).window_length_us, (x.e).window_precision_us, b.slot_idx, b.slot_sum)),
-               slot_idx = NULL, slot_sum = NULL,
-               updated_at = CASE WHEN b.updated_at IS NULL OR b.updated_at < v_now OR b.updated_at > v_now + budgetd_clock_step()
-                                THEN v_now ELSE b.updated_at END
-          FROM (SELECT bb.key, budgetd_terms(v_old, bb.key, v_now) AS e
-                  FROM buckets bb WHERE bb.limit_id = v_old.id AND bb.level > 0) x
-         WHERE b.limit_id = v_old.id AND b.key = x.key;
-    ELSIF v_old.id IS NOT NULL AND (v_old.leak_amount IS DISTINCT FROM v_l.leak_amount OR v_old.leak_per_us IS DISTINCT FROM v_l.leak_per_us
+    -- The buckets under the rule before, settled at now when the rule
+    -- changes; those of a limit with overrides budgetd settled before, in
+    -- the same transaction, each under its own terms (Go: changeTerms).
+    IF v_old.id IS NOT NULL AND cardinality(v_old.override_lens) = 0
+       AND (v_old.leak_amount IS DISTINCT FROM v_l.leak_amount OR v_old.leak_per_us IS DISTINCT FROM v_l.leak_per_us
                                  OR v_old.period_every IS DISTINCT FROM v_l.period_every OR v_old.period_tz IS DISTINCT FROM v_l.period_tz
                                  OR v_old.period_start_day IS DISTINCT FROM v_l.period_start_day
                                  OR v_old.window_length_us IS DISTINCT FROM v_l.window_length_us

@@ -2,15 +2,10 @@
 -- of the limit p_name, in one transaction with the limit's row locked, as a
 -- PUT of the limit is. A NULL term comes from the limit; p_starts is the
 -- table of period starts (computed by budgetd) for the period p_period_key
--- names, of an override that sets tz or start_day. Every bucket the pattern
--- covers with a positive stored level whose rule (leak rate, period, window)
--- changes with it is settled at now under the rule in force before, as
--- budgetd_put_limit settles one (bucket.Switch); a change of capacity alone
--- writes no bucket. Before that, every bucket the pattern covers is settled
--- at the expiries of overrides it crossed since its last write
--- (budgetd_expiry_switch), under the overrides as they were: the change may
--- replace an expired override, or change what follows an expiry. limits.override_lens,
--- override_rules and override_expiry are kept up to date, and override_ver counts the change. Returns the
+-- names, of an override that sets tz or start_day. budgetd has settled the
+-- buckets the change touches before, in the same transaction (Go:
+-- changeTerms). limits.override_lens, override_rules and override_expiry are
+-- kept up to date, and override_ver counts the change. Returns the
 -- override's document (budgetd_override_json), NULL when a DELETE found no
 -- unexpired override.
 CREATE OR REPLACE FUNCTION budgetd_put_override(p_name text, p_pattern text, p_now timestamptz, p_delete boolean,
@@ -26,9 +21,6 @@ DECLARE
     v_o      overrides;
     v_plen   int := CASE WHEN right(p_pattern, 1) = '*' THEN char_length(p_pattern) - 1 END;
     v_prefix text := CASE WHEN right(p_pattern, 1) = '*' THEN left(p_pattern, -1) END;
-    v_keys   text[];
-    v_olds   limits[];
-    v_new    limits;
     v_lens   int[];
 BEGIN
     SELECT * INTO v_l FROM limits WHERE name = p_name FOR UPDATE;
@@ -42,22 +34,6 @@ BEGIN
             RETURN NULL;
         END IF;
     END IF;
-    -- The buckets the pattern covers, settled at the expiries they crossed.
-    IF v_l.override_rules AND v_l.override_expiry IS NOT NULL THEN
-        UPDATE buckets AS b
-           SET level = s.level, updated_at = s.updated_at, slot_idx = NULL, slot_sum = NULL
-          FROM buckets bb
-         CROSS JOIN LATERAL budgetd_expiry_switch(v_l, bb.key, bb.level, bb.updated_at, bb.slot_idx, bb.slot_sum, v_now) s
-         WHERE bb.limit_id = v_l.id AND bb.level > 0 AND bb.updated_at < v_l.override_expiry
-           AND CASE WHEN v_prefix IS NULL THEN bb.key = p_pattern ELSE starts_with(bb.key, v_prefix) END
-           AND s.switched AND b.limit_id = bb.limit_id AND b.key = bb.key;
-    END IF;
-    -- The buckets the pattern covers, with the terms in force for each.
-    SELECT coalesce(array_agg(b.key ORDER BY b.key), '{}'), coalesce(array_agg(budgetd_terms(v_l, b.key, v_now) ORDER BY b.key), '{}')
-      INTO v_keys, v_olds
-      FROM buckets b
-     WHERE b.limit_id = v_l.id AND b.level > 0
-       AND CASE WHEN v_prefix IS NULL THEN b.key = p_pattern ELSE starts_with(b.key, v_prefix) END;
     IF p_delete THEN
         DELETE FROM overrides WHERE limit_id = v_l.id AND pattern = p_pattern;
     ELSE
@@ -96,23 +72,6 @@ BEGIN
      WHERE id = v_l.id
     RETURNING override_ver, override_lens, override_rules, override_expiry
          INTO v_l.override_ver, v_l.override_lens, v_l.override_rules, v_l.override_expiry;
-    -- Settle each bucket whose rule changes, under the rule it had.
-    FOR i IN 1 .. cardinality(v_keys) LOOP
-        v_new := budgetd_terms(v_l, v_keys[i], v_now);
-        IF (v_new.leak_amount, v_new.leak_per_us, v_new.period_tz, v_new.period_start_day, v_new.window_length_us, v_new.window_precision_us)
-           IS DISTINCT FROM
-           (v_olds[i].leak_amount, v_olds[i].leak_per_us, v_olds[i].period_tz, v_olds[i].period_start_day,
-            v_olds[i].window_length_us, v_olds[i].window_precision_us) THEN
-            UPDATE buckets AS b
-               SET level = trim_scale(budgetd_level_at(b.level, b.updated_at, v_olds[i].leak_amount, v_olds[i].leak_per_us, v_now,
-                                                       budgetd_period_start(v_olds[i], v_now),
-                                                       v_olds[i].window_length_us, v_olds[i].window_precision_us, b.slot_idx, b.slot_sum)),
-                   slot_idx = NULL, slot_sum = NULL,
-                   updated_at = CASE WHEN b.updated_at IS NULL OR b.updated_at < v_now OR b.updated_at > v_now + budgetd_clock_step()
-                                    THEN v_now ELSE b.updated_at END
-             WHERE b.limit_id = v_l.id AND b.key = v_keys[i];
-        END IF;
-    END LOOP;
     RETURN budgetd_override_json(v_o);
 END $$;
 

@@ -1,13 +1,18 @@
 -- Commit (p_commit) or release a hold (bucket.Resolve). Refusals are part of
 -- the outcome: reservation_expired, reservation_closed, exceeds_hold.
+-- p_terms are the terms of the hold's bucket as budgetd resolved them (a
+-- budgetd_terms_arg, migration 0021), checked under the bucket's lock
+-- (budgetd_bucket_terms); NULL when budgetd did not know the bucket, which
+-- answers stale_terms once the hold is found.
 CREATE OR REPLACE FUNCTION budgetd_resolve(p_id text, p_commit boolean, p_amount text, p_overrun boolean, p_now timestamptz,
-                                p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL)
+                                p_scope text, p_idem text, p_hash text, p_meta text DEFAULT NULL, p_terms text DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_out     jsonb;
     v_now     timestamptz;
     v_h       holds;
     v_l       limits;
+    v_b       buckets;
     v_created boolean;
     v_wrote   boolean := false;
     v_refusal text := '';
@@ -35,8 +40,9 @@ BEGIN
         RAISE EXCEPTION 'reservation "%" not found', p_id USING ERRCODE = budgetd_code_reservation_not_found();
     END IF;
     v_now := coalesce(p_now, budgetd_clock());
-    PERFORM budgetd_settle_expiries(v_l, v_h.key, v_now);
-    v_l := budgetd_terms(v_l, v_h.key, v_now);
+    PERFORM budgetd_stale_limits(ARRAY[v_l.id], ARRAY[p_terms], v_now);
+    SELECT * INTO v_b FROM buckets WHERE limit_id = v_l.id AND key = v_h.key;
+    v_l := budgetd_bucket_terms(v_l, v_h.key, p_terms::budgetd_terms_arg, v_b, v_now);
     IF v_h.state = 'expired' OR (v_h.state = 'active' AND v_now >= v_h.expires_at) THEN
         PERFORM budgetd_expire_holds(v_l, v_h.key, v_now);
         v_refusal := 'reservation_expired';

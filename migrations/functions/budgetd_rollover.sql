@@ -6,10 +6,10 @@
 -- carry_period). The result holds in rollover_unused and rollover_period
 -- the carry to keep at the bucket's write (budgetd_write), and in rollover
 -- the rollover received (NULL for none). A limit without rollover, or a
--- bucket never written, is returned as it is. p_prev_cap, when given, is the
--- capacity in force at the end of the period before as budgetd resolved it
--- (budgetd_terms_arg.prev_capacity); without it, an override that applied
--- then is looked up here.
+-- bucket never written, is returned as it is. p_prev_cap is the capacity in
+-- force at the end of the period before as budgetd resolved it in Go
+-- (budgetd_terms_arg.prev_capacity, given for every limit with overrides);
+-- NULL is p_l's own.
 CREATE OR REPLACE FUNCTION budgetd_with_rollover(p_l limits, p_key text, p_level numeric, p_updated timestamptz,
                                                  p_cunused numeric, p_cperiod bigint, p_now timestamptz,
                                                  p_prev_cap numeric DEFAULT NULL) RETURNS limits
@@ -19,7 +19,6 @@ DECLARE
     v_prev    bigint;
     v_written bigint;
     v_cap     numeric;
-    v_raw     limits;
     v_unused  numeric := 0;
 BEGIN
     IF p_l.rollover_max IS NULL OR p_l.period_every IS NULL OR p_updated IS NULL THEN
@@ -36,10 +35,6 @@ BEGIN
         -- The capacity in force at the end of the period before: the
         -- limit's, with the override that applied at its last microsecond.
         v_cap := coalesce(p_prev_cap, p_l.capacity);
-        IF p_prev_cap IS NULL AND cardinality(p_l.override_lens) > 0 THEN
-            SELECT * INTO v_raw FROM limits WHERE id = p_l.id;
-            v_cap := coalesce((budgetd_override(v_raw, p_key, budgetd_from_us(v_start - 1))).capacity, v_raw.capacity);
-        END IF;
         v_prev := budgetd_period_find(p_l.period_starts, budgetd_from_us(v_start - 1), p_l.name, p_l.id);
         v_unused := v_cap;
         IF v_written >= v_prev THEN
