@@ -149,16 +149,19 @@ func crossMarks(sig uint32, n int, marks Marks, periodStart time.Time, before, a
 	if !periodStart.IsZero() {
 		period = periodStart.UnixMicro()
 	}
-	if marks.Sig != sig || marks.Period != period {
-		samePeriod := marks.Period == period
+	switch {
+	case marks.Sig != sig:
+		// Marks of another list (or none): what the use before reaches is
+		// marked, without events, in whatever period they were kept.
 		marks = Marks{Sig: sig, Period: period}
-		if samePeriod {
-			for i := range n {
-				if before(i) {
-					marks.Above |= 1 << i
-				}
+		for i := range n {
+			if before(i) {
+				marks.Above |= 1 << i
 			}
 		}
+	case marks.Period != period:
+		// Marks of an earlier period re-arm.
+		marks = Marks{Sig: sig, Period: period}
 	}
 	var out []Crossing
 	for i := range n {

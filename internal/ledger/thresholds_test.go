@@ -58,6 +58,8 @@ func TestCross(t *testing.T) {
 	}
 	l := Limit{Capacity: decimal.NewFromInt(100), Thresholds: th("50%", "80%", "90")}
 	jul, aug := time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
+	sep, oct := time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	nov := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	steps := []struct {
 		limit         Limit
 		before, after string
@@ -77,6 +79,16 @@ func TestCross(t *testing.T) {
 		{Limit{Capacity: decimal.NewFromInt(200), Thresholds: th("40%", "99")}, "100", "100", "200", aug, ""}, // new list: marked as reached
 		{Limit{Capacity: decimal.NewFromInt(200), Thresholds: th("40%", "99")}, "100", "50", "200", aug, "-0 -1"},
 		{Limit{Capacity: decimal.NewFromInt(200)}, "50", "150", "200", aug, ""},
+		// The list put again a period later: marks of another list (none)
+		// are taken from the use before, whatever their period, so what
+		// the bucket already reaches emits nothing.
+		{l, "60", "70", "100", sep, ""},
+		{l, "70", "80", "100", sep, "+1"},
+		// A list changed in the new period of an earlier list's marks: the
+		// same; the period after, the same list re-arms.
+		{Limit{Capacity: decimal.NewFromInt(100), Thresholds: th("50%")}, "85", "86", "100", oct, ""},
+		{Limit{Capacity: decimal.NewFromInt(100), Thresholds: th("50%")}, "0", "60", "100", nov, "+0"},
+		{Limit{Capacity: decimal.NewFromInt(100)}, "60", "61", "100", nov, ""},
 	}
 	var m Marks
 	for i, st := range steps {

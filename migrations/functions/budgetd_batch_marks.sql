@@ -10,8 +10,8 @@
 -- lowest percentage of the capacity (exact: numeric multiplication never
 -- rounds) reaches nothing, nor did any use before it, and nothing is
 -- crossed unless the marks, current, hold a threshold. Otherwise the marks
--- the rule starts from (the bucket's; none for marks of another period;
--- for marks of another list of thresholds, those that p_before reaches)
+-- the rule starts from (the bucket's; for marks of another list of
+-- thresholds, those that p_before reaches; none for marks of an earlier period)
 -- are compared with the thresholds reached after the first item and after
 -- the last: the uses only grow and reaching (>=) is monotone in the use,
 -- so when the three agree every item in between reaches the same.
@@ -43,9 +43,11 @@ BEGIN
             v_lasts := v_lasts | (1 << (i - 1));
         END IF;
     END LOOP;
-    IF coalesce(p_b.th_period, 0) <> coalesce(p_start, 0) THEN
+    IF coalesce(p_b.th_sig, 0) <> p_l.th_sig THEN
+        NULL;  -- marks of another list (or none): what p_before reaches
+    ELSIF coalesce(p_b.th_period, 0) <> coalesce(p_start, 0) THEN
         v_above := 0;
-    ELSIF coalesce(p_b.th_sig, 0) = p_l.th_sig THEN
+    ELSE
         v_above := coalesce(p_b.th_above, 0);
     END IF;
     IF v_first = v_above AND v_lasts = v_above THEN

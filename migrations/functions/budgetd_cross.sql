@@ -29,17 +29,19 @@ DECLARE
     v_reach  boolean;
     v_after  numeric;
 BEGIN
-    IF p_sig <> p_l.th_sig OR p_period <> v_period THEN
+    IF p_sig <> p_l.th_sig THEN
+        -- Marks of another list (or none): what p_before reaches, in
+        -- whatever period they were kept.
         v_above := 0;
-        IF p_period = v_period THEN
-            FOR i IN 1 .. cardinality(p_l.thresholds) LOOP
-                v_t := p_l.thresholds[i];
-                v_level := CASE WHEN right(v_t, 1) = '%' THEN p_l.capacity * left(v_t, -1)::numeric * 0.01 ELSE v_t::numeric END;
-                IF p_before >= v_level THEN
-                    v_above := v_above | (1 << (i - 1));
-                END IF;
-            END LOOP;
-        END IF;
+        FOR i IN 1 .. cardinality(p_l.thresholds) LOOP
+            v_t := p_l.thresholds[i];
+            v_level := CASE WHEN right(v_t, 1) = '%' THEN p_l.capacity * left(v_t, -1)::numeric * 0.01 ELSE v_t::numeric END;
+            IF p_before >= v_level THEN
+                v_above := v_above | (1 << (i - 1));
+            END IF;
+        END LOOP;
+    ELSIF p_period <> v_period THEN
+        v_above := 0;
     END IF;
     FOREACH v_after IN ARRAY p_afters LOOP
         FOR i IN 1 .. cardinality(p_l.thresholds) LOOP

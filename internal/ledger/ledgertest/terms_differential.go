@@ -62,9 +62,8 @@ func (m *termsModel) write(t ledger.Terms, ns bucket.State) {
 // identical terms (effective capacity, override, grants, rollover
 // received) at every step. The PUTs also set, change, reorder and remove the
 // limit's thresholds, Drains join the writes, and every write's threshold
-// events are the pure rule's (terms_differential_thresholds.go), except on
-// the stores termsThresholdsOff names. The clock only moves forward, with
-// Set.
+// events are the pure rule's (terms_differential_thresholds.go). The clock
+// only moves forward, with Set.
 func testTermsDifferential(t *testing.T, factory Factory) {
 	shapes := []struct {
 		name   string
@@ -91,11 +90,7 @@ func testTermsDifferential(t *testing.T, factory Factory) {
 				if sh.spec.Rollover != nil && !rollover {
 					sh.spec.Rollover = nil
 				}
-				why, off := thresholdsOff(store)
-				if off {
-					t.Logf("thresholds left out of the terms differential on this store for now: %s", why)
-				}
-				runTermsDifferential(t, e, sh.spec, sh.stepUp, seed, overrides, grants, !off)
+				runTermsDifferential(t, e, sh.spec, sh.stepUp, seed, overrides, grants)
 			})
 		}
 	}
@@ -122,24 +117,21 @@ type termsRun struct {
 	// seen counts what the sequence went through, so that a sequence that
 	// never met a term fails rather than passes.
 	seen map[string]int
-	// thresholds: the limit's PUTs change its thresholds, Drains join the
-	// writes and every write's events are compared
-	// (terms_differential_thresholds.go), drawn from trng.
-	thresholds bool
-	trng       *rand.Rand
-	ev         termsEvents
+	// trng draws the thresholds the limit's PUTs set, and ev is what the
+	// comparison of every write's events keeps
+	// (terms_differential_thresholds.go).
+	trng *rand.Rand
+	ev   termsEvents
 }
 
-func runTermsDifferential(t *testing.T, e *env, spec ledger.LimitSpec, stepUp time.Duration, seed uint64, overrides, grants, thresholds bool) {
+func runTermsDifferential(t *testing.T, e *env, spec ledger.LimitSpec, stepUp time.Duration, seed uint64, overrides, grants bool) {
 	x := &termsRun{t: t, e: e, rng: rand.New(rand.NewPCG(seed, 0x7e57)), spec: spec, stepUp: stepUp, overrides: overrides, grants: grants,
-		w:          &termsWorld{overrides: &ledger.Overrides{}, grants: map[string][]ledger.Grant{}},
-		models:     []*termsModel{{key: "{t}ab"}, {key: "{t}ac"}},
-		patterns:   []string{"{t}ab", "{t}a*", "{t}*", "*", "{t}ac", "{t}abc"},
-		seen:       map[string]int{},
-		thresholds: thresholds, trng: newThresholdsRand(seed)}
-	if x.thresholds {
-		x.startThresholds()
-	}
+		w:        &termsWorld{overrides: &ledger.Overrides{}, grants: map[string][]ledger.Grant{}},
+		models:   []*termsModel{{key: "{t}ab"}, {key: "{t}ac"}},
+		patterns: []string{"{t}ab", "{t}a*", "{t}*", "*", "{t}ac", "{t}abc"},
+		seen:     map[string]int{},
+		trng:     newThresholdsRand(seed)}
+	x.startThresholds()
 	x.put(x.spec)
 	defer x.covered()
 	for step := range termsSteps {
@@ -161,7 +153,7 @@ func runTermsDifferential(t *testing.T, e *env, spec ledger.LimitSpec, stepUp ti
 			x.override(op, now, b, where)
 		case op < 11 && grants:
 			x.grant(op, now, b, where)
-		case op == 11 && x.thresholds:
+		case op == 11:
 			x.drain(now, b, where)
 		case op == 12:
 			x.reserve(op, now, b, where)
@@ -170,14 +162,10 @@ func runTermsDifferential(t *testing.T, e *env, spec ledger.LimitSpec, stepUp ti
 		default:
 			x.read(op, now, b, where)
 		}
-		if x.thresholds {
-			x.sameEvents(false)
-		}
+		x.sameEvents(false)
 	}
-	if x.thresholds {
-		x.sameEvents(true)
-		x.sameBucketEvents(e.clock.Now())
-	}
+	x.sameEvents(true)
+	x.sameBucketEvents(e.clock.Now())
 }
 
 // put puts the limit and takes it as stored into the model.
@@ -198,10 +186,7 @@ func (x *termsRun) covered() {
 	if x.t.Failed() {
 		return
 	}
-	whats := []string{"accepted", "denied", "override", "grant", "received", "switched", "held", "resolved"}
-	if x.thresholds {
-		whats = append(whats, "crossed", "recovered", "drained")
-	}
+	whats := []string{"accepted", "denied", "override", "grant", "received", "switched", "held", "resolved", "crossed", "recovered", "drained"}
 	for _, what := range whats {
 		if (what == "override" || what == "switched") && !x.overrides || what == "grant" && !x.grants ||
 			what == "received" && x.spec.Rollover == nil || what == "switched" && x.spec.Period != nil {
@@ -304,9 +289,7 @@ func (x *termsRun) putLimit(op int, now time.Time, b int, where string) {
 	if s.Rollover != nil {
 		s.Rollover = &ledger.Rollover{Max: decimal.New(int64(rng.IntN(60)), 0)}
 	}
-	if x.thresholds {
-		s.Thresholds = x.nextThresholds()
-	}
+	s.Thresholds = x.nextThresholds()
 	x.put(s)
 }
 

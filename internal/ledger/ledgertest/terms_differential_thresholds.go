@@ -22,32 +22,6 @@ import (
 // the rest of a sequence draws what it drew before thresholds were part of
 // it.
 
-// termsThresholdsOff names the stores (by Go type, through Unwrap methods)
-// on which the terms differential leaves the thresholds out for now, and
-// why. It is temporary: an entry goes once its store agrees with the pure
-// rule.
-var termsThresholdsOff = map[string]string{
-	"*postgres.Store": "a PUT that removes a limit's thresholds clears its buckets' marks at once, their period too " +
-		"(budgetd_put_limit), where ledger.Cross keeps them until the bucket's next write; on a periodic limit a list " +
-		"put again before that write then emits crossed events for the thresholds the use already reaches, which " +
-		"the rule marks without events (day-rollover seed 3, step 24)",
-}
-
-// thresholdsOff reports whether st is or wraps a store that
-// termsThresholdsOff names, and why.
-func thresholdsOff(st ledger.Store) (string, bool) {
-	for {
-		if why, ok := termsThresholdsOff[fmt.Sprintf("%T", st)]; ok {
-			return why, true
-		}
-		u, ok := st.(interface{ Unwrap() ledger.Store })
-		if !ok {
-			return "", false
-		}
-		st = u.Unwrap()
-	}
-}
-
 // termsEventsPage is how many events one read of the outbox asks for.
 const termsEventsPage = 100
 

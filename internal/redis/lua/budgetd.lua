@@ -532,16 +532,16 @@ local function notice(c, st, now, pre)
   local after = used(c, st, now)
   local period = c.ps and fmt(c.ps) or '0'
   local above = st.ta or 0
-  if st.ts ~= th.sig or (st.tp or '0') ~= period then
-    -- Marks of another list are first taken from the use before, without
-    -- events; marks of an earlier period re-arm.
-    local same = (st.tp or '0') == period
+  if st.ts ~= th.sig then
+    -- Marks of another list (or none) are first taken from the use before,
+    -- without events, in whatever period they were kept.
     above = 0
-    if same then
-      for i, lv in ipairs(th.lv) do
-        if vcmp(pre, lv) >= 0 then above = bit.bor(above, 2 ^ (i - 1)) end
-      end
+    for i, lv in ipairs(th.lv) do
+      if vcmp(pre, lv) >= 0 then above = bit.bor(above, 2 ^ (i - 1)) end
     end
+  elseif (st.tp or '0') ~= period then
+    -- Marks of an earlier period re-arm.
+    above = 0
   end
   local ps, u, key, minid = '', nil, nil, nil
   if c.ps then ps = period end
