@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/budgetd/budgetd/internal/bucket"
@@ -38,28 +36,18 @@ func (s *Store) changeTerms(ctx context.Context, op, limit, pattern string, afte
 
 // settleForChange is the settling of changeTerms, in tx.
 func (s *Store) settleForChange(ctx context.Context, tx pgx.Tx, limit, pattern string, after func(ledger.Limit, *ovset.Set) ledger.Limit) error {
-	var id, nowUS int64
-	var raw []byte
-	var lens []int32
-	err := tx.QueryRow(ctx, `SELECT l.id, budgetd_limit_json(l), l.override_lens, budgetd_us(coalesce($2::timestamptz, budgetd_clock()))
-		  FROM limits l WHERE l.name = $1 FOR UPDATE`, limit, s.nowArg()).Scan(&id, &raw, &lens, &nowUS)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && pattern == "" && len(lens) == 0 {
+	l, overridden, err := readLimitRow(ctx, tx, limit, "FOR UPDATE")
+	if l == nil || err != nil || pattern == "" && !overridden {
 		// No limit, or a PUT of a limit without overrides: the buckets'
 		// terms are the limit's own, and budgetd_put_limit settles them.
-		return nil
-	}
-	if err != nil {
 		return err
 	}
-	var d limitDoc
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return fmt.Errorf("decoding %s: %w", raw, errBadAnswer)
-	}
-	base, now := d.limit(), fromUS(nowUS)
-	rows, err := tx.Query(ctx, `SELECT key, level::text, budgetd_us(updated_at), slot_idx, slot_sum::text[] FROM buckets
+	rows, err := tx.Query(ctx, `SELECT key, level::text, budgetd_us(updated_at), slot_idx, slot_sum::text[],
+		       budgetd_us(coalesce($3::timestamptz, budgetd_clock()))
+		  FROM buckets
 		 WHERE limit_id = $1 AND level > 0 AND updated_at IS NOT NULL
 		   AND ($2 = '' OR CASE WHEN right($2, 1) = '*' THEN starts_with(key, left($2, -1)) ELSE key = $2 END)
-		 ORDER BY key FOR UPDATE`, id, pattern)
+		 ORDER BY key FOR UPDATE`, l.id, pattern, s.nowArg())
 	if err != nil {
 		return err
 	}
@@ -68,13 +56,14 @@ func (s *Store) settleForChange(ctx context.Context, tx pgx.Tx, limit, pattern s
 		st  bucket.State
 	}
 	var bs []stored
+	var nowUS int64
 	for rows.Next() {
 		var b stored
 		var level string
 		var updated int64
 		var idx []int64
 		var sums []string
-		if err := rows.Scan(&b.key, &level, &updated, &idx, &sums); err != nil {
+		if err := rows.Scan(&b.key, &level, &updated, &idx, &sums, &nowUS); err != nil {
 			rows.Close()
 			return err
 		}
@@ -92,14 +81,15 @@ func (s *Store) settleForChange(ctx context.Context, tx pgx.Tx, limit, pattern s
 		return err
 	}
 	before, changed := &ovset.Set{}, &ovset.Set{}
-	if len(lens) > 0 {
-		if before, err = readOverrides(ctx, tx, id); err != nil {
+	if overridden {
+		if before, err = readOverrides(ctx, tx, l.id); err != nil {
 			return err
 		}
-		if changed, err = readOverrides(ctx, tx, id); err != nil {
+		if changed, err = readOverrides(ctx, tx, l.id); err != nil {
 			return err
 		}
 	}
+	base, now := l.lim, fromUS(nowUS)
 	next := after(base, changed)
 	var batch pgx.Batch
 	for _, b := range bs {
@@ -120,7 +110,7 @@ func (s *Store) settleForChange(ctx context.Context, tx pgx.Tx, limit, pattern s
 			idx, sums = append(idx, sl.Index), append(sums, sl.Sum.String())
 		}
 		batch.Queue(`UPDATE buckets SET level = $3::numeric, updated_at = budgetd_from_us($4), slot_idx = $5, slot_sum = $6::numeric[]
-			 WHERE limit_id = $1 AND key = $2`, id, b.key, ns.Level.String(), ns.Updated.UnixMicro(), idx, sums)
+			 WHERE limit_id = $1 AND key = $2`, l.id, b.key, ns.Level.String(), ns.Updated.UnixMicro(), idx, sums)
 	}
 	if batch.Len() == 0 {
 		return nil

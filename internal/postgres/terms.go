@@ -143,23 +143,11 @@ func (x *termsIndex) forgetDeleted(name string) {
 // the rows read.
 func (s *Store) readLimitTerms(ctx context.Context, name string) (lt *limitTerms, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var raw []byte
-		var lens []int32
-		l := &limitTerms{}
-		err := tx.QueryRow(ctx, `SELECT l.id, budgetd_limit_json(l), coalesce(l.override_ver, 0), l.override_lens
-			  FROM limits l WHERE l.name = $1`, name).Scan(&l.id, &raw, &l.over, &lens)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
+		l, overridden, err := readLimitRow(ctx, tx, name, "")
+		if l == nil || err != nil {
 			return err
 		}
-		var d limitDoc
-		if err := json.Unmarshal(raw, &d); err != nil {
-			return fmt.Errorf("decoding %s: %w", raw, errBadAnswer)
-		}
-		l.lim, l.rev = d.limit(), d.UpdatedUS
-		if len(lens) > 0 {
+		if overridden {
 			if l.set, err = readOverrides(ctx, tx, l.id); err != nil {
 				return err
 			}
@@ -171,6 +159,29 @@ func (s *Store) readLimitTerms(ctx context.Context, name string) (lt *limitTerms
 		return nil, fmt.Errorf("postgres terms of %q: %w", name, err)
 	}
 	return lt, nil
+}
+
+// readLimitRow reads the limit name's row in tx, with lock its locking
+// clause (e.g. "FOR UPDATE"), as the index keeps it but without its
+// overrides, and whether it has any; nil for no such limit.
+func readLimitRow(ctx context.Context, tx pgx.Tx, name, lock string) (*limitTerms, bool, error) {
+	var raw []byte
+	var lens []int32
+	l := &limitTerms{}
+	err := tx.QueryRow(ctx, `SELECT l.id, budgetd_limit_json(l), coalesce(l.override_ver, 0), l.override_lens
+		  FROM limits l WHERE l.name = $1 `+lock, name).Scan(&l.id, &raw, &l.over, &lens)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	var d limitDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, false, fmt.Errorf("decoding %s: %w", raw, errBadAnswer)
+	}
+	l.lim, l.rev = d.limit(), d.UpdatedUS
+	return l, len(lens) > 0, nil
 }
 
 // readOverrides reads the overrides of the limit id, expired ones
