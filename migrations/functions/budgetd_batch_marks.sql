@@ -3,18 +3,16 @@
 -- th_above and th_period as stored; the NULL row for none) of the limit p_l
 -- (its terms, with thresholds), whose uses (level + held) went from
 -- p_before to each of p_afters in turn, p_start being the period's start
--- (NULL: not periodic). Returns the marks the bucket's write sets,
--- {th_sig, th_above, th_period}, when no event is due, and NULL when one
--- is: budgetd_cross then runs after the write.
--- The common case is one test: a last use below the lowest amount and the
--- lowest percentage of the capacity (exact: numeric multiplication never
--- rounds) reaches nothing, nor did any use before it, and nothing is
--- crossed unless the marks, current, hold a threshold. Otherwise the marks
--- the rule starts from (the bucket's; for marks of another list of
--- thresholds, those that p_before reaches; none for marks of an earlier period)
--- are compared with the thresholds reached after the first item and after
--- the last: the uses only grow and reaching (>=) is monotone in the use,
--- so when the three agree every item in between reaches the same.
+-- (NULL: not periodic), when the last use may reach a threshold (else
+-- budgetd_batch_write sets the marks with one test). Returns the marks the
+-- bucket's write sets, {th_sig, th_above, th_period}, when no event is
+-- due, and NULL when one is: budgetd_cross then runs after the write. The
+-- marks the rule starts from (the bucket's; none for marks of another
+-- period; for marks of another list of thresholds, those that p_before
+-- reaches) are compared with the thresholds reached after the first item
+-- and after the last: the uses only grow (each item adds a positive cost,
+-- the holds stay) and reaching (>=) is monotone in the use, so when the
+-- three agree every item in between reaches the same.
 CREATE OR REPLACE FUNCTION budgetd_batch_marks(p_l limits, p_b buckets, p_before numeric, p_afters numeric[], p_start bigint)
 RETURNS bigint[] LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
@@ -24,12 +22,6 @@ DECLARE
     v_first integer := 0;
     v_lasts integer := 0;
 BEGIN
-    IF (p_l.th_min_amount IS NULL OR v_last < p_l.th_min_amount)
-       AND (p_l.th_min_pct IS NULL OR v_last < p_l.capacity * p_l.th_min_pct * 0.01)
-       AND (coalesce(p_b.th_above, 0) = 0 OR coalesce(p_b.th_sig, 0) <> p_l.th_sig
-            OR coalesce(p_b.th_period, 0) <> coalesce(p_start, 0)) THEN
-        RETURN ARRAY[p_l.th_sig, 0, coalesce(p_start, 0)];
-    END IF;
     FOR i IN 1 .. cardinality(p_l.thresholds) LOOP
         v_level := CASE WHEN right(p_l.thresholds[i], 1) = '%' THEN p_l.capacity * left(p_l.thresholds[i], -1)::numeric * 0.01
                         ELSE p_l.thresholds[i]::numeric END;

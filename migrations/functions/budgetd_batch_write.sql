@@ -7,8 +7,8 @@
 -- written), the rollover carry of p_l, updated moved to p_now unless that
 -- would move it back (a stored time more than budgetd_clock_step() ahead is
 -- a clock stepped back: now), and the threshold marks while no event is due
--- (budgetd_batch_marks, from the uses p_before and p_afters and the period
--- start p_start); budgetd_cross otherwise, after it. A row without slots or
+-- (from the uses p_before and p_afters and the period start p_start; see
+-- budgetd_batch_marks); budgetd_cross otherwise, after it. A row without slots or
 -- carry, before or after, is written without those columns. Without
 -- p_wrote, a row from a clock stepped back is moved to p_now
 -- (budgetd_unstep), and a bucket with no row gets an empty placeholder,
@@ -34,7 +34,19 @@ BEGIN
         END IF;
         RETURN true;
     END IF;
-    IF cardinality(p_l.thresholds) > 0 THEN
+    IF cardinality(p_l.thresholds) = 0 THEN
+        NULL;
+    ELSIF (p_l.th_min_amount IS NULL OR p_afters[cardinality(p_afters)] < p_l.th_min_amount)
+          AND (p_l.th_min_pct IS NULL OR p_afters[cardinality(p_afters)] < p_l.capacity * p_l.th_min_pct * 0.01)
+          AND (coalesce(p_b.th_above, 0) = 0 OR coalesce(p_b.th_sig, 0) <> p_l.th_sig
+               OR coalesce(p_b.th_period, 0) <> coalesce(p_start, 0)) THEN
+        -- The common case, one test: the last use is below the lowest amount
+        -- and the lowest percentage of the capacity (exact: numeric
+        -- multiplication never rounds), so nothing is reached, nor was by
+        -- any use before it, and nothing is left unless the marks, current,
+        -- hold a threshold.
+        v_marks := ARRAY[p_l.th_sig, 0, coalesce(p_start, 0)];
+    ELSE
         v_marks := budgetd_batch_marks(p_l, p_b, p_before, p_afters, p_start);
     END IF;
     IF p_expired > 0 THEN
