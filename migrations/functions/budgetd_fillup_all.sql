@@ -24,6 +24,9 @@ DECLARE
     v_accepted boolean := true;
     v_l        limits;
     v_b        buckets;
+    v_bs       buckets[];
+    v_helds    numeric[];
+    v_stale    bigint;   -- the first item whose terms are stale
     v_held     numeric;
     v_level    numeric;
     v_before   numeric;
@@ -34,11 +37,14 @@ BEGIN
     IF v_out IS NOT NULL THEN
         RETURN v_out;
     END IF;
-    -- Every limit first: an unknown one fails the call before anything is locked.
+    -- Every limit first, in one statement: an unknown one fails the call
+    -- before anything is locked.
+    SELECT array_agg(l ORDER BY u.o), array_agg(l.id ORDER BY u.o) INTO v_lims, v_ids
+      FROM unnest(p_limits) WITH ORDINALITY AS u(n, o) LEFT JOIN limits l ON l.name = u.n;
     FOR i IN 1 .. v_n LOOP
-        v_l := budgetd_limit(p_limits[i]);
-        v_lims[i] := v_l;
-        v_ids[i] := v_l.id;
+        IF v_ids[i] IS NULL THEN
+            RAISE EXCEPTION 'limit "%" not found', p_limits[i] USING ERRCODE = budgetd_code_limit_not_found();
+        END IF;
         v_costs[i] := p_costs[i]::numeric;
         v_created[i] := false;
     END LOOP;
@@ -46,15 +52,27 @@ BEGIN
         v_created[v_r.ord] := budgetd_lock_bucket(v_ids[v_r.ord], p_keys[v_r.ord]);
     END LOOP;
     v_now := coalesce(p_now, budgetd_clock());
-    -- The terms budgetd resolved in Go (p_terms, migration 0021): for the
-    -- limits as they are now that the buckets are locked, then per bucket.
-    PERFORM budgetd_stale_limits(v_ids, p_terms, v_now);
+    -- In one statement, now that the buckets are locked: the buckets, what
+    -- their active holds hold, and the first limit whose row is not the
+    -- version the terms budgetd resolved in Go (p_terms, migration 0021)
+    -- were resolved from (then stale_terms, as budgetd_stale_limits).
+    SELECT array_agg(b ORDER BY u.o), array_agg(h.held ORDER BY u.o),
+           (array_agg(u.o ORDER BY u.o) FILTER (WHERE budgetd_us(l.updated_at) IS DISTINCT FROM (u.t::budgetd_terms_arg).revision_us
+                                                   OR coalesce(l.override_ver, 0) IS DISTINCT FROM (u.t::budgetd_terms_arg).override_ver))[1]
+      INTO v_bs, v_helds, v_stale
+      FROM unnest(v_ids, p_keys, p_terms) WITH ORDINALITY AS u(lid, k, t, o)
+      LEFT JOIN limits l ON l.id = u.lid
+      LEFT JOIN buckets b ON b.limit_id = u.lid AND b.key = u.k
+      CROSS JOIN LATERAL (SELECT coalesce(sum(hh.amount), 0) AS held FROM holds hh
+                           WHERE hh.limit_id = u.lid AND hh.key = u.k AND hh.state = 'active' AND hh.expires_at > v_now) h;
+    IF v_stale IS NOT NULL THEN
+        PERFORM budgetd_stale_terms(p_limits[v_stale], v_now);
+    END IF;
     FOR i IN 1 .. v_n LOOP
-        SELECT * INTO v_b FROM buckets WHERE limit_id = v_ids[i] AND key = p_keys[i];
+        v_b := v_bs[i];
         v_lims[i] := budgetd_bucket_terms(v_lims[i], p_keys[i], p_terms[i]::budgetd_terms_arg, v_b, v_now);
         v_l := v_lims[i];
-        SELECT coalesce(sum(amount), 0) INTO v_held
-          FROM holds WHERE limit_id = v_l.id AND key = p_keys[i] AND state = 'active' AND expires_at > v_now;
+        v_held := v_helds[i];
         v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
                                     v_l.window_length_us, v_l.window_precision_us, v_b.slot_idx, v_b.slot_sum);
         v_fits[i] := budgetd_fits(v_level, v_held, v_costs[i], budgetd_ceiling(v_l));
