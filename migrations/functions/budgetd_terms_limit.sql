@@ -49,10 +49,8 @@ END $$;
 
 -- The terms of the locked bucket p_key (p_b: its row, the NULL row for none)
 -- of the limit p_l (its row as stored) at p_now, from the terms budgetd
--- resolved in Go (p_t): they must be for this limit and instant (else
--- stale_terms), the bucket must not have crossed the end of a temporary
--- rule change since its last write (else settle: budgetd settles it and
--- retries), and then the override's terms applied (budgetd_terms_limit),
+-- resolved in Go (p_t): checked and with the override's terms applied by
+-- budgetd_check_terms (stale_terms, settle),
 -- the rollover received added (budgetd_with_rollover, with the capacity of
 -- the period before as resolved) and the active grants added
 -- (budgetd_grant_sum): what is read under the lock. p_t must be for the
@@ -61,18 +59,7 @@ END $$;
 CREATE OR REPLACE FUNCTION budgetd_bucket_terms(p_l limits, p_key text, p_t budgetd_terms_arg, p_b buckets, p_now timestamptz)
 RETURNS limits LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF p_t.limit_id IS DISTINCT FROM p_l.id OR p_t.revision_us IS DISTINCT FROM budgetd_us(p_l.updated_at)
-       OR p_t.override_ver IS DISTINCT FROM coalesce(p_l.override_ver, 0)
-       OR p_t.from_us > budgetd_us(p_now) OR p_t.until_us <= budgetd_us(p_now) THEN
-        PERFORM budgetd_stale_terms(p_l.name, p_now);
-    END IF;
-    IF p_b.updated_at < budgetd_from_us(p_t.switch_us) THEN
-        RAISE EXCEPTION 'limit %: bucket % to be settled at an override''s expiry', p_l.name, p_key
-            USING ERRCODE = budgetd_code_settle(), DETAIL = jsonb_build_object('limit', p_l.name, 'key', p_key)::text;
-    END IF;
-    IF p_t.override IS NOT NULL THEN
-        p_l := budgetd_terms_limit(p_l, p_l.id, p_t, p_now);
-    END IF;
+    p_l := budgetd_check_terms(p_l, p_key, p_t, p_b.updated_at, p_now);
     IF p_l.rollover_max IS NOT NULL THEN
         p_l := budgetd_with_rollover(p_l, p_key, p_b.level, p_b.updated_at, p_b.carry_unused, p_b.carry_period, p_now, p_t.prev_capacity);
     END IF;
