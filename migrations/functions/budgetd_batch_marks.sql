@@ -7,9 +7,9 @@
 -- budgetd_batch_write sets the marks with one test). Returns the marks the
 -- bucket's write sets, {th_sig, th_above, th_period}, when no event is
 -- due, and NULL when one is: budgetd_cross then runs after the write. The
--- marks the rule starts from (the bucket's; none for marks of another
--- period; for marks of another list of thresholds, those that p_before
--- reaches) are compared with the thresholds reached after the first item
+-- marks the rule starts from (the bucket's; for marks of another list of
+-- thresholds, those that p_before reaches; none for marks of an earlier
+-- period) are compared with the thresholds reached after the first item
 -- and after the last: the uses only grow (each item adds a positive cost,
 -- the holds stay) and reaching (>=) is monotone in the use, so when the
 -- three agree every item in between reaches the same.
