@@ -3,10 +3,8 @@
 -- grace/100) under 'soft' (exact: numeric multiplication does not round, and
 -- grace has at most 2 decimals), and budgetd_max_level(), the largest level a
 -- bucket keeps, under 'shadow'. The accept test (budgetd_fits) takes it in
--- place of the capacity everywhere a cost is admitted. budgetd_fillup_batch
--- computes the same CASE inline for an override of capacity alone: a mode
--- added here is added there too (ledgertest's Overrides/Modes case checks
--- the two agree).
+-- place of the capacity everywhere a cost is admitted, budgetd_fillup_batch
+-- included.
 CREATE OR REPLACE FUNCTION budgetd_ceiling(l limits) RETURNS numeric
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE l.mode WHEN 'shadow' THEN budgetd_max_level()

@@ -13,9 +13,9 @@
 -- exact, as numeric multiplication never rounds) or the amount ("4500").
 -- Callers skip it for a limit without thresholds (budgetd_put_limit clears
 -- the marks of its buckets when a limit loses its thresholds), and
--- budgetd_fillup_batch applies it inline, writing the marks with the bucket,
--- when the writes emit nothing (see there); a change to the rule changes
--- both.
+-- budgetd_fillup_batch decides without it, writing the marks with the
+-- bucket, when the writes emit nothing (budgetd_batch_write,
+-- budgetd_batch_marks); a change to the rule changes those too.
 CREATE OR REPLACE FUNCTION budgetd_cross(p_l limits, p_key text, p_sig integer, p_above integer, p_period bigint,
                                          p_before numeric, p_afters numeric[], p_now timestamptz, p_start bigint)
 RETURNS void LANGUAGE plpgsql AS $$
