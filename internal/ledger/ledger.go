@@ -68,19 +68,33 @@ const (
 )
 
 // Ceiling is the most level + held may reach by an accepted charge: the
-// capacity under ModeEnforce, capacity × (1 + Grace/100) under ModeSoft
-// (exact: a capacity has at most 6 fractional digits and Grace 2, well within
-// a level's 12), and MaxLevel, the largest level a store keeps, under
-// ModeShadow.
+// capacity scaled by the mode (CeilingScale), or MaxLevel, the largest level
+// a store keeps, under ModeShadow.
 func (l Limit) Ceiling() decimal.Decimal {
+	scale, bounded := l.CeilingScale()
+	if !bounded {
+		return MaxLevel
+	}
+	return l.Capacity.Mul(scale)
+}
+
+// CeilingScale is the one place the modes' ceilings are written: the ceiling
+// is the capacity × scale, 1 under ModeEnforce and 1 + Grace/100 under
+// ModeSoft (exact: a capacity has at most 6 fractional digits and Grace 2,
+// well within a level's 12); under ModeShadow it is not bounded by the
+// capacity (bounded false: MaxLevel). A store that adds to the capacity
+// under its own lock (grants, rollover received) scales the sum by it.
+func (l Limit) CeilingScale() (scale decimal.Decimal, bounded bool) {
 	switch l.Mode {
 	case ModeShadow:
-		return MaxLevel
+		return decimal.Decimal{}, false
 	case ModeSoft:
-		return l.Capacity.Add(l.Capacity.Mul(l.Grace).Shift(-2))
+		return one.Add(l.Grace.Shift(-2)), true
 	}
-	return l.Capacity
+	return one, true
 }
+
+var one = decimal.New(1, 0)
 
 // Period is a calendar period as a limit stores it: Every is "day", "week",
 // "month", "quarter" or "year", TZ an IANA zone name of the embedded

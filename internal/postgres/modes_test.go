@@ -145,7 +145,8 @@ func TestModesBatch(t *testing.T) {
 	}
 }
 
-// TestCeilingMatchesGo: budgetd_ceiling computes exactly what
+// TestCeilingMatchesGo: budgetd_ceiling, given the scale budgetd passes
+// with a bucket's terms (ledger.Limit.CeilingScale), computes exactly what
 // ledger.Limit.Ceiling does, for capacities and graces at the extremes of
 // their scales (no rounding, no float).
 func TestCeilingMatchesGo(t *testing.T) {
@@ -167,7 +168,12 @@ func TestCeilingMatchesGo(t *testing.T) {
 			t.Fatalf("%+v: %v", c, err)
 		}
 		var got string
-		if err := s.Pool().QueryRow(ctx, "SELECT budgetd_ceiling(l)::text FROM limits l WHERE name = $1", l.Name).Scan(&got); err != nil {
+		var scale *string
+		if sc, bounded := l.CeilingScale(); bounded {
+			str := sc.String()
+			scale = &str
+		}
+		if err := s.Pool().QueryRow(ctx, "SELECT budgetd_ceiling(l, $2::numeric)::text FROM limits l WHERE name = $1", l.Name, scale).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
 		if want := l.Ceiling(); !dec(got).Equal(want) {

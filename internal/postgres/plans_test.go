@@ -86,7 +86,7 @@ func TestFillupAllPlansOutliveAnEmptyTable(t *testing.T) {
 	}
 	const call = `SELECT budgetd_fillup_all(ARRAY['a', 'b'], ARRAY[$1::text, $1::text], ARRAY['1', '1'], NULL, NULL, NULL, NULL, NULL,
 	                  (SELECT array_agg(ROW(l.id, budgetd_us(l.updated_at), coalesce(l.override_ver, 0), NULL, NULL, NULL, NULL, NULL,
-	                                        NULL, NULL, NULL, NULL, NULL, NULL, NULL)::budgetd_terms_arg::text ORDER BY l.name)
+	                                        NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1)::budgetd_terms_arg::text ORDER BY l.name)
 	                     FROM limits l WHERE l.name IN ('a', 'b')))`
 	// This session's plans, made while the table is empty.
 	for _, key := range []string{"first", "second"} {

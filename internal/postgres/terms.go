@@ -265,7 +265,9 @@ func (lt *limitTerms) arg(key string, now time.Time) string {
 	b.WriteByte(',')
 	b.WriteString(strconv.FormatInt(lt.over, 10))
 	if lt.set == nil && (lt.lim.Rollover == nil || lt.lim.Period == nil) {
-		b.WriteString(",,,,,,,,,,,,)")
+		b.WriteString(",,,,,,,,,,,,")
+		writeScale(&b, lt.lim)
+		b.WriteByte(')')
 		return b.String()
 	}
 	var sp ledger.Span
@@ -291,8 +293,19 @@ func (lt *limitTerms) arg(key string, now time.Time) string {
 	if prev != nil {
 		b.WriteString(prev.Capacity.String())
 	}
+	writeScale(&b, eff)
 	b.WriteByte(')')
 	return b.String()
+}
+
+// writeScale writes the field ceiling_scale (migration 0022): how l's mode
+// scales the capacity into the ceiling (ledger.Limit.CeilingScale), NULL
+// (empty) when the capacity does not bound it.
+func writeScale(b *strings.Builder, l ledger.Limit) {
+	b.WriteByte(',')
+	if scale, bounded := l.CeilingScale(); bounded {
+		b.WriteString(scale.String())
+	}
 }
 
 // writeDeltas writes the override's terms of eff: what differs from the

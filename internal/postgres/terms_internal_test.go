@@ -11,8 +11,9 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// termsFields is the number of fields of budgetd_terms_arg (migration 0021).
-const termsFields = 15
+// termsFields is the number of fields of budgetd_terms_arg (migrations 0021
+// and 0022).
+const termsFields = 16
 
 // fields counts the fields of a record literal, skipping quoted ones.
 func fields(rec string) int {
@@ -50,9 +51,9 @@ func TestTermsArgShape(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	lt := testLimitTerms(10)
 	for key, want := range map[string]string{
-		"none": "(7,1,2,,,,,,,,,,,,)",
-		"k3":   "(7,1,2,,,,\"k3\",103,,,,,,,)",
-		`q"\x`: "(7,1,2,,,,\"q\\\"\\\\*\",10,5,60000000,,,,,)",
+		"none": "(7,1,2,,,,,,,,,,,,,1)",
+		"k3":   "(7,1,2,,,,\"k3\",103,,,,,,,,1)",
+		`q"\x`: "(7,1,2,,,,\"q\\\"\\\\*\",10,5,60000000,,,,,,1)",
 	} {
 		got := lt.arg(key, now)
 		if got != want || fields(got) != termsFields {

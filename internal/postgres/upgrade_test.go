@@ -97,14 +97,14 @@ func TestUpgradeFromReleased(t *testing.T) {
 	// inspect is budgetd_inspect as the released schema has it (before)
 	// or as budgetd calls it now (after): with the bucket's terms, which
 	// for a limit without overrides or rollover are its version alone
-	// (migration 0021).
+	// (migration 0021) and an enforce limit's ceiling scale (0022).
 	after := false
 	inspect := func(limit, key string) string {
 		t.Helper()
 		if !after {
 			return doc("SELECT budgetd_inspect($2, $3, $1)", at, limit, key)
 		}
-		return doc(`SELECT budgetd_inspect($2, $3, $1, (SELECT format('(%s,%s,%s,,,,,,,,,,,,)', id, budgetd_us(updated_at), coalesce(override_ver, 0))
+		return doc(`SELECT budgetd_inspect($2, $3, $1, (SELECT format('(%s,%s,%s,,,,,,,,,,,,,1)', id, budgetd_us(updated_at), coalesce(override_ver, 0))
 			FROM limits WHERE name = $2))`, at, limit, key)
 	}
 	reads := func() map[string]string {

@@ -174,15 +174,17 @@ func newLimitArgs(k keys, l ledger.Limit, gen int64, version string, at time.Tim
 
 // grantScale is what follows the ceiling in the functions' argument (bkt
 // in budgetd.lua): how a bucket's active grants g raise the ceiling, as
-// ledger.Limit.Ceiling of the capacity raised by g. Enforce: by g, nothing
-// follows. Soft: by g × (1 + grace/100), "/" and 10^4 + 100 × grace (an
-// integer: grace has at most 2 decimals). Shadow: the ceiling stays, "/0".
+// ledger.Limit.Ceiling of the capacity raised by g: by g × the mode's scale
+// (ledger.Limit.CeilingScale). A scale of 1 (enforce): nothing follows.
+// Another (soft): "/" and the scale × 10^4 (an integer: grace has at most 2
+// decimals). No bound from the capacity (shadow): the ceiling stays, "/0".
 func grantScale(l ledger.Limit) string {
+	scale, bounded := l.CeilingScale()
 	switch {
-	case l.Mode == ledger.ModeShadow:
+	case !bounded:
 		return "/0"
-	case l.Mode == ledger.ModeSoft && !l.Grace.IsZero():
-		return "/" + l.Grace.Shift(2).Add(decimal.New(1, 4)).String()
+	case !scale.Equal(decimal.New(1, 0)):
+		return "/" + scale.Shift(4).String()
 	}
 	return ""
 }

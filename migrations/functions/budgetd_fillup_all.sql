@@ -68,7 +68,7 @@ BEGIN
         v_l := v_lims[i];
         v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
                                     v_l.window_length_us, v_l.window_precision_us, v_b.slot_idx, v_b.slot_sum);
-        v_fits[i] := budgetd_fits(v_level, v_held, v_costs[i], budgetd_ceiling(v_l));
+        v_fits[i] := budgetd_fits(v_level, v_held, v_costs[i], budgetd_ceiling(v_l, (p_terms[i]::budgetd_terms_arg).ceiling_scale));
         -- A shadow limit that records denials flags an item enforce would deny.
         v_shadow[i] := v_l.record_denials AND v_l.mode = 'shadow' AND NOT budgetd_fits(v_level, v_held, v_costs[i], v_l.capacity);
         v_accepted := v_accepted AND v_fits[i];

@@ -113,7 +113,7 @@ BEGIN
         IF v_l.grant_rows > 0 THEN
             v_l := budgetd_with_grants(v_l, budgetd_grant_sum(v_l.id, p_key, v_now));
         END IF;
-        v_ceil := budgetd_ceiling(v_l);
+        v_ceil := budgetd_ceiling(v_l, p_t.ceiling_scale);
         IF v_b.updated_at > v_now THEN
             PERFORM budgetd_note_step(v_b.updated_at, v_now);
         END IF;

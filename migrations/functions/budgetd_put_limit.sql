@@ -57,7 +57,12 @@ BEGIN
            window_length_us = EXCLUDED.window_length_us, window_precision_us = EXCLUDED.window_precision_us,
            record_denials = EXCLUDED.record_denials, mode = EXCLUDED.mode, grace = EXCLUDED.grace,
            thresholds = EXCLUDED.thresholds, th_sig = EXCLUDED.th_sig,
-           th_min_amount = EXCLUDED.th_min_amount, th_min_pct = EXCLUDED.th_min_pct, rollover_max = EXCLUDED.rollover_max
+           th_min_amount = EXCLUDED.th_min_amount, th_min_pct = EXCLUDED.th_min_pct, rollover_max = EXCLUDED.rollover_max,
+           -- The terms' version counts the PUT too: budgetd resolves the
+           -- mode's ceiling and an override's deltas from the row it read,
+           -- and a PUT in the microsecond of the one before (a pinned or
+           -- coarse clock) leaves updated_at as it was.
+           override_ver = coalesce(l.override_ver, 0) + 1
     RETURNING * INTO v_l;
     -- The buckets under the rule before, settled at now when the rule
     -- changes; those of a limit with overrides budgetd settled before, in

@@ -43,7 +43,7 @@ BEGIN
     END IF;
     v_level := budgetd_level_at(v_b.level, v_b.updated_at, v_l.leak_amount, v_l.leak_per_us, v_now, budgetd_period_start(v_l, v_now),
                                 v_l.window_length_us, v_l.window_precision_us, v_b.slot_idx, v_b.slot_sum);
-    v_accepted := budgetd_fits(v_level, v_held, v_amount, budgetd_ceiling(v_l));
+    v_accepted := budgetd_fits(v_level, v_held, v_amount, budgetd_ceiling(v_l, (p_terms::budgetd_terms_arg).ceiling_scale));
     IF v_accepted THEN
         -- A shadow limit that records denials flags a hold enforce would deny.
         v_shadow := v_l.record_denials AND v_l.mode = 'shadow' AND NOT budgetd_fits(v_level, v_held, v_amount, v_l.capacity);
