@@ -772,8 +772,11 @@ func TestTooManyHolds(t *testing.T) {
 func TestPrunerUnderLoad(t *testing.T) {
 	for _, iso := range []string{"read-committed", "serializable"} {
 		t.Run(iso, func(t *testing.T) {
+			// Connections open during the load, while the other packages'
+			// tests load the machine too: the connect timeout is as long as
+			// the calls' (the default 2 s once failed a CI run here).
 			s := open(t, postgres.WithIsolation(iso), postgres.WithMaxConns(16), postgres.WithPruneInterval(3*time.Millisecond),
-				postgres.WithTimeout(20*time.Second), postgres.WithMaxAttempts(50))
+				postgres.WithTimeout(20*time.Second), postgres.WithConnectTimeout(20*time.Second), postgres.WithMaxAttempts(50))
 			ctx := context.Background()
 			for _, l := range []ledger.Limit{
 				{Name: "slow", Capacity: dec("1000000"), LeakAmount: dec("0.000001"), LeakPer: ledger.MaxPer, History: true},
