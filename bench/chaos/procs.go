@@ -156,7 +156,8 @@ func (s *pgServer) Start(ctx context.Context) error {
 			return false
 		default:
 		}
-		return strings.Contains(string(b[from:]), "ready to accept connections")
+		// A standby is "ready to accept read-only connections".
+		return readyRE.Match(b[from:])
 	})
 }
 
@@ -357,6 +358,8 @@ type budgetd struct {
 	exited        chan struct{}
 	extraArgs     []string
 }
+
+var readyRE = regexp.MustCompile(`ready to accept (read-only )?connections`)
 
 var servingRE = regexp.MustCompile(`serving on (http://\S+)`)
 
