@@ -225,29 +225,61 @@ func (s *Store) connect(rawURL string) error {
 	if rest, ok := strings.CutPrefix(rawURL, "rediss+cluster://"); ok {
 		return s.connectCluster(rest, true)
 	}
+	if u, err := url.Parse(rawURL); err == nil && u.Query().Has("master_name") {
+		return s.connectSentinel(rawURL)
+	}
 	o, err := goredis.ParseURL(rawURL)
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
 	// Bounded timeouts unless the URL sets its own (dial_timeout=…).
-	if o.DialTimeout == 0 {
-		o.DialTimeout = dialTimeout
-	}
-	if o.ReadTimeout == 0 {
-		o.ReadTimeout = ioTimeout
-	}
-	if o.WriteTimeout == 0 {
-		o.WriteTimeout = ioTimeout
-	}
-	if o.PoolTimeout == 0 {
-		o.PoolTimeout = poolTimeout
-	}
-	if o.DialerRetries == 0 {
-		o.DialerRetries = dialerRetries
-	}
+	bounded(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.DialerRetries)
 	o.MaxRetries = -1              // a lost reply must not run a function twice
 	o.ContextTimeoutEnabled = true // a call's deadline bounds its I/O
 	c := goredis.NewClient(o)
+	s.client = c
+	s.eachNode = func(ctx context.Context, fn func(context.Context, goredis.Cmdable) error) error { return fn(ctx, c) }
+	return nil
+}
+
+// bounded sets the timeouts and dial retries a URL left unset (0) to the
+// store's own.
+func bounded(dial, read, write, pool *time.Duration, retries *int) {
+	for _, d := range []struct {
+		p   *time.Duration
+		def time.Duration
+	}{{dial, dialTimeout}, {read, ioTimeout}, {write, ioTimeout}, {pool, poolTimeout}} {
+		if *d.p == 0 {
+			*d.p = d.def
+		}
+	}
+	if *retries == 0 {
+		*retries = dialerRetries
+	}
+}
+
+// connectSentinel connects through Redis Sentinel (go-redis's failover URL:
+// redis://sentinel1:26379?master_name=NAME&addr=sentinel2:26379…): the
+// Sentinels name the primary, and after a failover the client asks them
+// again, so budgetd follows a promoted replica without a restart. Every call
+// goes to the primary: the options that read from replicas are refused, a
+// replica's answer being possibly behind the primary's (docs/redis.md
+// "Sentinel").
+func (s *Store) connectSentinel(rawURL string) error {
+	o, err := goredis.ParseFailoverURL(rawURL)
+	if err != nil {
+		return fmt.Errorf("redis: sentinel url: %w", err)
+	}
+	if o.MasterName == "" {
+		return errors.New("redis: sentinel url: master_name is empty")
+	}
+	if o.ReplicaOnly || o.RouteByLatency || o.RouteRandomly {
+		return errors.New("redis: sentinel url: replica_only, route_by_latency and route_randomly would serve calls from replicas; budgetd reads and writes the primary only")
+	}
+	bounded(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.DialerRetries)
+	o.MaxRetries = -1              // a lost reply must not run a function twice
+	o.ContextTimeoutEnabled = true // a call's deadline bounds its I/O
+	c := goredis.NewFailoverClient(o)
 	s.client = c
 	s.eachNode = func(ctx context.Context, fn func(context.Context, goredis.Cmdable) error) error { return fn(ctx, c) }
 	return nil
