@@ -66,9 +66,24 @@ func (a *api) do(ctx context.Context, method, path, body string, hdr map[string]
 	return answer{status: resp.StatusCode, body: b, header: resp.Header, took: time.Since(start)}, err
 }
 
-// must is do for set-up calls that have to succeed with want.
+// must is do for set-up and read-back calls that have to succeed with
+// want. A 503 to an idempotent one (GET, PUT, DELETE) — a store still
+// recovering from the fault just injected, or slow on a busy machine — is
+// retried for up to 30 s, as a client would; a POST is sent once.
 func (a *api) must(ctx context.Context, want int, method, path, body string) ([]byte, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	wait := 50 * time.Millisecond
 	ans, err := a.do(ctx, method, path, body, nil)
+	for err == nil && ans.status == http.StatusServiceUnavailable && want != http.StatusServiceUnavailable &&
+		method != http.MethodPost && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+		ans, err = a.do(ctx, method, path, body, nil)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}

@@ -212,14 +212,25 @@ func failoverRun(ctx context.Context, bin, tmp string, p params, sync bool) (res
 	}
 	defer b.Kill()
 	a := newAPI(b.base(), 64)
+	return promotedRun(ctx, a, name, p, pp.promote, pp.rebuildStandby, !sync)
+}
+
+// promotedRun is the fault run's load over p.faults failovers: promote
+// kills the primary and returns when another was promoted, rejoin brings
+// the killed server back as a replica of it. Each failover is timed from
+// the promotion to the first accepted call, which has p.failoverBound.
+// With lossAllowed (asynchronous replication), acknowledged charges lost
+// are the figure reported, not a failure.
+func promotedRun(ctx context.Context, a *api, name string, p params, promote func(context.Context) (time.Time, error),
+	rejoin func(context.Context) error, lossAllowed bool) (result, error) {
 	var slowest time.Duration
 	fault := func(ctx context.Context) error {
-		promoted, err := pp.promote(ctx)
+		promoted, err := promote(ctx)
 		if err != nil {
 			return err
 		}
-		// Timed from the promotion, while the killed server is rebuilt (with
-		// synchronous replication no commit returns before its standby streams).
+		// Timed from the promotion, while the killed server rejoins (a
+		// primary that waits for a replica commits nothing before that).
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 		first := make(chan time.Time, 1)
@@ -227,7 +238,7 @@ func failoverRun(ctx context.Context, bin, tmp string, p params, sync bool) (res
 			at, _ := firstAccepted(pctx, a)
 			first <- at
 		}()
-		if err := pp.rebuildStandby(ctx); err != nil {
+		if err := rejoin(ctx); err != nil {
 			return err
 		}
 		at := <-first
@@ -245,7 +256,7 @@ func failoverRun(ctx context.Context, bin, tmp string, p params, sync bool) (res
 	if slowest > p.failoverBound {
 		r.fail("a call was first accepted %s after a promotion (bound %s)", slowest.Round(10*time.Millisecond), p.failoverBound)
 	}
-	if !sync && r.phantom == 0 && r.unsolved == 0 && r.lost > 0 {
+	if lossAllowed && r.phantom == 0 && r.unsolved == 0 && r.lost > 0 {
 		// Asynchronous replication: the loss is the figure, not a failure.
 		r.note += fmt.Sprintf("; %d acknowledged charges lost (asynchronous replication)", r.lost)
 		r.failures = nil

@@ -13,12 +13,14 @@
 //     under load, every call resolved by retrying it with its
 //     Idempotency-Key, then every bucket's level and history checked
 //     exactly against the accepted calls (nothing lost, nothing doubled);
-//   - PostgreSQL failover: a primary and a streaming standby, budgetd given
-//     both in one multi-host URL; the same load and checks while the
-//     primary is killed with SIGKILL and the standby promoted, repeatedly,
-//     with synchronous replication (nothing acknowledged may be lost) and
-//     asynchronous (what is lost is reported), each failover timed from the
-//     promotion to the first accepted call (failover.go);
+//   - failover: PostgreSQL, a primary and a streaming standby, budgetd given
+//     both in one multi-host URL; Redis, a primary and a replica under three
+//     Sentinels, budgetd given the Sentinels; the same load and checks while
+//     the primary is killed with SIGKILL and the other promoted, repeatedly,
+//     with synchronous replication or WAIT for the replica (nothing
+//     acknowledged may be lost) and without (what is lost is reported), each
+//     failover timed from the promotion to the first accepted call
+//     (failover.go, failover_redis.go);
 //   - webhooks (stores that keep events): budgetd sends every event to a
 //     receiver here that fails at random, while charges cross thresholds on
 //     many buckets and budgetd and then the store are killed with SIGKILL;
@@ -154,11 +156,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		if strings.TrimSpace(name) == "postgres" {
-			rs, err := runFailover(ctx, bin, filepath.Join(tmp, "failover"), p, out)
+		failover := map[string]func(context.Context, string, string, params, io.Writer) ([]result, error){
+			"postgres": runFailover, "redis": runRedisFailover}[strings.TrimSpace(name)]
+		if failover != nil {
+			rs, err := failover(ctx, bin, filepath.Join(tmp, name+"-failover"), p, out)
 			all = append(all, rs...)
 			if err != nil {
-				return fmt.Errorf("postgres failover: %w", err)
+				return fmt.Errorf("%s failover: %w", name, err)
 			}
 		}
 	}

@@ -253,6 +253,7 @@ func zombie(pid int) bool {
 type redisServer struct {
 	dir  string
 	port int
+	args []string // more arguments (--replicaof …)
 	cmd  *exec.Cmd
 }
 
@@ -274,8 +275,9 @@ func (s *redisServer) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0"
 // when the process exits.
 func (s *redisServer) start() chan struct{} {
 	exited := make(chan struct{})
-	s.cmd = exec.Command("redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--dir", s.dir,
-		"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction")
+	args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--dir", s.dir,
+		"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction"}
+	s.cmd = exec.Command("redis-server", append(args, s.args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = io.Discard, io.Discard
 	if err := s.cmd.Start(); err != nil {
 		close(exited)

@@ -41,9 +41,12 @@ type config struct {
 	maxConns        int
 	maxConnsPerIP   int
 	idleTimeout     time.Duration
-	webhookURL      string
-	webhookSecret   string // the file
-	version         bool
+	// Redis's WAIT after each write (redis.WithWaitReplicas).
+	redisWaitReplicas int
+	redisWaitTimeout  time.Duration
+	webhookURL        string
+	webhookSecret     string // the file
+	version           bool
 }
 
 // errHelp is returned after --help printed the usage: not a failure.
@@ -88,6 +91,8 @@ var options = []option{
 	{flag: "mysql-group-commit", env: "BUDGETD_MYSQL_GROUP_COMMIT", def: "true", help: "MySQL/MariaDB group commit: the single-bucket Fillups that arrive for a bucket while its write is in flight are decided together and sent as one write (needs the decision cache; docs/mysql.md)", boolean: true},
 	{flag: "gc-floor", env: "BUDGETD_GC_FLOOR", def: "64", help: "MiB of heap the garbage collector lets grow before its first cycles, however small the live heap (address space set aside, never touched, so no memory is used; 0: off, Go's default of 4 MiB; docs/operations.md)"},
 	{flag: "redis-eviction-check", env: "BUDGETD_REDIS_EVICTION_CHECK", def: "refuse", help: "when Redis may evict keys (maxmemory-policy): refuse to start, or warn"},
+	{flag: "redis-wait-replicas", env: "BUDGETD_REDIS_WAIT_REPLICAS", def: "0", help: "Redis (standalone or Sentinel): answer a write only once this many replicas have it (WAIT after it), else 503; 0: the primary's word alone (docs/redis.md \"Waiting for replicas\")"},
+	{flag: "redis-wait-timeout", env: "BUDGETD_REDIS_WAIT_TIMEOUT", def: "1s", help: "Redis: how long a write waits for --redis-wait-replicas (shorter than a call's 2s deadline)"},
 	{flag: "max-conns", env: "BUDGETD_MAX_CONNS", def: "4096", help: "most client connections open at once; when all are taken, the one idle longest is closed, else the one longest without a request header once it has had 1s, and new ones wait to be accepted"},
 	{flag: "max-conns-per-ip", env: "BUDGETD_MAX_CONNS_PER_IP", def: "1024", help: "most connections one client address may hold; more are closed at once (0: no such cap)"},
 	{flag: "idle-timeout", env: "BUDGETD_IDLE_TIMEOUT", def: "30s", help: "how long an idle keep-alive connection is kept open"},
@@ -244,6 +249,12 @@ func (cfg *config) parseDurations(get func(string) string) error {
 	if cfg.idleTimeout < time.Second {
 		return usageError{"--idle-timeout must be at least 1s"}
 	}
+	if cfg.redisWaitTimeout, err = durationOption("redis-wait-timeout", get("redis-wait-timeout")); err != nil {
+		return err
+	}
+	if cfg.redisWaitTimeout < time.Millisecond || cfg.redisWaitTimeout >= 2*time.Second {
+		return usageError{"--redis-wait-timeout must be at least 1ms and shorter than a Redis call's 2s deadline"}
+	}
 	return nil
 }
 
@@ -258,6 +269,9 @@ func (cfg *config) parseCounts(get func(string) string) error {
 	}
 	if cfg.mysqlCache, err = strconv.Atoi(get("mysql-cache")); err != nil || cfg.mysqlCache < 0 {
 		return usageError{fmt.Sprintf("--mysql-cache must be a whole number of at least 0, not %q", get("mysql-cache"))}
+	}
+	if cfg.redisWaitReplicas, err = strconv.Atoi(get("redis-wait-replicas")); err != nil || cfg.redisWaitReplicas < 0 {
+		return usageError{fmt.Sprintf("--redis-wait-replicas must be a whole number of at least 0, not %q", get("redis-wait-replicas"))}
 	}
 	if cfg.gcFloorMiB, err = strconv.Atoi(get("gc-floor")); err != nil || cfg.gcFloorMiB < 0 || cfg.gcFloorMiB > 1<<20 {
 		return usageError{fmt.Sprintf("--gc-floor must be a whole number of MiB from 0 to 1048576, not %q", get("gc-floor"))}

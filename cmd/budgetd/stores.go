@@ -49,7 +49,8 @@ func openStoreURL(ctx context.Context, cfg config, log *slog.Logger) (openedStor
 			close:    func() { st.Close() },
 		}, nil
 	case redis.IsURL(cfg.store):
-		st, err := redis.Open(ctx, cfg.store, redis.WithEvictionCheck(cfg.redisEviction), redis.WithLogger(log))
+		st, err := redis.Open(ctx, cfg.store, redis.WithEvictionCheck(cfg.redisEviction), redis.WithLogger(log),
+			redis.WithWaitReplicas(cfg.redisWaitReplicas, cfg.redisWaitTimeout))
 		if err != nil {
 			return openedStore{}, fmt.Errorf("open redis store %s: %w", redact(cfg.store), err)
 		}

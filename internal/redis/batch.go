@@ -2,9 +2,12 @@ package redis
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/groupcommit"
+	"github.com/budgetd/budgetd/internal/ledger"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -73,6 +76,10 @@ type batcher struct {
 	// reload loads the library again after a server said a function does
 	// not exist (nothing ran for those calls, so they are sent again).
 	reload func(ctx context.Context) error
+	// waitReplicas > 0: a pipeline with a write ends with WAIT for that
+	// many replicas for at most waitTimeout (WithWaitReplicas).
+	waitReplicas int
+	waitTimeout  time.Duration
 }
 
 // newBatcher returns a batcher with at most inflight pipelines at Redis, of
@@ -138,8 +145,15 @@ func (b *batcher) send(batch []*fcall) {
 	}
 }
 
+// exec sends the calls of batch, as one pipeline when there are several or
+// when their writes are to wait for replicas: WAIT then follows them on
+// the same connection, and counts the replicas that have every write sent
+// on it so far. A write it did not see reach enough replicas fails with
+// ledger.ErrUnavailable, its outcome unknown to the caller (it is on the
+// primary, and would be lost if the primary failed now).
 func (b *batcher) exec(ctx context.Context, batch []*fcall) {
-	if len(batch) == 1 {
+	writes := b.waitReplicas > 0 && slices.ContainsFunc(batch, func(c *fcall) bool { return !c.ro })
+	if len(batch) == 1 && !writes {
 		_ = b.client.Process(ctx, noRetry{batch[0].cmd})
 		return
 	}
@@ -147,5 +161,25 @@ func (b *batcher) exec(ctx context.Context, batch []*fcall) {
 	for _, c := range batch {
 		_ = p.Process(ctx, noRetry{c.cmd})
 	}
+	var wait *goredis.IntCmd
+	if writes {
+		wait = goredis.NewIntCmd(ctx, "wait", b.waitReplicas, b.waitTimeout.Milliseconds())
+		_ = p.Process(ctx, wait)
+	}
 	_, _ = p.Exec(ctx) // each command holds its own reply or error
+	if !writes {
+		return
+	}
+	n, err := wait.Result()
+	if err == nil && n >= int64(b.waitReplicas) {
+		return
+	}
+	if err == nil {
+		err = fmt.Errorf("%w: the write reached %d of %d replicas within %s", ledger.ErrUnavailable, n, b.waitReplicas, b.waitTimeout)
+	}
+	for _, c := range batch {
+		if !c.ro && c.cmd.Err() == nil {
+			c.cmd.SetErr(err)
+		}
+	}
 }

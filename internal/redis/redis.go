@@ -78,6 +78,10 @@ type Store struct {
 	periodSkew atomic.Int64
 	eviction   string
 	cacheTTL   time.Duration
+	// waitReplicas > 0: every write is acknowledged only once that many
+	// replicas have it (WAIT), within waitTimeout (WithWaitReplicas).
+	waitReplicas int
+	waitTimeout  time.Duration
 	// callTimeout bounds each call (limit lookups, its wait in the batcher
 	// and at Redis).
 	callTimeout time.Duration
@@ -153,6 +157,18 @@ func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 // made by other processes within this time.
 func WithLimitCacheTTL(d time.Duration) Option { return func(s *Store) { s.cacheTTL = d } }
 
+// WithWaitReplicas makes every write wait for n replicas (Redis's WAIT,
+// sent on the connection of the write, after it) for at most timeout: a
+// call is answered only once its write reached them, and one whose WAIT
+// saw fewer fails with ledger.ErrUnavailable (the write is on the primary:
+// a retry with the same Idempotency-Key replays it). Standalone and
+// Sentinel only: on Cluster a keyless WAIT cannot be sent to the write's
+// node (docs/redis.md "Waiting for replicas"). 0 (the default): writes
+// are acknowledged by the primary alone.
+func WithWaitReplicas(n int, timeout time.Duration) Option {
+	return func(s *Store) { s.waitReplicas, s.waitTimeout = n, timeout }
+}
+
 // IsURL reports whether url names a Redis store: redis://, rediss://,
 // redis+cluster:// or rediss+cluster://.
 func IsURL(url string) bool {
@@ -195,10 +211,19 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if s.eviction != "refuse" && s.eviction != "warn" {
 		return nil, fmt.Errorf("redis: eviction check %q: want refuse or warn", s.eviction)
 	}
+	if s.waitReplicas < 0 || s.waitReplicas > 0 && (s.waitTimeout <= 0 || s.waitTimeout >= s.callTimeout) {
+		return nil, fmt.Errorf("redis: waiting for %d replicas for %s: want 0 replicas, or some for a positive time shorter than a call's deadline (%s)",
+			s.waitReplicas, s.waitTimeout, s.callTimeout)
+	}
 	if err := s.connect(url); err != nil {
 		return nil, err
 	}
+	if s.cluster && s.waitReplicas > 0 {
+		s.client.Close()
+		return nil, errors.New("redis: waiting for replicas is for a standalone primary or Sentinel, not Cluster (docs/redis.md \"Waiting for replicas\")")
+	}
 	s.batch = newBatcher(s.client, s.callTimeout, s.loadLibrary, maxInflight, maxBatch)
+	s.batch.waitReplicas, s.batch.waitTimeout = s.waitReplicas, s.waitTimeout
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		s.client.Close()
 		return nil, s.fail(ctx, "ping", err)

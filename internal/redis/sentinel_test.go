@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 // "m", each a redis-server of this test on a loopback port.
 type sentinelSet struct {
 	primary, replica, sentinel int
+	replicaProc                *os.Process
 }
 
 // startSentinelSet starts the three servers in t's temporary directory and
@@ -34,7 +36,7 @@ func startSentinelSet(t *testing.T) sentinelSet {
 	}
 	dir := t.TempDir()
 	set := sentinelSet{primary: freePort(t), replica: freePort(t), sentinel: freePort(t)}
-	run := func(name string, args ...string) {
+	run := func(name string, args ...string) *os.Process {
 		cmd := exec.Command(bin, args...)
 		log, err := os.Create(filepath.Join(dir, name+".log"))
 		if err != nil {
@@ -45,10 +47,12 @@ func startSentinelSet(t *testing.T) sentinelSet {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			log.Close()
 		})
+		return cmd.Process
 	}
 	server := func(port int) []string {
 		d := filepath.Join(dir, strconv.Itoa(port))
@@ -59,7 +63,7 @@ func startSentinelSet(t *testing.T) sentinelSet {
 			"--maxmemory-policy", "noeviction"}
 	}
 	run("primary", server(set.primary)...)
-	run("replica", append(server(set.replica), "--replicaof", "127.0.0.1", strconv.Itoa(set.primary))...)
+	set.replicaProc = run("replica", append(server(set.replica), "--replicaof", "127.0.0.1", strconv.Itoa(set.primary))...)
 	conf := filepath.Join(dir, "sentinel.conf")
 	if err := os.WriteFile(conf, fmt.Appendf(nil, "bind 127.0.0.1\nport %d\ndir %s\nsentinel monitor m 127.0.0.1 %d 1\n"+
 		"sentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 10000\n", set.sentinel, dir, set.primary), 0o644); err != nil {
@@ -176,5 +180,70 @@ func TestSentinelURLRefusesReplicaReads(t *testing.T) {
 	}
 	if _, err := Open(context.Background(), "redis://127.0.0.1:1/0?master_name="); err == nil || !strings.Contains(err.Error(), "master_name") {
 		t.Errorf("empty master_name: %v, want a refusal", err)
+	}
+}
+
+// TestWaitReplicas: with WithWaitReplicas a write is answered once the
+// replica has it; while the replica does not answer (SIGSTOP) a charge
+// fails as unavailable after the wait, and its retry with the same
+// Idempotency-Key, once the replica is back, replays it: charged once.
+func TestWaitReplicas(t *testing.T) {
+	set := startSentinelSet(t)
+	url := fmt.Sprintf("redis://%s/0", set.addr(set.primary))
+	s := openTest(t, url, WithWaitReplicas(1, 300*time.Millisecond))
+	ctx := context.Background()
+	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(100), LeakAmount: decimal.NewFromInt(1),
+		LeakPer: 1000 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ref := ledger.BucketRef{Limit: "l", Key: "k"}
+	fill := func(cost int64, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
+		return s.Fillup(ctx, []ledger.Charge{{Bucket: ref, Cost: decimal.NewFromInt(cost)}}, idem)
+	}
+	if out, err := fill(5, ledger.Idempotency{}); err != nil || !out.Accepted {
+		t.Fatalf("with the replica streaming: %+v %v", out, err)
+	}
+	// Reads wait for nothing.
+	if err := set.replicaProc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Inspect(ctx, ref); err != nil {
+		t.Fatalf("Inspect with the replica stopped: %v", err)
+	}
+	idem := ledger.Idempotency{Scope: "fillup:l/k", Key: "retry-me", Hash: "h"}
+	started := time.Now()
+	_, err := fill(3, idem)
+	if !errors.Is(err, ledger.ErrUnavailable) || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		t.Fatalf("with the replica stopped: %v, want unavailable, 0 of 1 replicas", err)
+	}
+	if took := time.Since(started); took < 300*time.Millisecond {
+		t.Fatalf("answered after %s, before the wait of 300ms", took)
+	}
+	if err := set.replicaProc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var out ledger.FillupOutcome
+	waitFor(t, 30*time.Second, "the retry to be acknowledged", func() bool {
+		out, err = fill(3, idem)
+		return err == nil
+	})
+	if !out.Replayed || !out.Accepted {
+		t.Fatalf("retry: %+v, want the first attempt's answer replayed", out)
+	}
+	snap, err := s.Inspect(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snap.State.Level.Decimal().Round(3).String(); got != "8" {
+		t.Fatalf("level %s, want 8: 5, then 3 once", got)
+	}
+}
+
+// TestWaitReplicasRefusedOnCluster: a keyless WAIT cannot follow a write
+// to its node in a cluster, so the option is refused there.
+func TestWaitReplicasRefusedOnCluster(t *testing.T) {
+	_, err := Open(context.Background(), serverURL(t, "BUDGETD_TEST_REDIS_CLUSTER"), WithWaitReplicas(1, time.Second))
+	if err == nil || !strings.Contains(err.Error(), "not Cluster") {
+		t.Fatalf("Open: %v, want a refusal", err)
 	}
 }
