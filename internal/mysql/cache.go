@@ -3,7 +3,9 @@ package mysql
 import (
 	"container/list"
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"sync"
@@ -273,44 +275,61 @@ func (c *decisionCache) remove(k cacheKey) {
 	}
 }
 
-// decideCached makes the decisions fns, one after another, on the cached
-// rows of refs with one round trip, or returns errMiss when it cannot (a row
-// is not cached, a decision fails or they write nothing, or the write finds
-// a row changed or the clock estimate off): the callers decide again on a
-// read. Several decisions (a group commit, groupcommit.go) are made at one
-// instant, each on the view as the one before left it, with the terms that
-// view gives, as the next cached decision would see the rows; the write
-// compare-and-sets the rows once and stores what all of them changed.
-func (s *Store) decideCached(ctx context.Context, refs []ledger.BucketRef, fns ...func(v *view) error) error {
+// decideCached makes the decision fn on the cached rows of refs with one
+// round trip, or returns errMiss when it cannot (a row is not cached, the
+// decision fails or writes nothing, or the write finds a row changed or the
+// clock estimate off): the caller decides again on a read. (A group
+// commit's batch is decided so too, decideBatch.)
+func (s *Store) decideCached(ctx context.Context, refs []ledger.BucketRef, fn func(v *view) error) error {
 	v, clock, ok := s.cache.view(refs)
 	if !ok {
 		return errMiss
 	}
 	v.guard = !s.at(v, clock)
-	for j, fn := range fns {
-		if j > 0 {
-			for i := range v.limits {
-				v.terms(i)
-			}
-		}
-		if err := fn(v); err != nil {
-			// Perhaps an answer to stale terms: decide on a read.
-			return errMiss
-		}
-	}
-	query, args, err := s.writeSQL(v, true, true)
-	if err != nil {
-		return err
-	}
-	if query == "" {
-		// A decision that writes nothing checks nothing either: a
-		// denial must be of the rows as they are, so read them.
+	if err := fn(v); err != nil {
+		// Perhaps an answer to stale terms: decide on a read.
 		return errMiss
 	}
-	if err := s.exec(ctx, query, args); err != nil {
-		s.cache.drop(v, errors.Is(err, errConflict))
+	return s.send(ctx, nil, v)
+}
+
+// errEmpty is a cached decision that writes nothing: it checks nothing
+// either, and a denial must be of the rows as they are, so it is made again
+// on a read.
+var errEmpty = fmt.Errorf("%w: nothing to write", errMiss)
+
+// send sends the one write of what v's decisions changed: on conn after
+// v's read, or on a connection of its own for a cached view. It returns
+// errMiss when the decisions must be made again on a read: the write is
+// not sent (it cannot be encoded, or a cached view writes nothing: a
+// decision that writes nothing checks nothing either, and a denial must be
+// of the rows as they are) or finds a row, a limit, an Idempotency-Key's
+// record or the clock other than v's decisions assumed. A view read writes
+// nothing for denials alone: they are of the rows as read.
+func (s *Store) send(ctx context.Context, conn *sql.Conn, v *view) error {
+	query, args, err := s.writeSQL(v, true, true)
+	switch {
+	case err != nil:
+		return errMiss
+	case query == "" && v.cached:
+		return errEmpty
+	case query == "":
+		return nil
+	}
+	if conn != nil {
+		if _, err = conn.ExecContext(ctx, query, args...); err != nil {
+			rollback(ctx, conn)
+			err = classify(err)
+		}
+	} else {
+		err = s.exec(ctx, query, args)
+	}
+	if err != nil {
+		s.cache.drop(v, v.cached && errors.Is(err, errConflict))
 		if errors.Is(err, errConflict) {
-			s.cache.conflicts.Add(1)
+			if v.cached {
+				s.cache.conflicts.Add(1)
+			}
 			return errMiss
 		}
 		return err // the outcome is unknown: the rows are no longer cached

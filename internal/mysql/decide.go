@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -466,8 +467,9 @@ func (s *Store) lockBuckets(ctx context.Context, conn *sql.Conn, v *view) (int64
 // nothing did: (a transaction started, when begin,) a check of each limit
 // the call read (its rev, under a shared lock, so a PUT or DELETE of the
 // limit waits for the write or fails it), then for each changed bucket, in
-// primary-key order, a compare-and-set of its version or the insert of a new
-// row, its history entries, and the commit. Any check that fails ends the
+// primary-key order, a compare-and-set of its version, then one insert of
+// the new rows and one of the history entries, the holds, idempotency
+// records and events, and the commit. Any check that fails ends the
 // statement list with an error and the caller rolls back.
 func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 	var idx []int
@@ -506,6 +508,11 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 		q.WriteString("SELECT budgetd_assert(COUNT(*) = 1) FROM budgetd_limits WHERE id = ? AND rev = ? LOCK IN SHARE MODE;\n")
 		args = append(args, l.id, l.rev)
 	}
+	// The new rows in one INSERT, after the compare-and-sets, and every
+	// entry in one more, in primary-key order (a batch of a group commit
+	// writes many buckets: a statement each would cost the server more).
+	var ins, hist strings.Builder
+	var insArgs, histArgs []any
 	for _, i := range idx {
 		b := &v.buckets[i]
 		key := []byte(b.key)
@@ -532,18 +539,21 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 			}
 			q.WriteString(";\nSELECT budgetd_assert(ROW_COUNT() = 1);\n")
 		} else {
-			q.WriteString("INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, hseq, last_us) VALUES (?, ?, 1, ?, ?, ?, ?, ?);\n")
-			args = append(args, v.limits[i].id, key, level, updated, extra, b.hseq, v.now.UnixMicro())
-		}
-		if len(v.entries[i]) == 0 {
-			continue
-		}
-		q.WriteString("INSERT INTO budgetd_history (limit_id, bkey, seq, at_us, event, amount, reservation_id, grant_id, meta, shadow_denied) VALUES ")
-		for j, e := range v.entries[i] {
-			if j > 0 {
-				q.WriteString(", ")
+			if ins.Len() == 0 {
+				ins.WriteString("INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, hseq, last_us) VALUES ")
+			} else {
+				ins.WriteString(", ")
 			}
-			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			ins.WriteString("(?, ?, 1, ?, ?, ?, ?, ?)")
+			insArgs = append(insArgs, v.limits[i].id, key, level, updated, extra, b.hseq, v.now.UnixMicro())
+		}
+		for _, e := range v.entries[i] {
+			if hist.Len() == 0 {
+				hist.WriteString("INSERT INTO budgetd_history (limit_id, bkey, seq, at_us, event, amount, reservation_id, grant_id, meta, shadow_denied) VALUES ")
+			} else {
+				hist.WriteString(", ")
+			}
+			hist.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 			var hold, grant, meta sql.NullString
 			if e.hold != "" {
 				hold = sql.NullString{String: e.hold, Valid: true}
@@ -558,9 +568,17 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 				}
 				meta = sql.NullString{String: string(m), Valid: true}
 			}
-			args = append(args, v.limits[i].id, key, e.seq, e.at.UnixMicro(), string(e.event), e.amount.String(), hold, grant, meta, e.shadow)
+			histArgs = append(histArgs, v.limits[i].id, key, e.seq, e.at.UnixMicro(), string(e.event), e.amount.String(), hold, grant, meta, e.shadow)
 		}
-		q.WriteString(";\n")
+	}
+	for _, st := range []struct {
+		q    *strings.Builder
+		args []any
+	}{{&ins, insArgs}, {&hist, histArgs}} {
+		if st.q.Len() > 0 {
+			q.WriteString(st.q.String() + ";\n")
+			args = append(args, st.args...)
+		}
 	}
 	for _, h := range v.holds {
 		var committed sql.NullString
@@ -581,6 +599,8 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 		args = append(args, string(h.res.State), committed, resolved, h.res.ID, string(h.from))
 	}
 	if len(v.idems) > 0 {
+		// In one order, so that two writes never wait for each other's.
+		slices.SortFunc(v.idems, func(a, b *idemRow) int { return bytes.Compare(a.id, b.id) })
 		q.WriteString("INSERT INTO budgetd_idempotency (id, hash, limits, outcome, created_us) VALUES ")
 		for j, r := range v.idems {
 			if j > 0 {

@@ -63,3 +63,7 @@ func GroupCommitLoad(s *Store) (inFlight, queued int) {
 	}
 	return s.batcher.Load()
 }
+
+// WithGroupSlots sets how many batches the group commit has at the database
+// at once (groupSlots).
+func WithGroupSlots(n int) Option { return func(s *Store) { s.groupSlots = n } }

@@ -2,7 +2,9 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -11,22 +13,28 @@ import (
 )
 
 // Group commit (docs/mysql.md "Group commit"): with the decision cache on,
-// single-bucket Fillups go through a batcher (internal/groupcommit). A call
-// whose bucket has no decision of this Store at the database goes at once,
+// single-bucket Fillups go through a batcher (internal/groupcommit) with a
+// few batches at the database at once (groupSlots). A call that finds a
+// batch free and its bucket without a batch at the database goes at once,
 // alone, and is decided as without group commit (decide). The calls that
-// arrive for a bucket while its decision is at the database queue; the next
-// batch takes all of them (up to groupMax) and decides them one after
-// another, in arrival order, at one instant, on the cached view of the
-// bucket (decideCached), and sends one multi-statement write that
-// compare-and-sets the row once and writes every decision's history,
-// idempotency record and events. Each caller is answered after its commit.
-// When the batch cannot be decided or kept so (a miss, a decision that
-// fails or writes nothing, a conflict, a duplicate Idempotency-Key), every
-// caller decides again on its own, as a cache miss does (decide).
+// arrive meanwhile queue, whatever their buckets; the next batch takes them
+// (up to groupMax, none of a bucket that has a batch at the database:
+// batchRule) and decides them at one instant, each bucket's calls one after
+// another in arrival order on that bucket's view (decideBatch): the cached
+// view when every bucket of the batch is cached, otherwise one read of all
+// of them. It then sends one multi-statement write that compare-and-sets
+// each row once, in primary-key order, and writes every decision's history,
+// idempotency record and events, in one transaction. Each caller is
+// answered after its commit. When the batch cannot be decided or kept so (a
+// decision that fails, a cached batch that writes nothing, a conflict on
+// any row, a duplicate Idempotency-Key), every caller decides again on its
+// own, as a cache miss does (decide).
 
-// groupSlots is how many batches the batcher has at the database at once:
-// the pool's connections.
-const groupSlots = 64
+// groupSlots is how many batches the batcher has at the database at once.
+// Few, so that the calls that arrive meanwhile queue and go together: with
+// as many as the pool's connections, 64 callers on 64 buckets would each go
+// alone.
+const groupSlots = 4
 
 // groupMax is the most decisions one batch holds.
 const groupMax = 128
@@ -47,38 +55,44 @@ type groupCall struct {
 	err      error
 }
 
-// bucketRule lets one bucket's calls go in a batch, and none while a batch
-// of that bucket is at the database: the calls that arrive meanwhile queue,
-// and the next batch takes them all. The batcher calls it under its lock.
-type bucketRule struct {
-	busy   map[ledger.BucketRef]bool // buckets with a batch at the database
-	chosen bool                      // in this pass, a bucket was admitted:
-	ref    ledger.BucketRef          // this one
+// batchRule lets calls of any buckets go in one batch, but none of a bucket
+// that has a batch at the database: those wait for it to return, so that a
+// bucket's decisions follow each other's rows. The batcher calls it under
+// its lock.
+type batchRule struct {
+	busy map[ledger.BucketRef]bool // buckets with a batch at the database
+	pass map[ledger.BucketRef]bool // of them, the ones this pass admitted
 }
 
-// Pass begins a choice: no bucket yet.
-func (r *bucketRule) Pass() { r.chosen = false }
+func newBatchRule() *batchRule {
+	return &batchRule{busy: map[ledger.BucketRef]bool{}, pass: map[ledger.BucketRef]bool{}}
+}
 
-// Admit lets c go when it is of the bucket this pass chose, or when no
-// bucket is chosen yet and c's has no batch at the database (then c's is
-// chosen).
-func (r *bucketRule) Admit(c *groupCall) bool {
-	if r.chosen {
-		return c.ref == r.ref
+// Pass begins a choice: no bucket admitted yet.
+func (r *batchRule) Pass() { clear(r.pass) }
+
+// Admit lets c go when its bucket was admitted in this pass, or has no
+// batch at the database (then its bucket is at the database from here on).
+func (r *batchRule) Admit(c *groupCall) bool {
+	if r.pass[c.ref] {
+		return true
 	}
 	if r.busy[c.ref] {
 		return false
 	}
-	r.busy[c.ref], r.chosen, r.ref = true, true, c.ref
+	r.busy[c.ref], r.pass[c.ref] = true, true
 	return true
 }
 
 // Returned: c's batch is back from the database.
-func (r *bucketRule) Returned(c *groupCall) { delete(r.busy, c.ref) }
+func (r *batchRule) Returned(c *groupCall) { delete(r.busy, c.ref) }
 
 // groupStats counts the batcher's batches and the calls in them.
 type groupStats struct {
 	batches, calls, grouped atomic.Int64
+	// mixed counts the kept batches of several buckets, buckets the
+	// buckets in them, read the kept batches decided on a read.
+	mixed, buckets, read atomic.Int64
 }
 
 // GroupCommitStats returns how many batches the group commit sent, how many
@@ -86,6 +100,13 @@ type groupStats struct {
 // several and kept (zeros when it is off).
 func (s *Store) GroupCommitStats() (batches, calls, grouped int64) {
 	return s.group.batches.Load(), s.group.calls.Load(), s.group.grouped.Load()
+}
+
+// GroupCommitBuckets returns how many kept batches held calls of several
+// buckets, how many buckets those held in all, and how many kept batches of
+// several calls were decided on a read rather than the cache.
+func (s *Store) GroupCommitBuckets() (mixed, buckets, read int64) {
+	return s.group.mixed.Load(), s.group.buckets.Load(), s.group.read.Load()
 }
 
 // decideGrouped decides fn, a single-bucket Fillup's decision on ref,
@@ -109,9 +130,9 @@ func (s *Store) decideGrouped(ctx context.Context, ref ledger.BucketRef, fn func
 	return c.err
 }
 
-// runGroup decides a batch of calls of one bucket (bucketRule): one alone
-// as decide does; several on the cache in one write, or, when that cannot
-// be, each answered errMiss to decide again on its own.
+// runGroup decides a batch of calls (batchRule): one alone as decide does;
+// several in one write (decideBatch), or, when that cannot be, each
+// answered errMiss to decide again on its own.
 func (s *Store) runGroup(batch []*groupCall) {
 	live := batch[:0:0]
 	for _, c := range batch {
@@ -129,10 +150,9 @@ func (s *Store) runGroup(batch []*groupCall) {
 	}
 	s.group.batches.Add(1)
 	s.group.calls.Add(int64(len(live)))
-	refs := []ledger.BucketRef{live[0].ref}
 	if len(live) == 1 {
 		c := live[0]
-		c.err = s.decide(c.ctx, refs, c.fn, withIdem(c.idem))
+		c.err = s.decide(c.ctx, []ledger.BucketRef{c.ref}, c.fn, withIdem(c.idem))
 		return
 	}
 	// The batch serves many callers, so no one caller's cancellation stops
@@ -142,20 +162,34 @@ func (s *Store) runGroup(batch []*groupCall) {
 		ctx, cancel = context.WithDeadline(ctx, last)
 	}
 	defer cancel()
-	err := func() error {
+	// The batch's buckets in order of their first call, and each call's.
+	var refs []ledger.BucketRef
+	at := make([]int, len(live))
+	fns := make([]func(v *view) error, len(live))
+	for j, c := range live {
+		i := slices.Index(refs, c.ref)
+		if i < 0 {
+			i, refs = len(refs), append(refs, c.ref)
+		}
+		at[j], fns[j] = i, c.fn
+	}
+	read, err := func() (bool, error) {
 		unlock, err := s.cache.lock(ctx, refs)
 		if err != nil {
-			return classify(err)
+			return false, classify(err)
 		}
 		defer unlock()
-		fns := make([]func(v *view) error, len(live))
-		for i, c := range live {
-			fns[i] = c.fn
-		}
-		return s.decideCached(ctx, refs, fns...)
+		return s.decideBatch(ctx, refs, at, fns)
 	}()
 	if err == nil {
 		s.group.grouped.Add(int64(len(live)))
+		if len(refs) > 1 {
+			s.group.mixed.Add(1)
+			s.group.buckets.Add(int64(len(refs)))
+		}
+		if read {
+			s.group.read.Add(1)
+		}
 	}
 	for _, c := range live {
 		c.err = err
@@ -177,10 +211,88 @@ func latestDeadline(calls []*groupCall) (time.Time, bool) {
 	return last, true
 }
 
+// decideBatch makes the decisions fns of a batch, fns[j] on bucket at[j] of
+// refs, and writes them in one transaction: on the cached rows with one
+// round trip when they are all cached, otherwise (or when that writes
+// nothing: denials alone must be of the rows as they are) on one read of
+// them all (two; read reports it). It returns errMiss when the callers must
+// decide again alone: a decision failed, a read found a limit missing, or
+// the write found a row changed, a limit's terms or the clock estimate off,
+// or an Idempotency-Key's record there.
+func (s *Store) decideBatch(ctx context.Context, refs []ledger.BucketRef, at []int, fns []func(v *view) error) (read bool, err error) {
+	if v, clock, ok := s.cache.view(refs); ok {
+		v.guard = !s.at(v, clock)
+		if err := s.writeBatch(ctx, nil, v, at, fns); !errors.Is(err, errEmpty) {
+			return false, err
+		}
+		// Denials alone, without entries (a bucket at its capacity): they
+		// must be of the rows as they are, so decide them on one read.
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return true, classify(err)
+	}
+	defer conn.Close()
+	v, err := s.read(ctx, conn, refs, false)
+	switch {
+	case errors.Is(err, ledger.ErrUnavailable):
+		return true, err
+	case err != nil:
+		return true, errMiss // an unknown limit, say: each call's own answer
+	}
+	return true, s.writeBatch(ctx, conn, v, at, fns)
+}
+
+// writeBatch decides fns on v (decideEach) and sends what they changed
+// (send).
+func (s *Store) writeBatch(ctx context.Context, conn *sql.Conn, v *view, at []int, fns []func(v *view) error) error {
+	if err := v.decideEach(at, fns); err != nil {
+		return err
+	}
+	return s.send(ctx, conn, v)
+}
+
+// decideEach makes the decisions fns on v, in order, fns[j] on bucket at[j]
+// of v as a view of that bucket alone (each decision of a single-bucket
+// Fillup reads and changes its bucket as bucket 0): each on the bucket as
+// the one before on it left it, with the terms that state gives, as the
+// next decision alone would see the row. It returns errMiss when one fails
+// (perhaps an answer to stale terms: decide on a read).
+func (v *view) decideEach(at []int, fns []func(v *view) error) error {
+	seen := make([]bool, len(v.buckets))
+	for j, fn := range fns {
+		i := at[j]
+		if seen[i] {
+			v.terms(i)
+		}
+		seen[i] = true
+		one := v.of(i)
+		if err := fn(one); err != nil {
+			return errMiss
+		}
+		v.holds = append(v.holds, one.holds...)
+		v.idems = append(v.idems, one.idems...)
+		for _, e := range one.events {
+			e.i = i
+			v.events = append(v.events, e)
+		}
+	}
+	return nil
+}
+
+// of returns a view of bucket i of v alone, at v's instant, sharing its
+// rows: what a decision changes of the bucket (state, history entries) is
+// changed in v; the holds, idempotency records and events it adds are its
+// own, for the caller to move to v.
+func (v *view) of(i int) *view {
+	return &view{now: v.now, limits: v.limits[i : i+1 : i+1], base: v.base[i : i+1 : i+1], buckets: v.buckets[i : i+1 : i+1],
+		dirty: v.dirty[i : i+1 : i+1], entries: v.entries[i : i+1 : i+1], cached: v.cached, guard: v.guard}
+}
+
 // newBatcher returns the group commit's batcher, nil when it is off.
 func (s *Store) newBatcher() *groupcommit.Batcher[*groupCall] {
 	if s.groupOff || s.cache == nil {
 		return nil
 	}
-	return groupcommit.New(groupSlots, groupMax, s.runGroup, &bucketRule{busy: map[ledger.BucketRef]bool{}})
+	return groupcommit.New(s.groupSlots, groupMax, s.runGroup, newBatchRule())
 }

@@ -42,18 +42,19 @@ const (
 
 // Store is the MySQL/MariaDB store. Call Open.
 type Store struct {
-	db        *sql.DB
-	clock     func() time.Time
-	isolation string
-	attempts  int
-	lockWait  time.Duration
-	timeout   time.Duration                    // the bound on every call (WithTimeout)
-	cache     *decisionCache                   // nil when off (WithCache; on by default)
-	groupOff  bool                             // WithGroupCommit(false)
-	batcher   *groupcommit.Batcher[*groupCall] // nil when group commit is off (groupcommit.go)
-	group     groupStats
-	ovs       overrideCache                                                     // the limits' overrides it read (overrides.go)
-	dial      func(ctx context.Context, network, addr string) (net.Conn, error) // tests count round trips with it
+	db         *sql.DB
+	clock      func() time.Time
+	isolation  string
+	attempts   int
+	lockWait   time.Duration
+	timeout    time.Duration                    // the bound on every call (WithTimeout)
+	cache      *decisionCache                   // nil when off (WithCache; on by default)
+	groupOff   bool                             // WithGroupCommit(false)
+	groupSlots int                              // batches at the database at once (groupSlots)
+	batcher    *groupcommit.Batcher[*groupCall] // nil when group commit is off (groupcommit.go)
+	group      groupStats
+	ovs        overrideCache                                                     // the limits' overrides it read (overrides.go)
+	dial       func(ctx context.Context, network, addr string) (net.Conn, error) // tests count round trips with it
 
 	// The background pruner (prune.go).
 	pruneInterval time.Duration
@@ -196,7 +197,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts, lockWait: DefaultLockWait, timeout: DefaultTimeout,
+	s := &Store{isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts, lockWait: DefaultLockWait, timeout: DefaultTimeout, groupSlots: groupSlots,
 		cache:         newDecisionCache(DefaultCacheEntries, DefaultCacheBytes),
 		pruneInterval: DefaultPruneInterval, pruneBatch: DefaultPruneBatch, pruneStop: make(chan struct{}), pruneKick: make(chan struct{}, 1), pruneDone: make(chan struct{})}
 	for _, o := range opts {
