@@ -168,7 +168,8 @@ func runRedisFailover(ctx context.Context, bin, tmp string, p params, out io.Wri
 			return all, err
 		}
 	}
-	return all, nil
+	r, err := runClusterFailover(ctx, bin, filepath.Join(tmp, "cluster"), p, out)
+	return append(all, r), err
 }
 
 func redisFailoverRun(ctx context.Context, bin, tmp string, p params, wait bool) (result, error) {
