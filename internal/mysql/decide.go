@@ -298,6 +298,7 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 	}
 	defer rows.Close()
 	var clock int64
+	var specs []decodedSpec
 	for rows.Next() {
 		var i int
 		var lr limitRow
@@ -310,8 +311,16 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 		if err := rows.Scan(&i, &clock, &lr.id, &lr.rev, &lr.oseq, &text, &created, &updated, &key, &version, &level, &bupdated, &extra, &hseq, &last); err != nil {
 			return nil, classify(err)
 		}
-		if lr.limit, err = decodeSpec(refs[i].Limit, text, created, updated); err != nil {
+		// A limit's row comes once per bucket of it (a group commit's batch
+		// reads many): its spec is decoded once.
+		if j := slices.IndexFunc(specs, func(d decodedSpec) bool {
+			return d.name == refs[i].Limit && d.text == text && d.created == created && d.updated == updated
+		}); j >= 0 {
+			lr.limit = specs[j].limit
+		} else if lr.limit, err = decodeSpec(refs[i].Limit, text, created, updated); err != nil {
 			return nil, err
+		} else {
+			specs = append(specs, decodedSpec{refs[i].Limit, text, created, updated, lr.limit})
 		}
 		v.limits[i], found[i] = lr, true
 		b := bucketRow{key: refs[i].Key}
@@ -348,6 +357,13 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 	s.cache.sawClock(clock)
 	s.at(v, clock)
 	return v, nil
+}
+
+// decodedSpec is a limit's row as read and the limit it decodes to.
+type decodedSpec struct {
+	name, text       string
+	created, updated int64
+	limit            ledger.Limit
 }
 
 // at sets v's "now" from the database's clock (in microseconds) and its
