@@ -22,13 +22,13 @@ import (
 // batchRule) and decides them at one instant, each bucket's calls one after
 // another in arrival order on that bucket's view (decideBatch): the cached
 // view when every bucket of the batch is cached, otherwise one read of all
-// of them. It then sends one multi-statement write that compare-and-sets
-// each row once, in primary-key order, and writes every decision's history,
-// idempotency record and events, in one transaction. Each caller is
-// answered after its commit. When the batch cannot be decided or kept so (a
-// decision that fails, a cached batch that writes nothing, a conflict on
-// any row, a duplicate Idempotency-Key), every caller decides again on its
-// own, as a cache miss does (decide).
+// of them (and when the cached view writes nothing: denials alone). It then
+// sends one multi-statement write that compare-and-sets each row once, in
+// primary-key order, and writes every decision's history, idempotency
+// record and events, in one transaction. Each caller is answered after its
+// commit. When the batch cannot be decided or kept so (a decision that
+// fails, a conflict on any row, a duplicate Idempotency-Key), every caller
+// decides again on its own, as a cache miss does (decide).
 
 // groupSlots is how many batches the batcher has at the database at once.
 // Few, so that the calls that arrive meanwhile queue and go together: with
