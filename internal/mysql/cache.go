@@ -164,24 +164,38 @@ func (c *decisionCache) sawClock(us int64) {
 // view returns a view of refs from the cache, without its clock, or false
 // when one of them is missing.
 func (c *decisionCache) view(refs []ledger.BucketRef) (*view, int64, bool) {
-	v := &view{limits: make([]limitRow, len(refs)), base: make([]ledger.Limit, len(refs)), buckets: make([]bucketRow, len(refs)), dirty: make([]bool, len(refs)), entries: make([][]entryRow, len(refs)), cached: true}
+	v, clock, _, ok := c.viewOf(refs, false)
+	return v, clock, ok
+}
+
+// viewOf is view; with presume, a bucket the cache has no entry of (while
+// it has its limit's) is taken as new, an empty bucket without a row, and
+// presumed reports whether one was: its write inserts the row, which fails
+// on a duplicate key when the bucket was not new after all.
+func (c *decisionCache) viewOf(refs []ledger.BucketRef, presume bool) (v *view, clock int64, presumed, ok bool) {
+	v = &view{limits: make([]limitRow, len(refs)), base: make([]ledger.Limit, len(refs)), buckets: make([]bucketRow, len(refs)), dirty: make([]bool, len(refs)), entries: make([][]entryRow, len(refs)), cached: true}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.clockAt.IsZero() {
 		c.misses.Add(1)
-		return nil, 0, false
+		return nil, 0, false, false
 	}
 	for i, r := range refs {
 		le, ok := c.entries[cacheKey{name: r.Limit}]
 		if !ok {
 			c.misses.Add(1)
-			return nil, 0, false
+			return nil, 0, false, false
 		}
 		lim := le.Value.(*cacheEntry).lim
 		be, ok := c.entries[cacheKey{id: lim.id, name: r.Key}]
+		if !ok && presume {
+			c.lru.MoveToFront(le)
+			v.limits[i], v.buckets[i], presumed = lim, bucketRow{key: r.Key}, true
+			continue
+		}
 		if !ok || be.Value.(*cacheEntry).suspect || !be.Value.(*cacheEntry).cool.IsZero() {
 			c.misses.Add(1)
-			return nil, 0, false
+			return nil, 0, false, false
 		}
 		c.lru.MoveToFront(le)
 		c.lru.MoveToFront(be)
@@ -190,7 +204,7 @@ func (c *decisionCache) view(refs []ledger.BucketRef) (*view, int64, bool) {
 		v.limits[i], v.buckets[i] = lim, b
 	}
 	c.hits.Add(1)
-	return v, c.clockUS + time.Since(c.clockAt).Microseconds(), true
+	return v, c.clockUS + time.Since(c.clockAt).Microseconds(), presumed, true
 }
 
 // wrote keeps the rows that v's write, just committed, wrote: each as a read
@@ -245,7 +259,7 @@ func (c *decisionCache) drop(v *view, conflict bool) {
 	for i, b := range v.buckets {
 		k := cacheKey{id: v.limits[i].id, name: b.key}
 		c.remove(k)
-		if conflict {
+		if conflict && b.exists { // not a bucket presumed new (viewOf)
 			c.put(&cacheEntry{k: k, b: bucketRow{version: b.version, last: b.last}, size: 64 + len(k.name), suspect: true})
 		}
 	}
@@ -307,6 +321,13 @@ var errEmpty = fmt.Errorf("%w: nothing to write", errMiss)
 // record or the clock other than v's decisions assumed. A view read writes
 // nothing for denials alone: they are of the rows as read.
 func (s *Store) send(ctx context.Context, conn *sql.Conn, v *view) error {
+	for i, b := range v.buckets {
+		if v.cached && !b.exists && !v.dirty[i] {
+			// A bucket presumed new (viewOf) that the decisions do not
+			// write is not checked by an insert: decide on a read.
+			return errEmpty
+		}
+	}
 	query, args, err := s.writeSQL(v, true, true)
 	switch {
 	case err != nil:

@@ -21,11 +21,11 @@ import (
 // (up to groupMax, none of a bucket that has a batch at the database:
 // batchRule) and decides them at one instant, each bucket's calls one after
 // another in arrival order on that bucket's view (decideBatch): the cached
-// view when every bucket of the batch is cached, otherwise one read of all
-// of them (and when the cached view writes nothing: denials alone). It then
-// sends one multi-statement write that compare-and-sets each row once, in
-// primary-key order, and writes every decision's history, idempotency
-// record and events, in one transaction. Each caller is answered after its
+// view, a bucket it has no entry of presumed new, or one read of all of
+// them when that cannot be decided or kept. It then sends one
+// multi-statement write that compare-and-sets each row once, in primary-key
+// order, and writes every decision's history, idempotency record and
+// events, in one transaction. Each caller is answered after its
 // commit. When the batch cannot be decided or kept so (a decision that
 // fails, a conflict on any row, a duplicate Idempotency-Key), every caller
 // decides again on its own, as a cache miss does (decide).
@@ -212,21 +212,25 @@ func latestDeadline(calls []*groupCall) (time.Time, bool) {
 }
 
 // decideBatch makes the decisions fns of a batch, fns[j] on bucket at[j] of
-// refs, and writes them in one transaction: on the cached rows with one
-// round trip when they are all cached, otherwise (or when that writes
-// nothing: denials alone must be of the rows as they are) on one read of
-// them all (two; read reports it). It returns errMiss when the callers must
+// refs, and writes them in one transaction: with one round trip on the
+// cached rows, a bucket the cache has no entry of presumed new (viewOf);
+// otherwise (a bucket suspect or cooling, a presumption that fails, or
+// denials alone, which must be of the rows as they are) on one read of them
+// all (two; read reports it). It returns errMiss when the callers must
 // decide again alone: a decision failed, a read found a limit missing, or
 // the write found a row changed, a limit's terms or the clock estimate off,
 // or an Idempotency-Key's record there.
 func (s *Store) decideBatch(ctx context.Context, refs []ledger.BucketRef, at []int, fns []func(v *view) error) (read bool, err error) {
-	if v, clock, ok := s.cache.view(refs); ok {
+	if v, clock, presumed, ok := s.cache.viewOf(refs, true); ok {
 		v.guard = !s.at(v, clock)
-		if err := s.writeBatch(ctx, nil, v, at, fns); !errors.Is(err, errEmpty) {
+		err := s.writeBatch(ctx, nil, v, at, fns)
+		if !errors.Is(err, errEmpty) && !(presumed && errors.Is(err, errMiss)) {
 			return false, err
 		}
 		// Denials alone, without entries (a bucket at its capacity): they
-		// must be of the rows as they are, so decide them on one read.
+		// must be of the rows as they are. Or a bucket presumed new was not
+		// (another instance wrote it, or this one long ago): the batch is
+		// decided on one read.
 	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {

@@ -44,18 +44,24 @@ func queueBehind(t *testing.T, s *mysql.Store, gate *atomic.Pointer[chan struct{
 
 // TestGroupCommitAcrossBuckets: the single-bucket Fillups that queue while
 // a batch is at the database go in the next batch whatever their buckets,
-// and are sent as one write: on the cached rows (one round trip) when every
-// bucket of the batch is cached, on one read of them all (two) otherwise.
+// and are sent as one write: on the cached rows, and new buckets presumed
+// empty, in one round trip; on one read of them all when a bucket presumed
+// new was not.
 // Each answer is what it would be alone, in arrival order on its bucket:
 // levels, denials, history ids and threshold events per bucket.
 func TestGroupCommitAcrossBuckets(t *testing.T) {
+	// b1…b5 are cached (written once by this store), new (never written:
+	// the batch presumes them empty and inserts their rows), or written
+	// once by another instance (presumed new, the insert fails on the
+	// first: the batch is decided on one read of them all).
+	variants := []struct {
+		name         string
+		writes, read int64
+	}{{"cached", 2, 0}, {"new", 2, 0}, {"elsewhere", 5, 1}}
 	for _, iso := range []string{mysql.RepeatableRead, mysql.ReadCommitted} {
-		for _, cached := range []bool{true, false} {
-			name := iso + "/read"
-			if cached {
-				name = iso + "/cached"
-			}
-			t.Run(name, func(t *testing.T) {
+		for _, vr := range variants {
+			cached := vr.name != "new" // b1…b5 hold 1 before
+			t.Run(iso+"/"+vr.name, func(t *testing.T) {
 				url := newDatabase(t)
 				var writes atomic.Int64
 				var gate atomic.Pointer[chan struct{}]
@@ -67,14 +73,17 @@ func TestGroupCommitAcrossBuckets(t *testing.T) {
 					t.Fatal(err)
 				}
 				ref := func(k int) ledger.BucketRef { return ledger.BucketRef{Limit: "l", Key: fmt.Sprint("b", k)} }
-				// b0's call is the one held at the database; b1…b5 are
-				// cached (written once by this store) or never written.
-				pre := []int{0}
-				if cached {
-					pre = []int{0, 1, 2, 3, 4, 5}
-				}
-				for _, k := range pre {
-					if out, err := s.Fillup(ctx, charge(ref(k), 1), ledger.Idempotency{}); err != nil || !out.Accepted {
+				// b0's call is the one held at the database.
+				other := open(t, url, mysql.WithCache(0, 0), mysql.WithPruneInterval(0))
+				for k := range 6 {
+					by := s
+					switch {
+					case k > 0 && vr.name == "new":
+						continue
+					case k > 0 && vr.name == "elsewhere":
+						by = other
+					}
+					if out, err := by.Fillup(ctx, charge(ref(k), 1), ledger.Idempotency{}); err != nil || !out.Accepted {
 						t.Fatalf("Fillup of b%d: %+v %v", k, out, err)
 					}
 				}
@@ -144,28 +153,20 @@ func TestGroupCommitAcrossBuckets(t *testing.T) {
 					}
 				}
 				// One write for the held decision; one for the batch of
-				// five buckets, after one read when they were not cached.
-				wantWrites := int64(2)
-				if !cached {
-					wantWrites = 3
-				}
-				if got := writes.Load() - w0; got != wantWrites {
-					t.Errorf("%d Fillups on six buckets in %d round trips, want %d", len(calls)+1, got, wantWrites)
+				// five buckets; when a bucket presumed new was not, the
+				// failed write, its rollback, one read and the write.
+				if got := writes.Load() - w0; got != vr.writes {
+					t.Errorf("%d Fillups on six buckets in %d round trips, want %d", len(calls)+1, got, vr.writes)
 				}
 				if _, _, grouped := s.GroupCommitStats(); grouped-grouped0 != int64(len(calls)) {
 					t.Errorf("%d calls kept in a batch, want %d", grouped-grouped0, len(calls))
 				}
 				mixed, buckets, read := s.GroupCommitBuckets()
-				wantRead := int64(0)
-				if !cached {
-					wantRead = 1
-				}
-				if mixed-mixed0 != 1 || buckets-buckets0 != 5 || read-read0 != wantRead {
-					t.Errorf("%d batches of several buckets with %d buckets, %d on a read; want 1 with 5, %d", mixed-mixed0, buckets-buckets0, read-read0, wantRead)
+				if mixed-mixed0 != 1 || buckets-buckets0 != 5 || read-read0 != vr.read {
+					t.Errorf("%d batches of several buckets with %d buckets, %d on a read; want 1 with 5, %d", mixed-mixed0, buckets-buckets0, read-read0, vr.read)
 				}
 				// What the database holds: each bucket as the answers say,
 				// one entry per accepted charge, the crossings of 50%.
-				other := open(t, url, mysql.WithCache(0, 0), mysql.WithPruneInterval(0))
 				type row struct{ level, entries int64 }
 				rows := map[int]row{0: {2, 2}, 1: {7, 3}, 2: {2, 2}, 3: {2, 2}, 4: {2, 2}, 5: {2, 2}}
 				if !cached {
