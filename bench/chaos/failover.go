@@ -100,9 +100,12 @@ func (pp *pgPair) rebuildStandby(ctx context.Context) error {
 // promote kills the primary with SIGKILL and promotes the standby; it
 // returns when the promotion finished. The killed server is then to be
 // rebuilt as the new standby (rebuildStandby).
-func (pp *pgPair) promote(ctx context.Context) (time.Time, error) {
+func (pp *pgPair) promote(ctx context.Context, down func(context.Context) error) (time.Time, error) {
 	old, next := pp.srv[pp.primary], pp.srv[1-pp.primary]
 	if err := old.Kill(); err != nil {
+		return time.Time{}, err
+	}
+	if err := down(ctx); err != nil {
 		return time.Time{}, err
 	}
 	if out, err := next.command("pg_ctl", "promote", "-D", next.dir, "-w", "-t", "60").CombinedOutput(); err != nil {
@@ -215,17 +218,39 @@ func failoverRun(ctx context.Context, bin, tmp string, p params, sync bool) (res
 	return promotedRun(ctx, a, name, p, pp.promote, pp.rebuildStandby, !sync)
 }
 
+// promoteFunc kills the primary, calls down while no server is primary
+// (when the setup has such a time), and returns when another was promoted.
+type promoteFunc func(ctx context.Context, down func(context.Context) error) (time.Time, error)
+
+// notReady waits (10 s at most) for budgetd's /readyz to answer 503: the
+// store has no primary, and budgetd must say so (SPEC "Failover").
+func notReady(ctx context.Context, a *api) error {
+	var last int
+	err := waitUntil(ctx, 10*time.Second, "/readyz to answer 503 while no primary answers", func() bool {
+		ans, err := a.do(ctx, http.MethodGet, "/readyz", "", nil)
+		if err == nil {
+			last = ans.status
+		}
+		return err == nil && ans.status == http.StatusServiceUnavailable
+	})
+	if err != nil {
+		return fmt.Errorf("%w (last answer %d)", err, last)
+	}
+	return nil
+}
+
 // promotedRun is the fault run's load over p.faults failovers: promote
-// kills the primary and returns when another was promoted, rejoin brings
+// kills the primary and returns when another was promoted (budgetd's
+// /readyz must answer 503 in between), rejoin brings
 // the killed server back as a replica of it. Each failover is timed from
 // the promotion to the first accepted call, which has p.failoverBound.
 // With lossAllowed (asynchronous replication), acknowledged charges lost
 // are the figure reported, not a failure.
-func promotedRun(ctx context.Context, a *api, name string, p params, promote func(context.Context) (time.Time, error),
+func promotedRun(ctx context.Context, a *api, name string, p params, promote promoteFunc,
 	rejoin func(context.Context) error, lossAllowed bool) (result, error) {
 	var slowest time.Duration
 	fault := func(ctx context.Context) error {
-		promoted, err := promote(ctx)
+		promoted, err := promote(ctx, func(ctx context.Context) error { return notReady(ctx, a) })
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -17,33 +18,39 @@ import (
 // and one replica (AOF, appendfsync always, as for the other Redis runs)
 // watched by three Sentinels (quorum 2), budgetd given the Sentinels in
 // go-redis's failover URL, and the fault run's load while the primary is
-// killed with SIGKILL and the Sentinels promote the replica, again and
-// again: the killed server comes back as a replica of the new primary, so
-// the next failover goes the other way. Without --redis-wait-replicas the
-// charges lost are counted and reported (replication is asynchronous);
-// with --redis-wait-replicas 1 none may be.
+// killed with SIGKILL and the Sentinels promote a replica, again and again:
+// the killed server comes back as a replica of the new primary. Without
+// --redis-wait-replicas the charges lost are counted and reported
+// (replication is asynchronous); with --redis-wait-replicas 1, run with
+// two replicas so that the promoted primary has one to wait for while the
+// killed server rejoins, none may be.
 
-// redisSet is the two servers and the Sentinels; srv[primary] is the
-// primary.
+// redisSet is the servers and the Sentinels; srv[primary] is the primary,
+// the others its replicas; killed is the server the last failover killed.
 type redisSet struct {
-	srv       [2]*redisServer
+	dir       string
+	srv       []*redisServer
 	primary   int
+	killed    int
 	sentinels []int // ports
 	procs     []*exec.Cmd
 }
 
 const sentinelMaster = "chaos"
 
-func newRedisSet(tmp string) (*redisSet, error) {
-	rs := &redisSet{}
-	for i := range rs.srv {
+// newRedisSet makes a primary and replicas replicas of it.
+func newRedisSet(tmp string, replicas int) (*redisSet, error) {
+	rs := &redisSet{dir: tmp}
+	for i := range 1 + replicas {
 		s, err := newRedis(filepath.Join(tmp, strconv.Itoa(i)))
 		if err != nil {
 			return nil, err
 		}
-		rs.srv[i] = s
+		if i > 0 {
+			s.args = []string{"--replicaof", "127.0.0.1", strconv.Itoa(rs.srv[0].port)}
+		}
+		rs.srv = append(rs.srv, s)
 	}
-	rs.srv[1].args = []string{"--replicaof", "127.0.0.1", strconv.Itoa(rs.srv[0].port)}
 	for range 3 {
 		p, err := freePort()
 		if err != nil {
@@ -77,7 +84,11 @@ func (rs *redisSet) start(ctx context.Context, tmp string) error {
 			return err
 		}
 		c := exec.Command("redis-server", conf, "--sentinel")
-		c.Stdout, c.Stderr = io.Discard, io.Discard
+		log, err := os.Create(conf + ".log")
+		if err != nil {
+			return err
+		}
+		c.Stdout, c.Stderr = log, log
 		if err := c.Start(); err != nil {
 			return err
 		}
@@ -87,53 +98,81 @@ func (rs *redisSet) start(ctx context.Context, tmp string) error {
 }
 
 // settled waits until every Sentinel names srv[primary] and knows its
-// replica as up, and the primary streams to it.
+// replicas as up, and the primary streams to them all.
 func (rs *redisSet) settled(ctx context.Context) error {
 	want := strconv.Itoa(rs.srv[rs.primary].port)
-	return waitUntil(ctx, 90*time.Second, "the Sentinels and the replica to settle on port "+want, func() bool {
+	var last string // what was not settled yet, for the error
+	err := waitUntil(ctx, 90*time.Second, "the Sentinels and the replicas to settle on port "+want, func() bool {
 		for _, port := range rs.sentinels {
 			c := goredis.NewSentinelClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)})
 			addr, err := c.GetMasterAddrByName(ctx, sentinelMaster).Result()
 			reps, rerr := c.Replicas(ctx, sentinelMaster).Result()
 			c.Close()
-			if err != nil || rerr != nil || len(addr) != 2 || addr[1] != want || len(reps) != 1 || reps[0]["master-link-status"] != "ok" {
+			if err != nil || rerr != nil || len(addr) != 2 || addr[1] != want || len(reps) != len(rs.srv)-1 {
+				last = fmt.Sprintf("Sentinel %d: primary %v %v, %d replicas %v", port, addr, err, len(reps), rerr)
 				return false
+			}
+			for _, r := range reps {
+				if r["master-link-status"] != "ok" || strings.Contains(r["flags"], "down") {
+					last = fmt.Sprintf("Sentinel %d: replica %s:%s flags %s link %s", port, r["ip"], r["port"], r["flags"], r["master-link-status"])
+					return false
+				}
 			}
 		}
 		p := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%s", want)})
 		defer p.Close()
-		n, err := p.Wait(ctx, 1, 200*time.Millisecond).Result()
-		return err == nil && n == 1
+		n, err := p.Wait(ctx, len(rs.srv)-1, 200*time.Millisecond).Result()
+		last = fmt.Sprintf("WAIT on the primary: %d %v", n, err)
+		return err == nil && n == int64(len(rs.srv)-1)
 	})
+	if err != nil {
+		b, _ := os.ReadFile(filepath.Join(rs.dir, "sentinel0.conf.log"))
+		return fmt.Errorf("%w: %s; the first Sentinel's log ends:\n%s", err, last, tail(string(b), 3000))
+	}
+	return nil
 }
 
 // promote kills the primary with SIGKILL and returns once the Sentinels
-// name the replica and it has become a primary.
-func (rs *redisSet) promote(ctx context.Context) (time.Time, error) {
-	old, next := rs.srv[rs.primary], rs.srv[1-rs.primary]
-	if err := old.Kill(); err != nil {
+// name another server that has become a primary.
+func (rs *redisSet) promote(ctx context.Context, down func(context.Context) error) (time.Time, error) {
+	rs.killed = rs.primary
+	if err := rs.srv[rs.killed].Kill(); err != nil {
 		return time.Time{}, err
 	}
-	want := strconv.Itoa(next.port)
+	// The Sentinels wait down-after-milliseconds (1 s) before they act.
+	if err := down(ctx); err != nil {
+		return time.Time{}, err
+	}
 	c := goredis.NewSentinelClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", rs.sentinels[0])})
 	defer c.Close()
-	n := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", next.port)})
-	defer n.Close()
-	err := waitUntil(ctx, 60*time.Second, "the Sentinels to promote port "+want, func() bool {
+	err := waitUntil(ctx, 60*time.Second, "the Sentinels to promote a replica", func() bool {
 		addr, err := c.GetMasterAddrByName(ctx, sentinelMaster).Result()
-		role, rerr := n.Do(ctx, "ROLE").Slice()
-		return err == nil && rerr == nil && len(addr) == 2 && addr[1] == want && len(role) > 0 && role[0] == "master"
+		if err != nil || len(addr) != 2 {
+			return false
+		}
+		for i, s := range rs.srv {
+			if i == rs.killed || addr[1] != strconv.Itoa(s.port) {
+				continue
+			}
+			n := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", s.port)})
+			role, err := n.Do(ctx, "ROLE").Slice()
+			n.Close()
+			if err == nil && len(role) > 0 && role[0] == "master" {
+				rs.primary = i
+				return true
+			}
+		}
+		return false
 	})
 	if err != nil {
 		return time.Time{}, err
 	}
-	rs.primary = 1 - rs.primary
 	return time.Now(), nil
 }
 
 // rejoin starts the killed server again as a replica of the new primary.
 func (rs *redisSet) rejoin(ctx context.Context) error {
-	s := rs.srv[1-rs.primary]
+	s := rs.srv[rs.killed]
 	s.args = []string{"--replicaof", "127.0.0.1", strconv.Itoa(rs.srv[rs.primary].port)}
 	if err := s.Start(ctx); err != nil {
 		return err
@@ -175,9 +214,11 @@ func runRedisFailover(ctx context.Context, bin, tmp string, p params, out io.Wri
 func redisFailoverRun(ctx context.Context, bin, tmp string, p params, wait bool) (result, error) {
 	name := "failover, Sentinel"
 	if wait {
-		name = "failover, Sentinel + WAIT 1"
+		name = "failover, Sentinel + WAIT 1 (2 replicas)"
 	}
-	rs, err := newRedisSet(tmp)
+	// With WAIT for one replica, a second one keeps the promoted primary
+	// acknowledging while the killed server rejoins.
+	rs, err := newRedisSet(tmp, map[bool]int{false: 1, true: 2}[wait])
 	if err != nil {
 		return result{name: name}, err
 	}

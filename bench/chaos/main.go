@@ -35,7 +35,7 @@
 // It prints a table and, with -write, rewrites docs/reliability.md. `-short`
 // is the version CI runs; the default is the long one. Usage:
 //
-//	go run ./bench/chaos [-short] [-stores memory,postgres,mysql,redis] [-mysql-cache N] [-write docs/reliability.md]
+//	go run ./bench/chaos [-short] [-stores memory,postgres,mysql,redis] [-failover-only] [-mysql-cache N] [-write docs/reliability.md]
 //
 // On MySQL budgetd runs with its default decision cache (on);
 // -mysql-cache N passes --mysql-cache N to it (0: the cache off).
@@ -111,6 +111,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	pgDeadline := fs.Duration("pg-deadline", 5*time.Second, "documented bound on a PostgreSQL call")
 	redisDeadline := fs.Duration("redis-deadline", 2*time.Second, "documented bound on a Redis call")
 	mysqlDeadline := fs.Duration("mysql-deadline", 5*time.Second, "documented bound on a MySQL call (0: none, the hung-store scenario is not run)")
+	failoverOnly := fs.Bool("failover-only", false, "run only the failover scenarios (PostgreSQL and Redis)")
 	mysqlCache := fs.String("mysql-cache", "", "budgetd's --mysql-cache on MySQL, the decision cache's entries (0: off; empty: budgetd's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -151,10 +152,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	var all []result
 	started := time.Now()
 	for _, name := range strings.Split(*stores, ",") {
-		rs, err := runStore(ctx, strings.TrimSpace(name), bin, filepath.Join(tmp, name), p, out)
-		all = append(all, rs...)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+		if !*failoverOnly {
+			rs, err := runStore(ctx, strings.TrimSpace(name), bin, filepath.Join(tmp, name), p, out)
+			all = append(all, rs...)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
 		}
 		failover := map[string]func(context.Context, string, string, params, io.Writer) ([]result, error){
 			"postgres": runFailover, "redis": runRedisFailover}[strings.TrimSpace(name)]
