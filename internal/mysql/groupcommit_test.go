@@ -52,6 +52,36 @@ func gatedStore(t *testing.T, url string, writes *atomic.Int64, gate *atomic.Poi
 // holdWhileQueued holds the store's writes at the gate, runs start (which
 // starts the calls), waits until queued calls are in the group commit's
 // queue behind the one decision held at the database, and opens the gate.
+// holdGate closes the gate of a gatedStore: its writes wait for g. release
+// opens it for good; it may be called more than once.
+func holdGate(gate *atomic.Pointer[chan struct{}]) (g chan struct{}, release func()) {
+	g = make(chan struct{})
+	gate.Store(&g)
+	released := false
+	return g, func() {
+		if !released {
+			released = true
+			gate.Store(nil)
+			close(g)
+		}
+	}
+}
+
+// firstWriteGoes lets the write held at the gate g go and waits until the
+// next one (the batch's, queued behind it) has started and is held in turn.
+func firstWriteGoes(t *testing.T, s *mysql.Store, writes *atomic.Int64, g chan struct{}) {
+	t.Helper()
+	w := writes.Load()
+	g <- struct{}{}
+	deadline := time.Now().Add(20 * time.Second)
+	for in, q := mysql.GroupCommitLoad(s); writes.Load() < w+1 || in != 1 || q != 0; in, q = mysql.GroupCommitLoad(s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the batch's write never started: %d writes, %d batches, %d queued", writes.Load()-w, in, q)
+		}
+		time.Sleep(time.Millisecond) // polling, with a deadline
+	}
+}
+
 func holdWhileQueued(t *testing.T, s *mysql.Store, gate *atomic.Pointer[chan struct{}], queued int, start func()) {
 	t.Helper()
 	g := make(chan struct{})
@@ -272,16 +302,7 @@ func TestGroupCommitTwoInstances(t *testing.T) {
 	var wg sync.WaitGroup
 	_, _, grouped0 := s.GroupCommitStats()
 	_, _, conflicts0 := s.CacheStats()
-	g := make(chan struct{})
-	gate.Store(&g)
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			gate.Store(nil)
-			close(g)
-		}
-	}
+	g, release := holdGate(&gate)
 	defer release()
 	for i := range n {
 		wg.Add(1)
@@ -296,15 +317,7 @@ func TestGroupCommitTwoInstances(t *testing.T) {
 	if !loadReaches(s, func(in, q int) bool { return in == 1 && q == n-1 }) {
 		t.Fatal("the Fillups did not queue behind the first")
 	}
-	w := writes.Load()
-	g <- struct{}{} // the first decision's write goes; the group's is held
-	deadline := time.Now().Add(20 * time.Second)
-	for in, q := mysql.GroupCommitLoad(s); writes.Load() < w+1 || in != 1 || q != 0; in, q = mysql.GroupCommitLoad(s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the group's write never started: %d writes, %d batches, %d queued", writes.Load()-w, in, q)
-		}
-		time.Sleep(time.Millisecond) // polling, with a deadline
-	}
+	firstWriteGoes(t, s, &writes, g)
 	if out, err := other.Fillup(ctx, charge(ref, 5), ledger.Idempotency{}); err != nil || !out.Accepted {
 		t.Fatalf("the other instance's Fillup: %+v %v", out, err)
 	}

@@ -242,16 +242,7 @@ func TestGroupCommitAcrossBucketsConflict(t *testing.T) {
 	var wg sync.WaitGroup
 	_, _, grouped0 := s.GroupCommitStats()
 	_, _, conflicts0 := s.CacheStats()
-	g := make(chan struct{})
-	gate.Store(&g)
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			gate.Store(nil)
-			close(g)
-		}
-	}
+	g, release := holdGate(&gate)
 	defer release()
 	start := func(j, k int) {
 		wg.Add(1)
@@ -270,15 +261,7 @@ func TestGroupCommitAcrossBucketsConflict(t *testing.T) {
 			t.Fatalf("Fillup %d did not queue", j+1)
 		}
 	}
-	w := writes.Load()
-	g <- struct{}{} // the first decision's write goes; the batch's is held
-	deadline := time.Now().Add(20 * time.Second)
-	for in, q := mysql.GroupCommitLoad(s); writes.Load() < w+1 || in != 1 || q != 0; in, q = mysql.GroupCommitLoad(s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the batch's write never started: %d writes, %d batches, %d queued", writes.Load()-w, in, q)
-		}
-		time.Sleep(time.Millisecond) // polling, with a deadline
-	}
+	firstWriteGoes(t, s, &writes, g)
 	if out, err := other.Fillup(ctx, charge(ref(2), 5), ledger.Idempotency{}); err != nil || !out.Accepted {
 		t.Fatalf("the other instance's Fillup: %+v %v", out, err)
 	}

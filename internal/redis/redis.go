@@ -261,10 +261,15 @@ func (s *Store) connect(rawURL string) error {
 	bounded(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.DialerRetries)
 	o.MaxRetries = -1              // a lost reply must not run a function twice
 	o.ContextTimeoutEnabled = true // a call's deadline bounds its I/O
-	c := goredis.NewClient(o)
+	s.single(goredis.NewClient(o))
+	return nil
+}
+
+// single makes c, a client of one primary (a server's, or Sentinel's), the
+// store's: every node-wide step runs on it.
+func (s *Store) single(c *goredis.Client) {
 	s.client = c
 	s.eachNode = func(ctx context.Context, fn func(context.Context, goredis.Cmdable) error) error { return fn(ctx, c) }
-	return nil
 }
 
 // bounded sets the timeouts and dial retries a URL left unset (0) to the
@@ -304,9 +309,7 @@ func (s *Store) connectSentinel(rawURL string) error {
 	bounded(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.DialerRetries)
 	o.MaxRetries = -1              // a lost reply must not run a function twice
 	o.ContextTimeoutEnabled = true // a call's deadline bounds its I/O
-	c := goredis.NewFailoverClient(o)
-	s.client = c
-	s.eachNode = func(ctx context.Context, fn func(context.Context, goredis.Cmdable) error) error { return fn(ctx, c) }
+	s.single(goredis.NewFailoverClient(o))
 	return nil
 }
 
