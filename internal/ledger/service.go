@@ -67,8 +67,28 @@ type LimitSpec struct {
 	Rollover *Rollover
 }
 
-// PutLimit creates or updates the limit name.
+// PutLimit creates or updates the limit name (CheckLimit says what is
+// refused).
 func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Limit, error) {
+	l, err := CheckLimit(name, spec)
+	if err != nil {
+		return Limit{}, err
+	}
+	if l.Rollover != nil {
+		if err := s.servesRollover(); err != nil {
+			return Limit{}, err
+		}
+	}
+	return s.store.PutLimit(ctx, l)
+}
+
+// CheckLimit returns the limit that a PUT of spec as name stores, with
+// the defaults filled in (mode enforce, a period's zone and start day, a
+// window's precision), or the *InvalidError that refuses it, naming the
+// field: a malformed name, a capacity or leak out of range, not exactly one
+// of leak, period and window, a bad mode, grace, threshold or rollover.
+// It writes nothing.
+func CheckLimit(name string, spec LimitSpec) (Limit, error) {
 	if err := ValidateName(name); err != nil {
 		return Limit{}, err
 	}
@@ -88,9 +108,6 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 		return Limit{}, err
 	}
 	if spec.Rollover != nil {
-		if err := s.servesRollover(); err != nil {
-			return Limit{}, err
-		}
 		r := *spec.Rollover
 		l.Rollover = &r
 	}
@@ -106,7 +123,7 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 			return Limit{}, err
 		}
 		l.Window = &w
-		return s.store.PutLimit(ctx, l)
+		return l, nil
 	}
 	if spec.Period != nil {
 		if !spec.LeakAmount.IsZero() || spec.LeakPer != 0 {
@@ -125,7 +142,7 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 			return Limit{}, err
 		}
 		l.Period = &p
-		return s.store.PutLimit(ctx, l)
+		return l, nil
 	}
 	if err := checkAmount("leak.amount", spec.LeakAmount, true); err != nil {
 		return Limit{}, err
@@ -134,7 +151,7 @@ func (s *Service) PutLimit(ctx context.Context, name string, spec LimitSpec) (Li
 		return Limit{}, invalid(CodeInvalidDuration, "leak.per", "must be a whole number of microseconds between 1µs and %s", MaxPer)
 	}
 	l.LeakAmount, l.LeakPer = spec.LeakAmount, spec.LeakPer
-	return s.store.PutLimit(ctx, l)
+	return l, nil
 }
 
 // Events lists up to n events after cursor and the cursor to continue
