@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/quota"
 	"github.com/labstack/echo/v4"
 )
 
@@ -66,7 +67,7 @@ func (s *server) check(c echo.Context, ref ledger.BucketRef, text string) error 
 	}
 	d := res.Decision
 	s.m.decided(ref.Limit, "check", d, cost, false)
-	setRateLimit(c, quotaOf(ref.Limit, res.Limit, d))
+	setRateLimit(c, quota.Of(ref.Limit, res.Limit, d))
 	writeDecision(c, http.StatusOK, d, "", res.Limit)
 	return nil
 }
@@ -108,7 +109,7 @@ func (s *server) fillup(c echo.Context) error {
 	if !res.Replayed {
 		s.m.decided(ref.Limit, "fillup", d, cost, true)
 	}
-	setRateLimit(c, quotaOf(ref.Limit, res.Limits[0], d))
+	setRateLimit(c, quota.Of(ref.Limit, res.Limits[0], d))
 	if !res.Accepted {
 		setRetryAfter(c, d)
 		writeDecision(c, http.StatusTooManyRequests, d, res.EntryIDs[0], res.Limits[0])
@@ -233,10 +234,10 @@ func (s *server) multiFillup(c echo.Context) error {
 			s.m.decided(items[i].Bucket.Limit, "multi_fillup", d, items[i].Cost, res.Accepted)
 		}
 	}
-	var qsBuf [commonItems]quota
+	var qsBuf [commonItems]quota.Quota
 	qs := qsBuf[:0]
 	for i, d := range res.Items {
-		qs = append(qs, quotaOf(items[i].Bucket.Limit, res.Limits[i], d))
+		qs = append(qs, quota.Of(items[i].Bucket.Limit, res.Limits[i], d))
 	}
 	setRateLimit(c, qs...)
 	if !res.Accepted {

@@ -11,6 +11,7 @@ import (
 	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/quota"
 	"github.com/labstack/echo/v4"
 )
 
@@ -150,7 +151,7 @@ func appendOptTime(b []byte, t time.Time) []byte {
 }
 
 // retryAfterHeader is the Retry-After header for a denial: retry_after
-// rounded up to whole seconds and clamped to maxHeaderInt, "" when the cost
+// rounded up to whole seconds and clamped to quota.MaxInt, "" when the cost
 // never fits.
 func retryAfterHeader(ds ...bucket.Decision) string {
 	var most bucket.Micros
@@ -165,7 +166,7 @@ func retryAfterHeader(ds ...bucket.Decision) string {
 			most = d.RetryAfter
 		}
 	}
-	return headerInt(clampHeader(most.CeilSeconds()))
+	return headerInt(quota.Clamp(most.CeilSeconds()))
 }
 
 // setRetryAfter sets the Retry-After of a denial (none when a cost never

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/quota"
 	"github.com/labstack/echo/v4"
 )
 
@@ -53,7 +54,7 @@ func (s *server) reserve(c echo.Context) error {
 		}
 		s.m.holds.WithLabelValues(map[bool]string{true: "reserved", false: "reserve_denied"}[res.Decision.Accepted]).Inc()
 	}
-	setRateLimit(c, quotaOf(ref.Limit, res.Limit, res.Decision))
+	setRateLimit(c, quota.Of(ref.Limit, res.Limit, res.Decision))
 	if !res.Decision.Accepted {
 		return writeDenied(c, apiDecision(res.Decision, res.EntryID, res.Limit), res.Decision)
 	}

@@ -1,4 +1,4 @@
-package http
+package quota
 
 import (
 	"testing"
@@ -33,15 +33,15 @@ func TestLeakSeconds(t *testing.T) {
 		{"5000", "5000", 720 * time.Hour, 2592000},
 		{"0.000001", "1000000000000", time.Microsecond, 1}, // tiny but not zero
 		{"0", "1", time.Second, 0},
-		{"1000000000000", "0.000001", 87600 * time.Hour, maxHeaderInt}, // 3.1536e26 s, clamped
-		{"999999999999", "1000000", time.Hour, 3600000000},             // 3599999999.9964 s
+		{"1000000000000", "0.000001", 87600 * time.Hour, MaxInt}, // 3.1536e26 s, clamped
+		{"999999999999", "1000000", time.Hour, 3600000000},       // 3599999999.9964 s
 	} {
-		got := clampHeader(bucket.LeakTime(bucket.Limit{LeakAmount: a(tc.leak), LeakPer: tc.per}, a(tc.amount)).CeilSeconds())
+		got := Clamp(bucket.LeakTime(bucket.Limit{LeakAmount: a(tc.leak), LeakPer: tc.per}, a(tc.amount)).CeilSeconds())
 		if got != tc.want {
 			t.Errorf("%s at %s per %s: %d s, want %d", tc.amount, tc.leak, tc.per, got, tc.want)
 		}
 	}
-	if h := headerInt(clampHeader(-5, true)); h != "0" {
-		t.Errorf("negative: %s", h)
+	if n := Clamp(-5, true); n != 0 {
+		t.Errorf("negative: %d", n)
 	}
 }
