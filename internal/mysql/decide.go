@@ -488,31 +488,68 @@ func (s *Store) lockBuckets(ctx context.Context, conn *sql.Conn, v *view) (int64
 // records and events, and the commit. Any check that fails ends the
 // statement list with an error and the caller rolls back.
 func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
-	var idx []int
-	for i, d := range v.dirty {
-		if d || v.cached {
-			idx = append(idx, i)
-		}
-	}
 	if !slices.Contains(v.dirty, true) && len(v.holds) == 0 && len(v.idems) == 0 && len(v.events) == 0 {
 		return "", nil, nil
 	}
-	slices.SortFunc(idx, func(a, b int) int {
-		if c := cmpUint(v.limits[a].id, v.limits[b].id); c != 0 {
-			return c
-		}
-		return strings.Compare(v.buckets[a].key, v.buckets[b].key)
-	})
-	var q strings.Builder
-	var args []any
+	var w sqlList
 	if begin {
-		q.WriteString(s.beginSQL() + ";\n")
+		w.add(s.beginSQL())
 	}
 	if v.guard {
 		// First, before any lock wait: the clock at the commit is later.
-		q.WriteString("SELECT budgetd_assert(? BETWEEN " + clockSQL + " - ? AND " + clockSQL + ");\n")
-		args = append(args, v.now.UnixMicro(), s.cache.skew.Microseconds())
+		w.add("SELECT budgetd_assert(? BETWEEN "+clockSQL+" - ? AND "+clockSQL+")", v.now.UnixMicro(), s.cache.skew.Microseconds())
 	}
+	writeLimitChecks(&w, v)
+	if err := writeBuckets(&w, v); err != nil {
+		return "", nil, err
+	}
+	writeHolds(&w, v)
+	writeIdems(&w, v)
+	if err := writeEvents(&w, v); err != nil {
+		return "", nil, err
+	}
+	if commit {
+		w.q.WriteString("COMMIT")
+	}
+	return w.q.String(), w.args, nil
+}
+
+// sqlList is a multi-statement write being built: its text and arguments.
+type sqlList struct {
+	q    strings.Builder
+	args []any
+}
+
+// add appends one statement and its arguments.
+func (w *sqlList) add(stmt string, args ...any) {
+	w.q.WriteString(stmt + ";\n")
+	w.args = append(w.args, args...)
+}
+
+// values is one multi-row INSERT being built: its head, then a row each.
+type values struct {
+	head, row string
+	n         int
+	args      []any
+}
+
+// add appends one row of args.
+func (vs *values) add(args ...any) {
+	vs.n++
+	vs.args = append(vs.args, args...)
+}
+
+// to appends the INSERT to w, when it has rows.
+func (vs *values) to(w *sqlList) {
+	if vs.n == 0 {
+		return
+	}
+	rows := strings.Repeat(vs.row+", ", vs.n)
+	w.add(vs.head+rows[:len(rows)-2], vs.args...)
+}
+
+// writeLimitChecks checks the rev of each limit the call read, in id order.
+func writeLimitChecks(w *sqlList, v *view) {
 	var lims []limitRow
 	for _, l := range v.limits {
 		if !slices.ContainsFunc(lims, func(x limitRow) bool { return x.id == l.id }) {
@@ -521,14 +558,29 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 	}
 	slices.SortFunc(lims, func(a, b limitRow) int { return cmpUint(a.id, b.id) })
 	for _, l := range lims {
-		q.WriteString("SELECT budgetd_assert(COUNT(*) = 1) FROM budgetd_limits WHERE id = ? AND rev = ? LOCK IN SHARE MODE;\n")
-		args = append(args, l.id, l.rev)
+		w.add("SELECT budgetd_assert(COUNT(*) = 1) FROM budgetd_limits WHERE id = ? AND rev = ? LOCK IN SHARE MODE", l.id, l.rev)
 	}
-	// The new rows in one INSERT, after the compare-and-sets, and every
-	// entry in one more, in primary-key order (a batch of a group commit
-	// writes many buckets: a statement each would cost the server more).
-	var ins, hist strings.Builder
-	var insArgs, histArgs []any
+}
+
+// writeBuckets compare-and-sets each changed bucket in primary-key order,
+// then inserts the new rows in one INSERT and every history entry in one
+// more (a batch of a group commit writes many buckets: a statement each
+// would cost the server more).
+func writeBuckets(w *sqlList, v *view) error {
+	var idx []int
+	for i, d := range v.dirty {
+		if d || v.cached {
+			idx = append(idx, i)
+		}
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		if c := cmpUint(v.limits[a].id, v.limits[b].id); c != 0 {
+			return c
+		}
+		return strings.Compare(v.buckets[a].key, v.buckets[b].key)
+	})
+	ins := values{head: "INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, hseq, last_us) VALUES ", row: "(?, ?, 1, ?, ?, ?, ?, ?)"}
+	hist := values{head: "INSERT INTO budgetd_history (limit_id, bkey, seq, at_us, event, amount, reservation_id, grant_id, meta, shadow_denied) VALUES ", row: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"}
 	for _, i := range idx {
 		b := &v.buckets[i]
 		key := []byte(b.key)
@@ -536,66 +588,59 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 			// A row of a cached view that the decision does not change (only
 			// a cached view gets here): it must still be the row the decision
 			// decided on.
-			q.WriteString("SELECT budgetd_assert(COUNT(*) = 1) FROM budgetd_buckets WHERE limit_id = ? AND bkey = ? AND version = ? AND last_us = ? LOCK IN SHARE MODE;\n")
-			args = append(args, v.limits[i].id, key, b.version, b.last)
+			w.add("SELECT budgetd_assert(COUNT(*) = 1) FROM budgetd_buckets WHERE limit_id = ? AND bkey = ? AND version = ? AND last_us = ? LOCK IN SHARE MODE",
+				v.limits[i].id, key, b.version, b.last)
 			continue
 		}
 		level, updated, extra, err := encodeState(b.state, b.marks, b.grants, b.carry)
 		if err != nil {
-			return "", nil, err
+			return err
 		}
 		if b.exists {
-			q.WriteString("UPDATE budgetd_buckets SET version = version + 1, level = ?, updated_us = ?, extra = ?, hseq = ?, last_us = GREATEST(last_us, ?) WHERE limit_id = ? AND bkey = ? AND version = ?")
-			args = append(args, level, updated, extra, b.hseq, v.now.UnixMicro(), v.limits[i].id, key, b.version)
+			upd := "UPDATE budgetd_buckets SET version = version + 1, level = ?, updated_us = ?, extra = ?, hseq = ?, last_us = GREATEST(last_us, ?) WHERE limit_id = ? AND bkey = ? AND version = ?"
+			args := []any{level, updated, extra, b.hseq, v.now.UnixMicro(), v.limits[i].id, key, b.version}
 			if v.cached {
 				// last_us as well: a row the pruner deleted and another
 				// instance wrote again counts its versions from 1 once more.
-				q.WriteString(" AND last_us = ?")
+				upd += " AND last_us = ?"
 				args = append(args, b.last)
 			}
-			q.WriteString(";\nSELECT budgetd_assert(ROW_COUNT() = 1);\n")
+			w.add(upd, args...)
+			w.add("SELECT budgetd_assert(ROW_COUNT() = 1)")
 		} else {
-			if ins.Len() == 0 {
-				ins.WriteString("INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, hseq, last_us) VALUES ")
-			} else {
-				ins.WriteString(", ")
-			}
-			ins.WriteString("(?, ?, 1, ?, ?, ?, ?, ?)")
-			insArgs = append(insArgs, v.limits[i].id, key, level, updated, extra, b.hseq, v.now.UnixMicro())
+			ins.add(v.limits[i].id, key, level, updated, extra, b.hseq, v.now.UnixMicro())
 		}
 		for _, e := range v.entries[i] {
-			if hist.Len() == 0 {
-				hist.WriteString("INSERT INTO budgetd_history (limit_id, bkey, seq, at_us, event, amount, reservation_id, grant_id, meta, shadow_denied) VALUES ")
-			} else {
-				hist.WriteString(", ")
+			meta, err := nullJSON(e.meta)
+			if err != nil {
+				return err
 			}
-			hist.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-			var hold, grant, meta sql.NullString
-			if e.hold != "" {
-				hold = sql.NullString{String: e.hold, Valid: true}
-			}
-			if e.grant != "" {
-				grant = sql.NullString{String: e.grant, Valid: true}
-			}
-			if e.meta != nil {
-				m, err := json.Marshal(e.meta)
-				if err != nil {
-					return "", nil, err
-				}
-				meta = sql.NullString{String: string(m), Valid: true}
-			}
-			histArgs = append(histArgs, v.limits[i].id, key, e.seq, e.at.UnixMicro(), string(e.event), e.amount.String(), hold, grant, meta, e.shadow)
+			hist.add(v.limits[i].id, key, e.seq, e.at.UnixMicro(), string(e.event), e.amount.String(), nullString(e.hold), nullString(e.grant), meta, e.shadow)
 		}
 	}
-	for _, st := range []struct {
-		q    *strings.Builder
-		args []any
-	}{{&ins, insArgs}, {&hist, histArgs}} {
-		if st.q.Len() > 0 {
-			q.WriteString(st.q.String() + ";\n")
-			args = append(args, st.args...)
-		}
+	ins.to(w)
+	hist.to(w)
+	return nil
+}
+
+// nullString is s, NULL when empty.
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// nullJSON is m as JSON, NULL when nil.
+func nullJSON(m ledger.Meta) (sql.NullString, error) {
+	if m == nil {
+		return sql.NullString{}, nil
 	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return sql.NullString{}, err
+	}
+	return sql.NullString{String: string(b), Valid: true}, nil
+}
+
+// writeHolds inserts the holds v created and moves those it closed on from
+// the state they were read in.
+func writeHolds(w *sqlList, v *view) {
 	for _, h := range v.holds {
 		var committed sql.NullString
 		if h.res.CommittedAmount.Valid {
@@ -606,49 +651,45 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 			resolved = h.res.ResolvedAt.UnixMicro()
 		}
 		if h.from == "" {
-			q.WriteString("INSERT INTO budgetd_holds (id, limit_id, bkey, amount, state, committed_amount, created_us, expires_us, resolved_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);\n")
-			args = append(args, h.res.ID, h.lim, []byte(h.res.Bucket.Key), h.res.Amount.String(), string(h.res.State), committed, h.res.CreatedAt.UnixMicro(), h.res.ExpiresAt.UnixMicro(), resolved)
+			w.add("INSERT INTO budgetd_holds (id, limit_id, bkey, amount, state, committed_amount, created_us, expires_us, resolved_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+				h.res.ID, h.lim, []byte(h.res.Bucket.Key), h.res.Amount.String(), string(h.res.State), committed, h.res.CreatedAt.UnixMicro(), h.res.ExpiresAt.UnixMicro(), resolved)
 			continue
 		}
-		q.WriteString("UPDATE budgetd_holds SET state = ?, committed_amount = ?, resolved_us = ? WHERE id = ? AND state = ?;\n")
-		q.WriteString("SELECT budgetd_assert(ROW_COUNT() = 1);\n")
-		args = append(args, string(h.res.State), committed, resolved, h.res.ID, string(h.from))
+		w.add("UPDATE budgetd_holds SET state = ?, committed_amount = ?, resolved_us = ? WHERE id = ? AND state = ?",
+			string(h.res.State), committed, resolved, h.res.ID, string(h.from))
+		w.add("SELECT budgetd_assert(ROW_COUNT() = 1)")
 	}
-	if len(v.idems) > 0 {
-		// In one order, so that two writes never wait for each other's.
-		slices.SortFunc(v.idems, func(a, b *idemRow) int { return bytes.Compare(a.id, b.id) })
-		q.WriteString("INSERT INTO budgetd_idempotency (id, hash, limits, outcome, created_us) VALUES ")
-		for j, r := range v.idems {
-			if j > 0 {
-				q.WriteString(", ")
-			}
-			q.WriteString("(?, ?, ?, ?, ?)")
-			args = append(args, r.id, r.hash, r.limits, r.outcome, v.now.UnixMicro())
+}
+
+// writeIdems inserts v's idempotency records in one statement, in id order
+// so that two writes never wait for each other's.
+func writeIdems(w *sqlList, v *view) {
+	slices.SortFunc(v.idems, func(a, b *idemRow) int { return bytes.Compare(a.id, b.id) })
+	ins := values{head: "INSERT INTO budgetd_idempotency (id, hash, limits, outcome, created_us) VALUES ", row: "(?, ?, ?, ?, ?)"}
+	for _, r := range v.idems {
+		ins.add(r.id, r.hash, r.limits, r.outcome, v.now.UnixMicro())
+	}
+	ins.to(w)
+}
+
+// writeEvents numbers v's events from the sequence row and inserts them,
+// last: the sequence row is held from here to the commit only.
+func writeEvents(w *sqlList, v *view) error {
+	k := len(v.events)
+	if k == 0 {
+		return nil
+	}
+	w.add("UPDATE budgetd_event_seq SET n = LAST_INSERT_ID(n + ?) WHERE id = 1", k)
+	ins := values{head: "INSERT INTO budgetd_events (seq, limit_id, bkey, at_us, body) VALUES ", row: "(LAST_INSERT_ID() - ? + 1, ?, ?, ?, ?)"}
+	for j, e := range v.events {
+		body, err := json.Marshal(e.ev)
+		if err != nil {
+			return err
 		}
-		q.WriteString(";\n")
+		ins.add(k-j, v.limits[e.i].id, []byte(v.buckets[e.i].key), e.ev.Time.UnixMicro(), string(body))
 	}
-	if k := len(v.events); k > 0 {
-		// Last: the sequence row is held from here to the commit only.
-		q.WriteString("UPDATE budgetd_event_seq SET n = LAST_INSERT_ID(n + ?) WHERE id = 1;\n")
-		args = append(args, k)
-		q.WriteString("INSERT INTO budgetd_events (seq, limit_id, bkey, at_us, body) VALUES ")
-		for j, e := range v.events {
-			if j > 0 {
-				q.WriteString(", ")
-			}
-			body, err := json.Marshal(e.ev)
-			if err != nil {
-				return "", nil, err
-			}
-			q.WriteString("(LAST_INSERT_ID() - ? + 1, ?, ?, ?, ?)")
-			args = append(args, k-j, v.limits[e.i].id, []byte(v.buckets[e.i].key), e.ev.Time.UnixMicro(), string(body))
-		}
-		q.WriteString(";\n")
-	}
-	if commit {
-		q.WriteString("COMMIT")
-	}
-	return q.String(), args, nil
+	ins.to(w)
+	return nil
 }
 
 func cmpUint(a, b uint64) int {
