@@ -7,52 +7,71 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 )
 
 // PostgreSQL failover (SPEC "Failover (replicated stores)"; issue 45): a
-// primary and one streaming standby on loopback, budgetd given both hosts in
+// primary and streaming standbys on loopback, budgetd given every host in
 // pgx's multi-host form with target_session_attrs=read-write, and the fault
 // run's load (Fillups with Idempotency-Keys, every call resolved by its
 // retries, every bucket's level and history checked against the accepted
-// calls) while the primary is killed with SIGKILL and the standby promoted,
-// again and again: after each promotion the killed server is rebuilt as a
-// standby of the new primary (pg_basebackup), so the next failover goes the
-// other way. With synchronous replication (synchronous_standby_names = '*',
-// written with ALTER SYSTEM so that the standby's copy carries it too) an
-// acknowledged charge must survive every failover; with asynchronous
-// replication the charges lost are counted and reported, not failed.
+// calls) while the primary is killed with SIGKILL and a standby promoted,
+// again and again: the standby that received the most WAL is promoted (as
+// Patroni does), the others follow it (primary_conninfo changed, reloaded),
+// and the killed server is rebuilt as a standby of the new primary
+// (pg_basebackup), so the next failover goes another way.
+//
+// With synchronous replication the primary has two standbys and
+// synchronous_standby_names = 'ANY 1 (*)' (written with ALTER SYSTEM so
+// that the standbys' copies carry it too): an acknowledged charge is on at
+// least one standby, the one promoted, and must survive every failover; the
+// other standby lets the promoted server commit again before the killed one
+// is rebuilt (with one standby it waits for that rebuild: SPEC's 5 s from
+// the promotion to the first accepted call cannot hold on a busy machine;
+// docs/operations.md). With asynchronous replication one standby, and the
+// charges lost are counted and reported, not failed.
 
-// pgPair is a primary and its standby; srv[primary] is the primary.
+// pgPair is a primary and its standbys; srv[primary] is the primary.
 type pgPair struct {
-	srv     [2]*pgServer
+	srv     []*pgServer
 	primary int
 	sync    bool // synchronous replication
+	killed  int  // the server killed by the last promotion, -1 for none
 }
 
-// newPGPair initialises a primary in tmp/pg and a second server's place in
-// tmp/pg2; start makes the second a standby.
-func newPGPair(tmp string) (*pgPair, error) {
+// newPGPair initialises a primary in tmp/pg and the places of standbys
+// servers in tmp/pg2, tmp/pg3…; start makes them standbys.
+func newPGPair(tmp string, standbys int) (*pgPair, error) {
 	p, err := newPG(tmp)
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	pp := &pgPair{srv: []*pgServer{p}, killed: -1}
+	for i := range standbys {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		pp.srv = append(pp.srv, &pgServer{bin: p.bin, dir: filepath.Join(tmp, fmt.Sprintf("pg%d", i+2)), port: port, cred: p.cred})
 	}
-	return &pgPair{srv: [2]*pgServer{p, {bin: p.bin, dir: filepath.Join(tmp, "pg2"), port: port, cred: p.cred}}}, nil
+	return pp, nil
 }
 
-// URL names both servers; pgx connects to the one that accepts writes.
+// URL names every server; pgx connects to the one that accepts writes.
 func (pp *pgPair) URL() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write",
-		pp.srv[0].port, pp.srv[1].port)
+	hosts := make([]string, len(pp.srv))
+	for i, s := range pp.srv {
+		hosts[i] = fmt.Sprintf("127.0.0.1:%d", s.port)
+	}
+	return "postgres://postgres@" + strings.Join(hosts, ",") + "/postgres?sslmode=disable&target_session_attrs=read-write"
 }
 
 // start runs the primary with synchronous replication or not, then builds
-// and runs the standby.
+// and runs the standbys.
 func (pp *pgPair) start(ctx context.Context, sync bool) error {
 	pp.sync = sync
 	p := pp.srv[pp.primary]
@@ -61,19 +80,43 @@ func (pp *pgPair) start(ctx context.Context, sync bool) error {
 	}
 	names := ""
 	if sync {
-		names = "*"
+		names = "ANY 1 (*)"
 	}
-	if err := p.psql(ctx, fmt.Sprintf("ALTER SYSTEM SET synchronous_standby_names = '%s'", names), "SELECT pg_reload_conf()"); err != nil {
+	// The promoted server's end-of-recovery checkpoint would remove the old
+	// timeline's last segment before a standby that follows it had read it:
+	// keep WAL, and let a standby retry soon (both as a failover manager's
+	// setup would).
+	if err := p.psql(ctx, fmt.Sprintf("ALTER SYSTEM SET synchronous_standby_names = '%s'", names),
+		"ALTER SYSTEM SET wal_keep_size = '1GB'", "ALTER SYSTEM SET wal_retrieve_retry_interval = '200ms'",
+		"SELECT pg_reload_conf()"); err != nil {
 		return err
 	}
-	return pp.rebuildStandby(ctx)
+	for i := range pp.srv {
+		if i != pp.primary {
+			if err := pp.buildStandby(ctx, i); err != nil {
+				return err
+			}
+		}
+	}
+	return pp.streaming(ctx)
 }
 
-// rebuildStandby makes the server that is not the primary a fresh standby
-// of it: a base backup with the connection to the primary written (-R),
-// then started.
+// rebuildStandby makes the server the last promotion killed a fresh
+// standby of the new primary and waits until every standby streams.
 func (pp *pgPair) rebuildStandby(ctx context.Context) error {
-	p, s := pp.srv[pp.primary], pp.srv[1-pp.primary]
+	if pp.killed >= 0 {
+		if err := pp.buildStandby(ctx, pp.killed); err != nil {
+			return err
+		}
+		pp.killed = -1
+	}
+	return pp.streaming(ctx)
+}
+
+// buildStandby makes server i a fresh standby of the primary: a base backup
+// with the connection to the primary written (-R), then started.
+func (pp *pgPair) buildStandby(ctx context.Context, i int) error {
+	p, s := pp.srv[pp.primary], pp.srv[i]
 	if err := os.RemoveAll(s.dir); err != nil {
 		return err
 	}
@@ -82,38 +125,107 @@ func (pp *pgPair) rebuildStandby(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pg_basebackup: %v: %s", err, out)
 	}
-	if err := s.Start(ctx); err != nil {
-		return err
-	}
-	// Streaming, and with synchronous replication the primary's
-	// synchronous standby: its commits wait for it from here on.
-	want := "streaming async"
-	if pp.sync {
-		want = "streaming sync"
-	}
-	return waitUntil(ctx, 60*time.Second, "the standby to stream ("+want+")", func() bool {
-		out, err := p.query(ctx, "SELECT state || ' ' || sync_state FROM pg_stat_replication")
-		return err == nil && out == want
-	})
+	return s.Start(ctx)
 }
 
-// promote kills the primary with SIGKILL and promotes the standby; it
-// returns when the promotion finished. The killed server is then to be
-// rebuilt as the new standby (rebuildStandby).
+// streaming waits until every standby streams from the primary, and with
+// synchronous replication counts in its quorum: commits wait for one of
+// them from here on.
+func (pp *pgPair) streaming(ctx context.Context) error {
+	want := strings.TrimSuffix(strings.Repeat("streaming async,", len(pp.srv)-1), ",")
+	if pp.sync {
+		want = strings.TrimSuffix(strings.Repeat("streaming quorum,", len(pp.srv)-1), ",")
+	}
+	p := pp.srv[pp.primary]
+	var got string
+	err := waitUntil(ctx, 60*time.Second, "the standbys to stream ("+want+")", func() bool {
+		out, err := p.query(ctx, "SELECT string_agg(state || ' ' || sync_state, ',') FROM pg_stat_replication")
+		got = out
+		return err == nil && out == want
+	})
+	if err != nil {
+		// What each standby's log says of it.
+		var logs strings.Builder
+		for i, s := range pp.srv {
+			if i != pp.primary {
+				b, _ := os.ReadFile(s.dir + ".log")
+				fmt.Fprintf(&logs, "\n--- %s.log (last 2000 bytes):\n%s", s.dir, b[max(0, len(b)-2000):])
+			}
+		}
+		return fmt.Errorf("%w; the primary sees %q%s", err, got, logs.String())
+	}
+	return nil
+}
+
+// promote kills the primary with SIGKILL and promotes the standby that
+// received the most WAL; the other standbys follow it. It returns when the
+// promotion finished. The killed server is then to be rebuilt as a standby
+// (rebuildStandby).
 func (pp *pgPair) promote(ctx context.Context, down func(context.Context) error) (time.Time, error) {
-	old, next := pp.srv[pp.primary], pp.srv[1-pp.primary]
-	if err := old.Kill(); err != nil {
+	old := pp.primary
+	if err := pp.srv[old].Kill(); err != nil {
 		return time.Time{}, err
 	}
+	pp.killed = old
 	if err := down(ctx); err != nil {
 		return time.Time{}, err
 	}
-	if out, err := next.command("pg_ctl", "promote", "-D", next.dir, "-w", "-t", "60").CombinedOutput(); err != nil {
+	next, most := -1, int64(-1)
+	for i, s := range pp.srv {
+		if i == old {
+			continue
+		}
+		out, err := s.query(ctx, "SELECT pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '0/0')::bigint")
+		if err != nil {
+			return time.Time{}, fmt.Errorf("standby %d: %w", i, err)
+		}
+		n, err := strconv.ParseInt(out, 10, 64)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("standby %d: received %q: %w", i, out, err)
+		}
+		if n > most {
+			next, most = i, n
+		}
+	}
+	if out, err := pp.srv[next].command("pg_ctl", "promote", "-D", pp.srv[next].dir, "-w", "-t", "60").CombinedOutput(); err != nil {
 		return time.Time{}, fmt.Errorf("pg_ctl promote: %v: %s", err, out)
 	}
-	pp.primary = 1 - pp.primary
-	return time.Now(), ctx.Err()
+	promoted := time.Now()
+	pp.primary = next
+	for i, s := range pp.srv {
+		if i != old && i != next {
+			if err := s.follow(pp.srv[next].port); err != nil {
+				return time.Time{}, err
+			}
+		}
+	}
+	return promoted, ctx.Err()
 }
+
+// follow points a running standby at the primary on port: its
+// primary_conninfo (written by pg_basebackup -R) changed and reloaded. It
+// follows the primary's new timeline by itself (recovery_target_timeline is
+// 'latest'), having received no more WAL than the server promoted.
+func (s *pgServer) follow(port int) error {
+	path := filepath.Join(s.dir, "postgresql.auto.conf")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	conf := portRE.ReplaceAllString(string(b), "${1}port="+strconv.Itoa(port))
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		return err
+	}
+	if s.cred != nil {
+		if err := os.Chown(path, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+			return err
+		}
+	}
+	return s.cmd.Process.Signal(syscall.SIGHUP)
+}
+
+// portRE finds the port in primary_conninfo.
+var portRE = regexp.MustCompile(`(?m)^(primary_conninfo = .*?)port=[0-9]+`)
 
 func (pp *pgPair) Stop() {
 	for _, s := range pp.srv {
@@ -197,7 +309,11 @@ func failoverRun(ctx context.Context, bin, tmp string, p params, sync bool) (res
 	if sync {
 		name = "failover, sync standby"
 	}
-	pp, err := newPGPair(tmp)
+	standbys := 1
+	if sync {
+		standbys = 2
+	}
+	pp, err := newPGPair(tmp, standbys)
 	if err != nil {
 		return result{name: name}, err
 	}
