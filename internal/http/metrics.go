@@ -19,6 +19,7 @@ type metrics struct {
 	inFlight     prometheus.Counter
 	authFailures *prometheus.CounterVec
 	shadowDenied *prometheus.CounterVec
+	grpcRequests *prometheus.HistogramVec // RPC
 	// The series decided counts in, by labels (package series).
 	decisionSeries series.Cache[[3]string, prometheus.Counter]
 	chargedSeries  series.Cache[string, prometheus.Counter]
@@ -27,16 +28,19 @@ type metrics struct {
 // authReasons are the reasons a request is refused by authentication.
 var authReasons = []string{"missing", "malformed", "unknown", "query", "scope", "limit"}
 
+// requestBuckets are the bounds of the request duration histograms.
+var requestBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+
 func newMetrics() *metrics {
 	m := &metrics{
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "budgetd_http_request_duration_seconds",
 			Help:    "Time to answer an API request, by method, route template and status code (unknown methods and paths are \"other\").",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+			Buckets: requestBuckets,
 		}, []string{"method", "route", "code"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "budgetd_decisions_total",
-			Help: "Decisions made, by limit, operation (fillup, multi_fillup, reserve, check) and result (accepted, denied, never_fits); a multi-bucket item counts by whether its bucket could take it. Replays are not counted again.",
+			Help: "Decisions made, by limit, operation (fillup, multi_fillup, reserve, check; envoy for a charged descriptor of the Envoy rate-limit service) and result (accepted, denied, never_fits); a multi-bucket item counts by whether its bucket could take it. Replays are not counted again.",
 		}, []string{"limit", "op", "result"}),
 		charged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "budgetd_charged_total",
@@ -60,9 +64,10 @@ func newMetrics() *metrics {
 		}, []string{"reason"}),
 		shadowDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "budgetd_shadow_denied_total",
-			Help: "Costs a limit in shadow mode accepted and charged that enforce mode would have denied, by limit and operation (fillup, multi_fillup, reserve).",
+			Help: "Costs a limit in shadow mode accepted and charged that enforce mode would have denied, by limit and operation (fillup, multi_fillup, reserve, envoy).",
 		}, []string{"limit", "op"}),
 	}
+	m.grpcRequests = newGRPCRequests()
 	for _, r := range authReasons {
 		m.authFailures.WithLabelValues(r)
 	}
@@ -70,7 +75,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.decisions, m.charged, m.holds, m.replays, m.inFlight, m.authFailures, m.shadowDenied}
+	return []prometheus.Collector{m.requests, m.decisions, m.charged, m.holds, m.replays, m.inFlight, m.authFailures, m.shadowDenied, m.grpcRequests}
 }
 
 // decided counts one decision on a limit; an accepted charge also counts

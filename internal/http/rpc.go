@@ -1,0 +1,59 @@
+package http
+
+import (
+	"time"
+
+	"github.com/budgetd/budgetd/internal/bucket"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shopspring/decimal"
+)
+
+// RPC counts and logs the calls of budgetd's other listener, the Envoy
+// rate-limit service over gRPC (an envoy.Observer), in the handler's
+// /metrics and access log, so that one place shows every call: decisions,
+// charges, shadow denials and authentication failures in the same series
+// as HTTP requests, durations in budgetd_grpc_request_duration_seconds.
+// WithRPC makes it; its methods are safe for concurrent use.
+type RPC struct{ s *server }
+
+// WithRPC makes *r the handler's RPC observer.
+func WithRPC(r **RPC) Option { return func(s *server) { *r = &RPC{s: s} } }
+
+// Call observes one finished gRPC call. Its access-log line has the method
+// GRPC, the full method as route and the HTTP status of the gRPC code (as
+// gRPC's HTTP mapping gives it: OK 200, INVALID_ARGUMENT 400, …).
+func (r *RPC) Call(method, code string, elapsed time.Duration, key string) {
+	s := r.s
+	s.m.grpcRequests.WithLabelValues(method, code).Observe(elapsed.Seconds())
+	if s.access == nil {
+		return
+	}
+	st, ok := grpcStatus[code]
+	if !ok {
+		st = 500
+	}
+	s.access.log(&accessLine{time: time.Now(), method: "GRPC", route: method, status: st, duration: elapsed, key: key})
+}
+
+// grpcStatus is the HTTP status of each gRPC code a call may end with.
+var grpcStatus = map[string]int{
+	"OK": 200, "INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "OUT_OF_RANGE": 400,
+	"UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "ABORTED": 409,
+	"RESOURCE_EXHAUSTED": 429, "CANCELED": 499, "UNIMPLEMENTED": 501, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504,
+}
+
+// Decided counts a decision as a request's decision is counted.
+func (r *RPC) Decided(limit, op string, d bucket.Decision, cost decimal.Decimal, charged bool) {
+	r.s.m.decided(limit, op, d, cost, charged)
+}
+
+// AuthFailed counts a call refused by authentication, by reason.
+func (r *RPC) AuthFailed(reason string) { r.s.m.authFailures.WithLabelValues(reason).Inc() }
+
+func newGRPCRequests() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "budgetd_grpc_request_duration_seconds",
+		Help:    "Time to answer a gRPC call (the Envoy rate-limit service, health, reflection), by full method and gRPC status code.",
+		Buckets: requestBuckets,
+	}, []string{"method", "code"})
+}
