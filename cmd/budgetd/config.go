@@ -46,7 +46,9 @@ type config struct {
 	redisWaitTimeout  time.Duration
 	webhookURL        string
 	webhookSecret     string // the file
-	version           bool
+	// grpcAddr serves Envoy's rate-limit service (grpc.go); "" is off.
+	grpcAddr string
+	version  bool
 }
 
 // errHelp is returned after --help printed the usage: not a failure.
@@ -79,6 +81,7 @@ type option struct {
 var options = []option{
 	{flag: "addr", env: "BUDGETD_ADDR", def: "127.0.0.1:8080", help: "listen address; without --auth-file (or --tls-client-ca) only a loopback address is allowed"},
 	{flag: "store", env: "BUDGETD_STORE", def: "memory", help: "store URL: memory, postgres://…, mysql://USER:PASSWORD@HOST:PORT/DATABASE, redis://… or redis+cluster://host:port,host:port"},
+	{flag: "grpc-addr", env: "BUDGETD_GRPC_ADDR", help: "also serve Envoy's rate-limit service (gRPC) on this address, with the same keys and TLS; descriptors map to limits by the envoy member of --limits-file (docs/envoy.md); off when empty"},
 	{flag: "auth-file", env: "BUDGETD_AUTH_FILE", help: "API key file (NAME sha256:HEX SCOPES [LIMITS] per line); turns authentication on; reloaded on SIGHUP"},
 	{flag: "insecure-no-auth", env: "BUDGETD_INSECURE_NO_AUTH", def: "false", help: "serve without authentication on a non-loopback address", boolean: true},
 	{flag: "tls-cert", env: "BUDGETD_TLS_CERT", help: "TLS certificate file (PEM); with --tls-key serves HTTPS; reloaded on SIGHUP"},
@@ -147,6 +150,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		tlsClientCA:    get("tls-client-ca"),
 		webhookURL:     get("webhook-url"),
 		webhookSecret:  get("webhook-secret-file"),
+		grpcAddr:       get("grpc-addr"),
 	}
 	for _, parse := range []func(func(string) string) error{cfg.parseSwitches, cfg.parseDurations, cfg.parseCounts} {
 		if err := parse(get); err != nil {
@@ -353,14 +357,21 @@ func readWebhookKey(file string) ([]byte, error) {
 // checkExposure refuses to serve without authentication (API keys or
 // client certificates) anywhere but on a loopback address, unless the
 // operator said --insecure-no-auth.
+// The same holds for --grpc-addr.
 func checkExposure(cfg config) error {
-	if cfg.authFile != "" || cfg.tlsClientCA != "" || cfg.insecureNoAuth || isLoopback(cfg.addr) {
+	if cfg.authFile != "" || cfg.tlsClientCA != "" || cfg.insecureNoAuth {
 		return nil
 	}
-	return usageError{fmt.Sprintf("refusing to serve without authentication on %s, which other machines may reach: "+
-		"give --auth-file PATH (mint a key with `budgetd token NAME --scopes admin`), "+
-		"or listen on a loopback address (--addr 127.0.0.1:8080), "+
-		"or pass --insecure-no-auth to let anyone who reaches %s change every limit", cfg.addr, cfg.addr)}
+	for _, a := range []struct{ flag, addr string }{{"--addr", cfg.addr}, {"--grpc-addr", cfg.grpcAddr}} {
+		if a.addr == "" || isLoopback(a.addr) {
+			continue
+		}
+		return usageError{fmt.Sprintf("refusing to serve without authentication on %s, which other machines may reach: "+
+			"give --auth-file PATH (mint a key with `budgetd token NAME --scopes admin`), "+
+			"or listen on a loopback address (%s 127.0.0.1:PORT), "+
+			"or pass --insecure-no-auth to let anyone who reaches %s change every limit", a.addr, a.flag, a.addr)}
+	}
+	return nil
 }
 
 // isLoopback reports whether addr (host:port) names only loopback

@@ -15,7 +15,8 @@ import (
 func (d *daemon) serve(ctx context.Context) error {
 	d.announce()
 	d.startDelivery(ctx)
-	served := make(chan error, 1)
+	served := make(chan error, 2)
+	d.serveGRPC(served)
 	go func() {
 		if d.certs != nil {
 			served <- d.srv.ServeTLS(d.ln, "", "")

@@ -6,12 +6,13 @@ import (
 	"time"
 )
 
-// shutdown drains the server: /readyz answers 503 at once; after
-// --shutdown-delay the listener closes and in-flight requests have
-// --shutdown-timeout to finish. served is the server's result, should it
-// fail meanwhile.
+// shutdown drains the servers: /readyz answers 503 and gRPC health
+// NOT_SERVING at once; after --shutdown-delay the listeners close and
+// in-flight requests and calls have --shutdown-timeout to finish. served is
+// the servers' result, should one fail meanwhile.
 func (d *daemon) shutdown(served <-chan error) error {
 	close(d.draining)
+	d.drainGRPC()
 	d.log.Info("shutting down", "delay", d.cfg.shutdownDelay, "timeout", d.cfg.shutdownTimeout)
 	if d.cfg.shutdownDelay > 0 {
 		select {
@@ -22,7 +23,14 @@ func (d *daemon) shutdown(served <-chan error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.shutdownTimeout)
 	defer cancel()
-	if err := d.srv.Shutdown(ctx); err != nil {
+	grpcStopped := make(chan struct{})
+	go func() {
+		defer close(grpcStopped)
+		d.stopGRPC(ctx)
+	}()
+	err := d.srv.Shutdown(ctx)
+	<-grpcStopped
+	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	d.out.Info("budgetd: stopped")

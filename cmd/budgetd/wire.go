@@ -13,7 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/budgetd/budgetd/internal/auth"
+	"github.com/budgetd/budgetd/internal/envoy"
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/memory"
@@ -40,6 +43,12 @@ type daemon struct {
 	ln         net.Listener
 	srv        *http.Server
 	scheme     string // http or https
+	svc        *ledger.Service
+
+	// The Envoy rate-limit service (grpc.go), nil without --grpc-addr.
+	rls     *envoy.Server
+	grpcLn  net.Listener
+	grpcSrv *grpc.Server
 
 	closers []func() // what close undoes, in the order it was taken
 }
@@ -72,7 +81,11 @@ func (d *daemon) open(ctx context.Context) error {
 	if err := d.openStore(ctx); err != nil {
 		return err
 	}
-	return d.listen(d.handler(ctx))
+	var rpc *budgethttp.RPC
+	if err := d.listen(d.handler(ctx, &rpc)); err != nil {
+		return err
+	}
+	return d.listenGRPC(rpc)
 }
 
 // readFiles reads the key file, the TLS files and the webhook secret: a
@@ -122,13 +135,14 @@ func (d *daemon) openStore(ctx context.Context) error {
 }
 
 // handler is the HTTP API over the service over the store, with its
-// metrics, access log and authentication.
-func (d *daemon) handler(ctx context.Context) http.Handler {
+// metrics, access log and authentication; *rpc is set to its observer of
+// gRPC calls.
+func (d *daemon) handler(ctx context.Context, rpc **budgethttp.RPC) http.Handler {
 	cfg := d.cfg
 	store := storemetrics.Wrap(d.store.store)
 	opts := []budgethttp.Option{
 		budgethttp.WithLogger(d.log), budgethttp.WithMaxTTL(cfg.maxTTL), budgethttp.WithDraining(d.draining),
-		budgethttp.WithLogKeys(cfg.logKeys),
+		budgethttp.WithLogKeys(cfg.logKeys), budgethttp.WithRPC(rpc),
 		budgethttp.WithCollectors(append(d.store.collectors, store.Collector(), buildInfoCollector())...),
 	}
 	if d.log.Enabled(ctx, slog.LevelInfo) {
@@ -145,7 +159,8 @@ func (d *daemon) handler(ctx context.Context) http.Handler {
 		// deliverer (a non-blocking send, off the decision's path).
 		svcOpts = append(svcOpts, ledger.WithWriteHook(d.deliverer.Nudge))
 	}
-	return budgethttp.New(ledger.NewService(store, svcOpts...), opts...)
+	d.svc = ledger.NewService(store, svcOpts...)
+	return budgethttp.New(d.svc, opts...)
 }
 
 // listen binds the address, behind the connection cap, and makes the

@@ -39,8 +39,8 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // concurrent use.
 type Observer interface {
 	// Call is one finished call: its full method, its gRPC status code
-	// by name (OK, INVALID_ARGUMENT, …), how long it took and the name of
-	// the key that made it ("-" without one).
+	// as codes.Code.String writes it (OK, InvalidArgument, …), how long it
+	// took and the name of the key that made it ("-" without one).
 	Call(method, code string, elapsed time.Duration, key string)
 	// Decided is one decision on a limit: op is "envoy" for a charged
 	// descriptor (charged: the call's descriptors were charged) and

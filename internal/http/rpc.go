@@ -21,7 +21,8 @@ func WithRPC(r **RPC) Option { return func(s *server) { *r = &RPC{s: s} } }
 
 // Call observes one finished gRPC call. Its access-log line has the method
 // GRPC, the full method as route and the HTTP status of the gRPC code (as
-// gRPC's HTTP mapping gives it: OK 200, INVALID_ARGUMENT 400, …).
+// gRPC's HTTP mapping gives it: OK 200, InvalidArgument 400, …; 500 for
+// the others).
 func (r *RPC) Call(method, code string, elapsed time.Duration, key string) {
 	s := r.s
 	s.m.grpcRequests.WithLabelValues(method, code).Observe(elapsed.Seconds())
@@ -37,9 +38,9 @@ func (r *RPC) Call(method, code string, elapsed time.Duration, key string) {
 
 // grpcStatus is the HTTP status of each gRPC code a call may end with.
 var grpcStatus = map[string]int{
-	"OK": 200, "INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "OUT_OF_RANGE": 400,
-	"UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "ABORTED": 409,
-	"RESOURCE_EXHAUSTED": 429, "CANCELED": 499, "UNIMPLEMENTED": 501, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504,
+	"OK": 200, "InvalidArgument": 400, "FailedPrecondition": 400, "OutOfRange": 400,
+	"Unauthenticated": 401, "PermissionDenied": 403, "NotFound": 404, "AlreadyExists": 409, "Aborted": 409,
+	"ResourceExhausted": 429, "Canceled": 499, "Unimplemented": 501, "Unavailable": 503, "DeadlineExceeded": 504,
 }
 
 // Decided counts a decision as a request's decision is counted.
