@@ -34,7 +34,7 @@ const (
 // cliCommands are the first arguments that make budgetd an operator CLI.
 var cliCommands = map[string]bool{
 	"limits": true, "overrides": true, "grants": true, "check": true, "fillup": true, "history": true, "holds": true,
-	"reserve": true, "commit": true, "release": true, "drain": true, "events": true, "help": true,
+	"reserve": true, "commit": true, "release": true, "drain": true, "events": true, "help": true, "health": true,
 }
 
 // isCLI says whether args start with an operator command.
@@ -112,6 +112,8 @@ Operator commands (on a running budgetd):
   budgetd events [--after C] [--limit N]               events (thresholds crossed and recovered), oldest first;
                                                        the next cursor is printed to poll with
   budgetd holds LIMIT KEY                              a bucket's active holds
+  budgetd health [-q]                                  exit 0 when budgetd serves calls (/readyz), 4 when
+                                                       not: the container image's health check
   budgetd help                                         this text and the server's flags
 
 Flags of the commands that write (fillup, reserve, commit, release, drain):
@@ -408,6 +410,8 @@ func (c *cli) dispatch(ctx context.Context, cl *client.Client, cmd string) error
 		return c.historyCmd(ctx, cl)
 	case "holds":
 		return c.holdsCmd(ctx, cl)
+	case "health":
+		return c.healthCmd(ctx, cl)
 	}
 	return usageError{"unknown command " + cmd}
 }
