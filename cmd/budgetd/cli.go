@@ -34,7 +34,7 @@ const (
 // cliCommands are the first arguments that make budgetd an operator CLI.
 var cliCommands = map[string]bool{
 	"limits": true, "overrides": true, "grants": true, "check": true, "fillup": true, "history": true, "holds": true,
-	"reserve": true, "commit": true, "release": true, "drain": true, "events": true, "help": true, "health": true,
+	"reserve": true, "commit": true, "release": true, "drain": true, "events": true, "help": true, "health": true, "apply": true,
 }
 
 // isCLI says whether args start with an operator command.
@@ -84,6 +84,15 @@ Operator commands (on a running budgetd):
                                                        day, precision) and names it; use limits set to change
                                                        a part, or --replace to replace the whole limit
   budgetd limits delete NAME                           delete a limit with its buckets and history
+  budgetd limits export                                every limit and override as a limits file (YAML), which
+                                                       budgetd apply -f reads back as no change
+  budgetd apply -f FILE [--dry-run] [--prune]          bring budgetd to the limits file FILE (YAML or JSON): print
+                                                       the plan (create, change with old → new per field, delete,
+                                                       unchanged) and apply it; --dry-run only prints it; --prune
+                                                       also deletes the limits and overrides FILE does not name
+                                                       (never without it); a bad file is refused (exit 2), naming
+                                                       the line and the field, before anything is written
+                                                       (docs/limits-as-code.md)
   budgetd overrides list LIMIT                         a limit's overrides (terms for a key or a key prefix)
   budgetd overrides get LIMIT PATTERN                  show one override
   budgetd overrides put LIMIT PATTERN [--capacity C] [--leak A/PER] [--tz ZONE] [--start-day N]
@@ -191,8 +200,11 @@ type cli struct {
 	meta              metaFlag
 	idemKey, cursor   string
 	limit             int
-	args              []string
-	stdout            io.Writer
+	// file, dryRun and prune are budgetd apply's -f, --dry-run, --prune.
+	file          string
+	dryRun, prune bool
+	args          []string
+	stdout        io.Writer
 }
 
 // runCLI runs an operator command: args[0] is the command.
@@ -236,6 +248,9 @@ func runCLI(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.StringVar(&c.idemKey, "idempotency-key", "", "")
 	fs.StringVar(&c.cursor, "cursor", "", "")
 	fs.IntVar(&c.limit, "limit", 0, "")
+	fs.StringVar(&c.file, "f", "", "")
+	fs.BoolVar(&c.dryRun, "dry-run", false, "")
+	fs.BoolVar(&c.prune, "prune", false, "")
 	// Flags may come before, between or after the arguments.
 	rest := args[1:]
 	for {
@@ -388,6 +403,8 @@ func (c *cli) dispatch(ctx context.Context, cl *client.Client, cmd string) error
 	switch cmd {
 	case "limits":
 		return c.limits(ctx, cl)
+	case "apply":
+		return c.applyCmd(ctx, cl)
 	case "overrides":
 		return c.overrides(ctx, cl)
 	case "grants":

@@ -35,7 +35,7 @@ const putUsage = "budgetd limits put NAME needs --capacity C and one of --period
 // limits runs budgetd limits list|get|put|set|delete.
 func (c *cli) limits(ctx context.Context, cl *client.Client) error {
 	if len(c.args) == 0 {
-		return usageError{"budgetd limits: list, get, put, set or delete (see budgetd help)"}
+		return usageError{"budgetd limits: list, get, put, set, delete or export (see budgetd help)"}
 	}
 	sub := c.args[0]
 	c.args = c.args[1:]
@@ -55,6 +55,8 @@ func (c *cli) limits(ctx context.Context, cl *client.Client) error {
 		return c.limitsPut(ctx, cl)
 	case "set":
 		return c.limitsSet(ctx, cl)
+	case "export":
+		return c.limitsExport(ctx, cl)
 	case "delete":
 		if err := c.want("limits delete", 1, 1); err != nil {
 			return err
