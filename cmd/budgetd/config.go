@@ -48,7 +48,9 @@ type config struct {
 	webhookSecret     string // the file
 	// grpcAddr serves Envoy's rate-limit service (grpc.go); "" is off.
 	grpcAddr string
-	version  bool
+	// limitsFile is applied at start (docs/limits-as-code.md).
+	limitsFile string
+	version    bool
 }
 
 // errHelp is returned after --help printed the usage: not a failure.
@@ -103,6 +105,7 @@ var options = []option{
 	{flag: "shutdown-timeout", env: "BUDGETD_SHUTDOWN_TIMEOUT", def: "10s", help: "how long in-flight requests may finish after SIGTERM"},
 	{flag: "webhook-url", env: "BUDGETD_WEBHOOK_URL", help: "POST every threshold event to this http(s) URL, signed as Standard Webhooks (docs/alerts.md); needs --webhook-secret-file"},
 	{flag: "webhook-secret-file", env: "BUDGETD_WEBHOOK_SECRET_FILE", help: "file holding the webhook signing secret: whsec_ and base64 (Standard Webhooks), or the key itself"},
+	{flag: "limits-file", env: "BUDGETD_LIMITS_FILE", help: "a limits file (YAML or JSON: limits, overrides, the Envoy mapping) applied at start, before serving; a bad file stops the start (docs/limits-as-code.md)"},
 	{flag: "log-level", env: "BUDGETD_LOG_LEVEL", def: "info", help: "debug, info, warn or error"},
 	{flag: "log-format", env: "BUDGETD_LOG_FORMAT", def: "text", help: "text or json"},
 	{flag: "log-keys", env: "BUDGETD_LOG_KEYS", def: "false", help: "put request paths, bucket keys included, in the access log and error lines (keys are often user ids or addresses)", boolean: true},
@@ -151,6 +154,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		webhookURL:     get("webhook-url"),
 		webhookSecret:  get("webhook-secret-file"),
 		grpcAddr:       get("grpc-addr"),
+		limitsFile:     get("limits-file"),
 	}
 	for _, parse := range []func(func(string) string) error{cfg.parseSwitches, cfg.parseDurations, cfg.parseCounts} {
 		if err := parse(get); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/budgetd/budgetd/internal/envoy"
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/limitsfile"
 	"github.com/budgetd/budgetd/internal/memory"
 	"github.com/budgetd/budgetd/internal/storemetrics"
 	"github.com/budgetd/budgetd/internal/webhook"
@@ -49,6 +50,14 @@ type daemon struct {
 	rls     *envoy.Server
 	grpcLn  net.Listener
 	grpcSrv *grpc.Server
+
+	// limits is the --limits-file, parsed by readFiles and applied by open
+	// before serving; nil without one. Its Envoy member is the mapping of
+	// the gRPC listener.
+	limits *limitsfile.File
+	// metered is the store, measured, under the service (svc) that the
+	// HTTP API, the Envoy service and the limits file use.
+	metered *storemetrics.Store
 
 	closers []func() // what close undoes, in the order it was taken
 }
@@ -81,6 +90,11 @@ func (d *daemon) open(ctx context.Context) error {
 	if err := d.openStore(ctx); err != nil {
 		return err
 	}
+	d.metered = storemetrics.Wrap(d.store.store)
+	d.svc = d.service()
+	if err := d.applyLimits(ctx); err != nil {
+		return err
+	}
 	var rpc *budgethttp.RPC
 	if err := d.listen(d.handler(ctx, &rpc)); err != nil {
 		return err
@@ -110,6 +124,11 @@ func (d *daemon) readFiles() error {
 			return err
 		}
 	}
+	if cfg.limitsFile != "" {
+		if d.limits, err = readLimitsFile(cfg.limitsFile); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -134,12 +153,23 @@ func (d *daemon) openStore(ctx context.Context) error {
 	return nil
 }
 
+// service is the ledger service over the measured store.
+func (d *daemon) service() *ledger.Service {
+	svcOpts := []ledger.Option{ledger.WithMaxTTL(d.cfg.maxTTL)}
+	if d.deliverer != nil {
+		// A write of this instance that may have emitted events wakes the
+		// deliverer (a non-blocking send, off the decision's path).
+		svcOpts = append(svcOpts, ledger.WithWriteHook(d.deliverer.Nudge))
+	}
+	return ledger.NewService(d.metered, svcOpts...)
+}
+
 // handler is the HTTP API over the service over the store, with its
 // metrics, access log and authentication; *rpc is set to its observer of
 // gRPC calls.
 func (d *daemon) handler(ctx context.Context, rpc **budgethttp.RPC) http.Handler {
 	cfg := d.cfg
-	store := storemetrics.Wrap(d.store.store)
+	store := d.metered
 	opts := []budgethttp.Option{
 		budgethttp.WithLogger(d.log), budgethttp.WithMaxTTL(cfg.maxTTL), budgethttp.WithDraining(d.draining),
 		budgethttp.WithLogKeys(cfg.logKeys), budgethttp.WithRPC(rpc),
@@ -153,13 +183,6 @@ func (d *daemon) handler(ctx context.Context, rpc **budgethttp.RPC) http.Handler
 	if cfg.authFile != "" {
 		opts = append(opts, budgethttp.WithAuth(d.keys.Load))
 	}
-	svcOpts := []ledger.Option{ledger.WithMaxTTL(cfg.maxTTL)}
-	if d.deliverer != nil {
-		// A write of this instance that may have emitted events wakes the
-		// deliverer (a non-blocking send, off the decision's path).
-		svcOpts = append(svcOpts, ledger.WithWriteHook(d.deliverer.Nudge))
-	}
-	d.svc = ledger.NewService(store, svcOpts...)
 	return budgethttp.New(d.svc, opts...)
 }
 
