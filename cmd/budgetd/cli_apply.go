@@ -89,30 +89,26 @@ func (c *cli) limitsExport(ctx context.Context, cl *client.Client) error {
 type clientTarget struct{ cl *client.Client }
 
 func (t clientTarget) ListLimits(ctx context.Context) ([]api.Limit, error) {
-	var out []api.Limit
-	cursor := ""
-	for {
-		page, next, err := t.cl.ListLimits(ctx, cursor, 1000)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page...)
-		if next == "" {
-			return out, nil
-		}
-		cursor = next
-	}
+	return allPages(func(cursor string) ([]api.Limit, string, error) { return t.cl.ListLimits(ctx, cursor, 1000) })
 }
 
 func (t clientTarget) ListOverrides(ctx context.Context, limit string) ([]api.Override, error) {
-	var out []api.Override
+	return allPages(func(cursor string) ([]api.Override, string, error) {
+		return t.cl.ListOverrides(ctx, limit, cursor, 1000)
+	})
+}
+
+// allPages reads a list to its end: page reads the page at a cursor and
+// returns the next cursor, "" after the last page.
+func allPages[T any](page func(cursor string) ([]T, string, error)) ([]T, error) {
+	var out []T
 	cursor := ""
 	for {
-		page, next, err := t.cl.ListOverrides(ctx, limit, cursor, 1000)
+		items, next, err := page(cursor)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, page...)
+		out = append(out, items...)
 		if next == "" {
 			return out, nil
 		}

@@ -58,14 +58,7 @@ func writeFile(t *testing.T, name, text string) string {
 // nothing is deleted. With isolated (a store no other test writes to) it
 // also checks that export → apply is a no-op and that --prune deletes.
 func applySteps(t *testing.T, server, suffix string, isolated bool) {
-	expect := func(wantCode int, wantOut string, args ...string) string {
-		t.Helper()
-		out, code := cliRun(t, server, args...)
-		if code != wantCode || !strings.Contains(out, wantOut) {
-			t.Fatalf("budgetd %s: exit %d, want %d; output:\n%s\nwant it to contain %q", strings.Join(args, " "), code, wantCode, out, wantOut)
-		}
-		return out
-	}
+	expect := cliExpect(t, server)
 	file := writeFile(t, "limits.yaml", limitsYAML(suffix))
 	spend := "spend-" + suffix
 	if isolated {
@@ -122,14 +115,7 @@ func TestApplyCLI(t *testing.T) {
 	server := startBudgetd(t)
 	applySteps(t, server, "mem", true)
 
-	expect := func(wantCode int, wantOut string, args ...string) string {
-		t.Helper()
-		out, code := cliRun(t, server, args...)
-		if code != wantCode || !strings.Contains(out, wantOut) {
-			t.Fatalf("budgetd %s: exit %d, want %d; output:\n%s\nwant it to contain %q", strings.Join(args, " "), code, wantCode, out, wantOut)
-		}
-		return out
-	}
+	expect := cliExpect(t, server)
 	before := expect(0, "limits:", "limits", "export")
 	bad := writeFile(t, "bad.yaml", "limits:\n  - name: new-one\n    capacity: 1\n    leak: {amount: 1, per: 1s}\n  - name: other\n    capacity: 1e3\n    leak: {amount: 1, per: 1s}\n")
 	expect(2, "bad.yaml: limits file: line 6: limits[1].capacity:", "apply", "-f", bad)

@@ -184,26 +184,27 @@ func (p *parse) within(path, field string) string {
 	return cmp.Or(found, whole)
 }
 
-// list splits the member name, when present, into its items: it must be
-// a list.
-func (p *parse) list(name string, raw json.RawMessage) ([]json.RawMessage, error) {
+// each calls fn with every item of the member name (a list, when
+// present), its path (limits[2]), its JSON and its members (a mapping).
+func (p *parse) each(name string, raw json.RawMessage, fn func(i int, path string, item json.RawMessage, m map[string]json.RawMessage) error) error {
 	if raw == nil || string(raw) == "null" {
-		return nil, nil
+		return nil
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, p.fail(name, ledger.CodeInvalidRequest, "must be a list")
+		return p.fail(name, ledger.CodeInvalidRequest, "must be a list")
 	}
-	return items, nil
-}
-
-// object splits an item into its members: it must be a mapping.
-func (p *parse) object(path string, raw json.RawMessage) (map[string]json.RawMessage, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
-		return nil, p.fail(path, ledger.CodeInvalidRequest, "must be a mapping")
+	for i, item := range items {
+		path := fmt.Sprintf("%s[%d]", name, i)
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(item, &m); err != nil || m == nil {
+			return p.fail(path, ledger.CodeInvalidRequest, "must be a mapping")
+		}
+		if err := fn(i, path, item, m); err != nil {
+			return err
+		}
 	}
-	return m, nil
+	return nil
 }
 
 // name reads the string member key of an item, which must be there.
@@ -221,17 +222,8 @@ func (p *parse) name(path, key string, m map[string]json.RawMessage) (string, er
 
 // limits reads the limits member.
 func (p *parse) limits(raw json.RawMessage) error {
-	items, err := p.list("limits", raw)
-	if err != nil {
-		return err
-	}
 	seen := map[string]int{}
-	for i, item := range items {
-		path := fmt.Sprintf("limits[%d]", i)
-		m, err := p.object(path, item)
-		if err != nil {
-			return err
-		}
+	return p.each("limits", raw, func(i int, path string, item json.RawMessage, m map[string]json.RawMessage) error {
 		name, err := p.name(path, "name", m)
 		if err != nil {
 			return err
@@ -252,24 +244,15 @@ func (p *parse) limits(raw json.RawMessage) error {
 			return p.at(path, err)
 		}
 		p.file.Limits = append(p.file.Limits, Limit{Name: name, Spec: spec, Limit: l, Line: p.doc.line(path)})
-	}
-	return nil
+		return nil
+	})
 }
 
 // overrides reads the overrides member; the limits are read already.
 func (p *parse) overrides(raw json.RawMessage) error {
-	items, err := p.list("overrides", raw)
-	if err != nil {
-		return err
-	}
 	type ref struct{ limit, pattern string }
 	seen := map[ref]int{}
-	for i, item := range items {
-		path := fmt.Sprintf("overrides[%d]", i)
-		m, err := p.object(path, item)
-		if err != nil {
-			return err
-		}
+	return p.each("overrides", raw, func(i int, path string, _ json.RawMessage, m map[string]json.RawMessage) error {
 		limit, err := p.name(path, "limit", m)
 		if err != nil {
 			return err
@@ -305,8 +288,8 @@ func (p *parse) overrides(raw json.RawMessage) error {
 			}
 		}
 		p.file.Overrides = append(p.file.Overrides, Override{Limit: limit, Override: o, Line: p.doc.line(path)})
-	}
-	return nil
+		return nil
+	})
 }
 
 // limit returns the file's limit name.

@@ -17,41 +17,39 @@ func Service(svc *ledger.Service) Target { return service{svc} }
 type service struct{ svc *ledger.Service }
 
 func (s service) ListLimits(ctx context.Context) ([]api.Limit, error) {
-	var out []api.Limit
-	after := ""
-	for {
-		page, err := s.svc.ListLimits(ctx, after, ledger.MaxPage)
-		if err != nil {
-			return nil, err
-		}
-		for _, l := range page {
-			out = append(out, bhttp.LimitDocument(l))
-		}
-		if len(page) < ledger.MaxPage {
-			return out, nil
-		}
-		after = page[len(page)-1].Name
-	}
+	return pages(func(after string) ([]ledger.Limit, error) { return s.svc.ListLimits(ctx, after, ledger.MaxPage) },
+		func(l ledger.Limit) string { return l.Name }, bhttp.LimitDocument)
 }
 
 func (s service) ListOverrides(ctx context.Context, limit string) ([]api.Override, error) {
-	var out []api.Override
+	out, err := pages(func(after string) ([]ledger.Override, error) {
+		return s.svc.ListOverrides(ctx, limit, after, ledger.MaxPage)
+	},
+		func(o ledger.Override) string { return o.Pattern }, bhttp.OverrideDocument)
+	if errors.Is(err, ledger.ErrNotServed) || errors.Is(err, ledger.ErrLimitNotFound) {
+		return nil, nil
+	}
+	return out, err
+}
+
+// pages reads a list of the service to its end, ledger.MaxPage items at a
+// time: page reads the items after a key, key is an item's, doc its
+// document.
+func pages[T, D any](page func(after string) ([]T, error), key func(T) string, doc func(T) D) ([]D, error) {
+	var out []D
 	after := ""
 	for {
-		page, err := s.svc.ListOverrides(ctx, limit, after, ledger.MaxPage)
-		if errors.Is(err, ledger.ErrNotServed) || errors.Is(err, ledger.ErrLimitNotFound) {
-			return out, nil
-		}
+		items, err := page(after)
 		if err != nil {
 			return nil, err
 		}
-		for _, o := range page {
-			out = append(out, bhttp.OverrideDocument(o))
+		for _, x := range items {
+			out = append(out, doc(x))
 		}
-		if len(page) < ledger.MaxPage {
+		if len(items) < ledger.MaxPage {
 			return out, nil
 		}
-		after = page[len(page)-1].Pattern
+		after = key(items[len(items)-1])
 	}
 }
 
