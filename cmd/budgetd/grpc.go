@@ -43,9 +43,14 @@ func (d *daemon) listenGRPC(rpc *budgethttp.RPC) error {
 	return nil
 }
 
-// envoyDomains is the Envoy mapping of --limits-file (none yet: the flag
-// comes with internal/limitsfile).
-func (d *daemon) envoyDomains() []envoy.Domain { return nil }
+// envoyDomains is the Envoy mapping of --limits-file: its envoy member,
+// none without a file.
+func (d *daemon) envoyDomains() []envoy.Domain {
+	if d.limits == nil {
+		return nil
+	}
+	return d.limits.Envoy
+}
 
 // serveGRPC serves the rate-limit service, if any, until stopGRPC; its
 // failure is sent on served.

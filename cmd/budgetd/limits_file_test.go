@@ -2,9 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"strings"
 	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TestLimitsFileAtStart: budgetd --limits-file applies the file before it
@@ -95,5 +102,46 @@ func TestLimitsFileConcurrentStarts(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Errorf("run: %v", err)
 		}
+	}
+}
+
+// TestLimitsFileEnvoyMapping: the envoy member of --limits-file is the
+// mapping of the gRPC listener: a descriptor it maps is charged to its
+// limit and bucket (a cost above the capacity is over the limit), one it
+// does not map is OK and unlimited.
+func TestLimitsFileEnvoyMapping(t *testing.T) {
+	file := writeFile(t, "limits.yaml", limitsYAML("grpc"))
+	s := start(t, "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--limits-file", file)
+	conn, err := grpc.NewClient(s.waitGRPC(t), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ask := func(key string, hits uint64) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", HitsAddend: uint32(hits),
+			Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: "t1"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if r := ask("tenant", 250001); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].CurrentLimit.GetName() != "rows-grpc" {
+		t.Errorf("a mapped descriptor above rows-grpc's capacity: %v", r)
+	}
+	if r := ask("tenant", 10); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].CurrentLimit.GetName() != "rows-grpc" {
+		t.Errorf("a mapped descriptor within the capacity: %v", r)
+	}
+	// 250000 per hour leaks about 0.07 a millisecond: the level is still
+	// above 9 when read.
+	out, _ := cliRun(t, s.url, "check", "rows-grpc", "t1", "--json")
+	var b struct{ Level string }
+	if err := json.Unmarshal([]byte(out), &b); err != nil || !strings.HasPrefix(b.Level, "9.") && b.Level != "10" {
+		t.Errorf("the charge is not on rows-grpc's bucket t1: %v\n%s", err, out)
+	}
+	if r := ask("user", 250001); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].CurrentLimit != nil {
+		t.Errorf("an unmapped descriptor: %v", r)
 	}
 }
