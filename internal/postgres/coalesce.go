@@ -21,11 +21,15 @@ const maxBatch = 256
 // Single-bucket Fillups go through a group-commit batcher
 // (internal/groupcommit) that sends what queued as one database call: one
 // round trip, one transaction and one commit flush for many callers (see
-// migrations/functions/budgetd_fillup.sql). It has as many batches at the
-// database at once as the pool has connections; a call that finds a
-// connection free and its bucket idle goes at once, as a batch of one, so
-// coalescing adds no round trip and no wait of its own. Whoever's batch
-// returns sends the next one.
+// migrations/functions/budgetd_fillup.sql). It has a few batches at the
+// database at once (WithBatchSlots, DefaultBatchSlots, never more than the
+// pool's connections), as MySQL's group commit has (groupSlots), so that the
+// calls that arrive meanwhile queue and go together, whatever their buckets:
+// with as many batches as a large pool's connections, 64 callers on 64
+// buckets would mostly go alone, each paying a statement, a commit and a
+// round trip (issue 44). A call that finds a slot free and its bucket idle
+// goes at once, as a batch of one, so coalescing adds no round trip and no
+// wait of its own. Whoever's batch returns sends the next one.
 //
 // fillRule is this store's own part: which queued calls may go. A call
 // whose bucket is at the database waits (it would wait for that row's lock

@@ -531,3 +531,86 @@ func TestCoalescingManyBuckets(t *testing.T) {
 		})
 	}
 }
+
+// TestCoalescingSlots: with a pool of 8 connections, Fillups of 6 different
+// buckets whose rows another session holds go to the database in at most
+// the batch slots' batches (WithBatchSlots, DefaultBatchSlots by default);
+// the others queue, whatever their buckets, and go together as one batch
+// once a slot is back. Before the slots, every call found a connection free
+// and went alone.
+func TestCoalescingSlots(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []postgres.Option
+		slots int
+	}{
+		{"default", nil, postgres.DefaultBatchSlots},
+		{"two", []postgres.Option{postgres.WithBatchSlots(2)}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const calls = 6
+			clock := ledgertest.NewClock()
+			s := open(t, append([]postgres.Option{postgres.WithClock(clock.Now), postgres.WithMaxConns(8), postgres.WithTimeout(30 * time.Second)}, tc.opts...)...)
+			ctx := context.Background()
+			if _, err := s.PutLimit(ctx, ledger.Limit{Name: "s", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Hour, History: true}); err != nil {
+				t.Fatal(err)
+			}
+			refs := make([]ledger.BucketRef, calls)
+			for i := range refs {
+				refs[i] = ledger.BucketRef{Limit: "s", Key: fmt.Sprint("k", i)}
+				if _, err := s.Fillup(ctx, []ledger.Charge{{Bucket: refs[i], Cost: dec("1")}}, ledger.Idempotency{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := s.Stats()
+			// Another session holds every bucket's row.
+			conn, err := s.Pool().Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, "SELECT 1 FROM buckets FOR UPDATE"); err != nil {
+				t.Fatal(err)
+			}
+			errs := make(chan error, calls)
+			for _, r := range refs {
+				go func() {
+					out, err := s.Fillup(ctx, []ledger.Charge{{Bucket: r, Cost: dec("1")}}, ledger.Idempotency{})
+					if err == nil && (!out.Accepted || !out.Items[0].Snapshot.State.Level.Decimal().Equal(dec("2"))) {
+						err = fmt.Errorf("%s: %s, want accepted at level 2", r.Key, answer(out))
+					}
+					errs <- err
+				}()
+			}
+			// Every call has arrived: the slots' batches at the database, the rest queued.
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				in, q := s.CoalescerLoad()
+				if in+q == calls || time.Now().After(deadline) {
+					if in != tc.slots || q != calls-tc.slots {
+						t.Fatalf("%d batches at the database and %d calls queued, want %d and %d", in, q, tc.slots, calls-tc.slots)
+					}
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for range calls {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The slots' batches of one call each, then the queued calls as one.
+			st := s.Stats()
+			if b, n := st.Batches-before.Batches, st.Batched-before.Batched; b != uint64(tc.slots)+1 || n != calls {
+				t.Fatalf("%d calls in %d batches, want %d in %d", n, b, calls, tc.slots+1)
+			}
+		})
+	}
+}

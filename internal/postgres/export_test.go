@@ -69,3 +69,7 @@ func (s *Store) FillupCalls(ctx context.Context, refs []ledger.BucketRef, costs 
 
 // Pool is the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// CoalescerLoad returns how many coalesced batches are at the database and
+// how many calls are queued for the next ones.
+func (s *Store) CoalescerLoad() (inFlight, queued int) { return s.co.Load() }

@@ -61,6 +61,10 @@ const (
 	DefaultMaxAttempts    = 50
 	DefaultPruneInterval  = time.Minute
 	DefaultPruneBatch     = 1000
+	// DefaultBatchSlots is how many coalesced batches of single-bucket
+	// Fillups are at the database at once, unless the pool has fewer
+	// connections (coalesce.go; docs/postgres.md "Batch slots").
+	DefaultBatchSlots = 2
 )
 
 type config struct {
@@ -76,6 +80,7 @@ type config struct {
 	tracer         pgx.QueryTracer
 	poolHook       func(*pgxpool.Config)
 	coalesce       bool
+	batchSlots     int
 	log            *slog.Logger
 }
 
@@ -117,10 +122,15 @@ func WithPruneInterval(d time.Duration) Option { return func(c *config) { c.prun
 func WithMaxConns(n int32) Option { return func(c *config) { c.maxConns = n } }
 
 // WithCoalescing turns on or off the queueing of single-bucket Fillups while
-// every pool connection is busy, to send what queued as one database call
+// every batch slot is busy (WithBatchSlots), to send what queued as one database call
 // (default on; see coalesce.go and docs/postgres.md). Multi-bucket Fillups
 // always go on their own.
 func WithCoalescing(on bool) Option { return func(c *config) { c.coalesce = on } }
+
+// WithBatchSlots sets how many coalesced batches of single-bucket Fillups are
+// at the database at once (default DefaultBatchSlots, and never more than the
+// pool's connections; see coalesce.go).
+func WithBatchSlots(n int) Option { return func(c *config) { c.batchSlots = n } }
 
 // WithLogger sets the logger for warnings (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
@@ -145,6 +155,7 @@ func newConfig(opts []Option) (*config, error) {
 		pruneInterval:  DefaultPruneInterval,
 		pruneBatch:     DefaultPruneBatch,
 		coalesce:       true,
+		batchSlots:     DefaultBatchSlots,
 		log:            slog.Default(),
 	}
 	for _, o := range opts {
@@ -155,6 +166,9 @@ func newConfig(opts []Option) (*config, error) {
 	}
 	if c.schema != "" && !schemaRE.MatchString(c.schema) {
 		return nil, fmt.Errorf("schema %q: want [a-z_][a-z0-9_]*", c.schema)
+	}
+	if c.batchSlots < 1 {
+		return nil, errors.New("batch slots must be at least 1")
 	}
 	if c.timeout <= 0 || c.maxAttempts < 1 {
 		return nil, errors.New("timeout and max attempts must be positive")
@@ -244,7 +258,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("postgres pool: %w", err)
 	}
 	s.pool = pool
-	s.co = groupcommit.New(int(pool.Config().MaxConns), maxBatch, s.runBatch, newFillRule())
+	s.co = groupcommit.New(min(int(pool.Config().MaxConns), c.batchSlots), maxBatch, s.runBatch, newFillRule())
 	if c.pruneInterval > 0 {
 		go s.pruneLoop()
 	} else {
