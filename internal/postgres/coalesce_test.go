@@ -564,19 +564,7 @@ func TestCoalescingSlots(t *testing.T) {
 			}
 			before := s.Stats()
 			// Another session holds every bucket's row.
-			conn, err := s.Pool().Acquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Release()
-			tx, err := conn.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(ctx)
-			if _, err := tx.Exec(ctx, "SELECT 1 FROM buckets FOR UPDATE"); err != nil {
-				t.Fatal(err)
-			}
+			release := holdBucketRows(t, s)
 			errs := make(chan error, calls)
 			for _, r := range refs {
 				go func() {
@@ -598,9 +586,7 @@ func TestCoalescingSlots(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			if err := tx.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
+			release()
 			for range calls {
 				if err := <-errs; err != nil {
 					t.Fatal(err)
@@ -613,4 +599,36 @@ func TestCoalescingSlots(t *testing.T) {
 			}
 		})
 	}
+}
+
+// holdBucketRows locks every row of the store's buckets from another session
+// until the returned release is called or the test ends. (The server may have
+// ended that session first, idle in its transaction: the rows are free then
+// too, so release does not report it.)
+func holdBucketRows(t testing.TB, s *postgres.Store) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		conn.Release()
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM buckets FOR UPDATE"); err != nil {
+		tx.Rollback(ctx)
+		conn.Release()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			_ = tx.Rollback(ctx)
+			conn.Release()
+		})
+	}
+	t.Cleanup(release)
+	return release
 }

@@ -92,19 +92,7 @@ func TestQueuedDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another session holds the bucket's row.
-	conn, err := s.Pool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM buckets FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
+	holdBucketRows(t, s)
 	first := make(chan error, 1)
 	go func() {
 		_, err := s.Fillup(ctx, items, ledger.Idempotency{})
@@ -125,7 +113,7 @@ func TestQueuedDeadline(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	start := time.Now()
-	_, err = s.Fillup(ctx, items, ledger.Idempotency{}) // queues behind the first: its bucket is at the database
+	_, err := s.Fillup(ctx, items, ledger.Idempotency{}) // queues behind the first: its bucket is at the database
 	took := time.Since(start)
 	if !errors.Is(err, ledger.ErrUnavailable) {
 		t.Fatalf("queued Fillup: %v, want ErrUnavailable", err)
