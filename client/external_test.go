@@ -10,14 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	budgethttp "github.com/budgetd/budgetd/internal/http"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/memory"
 	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/postgres"
 	"github.com/budgetd/budgetd/internal/redis"
+	"github.com/budgetd/budgetd/internal/storetest"
 	"github.com/budgetd/budgetd/internal/testenv"
 )
 
@@ -148,7 +147,7 @@ func stores(t *testing.T) map[string]func(t *testing.T) ledger.Store {
 		}
 		t.Cleanup(func() {
 			st.Close()
-			dropSchema(t, url, "budgetd_client_"+suffix)
+			storetest.DropSchema(t, url, "budgetd_client_"+suffix)
 		})
 		return st
 	}
@@ -175,18 +174,4 @@ func stores(t *testing.T) map[string]func(t *testing.T) ledger.Store {
 		}
 	}
 	return out
-}
-
-func dropSchema(t *testing.T, url, schema string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Errorf("drop schema: %v", err)
-		return
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-		t.Errorf("drop schema: %v", err)
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
+	"github.com/budgetd/budgetd/internal/storetest"
 	"github.com/budgetd/budgetd/internal/testenv"
 )
 
@@ -31,19 +32,7 @@ func newSchema(t testing.TB) string {
 	t.Helper()
 	url := dsn(t)
 	name := fmt.Sprintf("budgetd_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, schemaSeq.Add(1))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema: %v", err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema: %v", err)
-		}
-	})
+	t.Cleanup(func() { storetest.DropSchema(t, url, name) })
 	return name
 }
 

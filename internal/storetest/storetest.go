@@ -70,19 +70,25 @@ func Postgres(t *testing.T, prefix, url string, clock *ledgertest.Clock) *postgr
 	admin := testenv.Server(t, testenv.Postgres) // the schema is dropped directly, whatever url goes through
 	t.Cleanup(func() {
 		st.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Errorf("drop schema: %v", err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema: %v", err)
-		}
+		DropSchema(t, admin, schema)
 	})
 	return st
+}
+
+// DropSchema drops a PostgreSQL schema and what it holds, reporting a
+// failure as an error of t.
+func DropSchema(t testing.TB, url, schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Errorf("drop schema: %v", err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		t.Errorf("drop schema: %v", err)
+	}
 }
 
 // Redis opens a Redis store at url under a key prefix of its own, closed
