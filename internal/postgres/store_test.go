@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/postgres"
+	"github.com/budgetd/budgetd/internal/storetest"
 	"github.com/budgetd/budgetd/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -355,83 +355,13 @@ func testOneRoundTrip(t *testing.T, iso string, spec ledger.LimitSpec, grants bo
 	}
 }
 
-// proxy is a TCP proxy to the test server that a test can cut and restore,
-// to play a database outage.
-type proxy struct {
-	t      *testing.T
-	target string
-	addr   string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  []net.Conn
-	hang   bool // accept and hold connections, forward nothing
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	p := &proxy{t: t, target: target, addr: "127.0.0.1:0"}
-	p.up()
-	t.Cleanup(p.down)
-	return p
-}
-
-func (p *proxy) up() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.ln, p.addr = ln, ln.Addr().String()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c)
-			hang := p.hang
-			p.mu.Unlock()
-			if hang {
-				continue
-			}
-			go func() {
-				s, err := net.Dial("tcp", p.target)
-				if err != nil {
-					c.Close()
-					return
-				}
-				p.mu.Lock()
-				p.conns = append(p.conns, s)
-				p.mu.Unlock()
-				go func() { io.Copy(s, c); s.Close() }()
-				io.Copy(c, s)
-				c.Close()
-			}()
-		}
-	}()
-}
-
-// down closes the listener and every connection: connection refused.
-func (p *proxy) down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) url(t *testing.T) string {
+// proxyURL is the test server's URL through p.
+func proxyURL(t *testing.T, p *storetest.Proxy) string {
 	cfg, err := pgx.ParseConfig(dsn(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, port, _ := net.SplitHostPort(p.addr)
+	host, port, _ := net.SplitHostPort(p.Addr())
 	return fmt.Sprintf("postgres://%s@%s:%s/%s?sslmode=disable", cfg.User, host, port, cfg.Database)
 }
 
@@ -462,9 +392,9 @@ func TestOutage(t *testing.T) {
 		}
 	})
 
-	p := newProxy(t, serverAddr(t))
+	p := storetest.NewProxy(t, serverAddr(t))
 	schema := newSchema(t)
-	s, err := postgres.Open(ctx, p.url(t), postgres.WithSchema(schema), postgres.WithPruneInterval(0), postgres.WithTimeout(time.Second))
+	s, err := postgres.Open(ctx, proxyURL(t, p), postgres.WithSchema(schema), postgres.WithPruneInterval(0), postgres.WithTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,21 +440,21 @@ func TestOutage(t *testing.T) {
 			}
 		}
 	}
-	p.down()
+	p.Down()
 	check("refused")
 
 	// A server that accepts but never answers: the timeouts bound every call.
-	p.mu.Lock()
-	p.hang = true
-	p.mu.Unlock()
-	p.up()
+	p.Hang(true)
+	if err := p.Up(); err != nil {
+		t.Fatal(err)
+	}
 	check("hanging")
-	p.down()
+	p.Down()
 
-	p.mu.Lock()
-	p.hang = false
-	p.mu.Unlock()
-	p.up()
+	p.Hang(false)
+	if err := p.Up(); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := fillup()

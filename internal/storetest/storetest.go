@@ -110,24 +110,33 @@ func suffix() string {
 
 // Proxy forwards TCP connections from a loopback port to a server until
 // Down, which closes the port and every connection: a store connected
-// through it then meets connection refused.
+// through it then meets connection refused. Up opens the same port again;
+// with Hang it accepts connections and forwards nothing, a server that
+// never answers.
 type Proxy struct {
 	target string
-	ln     net.Listener
+	addr   string
 	mu     sync.Mutex
+	ln     net.Listener
 	conns  []net.Conn
+	hang   bool
 }
 
 // NewProxy starts a proxy to target (host:port), stopped when t ends.
 func NewProxy(t *testing.T, target string) *Proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	p := &Proxy{target: target, addr: "127.0.0.1:0"}
+	if err := p.Up(); err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{target: target, ln: ln}
-	go p.accept()
 	t.Cleanup(p.Down)
 	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.addr
 }
 
 // Through returns rawURL with its host and port replaced by the proxy's.
@@ -136,42 +145,59 @@ func (p *Proxy) Through(t *testing.T, rawURL string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Host = p.ln.Addr().String()
+	u.Host = p.Addr()
 	return u.String()
 }
 
-func (p *Proxy) accept() {
+// Hang sets whether connections accepted from now on are held without
+// being forwarded.
+func (p *Proxy) Hang(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hang = on
+}
+
+// Up listens on the proxy's port (a free one the first time).
+func (p *Proxy) Up() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return err
+	}
+	p.ln, p.addr = ln, ln.Addr().String()
+	go p.accept(ln)
+	return nil
+}
+
+func (p *Proxy) accept(ln net.Listener) {
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
+		p.mu.Lock()
+		p.conns = append(p.conns, c)
+		hang := p.hang
+		p.mu.Unlock()
+		if !hang {
+			go p.forward(c)
 		}
-		if !p.keep(c, s) {
-			return
-		}
-		go func() { io.Copy(s, c); s.Close() }()
-		go func() { io.Copy(c, s); c.Close() }()
 	}
 }
 
-// keep records connections to close on Down; false (closing them) once
-// Down ran.
-func (p *Proxy) keep(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conns == nil && p.ln == nil {
-		for _, c := range cs {
-			c.Close()
-		}
-		return false
+func (p *Proxy) forward(c net.Conn) {
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
 	}
-	p.conns = append(p.conns, cs...)
-	return true
+	p.mu.Lock()
+	p.conns = append(p.conns, s)
+	p.mu.Unlock()
+	go func() { io.Copy(s, c); s.Close() }()
+	io.Copy(c, s)
+	c.Close()
 }
 
 // Down closes the port and every connection made through it.
