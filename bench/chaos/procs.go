@@ -170,11 +170,22 @@ func (s *pgServer) pids() []int {
 	return append([]int{pm}, children(pm)...)
 }
 
+// Kill kills the postmaster and every backend with SIGKILL. The postmaster
+// is stopped first, so that it forks no backend between the listing of its
+// children and the kill: one forked then would outlive it holding the
+// shared memory, and the next start would refuse ("pre-existing shared
+// memory block is still in use").
 func (s *pgServer) Kill() error {
-	ps := s.pids()
-	if len(ps) == 0 {
+	if s.cmd == nil || s.cmd.Process == nil {
 		return errors.New("postgres: not started")
 	}
+	select {
+	case <-s.exited:
+		return errors.New("postgres: not running")
+	default:
+	}
+	_ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGSTOP)
+	ps := s.pids()
 	for _, p := range ps {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
