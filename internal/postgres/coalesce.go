@@ -288,6 +288,18 @@ func (s *Store) runPart(batch []*fillCall) {
 	if len(live) > 1 {
 		ctx, deadline = context.WithoutCancel(ctx), latestDeadline(live)
 	}
+	if s.setEligible(ctx, live) {
+		err := s.runSet(ctx, deadline, live)
+		if !errors.Is(err, errSetFallback) {
+			if err != nil {
+				for _, c := range live {
+					c.err = err
+				}
+			}
+			return
+		}
+		s.stats.setFallbacks.Add(1)
+	}
 	got, err := s.queryFillup(ctx, deadline, limits, keys, costs, scopes, idems, hashes, metas, false)
 	for i, c := range live {
 		if err != nil {

@@ -82,6 +82,7 @@ type config struct {
 	coalesce       bool
 	batchSlots     int
 	log            *slog.Logger
+	setBatch       bool // WithSetBatch (setbatch.go)
 }
 
 // Option configures a Store.
@@ -357,6 +358,9 @@ type Stats struct {
 	// the buckets settled in Go at the end of a temporary rule change
 	// (terms.go).
 	StaleTerms, TermsLoads, Settled uint64
+	// SetBatches counts the batches decided set-wise (WithSetBatch), and
+	// SetFallbacks those its read sent on through budgetd_fillup.
+	SetBatches, SetFallbacks uint64
 }
 
 type counters struct {
@@ -365,6 +369,7 @@ type counters struct {
 	clockSteps                                                atomic.Uint64
 	periodTables                                              atomic.Uint64 // tables of period starts recomputed
 	staleTerms, settled                                       atomic.Uint64
+	setBatches, setFallbacks                                  atomic.Uint64 // batches decided set-wise, and those sent on after its read (setbatch.go)
 }
 
 // Stats returns the store's counters.
@@ -382,6 +387,8 @@ func (s *Store) Stats() Stats {
 		StaleTerms:           s.stats.staleTerms.Load(),
 		TermsLoads:           s.terms.loads.Load(),
 		Settled:              s.stats.settled.Load(),
+		SetBatches:           s.stats.setBatches.Load(),
+		SetFallbacks:         s.stats.setFallbacks.Load(),
 	}
 }
 

@@ -1,0 +1,132 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	"github.com/budgetd/budgetd/internal/postgres"
+	"github.com/shopspring/decimal"
+)
+
+// limitOf is what an answer says of its limit, less the bucket.
+func limitOf(o ledger.FillupOutcome) string {
+	if len(o.Items) == 0 {
+		return ""
+	}
+	l := o.Items[0].Snapshot.Limit
+	return fmt.Sprintf("%s cap=%s kind=%s history=%v denials=%v mode=%s grace=%s created=%d updated=%d entry=%v",
+		l.Name, l.Capacity, l.Kind(), l.History, l.RecordDenials, l.Mode, l.Grace, l.CreatedAt.UnixMicro(), l.UpdatedAt.UnixMicro(),
+		o.Items[0].EntryID != "")
+}
+
+// TestSetBatchEqualsSequence drives coalesced batches of mixed buckets,
+// kinds and modes through the set-based batch (WithSetBatch) and demands
+// the answers and history that the same calls get one at a time through
+// budgetd_fillup: leaking and periodic levels, holds, zero costs, denials
+// (recorded ones too), a shadow limit, a missing limit and Idempotency-Keys
+// (both sent on through budgetd_fillup, as is a batch whose read finds a
+// hold expired). It fails if the set-based batch is not used.
+func TestSetBatchEqualsSequence(t *testing.T) {
+	clock := ledgertest.NewClock()
+	s := open(t, postgres.WithClock(clock.Now), postgres.WithSetBatch(true))
+	ctx := context.Background()
+	limits := []ledger.Limit{
+		{Name: "p", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: 3 * time.Second, History: true, RecordDenials: true},
+		{Name: "q", Capacity: dec("12.5"), Period: &ledger.Period{Every: "day", TZ: "Europe/Berlin"}, History: true},
+		{Name: "s", Capacity: dec("8"), LeakAmount: dec("0.5"), LeakPer: time.Second, Mode: ledger.ModeShadow, History: true, RecordDenials: true},
+		{Name: "n", Capacity: dec("6"), LeakAmount: dec("2"), LeakPer: time.Second},
+	}
+	for _, l := range limits {
+		if _, err := s.PutLimit(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type pair struct{ bat, seq ledger.BucketRef }
+	var buckets []pair
+	for _, l := range []string{"q", "p", "s", "n", "missing"} {
+		for _, k := range []string{"b", "a", "c"} {
+			buckets = append(buckets, pair{ledger.BucketRef{Limit: l, Key: "bat-" + k}, ledger.BucketRef{Limit: l, Key: "seq-" + k}})
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	costs := []string{"0", "0.5", "1", "2.25", "3", "7", "13"}
+	var denials, holds int
+	for round := range 150 {
+		clock.Advance(time.Duration(rng.IntN(4_000_000)) * time.Microsecond)
+		if round%10 == 5 {
+			clock.Advance(20 * time.Hour) // into the next day, now and then
+		}
+		if rng.IntN(4) == 0 {
+			// A hold on both twins, most of them outliving the next rounds.
+			b := buckets[rng.IntN(len(buckets)-3)]
+			ttl := time.Duration(1+rng.IntN(30)) * time.Second
+			for _, ref := range []ledger.BucketRef{b.bat, b.seq} {
+				if _, err := s.Reserve(ctx, ref, dec("1.5"), ttl, ledger.Idempotency{}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			holds++
+		}
+		n := 2 + rng.IntN(20)
+		refs := make([]ledger.BucketRef, n)
+		seqs := make([]ledger.BucketRef, n)
+		cs := make([]decimal.Decimal, n)
+		idems := make([]ledger.Idempotency, n)
+		pool := buckets[:len(buckets)-3]
+		if round%7 == 3 {
+			pool = buckets // with the missing limit
+		}
+		for i := range cs {
+			b := pool[rng.IntN(len(pool))]
+			refs[i], seqs[i] = b.bat, b.seq
+			cs[i] = dec(costs[rng.IntN(len(costs))])
+			if round%11 == 4 && i == 0 {
+				idems[i] = ledger.Idempotency{Key: fmt.Sprint("r", round), Hash: "h"}
+			}
+		}
+		got, errs := s.FillupCalls(ctx, refs, cs, scoped(idems, "batched"))
+		for i, c := range cs {
+			want, err := s.FillupAllOrNone(ctx, ledger.Charge{Bucket: seqs[i], Cost: c}, scoped(idems, "one-by-one")[i])
+			if (errs[i] == nil) != (err == nil) || err != nil && !(errors.Is(err, ledger.ErrLimitNotFound) && errors.Is(errs[i], ledger.ErrLimitNotFound)) {
+				t.Fatalf("round %d item %d: batched: %v, one by one: %v", round, i, errs[i], err)
+			}
+			if err == nil && !got[i].Accepted {
+				denials++
+			}
+			if a, b := answer(got[i])+" "+limitOf(got[i]), answer(want)+" "+limitOf(want); a != b {
+				t.Fatalf("round %d item %d (%v cost %s):\n batch      %s\n one by one %s", round, i, refs[i], c, a, b)
+			}
+		}
+	}
+	st := s.Stats()
+	t.Logf("%d denials, %d holds; %d set-based batches, %d sent on; %d batches", denials, holds, st.SetBatches, st.SetFallbacks, st.Batches)
+	if denials == 0 || holds == 0 || st.SetBatches < 50 || st.SetFallbacks == 0 {
+		t.Fatalf("%d denials, %d holds, %d set-based batches, %d sent on: the test did not exercise them", denials, holds, st.SetBatches, st.SetFallbacks)
+	}
+	for _, b := range buckets[:len(buckets)-3] {
+		hs, _, err := s.History(ctx, b.seq, "", ledger.MaxPage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb, _, err := s.History(ctx, b.bat, "", ledger.MaxPage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hs) != len(hb) {
+			t.Fatalf("%v history: %d entries one by one, %d batched", b.bat, len(hs), len(hb))
+		}
+		for i := range hs {
+			a := fmt.Sprintf("%s %s %d %v %s", hs[i].Event, hs[i].Amount, hs[i].Time.UnixMicro(), hs[i].ShadowDenied, hs[i].Meta)
+			c := fmt.Sprintf("%s %s %d %v %s", hb[i].Event, hb[i].Amount, hb[i].Time.UnixMicro(), hb[i].ShadowDenied, hb[i].Meta)
+			if a != c {
+				t.Fatalf("%v history entry %d: one by one %s, batched %s", b.bat, i, a, c)
+			}
+		}
+	}
+}
