@@ -315,6 +315,28 @@ type BucketListItem struct {
 	BucketState
 }
 
+// BucketOrder is the ?order of GET /v1/limits/{name}/buckets.
+type BucketOrder string
+
+// The orders of a bucket listing.
+const (
+	// OrderKey lists buckets in byte order of key (the default).
+	OrderKey BucketOrder = "key"
+	// OrderUsed lists buckets by used (level + held), highest first.
+	OrderUsed BucketOrder = "used"
+	// OrderShare lists buckets by used ÷ effective capacity, highest first.
+	OrderShare BucketOrder = "share"
+)
+
+// BucketQuery is what GET /v1/limits/{name}/buckets selects and how it
+// orders: Above ("80%" or an amount, one of the limit's thresholds) keeps
+// the buckets whose mark for that threshold is above; Order is
+// OrderKey when empty.
+type BucketQuery struct {
+	Above string
+	Order BucketOrder
+}
+
 // ReservationState is the life-cycle state of a hold.
 type ReservationState string
 

@@ -87,7 +87,22 @@ func (c *Client) Bucket(ctx context.Context, limit, key string) (api.BucketState
 // ListBuckets returns up to n buckets of limit that the store holds, in
 // key order, after cursor, and the next page's cursor ("" at the end).
 func (c *Client) ListBuckets(ctx context.Context, limit, cursor string, n int) ([]api.BucketListItem, string, error) {
-	a, err := c.do(ctx, http.MethodGet, "/v1/limits/"+esc(limit)+"/buckets", pageQuery(cursor, n), nil, callOpts{})
+	return c.QueryBuckets(ctx, limit, api.BucketQuery{}, cursor, n)
+}
+
+// QueryBuckets is ListBuckets that keeps the buckets past the threshold
+// q.Above (one of the limit's, as "80%" or an amount) and orders them by
+// q.Order: by key, or highest first by used or by share of the capacity.
+// The next page's cursor is for the same query only.
+func (c *Client) QueryBuckets(ctx context.Context, limit string, q api.BucketQuery, cursor string, n int) ([]api.BucketListItem, string, error) {
+	v := pageQuery(cursor, n)
+	if q.Above != "" {
+		v.Set("above", q.Above)
+	}
+	if q.Order != "" {
+		v.Set("order", string(q.Order))
+	}
+	a, err := c.do(ctx, http.MethodGet, "/v1/limits/"+esc(limit)+"/buckets", v, nil, callOpts{})
 	if err != nil {
 		return nil, "", err
 	}

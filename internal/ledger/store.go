@@ -119,7 +119,8 @@ type Store interface {
 	// does not exist (a deleted limit's buckets are never listed, also not
 	// under a re-created limit of the same name). The work of one call is
 	// bounded by n on every store except Redis, which scans the keyspace of
-	// every master (docs/architecture.md, "Listing").
+	// every master (docs/architecture.md, "Listing"). Each bucket carries
+	// the threshold marks it keeps.
 	ListBuckets(ctx context.Context, limit, after string, n int) ([]BucketSnapshot, error)
 
 	// ListHolds returns the bucket's active holds (state active and not
@@ -159,10 +160,13 @@ const MaxHolds = 1000
 // MaxLevel bounds a level: an overrun commit may not lift it further.
 var MaxLevel = decimal.New(1, 15)
 
-// BucketSnapshot is one bucket of a listing: its key and a Snapshot of it.
+// BucketSnapshot is one bucket of a listing: its key, a Snapshot of it and
+// the threshold marks it keeps (as stored: of whatever list and period its
+// last write computed them for).
 type BucketSnapshot struct {
 	Key string
 	Snapshot
+	Marks Marks
 }
 
 // Charge is one multi-bucket item as a store sees it: a distinct bucket and

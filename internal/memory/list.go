@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 )
@@ -12,6 +13,19 @@ import (
 // byte order of key. It visits every bucket of the store, so a page costs
 // O(buckets) time under each shard's lock in turn, and O(n) memory.
 func (s *Store) ListBuckets(_ context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
+	return s.listBuckets(limit, after, n, nil)
+}
+
+// ListMarked is ListBuckets of the buckets whose marks have signature sig
+// and bit set: the same one pass over every bucket, that reads the terms
+// of the marked ones only.
+func (s *Store) ListMarked(_ context.Context, limit, after string, n int, sig uint32, bit uint8) ([]ledger.BucketSnapshot, error) {
+	return s.listBuckets(limit, after, n, func(m ledger.Marks) bool { return m.Sig == sig && m.Above&bit == bit })
+}
+
+// listBuckets is ListBuckets of the buckets whose marks keep accepts (nil:
+// all).
+func (s *Store) listBuckets(limit, after string, n int, keep func(ledger.Marks) bool) ([]ledger.BucketSnapshot, error) {
 	s.limitsMu.RLock()
 	defer s.limitsMu.RUnlock()
 	l, err := s.limit(limit)
@@ -24,17 +38,50 @@ func (s *Store) ListBuckets(_ context.Context, limit, after string, n int) ([]le
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for ref, b := range sh.buckets {
-			if ref.Limit != limit || ref.Key <= after {
+			if ref.Limit != limit || ref.Key <= after || keep != nil && !keep(b.marks()) {
 				continue
 			}
 			if len(out) == n && ref.Key >= out[n-1].Key {
 				continue
 			}
-			out = insertSorted(out, ledger.BucketSnapshot{Key: ref.Key, Snapshot: snapshot(s.terms(l, ref.Key, b, now), b, now)}, n)
+			out = insertSorted(out, s.listed(l, ref.Key, b, now), n)
 		}
 		sh.mu.Unlock()
 	}
 	return out, nil
+}
+
+// ScanBuckets calls fn for every bucket of the limit, one shard at a time
+// under its lock: one pass over every bucket of the store.
+func (s *Store) ScanBuckets(_ context.Context, limit string, fn func(ledger.BucketSnapshot) error) error {
+	s.limitsMu.RLock()
+	defer s.limitsMu.RUnlock()
+	l, err := s.limit(limit)
+	if err != nil {
+		return err
+	}
+	now := s.clock()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for ref, b := range sh.buckets {
+			if ref.Limit == limit {
+				if err = fn(s.listed(l, ref.Key, b, now)); err != nil {
+					break
+				}
+			}
+		}
+		sh.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listed is bucket b of limit l as a listing has it at now.
+func (s *Store) listed(l ledger.Limit, key string, b *bucketRec, now time.Time) ledger.BucketSnapshot {
+	return ledger.BucketSnapshot{Key: key, Snapshot: snapshot(s.terms(l, key, b, now), b, now), Marks: b.marks()}
 }
 
 // insertSorted inserts b into out, kept sorted by key and at most n long.

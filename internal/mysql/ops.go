@@ -209,7 +209,7 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 			now = t.UTC().Truncate(time.Microsecond)
 		}
 		lim := termsAt(l.limit, l.set, &b, now)
-		out = append(out, ledger.BucketSnapshot{Key: b.key, Snapshot: ledger.Snapshot{Limit: lim, State: b.state, Now: now}})
+		out = append(out, ledger.BucketSnapshot{Key: b.key, Snapshot: ledger.Snapshot{Limit: lim, State: b.state, Now: now}, Marks: b.marks})
 	}
 	return out, classify(rows.Err())
 }

@@ -22,17 +22,26 @@ import (
 // grants' sum, its rollover carry), and the limit's id and versions: the
 // terms themselves are resolved in Go (ledger.TermsAt), from the limit as
 // the index holds it when that is the version read here.
-const listBucketsSQL = `
+var listBucketsSQL = fmt.Sprintf(listSQL, "")
+
+// listMarkedSQL is listBucketsSQL of the buckets whose marks are of the
+// list with signature $5 and have a bit of $6: the partial index
+// buckets_marked (migration 0023) holds exactly the marked buckets of each
+// limit by signature and key, so a page reads only marked rows.
+var listMarkedSQL = fmt.Sprintf(listSQL, "\n           AND b.th_above <> 0 AND b.th_sig = $5::integer AND (b.th_above & $6::smallint) <> 0")
+
+const listSQL = `
 WITH l AS (SELECT * FROM limits WHERE name = $1),
      t AS (SELECT coalesce($4::timestamptz, date_trunc('microseconds', clock_timestamp())) AS now)
 SELECT l.id, budgetd_us(l.updated_at), coalesce(l.override_ver, 0), budgetd_us(t.now),
        b.key, b.level::text, budgetd_us(b.updated_at), hs.amounts, hs.expires, b.slot_idx, b.slot_sum::text[],
-       b.carry_unused::text, b.carry_period, gs.amount
+       b.carry_unused::text, b.carry_period, gs.amount, b.th_sig, b.th_above, b.th_period
   FROM l CROSS JOIN t
   LEFT JOIN LATERAL (
-        SELECT b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum, b.carry_unused, b.carry_period
+        SELECT b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum, b.carry_unused, b.carry_period,
+               b.th_sig, b.th_above, b.th_period
           FROM buckets b
-         WHERE b.limit_id = l.id AND b.key > $2::text COLLATE "C" AND b.updated_at IS NOT NULL
+         WHERE b.limit_id = l.id AND b.key > $2::text COLLATE "C" AND b.updated_at IS NOT NULL%s
          ORDER BY b.key
          LIMIT $3) b ON true
   LEFT JOIN LATERAL (
@@ -55,10 +64,23 @@ var errListStale = errors.New("the limit changed during the listing")
 // database clock. A bucket that crossed the end of a temporary rule change
 // since its last write is listed settled there, as a decision would see it.
 func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
+	return s.list(ctx, limit, listBucketsSQL, limit, after, n, s.nowArg())
+}
+
+// ListMarked is ListBuckets of the buckets whose marks are of the list
+// with signature sig and have bit set (ledger.MarkedLister), through the
+// index buckets_marked: a page reads only marked buckets.
+func (s *Store) ListMarked(ctx context.Context, limit, after string, n int, sig uint32, bit uint8) ([]ledger.BucketSnapshot, error) {
+	return s.list(ctx, limit, listMarkedSQL, limit, after, n, s.nowArg(), int32(sig), int16(bit))
+}
+
+// list runs a listing statement with args ($1 the limit's name) again
+// while the terms index holds another version of the limit.
+func (s *Store) list(ctx context.Context, limit, sql string, args ...any) ([]ledger.BucketSnapshot, error) {
 	var out []ledger.BucketSnapshot
 	var err error
 	for range 3 {
-		if out, err = s.listBuckets(ctx, limit, after, n); !errors.Is(err, errListStale) {
+		if out, err = s.listBuckets(ctx, limit, sql, args); !errors.Is(err, errListStale) {
 			return out, err
 		}
 		s.terms.forget(limit)
@@ -66,7 +88,7 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 	return nil, fmt.Errorf("postgres list buckets of %q: %w", limit, err)
 }
 
-func (s *Store) listBuckets(ctx context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
+func (s *Store) listBuckets(ctx context.Context, limit, sql string, args []any) ([]ledger.BucketSnapshot, error) {
 	lt, err := s.limitTerms(ctx, limit)
 	if err != nil {
 		return nil, err
@@ -75,7 +97,7 @@ func (s *Store) listBuckets(ctx context.Context, limit, after string, n int) ([]
 	found := false
 	err = s.do(ctx, "list buckets", func(ctx context.Context) error {
 		out, found = out[:0], false
-		rows, err := s.pool.Query(ctx, listBucketsSQL, limit, after, n, s.nowArg())
+		rows, err := s.pool.Query(ctx, sql, args...)
 		if err != nil {
 			return err
 		}
@@ -92,9 +114,12 @@ func (s *Store) listBuckets(ctx context.Context, limit, after string, n int) ([]
 				carryUnused          *string
 				carryPeriod          *int64
 				grantSum             *string // the bucket's active grants, NULL when the limit has none
+				thSig                *int32
+				thAbove              *int16
+				thPeriod             *int64
 			)
 			if err := rows.Scan(&id, &rev, &over, &nowUS, &key, &level, &updated, &amounts, &expires, &slotIdx, &slotSums,
-				&carryUnused, &carryPeriod, &grantSum); err != nil {
+				&carryUnused, &carryPeriod, &grantSum, &thSig, &thAbove, &thPeriod); err != nil {
 				return err
 			}
 			found = true
@@ -128,7 +153,11 @@ func (s *Store) listBuckets(ctx context.Context, limit, after string, n int) ([]
 				return err
 			}
 			t := ledger.TermsAt(&in)
-			out = append(out, ledger.BucketSnapshot{Key: *key, Snapshot: ledger.Snapshot{Limit: t.Limit, State: t.State, Now: now}})
+			var marks ledger.Marks
+			if thSig != nil {
+				marks = ledger.Marks{Sig: uint32(*thSig), Above: uint8(*thAbove), Period: *thPeriod}
+			}
+			out = append(out, ledger.BucketSnapshot{Key: *key, Snapshot: ledger.Snapshot{Limit: t.Limit, State: t.State, Now: now}, Marks: marks})
 		}
 		return rows.Err()
 	})

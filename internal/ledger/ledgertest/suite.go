@@ -56,6 +56,7 @@ func Run(t *testing.T, factory Factory) {
 		{"MetaEvents", testMetaEvents},
 		{"LevelOverflow", testLevelOverflow},
 		{"Listing", testListing},
+		{"NearCap", testNearCap},
 		{"ListKinds", testListKinds},
 		{"Periods", testPeriods},
 		{"PeriodsMultiBucket", testPeriodsMultiBucket},

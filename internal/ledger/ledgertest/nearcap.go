@@ -1,0 +1,266 @@
+package ledgertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
+	"github.com/shopspring/decimal"
+	"golang.org/x/sync/errgroup"
+)
+
+// queryAll reads every page of q at page size n.
+func (e *env) queryAll(t *testing.T, limit string, q ledger.BucketQuery, n int) []string {
+	t.Helper()
+	var all []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 50 {
+			t.Fatalf("%+v, page size %d: no end after %d pages", q, n, pages)
+		}
+		items, next, err := e.svc.QueryBuckets(e.ctx, limit, q, cursor, n)
+		if err != nil {
+			t.Fatalf("QueryBuckets(%+v, %q, %d): %v", q, cursor, n, err)
+		}
+		if len(items) > n || next != "" && len(items) != n {
+			t.Fatalf("%+v, page size %d: %d items, next %q", q, n, len(items), next)
+		}
+		for _, it := range items {
+			all = append(all, it.Key)
+		}
+		if next == "" {
+			return all
+		}
+		cursor = next
+	}
+}
+
+// testNearCap covers who is near the cap (QueryBuckets): ?above lists the
+// buckets whose mark for a threshold is above (of the current list and
+// period), ?order=used and ?order=share rank them highest first with ties
+// by key, every page size gives the whole listing once, a ranking keeps the
+// instant of its first page, and bad input names its field.
+func testNearCap(t *testing.T, e *env) {
+	t.Run("Marks", func(t *testing.T) { testNearCapMarks(t, e) })
+	t.Run("Stable", func(t *testing.T) { testNearCapStable(t, e) })
+}
+
+// expectQuery checks q's listing at several page sizes.
+func (e *env) expectQuery(t *testing.T, limit string, q ledger.BucketQuery, want ...string) {
+	t.Helper()
+	for _, n := range []int{1, 2, 3, len(want) + 1, ledger.MaxPage} {
+		if got := e.queryAll(t, limit, q, n); !slices.Equal(got, want) && (len(got) != 0 || len(want) != 0) {
+			t.Errorf("%+v, page size %d: %q, want %q", q, n, got, want)
+		}
+	}
+}
+
+func testNearCapMarks(t *testing.T, e *env) {
+	spec := ledger.LimitSpec{Capacity: dec("100"), Period: &ledger.Period{Every: "month"}, Thresholds: thresholds(t, "50%", "80%", "90")}
+	if _, err := e.svc.PutLimit(e.ctx, "near", spec); err != nil {
+		t.Fatal(err)
+	}
+	e.limit("near.other", "100", "1", time.Hour, false) // another limit: never listed
+	e.fillup(ref("near.other", "a"), "99")
+	for k, cost := range map[string]string{"a": "95", "b": "85", "c": "60", "d": "10", "e": "85"} {
+		e.fillup(ref("near", k), cost)
+	}
+	// e recovers from 80% and 50% at its drain: its marks are cleared.
+	if _, err := e.svc.Drain(e.ctx, ref("near", "e"), dec("65"), ledger.Idempotency{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// g's capacity is 200 by an override where the store serves them: its
+	// 120 is 60%, above 50% only (percentages follow the effective
+	// capacity), the most used and as much a share as c.
+	shares := []string{"a", "b", "c", "e", "d"}
+	used := []string{"a", "b", "c", "e", "d"}
+	above50, above90 := []string{"a", "b", "c"}, []string{"a"}
+	_, err := e.svc.PutOverride(e.ctx, "near", ledger.Override{Pattern: "g", Capacity: decimal.NullDecimal{Decimal: dec("200"), Valid: true}})
+	switch {
+	case err == nil:
+		e.fillup(ref("near", "g"), "120")
+		shares = []string{"a", "b", "c", "g", "e", "d"}
+		used = []string{"g", "a", "b", "c", "e", "d"}
+		above50, above90 = []string{"a", "b", "c", "g"}, []string{"a", "g"} // 90 is an amount
+	case !errors.Is(err, ledger.ErrNotServed):
+		t.Fatal(err)
+	}
+
+	e.expectQuery(t, "near", ledger.BucketQuery{Above: "80%"}, "a", "b")
+	e.expectQuery(t, "near", ledger.BucketQuery{Above: "50%"}, above50...)
+	e.expectQuery(t, "near", ledger.BucketQuery{Above: "90"}, above90...)
+	e.expectQuery(t, "near", ledger.BucketQuery{Above: "90.00"}, above90...) // the same threshold, written otherwise
+	e.expectQuery(t, "near", ledger.BucketQuery{Order: ledger.OrderUsed}, used...)
+	e.expectQuery(t, "near", ledger.BucketQuery{Order: ledger.OrderShare}, shares...)
+	e.expectQuery(t, "near", ledger.BucketQuery{Above: "80%", Order: ledger.OrderShare}, "a", "b")
+	e.expectQuery(t, "near", ledger.BucketQuery{Order: ledger.OrderKey}, byteSorted(used)...)
+
+	items, _, err := e.svc.QueryBuckets(e.ctx, "near", ledger.BucketQuery{Order: ledger.OrderUsed}, "", 1)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("QueryBuckets(used) = %+v, %v", items, err)
+	}
+	eq(t, "top spender's level", items[0].Level, map[bool]string{true: "120", false: "95"}[len(used) == 6])
+
+	// Bad input names its field; an unknown limit is not found.
+	for _, c := range []struct {
+		q      ledger.BucketQuery
+		cursor string
+		field  string
+	}{
+		{ledger.BucketQuery{Above: "70%"}, "", "above"},
+		{ledger.BucketQuery{Above: "91"}, "", "above"},
+		{ledger.BucketQuery{Above: "lots"}, "", "above"},
+		{ledger.BucketQuery{Order: "level"}, "", "order"},
+		{ledger.BucketQuery{Order: ledger.OrderUsed}, "%%%", "cursor"},
+		{ledger.BucketQuery{Order: ledger.OrderShare}, ledger.BucketCursor("a"), "cursor"},
+	} {
+		if _, _, err := e.svc.QueryBuckets(e.ctx, "near", c.q, c.cursor, 10); invalidField(err) != c.field {
+			t.Errorf("QueryBuckets(%+v, %q) = %v, want invalid %s", c.q, c.cursor, err, c.field)
+		}
+	}
+	_, next, err := e.svc.QueryBuckets(e.ctx, "near", ledger.BucketQuery{Order: ledger.OrderUsed}, "", 1)
+	if err != nil || next == "" {
+		t.Fatalf("QueryBuckets(used) next = %q, %v", next, err)
+	}
+	if _, _, err := e.svc.QueryBuckets(e.ctx, "near", ledger.BucketQuery{Order: ledger.OrderShare}, next, 1); invalidField(err) != "cursor" {
+		t.Errorf("a used cursor in a share listing: %v, want invalid cursor", err)
+	}
+	if _, _, err := e.svc.QueryBuckets(e.ctx, "nope", ledger.BucketQuery{Above: "80%"}, "", 10); !errors.Is(err, ledger.ErrLimitNotFound) {
+		t.Errorf("QueryBuckets(unknown limit, above) = %v, want ErrLimitNotFound", err)
+	}
+	if _, _, err := e.svc.QueryBuckets(e.ctx, "nope", ledger.BucketQuery{Order: ledger.OrderUsed}, "", 10); !errors.Is(err, ledger.ErrLimitNotFound) {
+		t.Errorf("QueryBuckets(unknown limit, used) = %v, want ErrLimitNotFound", err)
+	}
+
+	// Another list of thresholds: the marks are of the old one until each
+	// bucket's next write recomputes them (without an event).
+	spec.Thresholds = thresholds(t, "50%", "80%", "95%")
+	if _, err := e.svc.PutLimit(e.ctx, "near", spec); err != nil {
+		t.Fatal(err)
+	}
+	e.expectQuery(t, "near", ledger.BucketQuery{Above: "80%"})
+	e.fillup(ref("near", "b"), "1")
+	e.expectQuery(t, "near", ledger.BucketQuery{Above: "80%"}, "b")
+	if _, _, err := e.svc.QueryBuckets(e.ctx, "near", ledger.BucketQuery{Above: "90"}, "", 10); invalidField(err) != "above" {
+		t.Errorf("a threshold the limit no longer lists: %v, want invalid above", err)
+	}
+
+	// The next period: every mark re-armed, every level back to 0.
+	e.clock.Advance(32 * 24 * time.Hour)
+	e.expectQuery(t, "near", ledger.BucketQuery{Above: "50%"})
+	e.expectQuery(t, "near", ledger.BucketQuery{Order: ledger.OrderUsed}, byteSorted(used)...)
+}
+
+// testNearCapStable: a ranking by used of leaking buckets keeps the order
+// of its first page's instant, so pages read while the levels leak give
+// every bucket once, in that order.
+func testNearCapStable(t *testing.T, e *env) {
+	e.limit("leaky", "1000", "1", time.Second, false)
+	var want []string
+	for i := range 12 {
+		k := string(rune('a' + i))
+		e.fillup(ref("leaky", k), decimal.NewFromInt(int64(10+(i*7)%12*10)).String())
+	}
+	for _, q := range []ledger.BucketQuery{{Order: ledger.OrderUsed}, {Order: ledger.OrderShare}} {
+		want = e.queryAll(t, "leaky", q, ledger.MaxPage)
+		if len(want) != 12 {
+			t.Fatalf("%+v: %q", q, want)
+		}
+		var got []string
+		cursor := ""
+		for {
+			items, next, err := e.svc.QueryBuckets(e.ctx, "leaky", q, cursor, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range items {
+				got = append(got, it.Key)
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+			e.clock.Advance(25 * time.Second) // several buckets leak empty between pages
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%+v, pages read while leaking: %q, want %q", q, got, want)
+		}
+	}
+}
+
+// NearCapBench is the limit BenchNearCap lists: capacity 100, leaking 1 an
+// hour, one threshold at 80%.
+var NearCapBench = ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("1"), LeakPer: time.Hour,
+	Thresholds: []ledger.Threshold{{Percent: dec("80")}}}
+
+// NearCapKey and NearCapCost are bucket i of BenchNearCap's limit and its
+// level: one bucket in a hundred at 90 (past 80%), the others below 79.
+func NearCapKey(i int) string { return fmt.Sprintf("tenant-%07d", i) }
+
+// NearCapCost is the level of bucket i (see NearCapKey).
+func NearCapCost(i int) int {
+	if i%100 == 0 {
+		return 90
+	}
+	return i % 79
+}
+
+// SeedNearCap creates limit as NearCapBench with n buckets through the
+// service (Fillup), for a store where that is quick enough.
+func SeedNearCap(b *testing.B, store ledger.Store, limit string, n int) {
+	ctx := context.Background()
+	svc := ledger.NewService(store)
+	if _, err := svc.PutLimit(ctx, limit, NearCapBench); err != nil {
+		b.Fatal(err)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := range n {
+		g.Go(func() error {
+			_, err := store.Fillup(gctx, []ledger.Charge{{Bucket: ref(limit, NearCapKey(i)), Cost: decimal.NewFromInt(int64(NearCapCost(i)))}}, ledger.Idempotency{})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchNearCap measures who is near the cap on limit, seeded as
+// SeedNearCap does with n buckets: the first page of 100 past 80%, one from
+// the middle, and the first and a second page of 100 by used and by share.
+func BenchNearCap(b *testing.B, store ledger.Store, limit string, n int) {
+	ctx := context.Background()
+	svc := ledger.NewService(store)
+	for _, c := range []struct {
+		name   string
+		q      ledger.BucketQuery
+		cursor string
+	}{
+		{"above=80%", ledger.BucketQuery{Above: "80%"}, ""},
+		{"above=80%/middle", ledger.BucketQuery{Above: "80%"}, ledger.BucketCursor(NearCapKey(n / 2))},
+		{"order=used", ledger.BucketQuery{Order: ledger.OrderUsed}, ""},
+		{"order=share", ledger.BucketQuery{Order: ledger.OrderShare}, ""},
+		{"order=used/page2", ledger.BucketQuery{Order: ledger.OrderUsed}, "page2"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cursor := c.cursor
+			if cursor == "page2" {
+				var err error
+				if _, cursor, err = svc.QueryBuckets(ctx, limit, c.q, "", 100); err != nil || cursor == "" {
+					b.Fatalf("first page: %q, %v", cursor, err)
+				}
+			}
+			for b.Loop() {
+				page, _, err := svc.QueryBuckets(ctx, limit, c.q, cursor, 100)
+				if err != nil || len(page) != 100 {
+					b.Fatalf("page of %d: %v", len(page), err)
+				}
+			}
+		})
+	}
+}
