@@ -172,21 +172,31 @@ func (s *Service) markedBuckets(ctx context.Context, limit string, f *markFilter
 	return out, next, nil
 }
 
-// ranked is a bucket of a ranked listing with what it is ranked by at the
-// listing's instant: its used and its effective capacity.
+// ranked is a bucket of a ranked listing with where it ranks.
 type ranked struct {
-	b        BucketSnapshot
-	used     bucket.Amount
-	capacity bucket.Amount
+	b   BucketSnapshot
+	pos rankCursor
 }
 
-// rankCursor is where a ranked listing resumes: the instant it ranks at
-// and the last bucket listed.
+// rankCursor is where a bucket ranks, at the listing's instant: its used
+// and effective capacity (as decimals too, for a ranking by share), then
+// its key. As a cursor it is where a ranked listing resumes, with the
+// instant and the order of the listing.
 type rankCursor struct {
 	order          BucketOrder
 	at             time.Time
 	used, capacity bucket.Amount
+	usedD, capD    decimal.Decimal // set for OrderShare
 	key            string
+}
+
+// rankOf is where a bucket of used and capacity ranks in order.
+func rankOf(order BucketOrder, used, capacity bucket.Amount, key string) rankCursor {
+	r := rankCursor{order: order, used: used, capacity: capacity, key: key}
+	if order == OrderShare {
+		r.usedD, r.capD = used.Decimal(), capacity.Decimal()
+	}
+	return r
 }
 
 // cmpRank orders a before b when it ranks higher: more used (or share),
@@ -197,7 +207,7 @@ func cmpRank(order BucketOrder, a, b rankCursor) int {
 	case OrderKey:
 	case OrderShare:
 		// used_a/cap_a vs used_b/cap_b, exactly: capacities are positive.
-		c = a.used.Decimal().Mul(b.capacity.Decimal()).Cmp(b.used.Decimal().Mul(a.capacity.Decimal()))
+		c = a.usedD.Mul(b.capD).Cmp(b.usedD.Mul(a.capD))
 	default:
 		c = a.used.Cmp(b.used)
 	}
@@ -205,10 +215,6 @@ func cmpRank(order BucketOrder, a, b rankCursor) int {
 		return -c
 	}
 	return strings.Compare(a.key, b.key)
-}
-
-func (r ranked) pos(order BucketOrder) rankCursor {
-	return rankCursor{order: order, used: r.used, capacity: r.capacity, key: r.b.Key}
 }
 
 // rankBuckets is QueryBuckets in order: it visits every bucket of the
@@ -223,7 +229,7 @@ func (s *Service) rankBuckets(ctx context.Context, limit string, order BucketOrd
 		if err != nil {
 			return nil, "", err
 		}
-		from = &rankCursor{key: key}
+		from = &rankCursor{order: order, key: key}
 	case cursor != "":
 		c, err := parseRankCursor(cursor, order)
 		if err != nil {
@@ -244,18 +250,18 @@ func (s *Service) rankBuckets(ctx context.Context, limit string, order BucketOrd
 			at = b.Now
 		}
 		d := bucket.CanAccept(b.Limit.Rule(), b.State, at, bucket.Amount{})
-		r := ranked{b: b, used: d.Level.Add(d.Held), capacity: d.Capacity}
-		p := r.pos(order)
+		r := ranked{b: b, pos: rankOf(order, d.Level.Add(d.Held), d.Capacity, b.Key)}
+		p := r.pos
 		if from != nil && cmpRank(order, p, *from) <= 0 {
 			return nil // on an earlier page
 		}
-		if len(top) == n+1 && cmpRank(order, p, top[n].pos(order)) >= 0 {
+		if len(top) == n+1 && cmpRank(order, p, top[n].pos) >= 0 {
 			return nil
 		}
 		if j := slices.IndexFunc(top, func(e ranked) bool { return e.b.Key == b.Key }); j >= 0 {
 			top = slices.Delete(top, j, j+1) // seen again: as it is now
 		}
-		i, _ := slices.BinarySearchFunc(top, p, func(e ranked, p rankCursor) int { return cmpRank(order, e.pos(order), p) })
+		i, _ := slices.BinarySearchFunc(top, p, func(e ranked, p rankCursor) int { return cmpRank(order, e.pos, p) })
 		top = slices.Insert(top, i, r)
 		if len(top) > n+1 {
 			top = top[:n+1]
@@ -268,8 +274,8 @@ func (s *Service) rankBuckets(ctx context.Context, limit string, order BucketOrd
 	next := ""
 	if len(top) > n {
 		top = top[:n]
-		last := top[n-1].pos(order)
-		last.order, last.at = order, at
+		last := top[n-1].pos
+		last.at = at
 		next = last.String()
 		if order == OrderKey {
 			next = BucketCursor(last.key)
@@ -339,7 +345,9 @@ func parseRankCursor(s string, order BucketOrder) (rankCursor, error) {
 	if err != nil || us <= 0 || !ok1 || !ok2 || capacity.Sign() <= 0 || kerr != nil || ValidateKey(string(key)) != nil {
 		return rankCursor{}, bad
 	}
-	return rankCursor{order: order, at: time.UnixMicro(us).UTC(), used: used, capacity: capacity, key: string(key)}, nil
+	c := rankOf(order, used, capacity, string(key))
+	c.at = time.UnixMicro(us).UTC()
+	return c, nil
 }
 
 // amountOf reads a non-negative amount as bucket.Amount writes it.
