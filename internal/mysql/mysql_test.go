@@ -197,8 +197,8 @@ func TestMigrate(t *testing.T) {
 	if err := db.QueryRow("SELECT COUNT(*) FROM " + dbName + ".budgetd_mysql_migrations").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 4 {
-		t.Fatalf("%d migration rows, want 4 (0001 to 0004)", n)
+	if n != 5 {
+		t.Fatalf("%d migration rows, want 5 (0001 to 0005)", n)
 	}
 	if _, err := db.Exec("UPDATE " + dbName + ".budgetd_mysql_migrations SET checksum = REPEAT('0', 64) WHERE version = 1"); err != nil {
 		t.Fatal(err)

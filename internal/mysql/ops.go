@@ -186,13 +186,27 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 // after, by the bytes of their keys, each a Snapshot at the database's
 // clock. It writes nothing.
 func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
+	return s.listBuckets(ctx, limit, "", after, n)
+}
+
+// ListMarked is ListBuckets of the buckets with a mark above of the list
+// with signature sig (ledger.MarkedLister), through the index
+// budgetd_buckets_marked of the virtual column th_marked (migration 5): a
+// page reads only those buckets; the caller checks bit and period.
+func (s *Store) ListMarked(ctx context.Context, limit, after string, n int, sig uint32, _ uint8) ([]ledger.BucketSnapshot, error) {
+	return s.listBuckets(ctx, limit, " AND b.th_marked = "+strconv.FormatUint(uint64(sig), 10), after, n)
+}
+
+// listBuckets lists the bucket rows of the limit that also match the SQL
+// condition cond ("" for all).
+func (s *Store) listBuckets(ctx context.Context, limit, cond, after string, n int) ([]ledger.BucketSnapshot, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	l, err := s.readLimitSet(ctx, s.db, limit)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, "SELECT "+clockSQL+", "+bucketCols+" FROM budgetd_buckets b WHERE b.limit_id = ? AND b.bkey > ? ORDER BY b.bkey LIMIT ?", l.id, []byte(after), n)
+	rows, err := s.db.QueryContext(ctx, "SELECT "+clockSQL+", "+bucketCols+" FROM budgetd_buckets b WHERE b.limit_id = ?"+cond+" AND b.bkey > ? ORDER BY b.bkey LIMIT ?", l.id, []byte(after), n)
 	if err != nil {
 		return nil, classify(err)
 	}

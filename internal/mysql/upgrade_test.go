@@ -146,7 +146,12 @@ func TestUpgradeFrom0001(t *testing.T) {
 		t.Helper()
 		out := map[string][][]string{}
 		for _, tb := range tables {
-			rows, err := db.Query("SELECT * FROM " + tb + " ORDER BY 1, 2")
+			stored := "*"
+			if tb == "budgetd_buckets" {
+				// The stored columns: th_marked (migration 5) is computed from extra.
+				stored = "limit_id, bkey, version, level, updated_us, extra, hseq, last_us"
+			}
+			rows, err := db.Query("SELECT " + stored + " FROM " + tb + " ORDER BY 1, 2")
 			if err != nil {
 				t.Fatal(err)
 			}
