@@ -15,6 +15,7 @@ import (
 	"github.com/budgetd/budgetd/api"
 	"github.com/budgetd/budgetd/internal/mysql"
 	"github.com/budgetd/budgetd/internal/postgres"
+	"github.com/budgetd/budgetd/internal/tracing"
 )
 
 // config is everything budgetd can be told, by flag or environment.
@@ -50,7 +51,9 @@ type config struct {
 	grpcAddr string
 	// limitsFile is applied at start (docs/limits-as-code.md).
 	limitsFile string
-	version    bool
+	// tracing is what the OTEL_* variables ask (docs/tracing.md).
+	tracing tracing.Config
+	version bool
 }
 
 // errHelp is returned after --help printed the usage: not a failure.
@@ -163,6 +166,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	}
 	if err := cfg.check(); err != nil {
 		return config{}, nil, err
+	}
+	if cfg.tracing, err = tracing.FromEnv(getenv); err != nil {
+		return config{}, nil, usageError{err.Error()}
 	}
 	return cfg, words, nil
 }

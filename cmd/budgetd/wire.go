@@ -22,6 +22,7 @@ import (
 	"github.com/budgetd/budgetd/internal/limitsfile"
 	"github.com/budgetd/budgetd/internal/memory"
 	"github.com/budgetd/budgetd/internal/storemetrics"
+	"github.com/budgetd/budgetd/internal/tracing"
 	"github.com/budgetd/budgetd/internal/webhook"
 )
 
@@ -58,6 +59,9 @@ type daemon struct {
 	// metered is the store, measured, under the service (svc) that the
 	// HTTP API, the Envoy service and the limits file use.
 	metered *storemetrics.Store
+	// tracing sends traces (tracing.go); nil when the OTEL_* variables
+	// leave it off.
+	tracing *tracing.Tracing
 
 	closers []func() // what close undoes, in the order it was taken
 }
@@ -86,11 +90,18 @@ func (d *daemon) open(ctx context.Context) error {
 	if err := d.readFiles(); err != nil {
 		return err
 	}
+	if err := d.startTracing(ctx); err != nil {
+		return err
+	}
 	d.onClose(gcFloor(d.cfg.gcFloorMiB))
 	if err := d.openStore(ctx); err != nil {
 		return err
 	}
-	d.metered = storemetrics.Wrap(d.store.store)
+	store := d.store.store
+	if d.tracing != nil {
+		store = d.tracing.Store(store)
+	}
+	d.metered = storemetrics.Wrap(store)
 	d.svc = d.service()
 	if err := d.applyLimits(ctx); err != nil {
 		return err
@@ -161,6 +172,9 @@ func (d *daemon) service() *ledger.Service {
 		// deliverer (a non-blocking send, off the decision's path).
 		svcOpts = append(svcOpts, ledger.WithWriteHook(d.deliverer.Nudge))
 	}
+	if d.tracing != nil {
+		svcOpts = append(svcOpts, ledger.WithTracer(d.tracing))
+	}
 	return ledger.NewService(d.metered, svcOpts...)
 }
 
@@ -182,6 +196,9 @@ func (d *daemon) handler(ctx context.Context, rpc **budgethttp.RPC) http.Handler
 	}
 	if cfg.authFile != "" {
 		opts = append(opts, budgethttp.WithAuth(d.keys.Load))
+	}
+	if d.tracing != nil {
+		opts = append(opts, budgethttp.WithTracing(d.tracing.TracerProvider(), d.tracing.Propagator()))
 	}
 	return budgethttp.New(d.svc, opts...)
 }

@@ -3,6 +3,7 @@ package http
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // AccessFormat is the format of the access-log lines: the same bytes as
@@ -167,6 +169,7 @@ type accessLine struct {
 	key       string
 	path      string
 	withPath  bool
+	traceID   trace.TraceID // written when valid: the request's span is in a trace
 }
 
 // log formats l and queues it for the writer, or drops it if the buffer is
@@ -239,6 +242,10 @@ func appendTextLine(b []byte, l *accessLine, at *secondStamp) []byte {
 		b = append(b, " path="...)
 		b = appendTextString(b, l.path)
 	}
+	if l.traceID.IsValid() {
+		b = append(b, " trace_id="...)
+		b = appendTraceID(b, l.traceID)
+	}
 	return append(b, '\n')
 }
 
@@ -267,7 +274,18 @@ func appendJSONLine(b []byte, l *accessLine) []byte {
 		b = append(b, `,"path":`...)
 		b = appendJSONString(b, l.path)
 	}
+	if l.traceID.IsValid() {
+		b = append(b, `,"trace_id":"`...)
+		b = appendTraceID(b, l.traceID)
+		b = append(b, '"')
+	}
 	return append(b, "}\n"...)
+}
+
+// appendTraceID appends id as 32 lowercase hex digits, as traceparent
+// writes it.
+func appendTraceID(b []byte, id trace.TraceID) []byte {
+	return hex.AppendEncode(b, id[:])
 }
 
 // appendRFC3339Millis is slog's text time: RFC 3339 with exactly three

@@ -20,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Context keys set by the middleware.
@@ -185,8 +186,12 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if len(method) > 16 {
 			method = method[:16] + "…"
 		}
-		s.access.log(&accessLine{time: end, method: method, route: route, status: status, duration: elapsed,
-			requestID: id, hasID: id != "", key: keyName, path: r.URL.Path, withPath: s.logKeys})
+		line := accessLine{time: end, method: method, route: route, status: status, duration: elapsed,
+			requestID: id, hasID: id != "", key: keyName, path: r.URL.Path, withPath: s.logKeys}
+		if s.tracer != nil {
+			line.traceID = trace.SpanContextFromContext(r.Context()).TraceID()
+		}
+		s.access.log(&line)
 		return nil
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // OpenAPI is the API description served at /openapi.json: docs.OpenAPI,
@@ -75,6 +77,10 @@ type server struct {
 	draining <-chan struct{}
 	logKeys  bool
 
+	tracer     trace.Tracer // WithTracing; nil without
+	propagator propagation.TextMapPropagator
+	spanNames  map[[2]string]spanName
+
 	registry *prometheus.Registry
 	m        *metrics
 	metricsH http.Handler
@@ -107,6 +113,9 @@ func New(svc *ledger.Service, opts ...Option) http.Handler {
 		s.log.Error("panic", "route", c.Path(), "request_id", requestIDOf(c), "err", err, "stack", string(stack))
 		return err
 	}}))
+	if s.tracer != nil {
+		e.Use(s.traceRequest)
+	}
 	e.Use(s.observe)
 	e.Use(s.authenticate())
 	s.routes(e)
@@ -114,6 +123,7 @@ func New(svc *ledger.Service, opts ...Option) http.Handler {
 	for _, r := range e.Routes() {
 		s.routeSet[r.Path] = true
 	}
+	s.spanNames = spanNames(e)
 	return headAsGet(e)
 }
 

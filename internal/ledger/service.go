@@ -18,6 +18,7 @@ type Service struct {
 	defaultTTL time.Duration
 	maxTTL     time.Duration
 	onWrite    func() // WithWriteHook
+	tracer     Tracer // WithTracer
 }
 
 // Option configures a Service.
@@ -235,7 +236,12 @@ func (s *Service) CanAccept(ctx context.Context, ref BucketRef, cost decimal.Dec
 
 // Check is CanAccept that also returns the limit the decision was made under
 // (for the RateLimit header fields).
-func (s *Service) Check(ctx context.Context, ref BucketRef, cost decimal.Decimal) (CheckResult, error) {
+func (s *Service) Check(ctx context.Context, ref BucketRef, cost decimal.Decimal) (res CheckResult, err error) {
+	if s.tracer != nil {
+		var end func(BucketRef, string, error)
+		ctx, end = s.tracer.Decision(ctx, "check", ref, 1)
+		defer func() { end(ref, decided(res.Decision.Accepted), err) }()
+	}
 	if err := validateRef(ref); err != nil {
 		return CheckResult{}, err
 	}
@@ -277,7 +283,16 @@ type FillupResult struct {
 
 // Fillup charges every item or none. Items on the same bucket are summed;
 // each item's decision says whether its bucket could take that sum.
-func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (FillupResult, error) {
+func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (res FillupResult, err error) {
+	if s.tracer != nil {
+		var ref BucketRef
+		if len(items) > 0 {
+			ref = items[0].Bucket
+		}
+		var end func(BucketRef, string, error)
+		ctx, end = s.tracer.Decision(ctx, "fillup", ref, len(items))
+		defer func() { end(ref, decided(res.Accepted), err) }()
+	}
 	if len(items) == 0 || len(items) > MaxItems {
 		return FillupResult{}, invalid(CodeInvalidRequest, "items", "between 1 and %d items are allowed, got %d", MaxItems, len(items))
 	}
@@ -318,7 +333,7 @@ func (s *Service) Fillup(ctx context.Context, items []Item, idem Idempotency) (F
 		decisions[j] = fillupDecision(io.Snapshot, charges[j].Cost, out.Accepted)
 		s.wrote(io.Snapshot.Limit, out.Accepted && !out.Replayed)
 	}
-	res := FillupResult{Accepted: out.Accepted, Items: make([]bucket.Decision, len(items)), Limits: make([]Limit, len(items)),
+	res = FillupResult{Accepted: out.Accepted, Items: make([]bucket.Decision, len(items)), Limits: make([]Limit, len(items)),
 		EntryIDs: make([]string, len(items)), Replayed: out.Replayed}
 	for i := range items {
 		res.Items[i] = decisions[slot[i]]
@@ -382,7 +397,12 @@ type DrainResult struct {
 }
 
 // Drain lowers a bucket's level by amount, clamped at zero.
-func (s *Service) Drain(ctx context.Context, ref BucketRef, amount decimal.Decimal, idem Idempotency, meta Meta) (DrainResult, error) {
+func (s *Service) Drain(ctx context.Context, ref BucketRef, amount decimal.Decimal, idem Idempotency, meta Meta) (res DrainResult, err error) {
+	if s.tracer != nil {
+		var end func(BucketRef, string, error)
+		ctx, end = s.tracer.Decision(ctx, "drain", ref, 1)
+		defer func() { end(ref, ResultDone, err) }()
+	}
 	if err := validateRef(ref); err != nil {
 		return DrainResult{}, err
 	}
@@ -414,7 +434,12 @@ type ReserveResult struct {
 
 // Reserve holds amount in a bucket for ttl (when zero, DefaultTTL or the
 // longest TTL allowed, whichever is shorter).
-func (s *Service) Reserve(ctx context.Context, ref BucketRef, amount decimal.Decimal, ttl time.Duration, idem Idempotency, meta Meta) (ReserveResult, error) {
+func (s *Service) Reserve(ctx context.Context, ref BucketRef, amount decimal.Decimal, ttl time.Duration, idem Idempotency, meta Meta) (res ReserveResult, err error) {
+	if s.tracer != nil {
+		var end func(BucketRef, string, error)
+		ctx, end = s.tracer.Decision(ctx, "reserve", ref, 1)
+		defer func() { end(ref, decided(res.Decision.Accepted), err) }()
+	}
 	if err := validateRef(ref); err != nil {
 		return ReserveResult{}, err
 	}
@@ -454,7 +479,12 @@ type ResolveResult struct {
 
 // Commit ends a hold and charges amount (the held amount when null). A
 // refusal is returned as a *Refusal error.
-func (s *Service) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem Idempotency, meta Meta) (ResolveResult, error) {
+func (s *Service) Commit(ctx context.Context, id string, amount decimal.NullDecimal, overrun bool, idem Idempotency, meta Meta) (res ResolveResult, err error) {
+	if s.tracer != nil {
+		var end func(BucketRef, string, error)
+		ctx, end = s.tracer.Decision(ctx, "commit", BucketRef{}, 1)
+		defer func() { end(res.Reservation.Bucket, ResultDone, err) }()
+	}
 	if err := ValidateReservationID(id); err != nil {
 		return ResolveResult{}, err
 	}
@@ -472,7 +502,12 @@ func (s *Service) Commit(ctx context.Context, id string, amount decimal.NullDeci
 
 // Release ends a hold without charging. A refusal is returned as a *Refusal
 // error.
-func (s *Service) Release(ctx context.Context, id string, idem Idempotency, meta Meta) (ResolveResult, error) {
+func (s *Service) Release(ctx context.Context, id string, idem Idempotency, meta Meta) (res ResolveResult, err error) {
+	if s.tracer != nil {
+		var end func(BucketRef, string, error)
+		ctx, end = s.tracer.Decision(ctx, "release", BucketRef{}, 1)
+		defer func() { end(res.Reservation.Bucket, ResultDone, err) }()
+	}
 	if err := ValidateReservationID(id); err != nil {
 		return ResolveResult{}, err
 	}
