@@ -48,3 +48,9 @@ func (a *AccessLog) Dropped() float64 {
 
 // NewRequestID is newRequestID, for TestNewRequestIDsUnique.
 var NewRequestID = newRequestID
+
+// WithTraceID sets the trace id a traced request's line carries.
+func (l *AccessLine) WithTraceID(id [16]byte) *AccessLine {
+	l.traceID = id
+	return l
+}
