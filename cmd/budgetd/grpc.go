@@ -35,6 +35,10 @@ func (d *daemon) listenGRPC(rpc *budgethttp.RPC) error {
 	if d.certs != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(d.certs.config())))
 	}
+	if d.tracing != nil {
+		// Each call's server span, the parent of its decisions' spans.
+		sopts = append(sopts, grpc.ChainUnaryInterceptor(d.tracing.UnaryServerInterceptor()))
+	}
 	ln, err := net.Listen("tcp", cfg.grpcAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s (--grpc-addr): %w", cfg.grpcAddr, err)
