@@ -156,6 +156,7 @@ func newConfig(opts []Option) (*config, error) {
 		pruneInterval:  DefaultPruneInterval,
 		pruneBatch:     DefaultPruneBatch,
 		coalesce:       true,
+		setBatch:       true,
 		batchSlots:     DefaultBatchSlots,
 		log:            slog.Default(),
 	}
