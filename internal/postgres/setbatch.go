@@ -3,6 +3,7 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -29,11 +31,14 @@ import (
 //     COMMIT.
 //
 // A batch goes this way only when everything about it is the common case, known in Go before it is sent:
-// READ COMMITTED, more than one call, no Idempotency-Key, and limits in the terms index that are leaky or
-// periodic, without overrides, thresholds or rollover. What only the read can tell sends it the usual way
+// READ COMMITTED, more than one call, and limits in the terms index that are leaky or periodic, without
+// overrides, thresholds or rollover. A call's Idempotency-Key is decided as budgetd_fillup_batch decides it:
+// a later call of the batch with the key replays the first (same request) or is refused; the first writes
+// the record, in the statement that writes the history, with its entry's id. What only the read can tell sends it the usual way
 // after a ROLLBACK, nothing written: a limit changed or deleted since the index read it, grant rows, expired
-// holds to record, a clock stepped back, a window's slots left on a row, or a denial on a bucket without a
-// row (budgetd_batch_write proves that one under a placeholder's lock). A bucket row another session
+// holds to record, a clock stepped back, a window's slots left on a row, a denial on a bucket without a
+// row (budgetd_batch_write proves that one under a placeholder's lock), or a live idempotency record of one
+// of the batch's keys (the function replays it). A bucket row another session
 // created between the read and the write fails the INSERT (unique violation): the whole attempt is rolled
 // back and made again, and then finds the row and locks it.
 
@@ -63,9 +68,6 @@ func (s *Store) setEligible(ctx context.Context, batch []*fillCall) bool {
 		return false
 	}
 	for _, c := range batch {
-		if c.idem.Key != "" {
-			return false
-		}
 		lt, err := s.limitTerms(ctx, c.ref.Limit)
 		if err != nil || lt == nil || lt.set != nil || lt.lim.Window != nil || len(lt.lim.Thresholds) > 0 || lt.lim.Rollover != nil {
 			return false
@@ -80,11 +82,15 @@ const setLockSQL = `SELECT b.limit_id, b.key, b.level::text, budgetd_us(b.update
  ORDER BY b.limit_id, b.key
    FOR UPDATE`
 
-const setReadSQL = `WITH t AS MATERIALIZED (SELECT coalesce($3::timestamptz, budgetd_clock()) AS now)
-SELECT u.i::int, budgetd_us(t.now), l.id IS NOT NULL, coalesce(budgetd_us(l.updated_at), 0), coalesce(l.override_ver, 0),
+const setReadSQL = `WITH t AS MATERIALIZED (SELECT coalesce($3::timestamptz, budgetd_clock()) AS now),
+     r AS MATERIALIZED (
+        SELECT count(*) AS n FROM unnest($4::text[], $5::text[]) AS q(s, k)
+          JOIN idempotency i ON i.scope = q.s AND i.key = q.k, t
+         WHERE i.created_at > t.now - budgetd_idempotency_ttl() AND budgetd_limits_exist(i.limit_ids))
+SELECT u.i::int, budgetd_us(t.now), r.n, l.id IS NOT NULL, coalesce(budgetd_us(l.updated_at), 0), coalesce(l.override_ver, 0),
        coalesce(l.grant_rows, 0), coalesce(h.amounts, '{}'), coalesce(h.expires, '{}'), coalesce(h.expired, 0)
   FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(l, k, i)
- CROSS JOIN t
+ CROSS JOIN t CROSS JOIN r
   LEFT JOIN limits l ON l.id = u.l
   LEFT JOIN LATERAL (
         SELECT array_agg(h.amount::text ORDER BY h.expires_at, h.id) FILTER (WHERE h.expires_at > t.now) AS amounts,
@@ -106,6 +112,32 @@ SELECT u.l, u.k, budgetd_from_us($1), u.e, u.c::numeric, NULL, nullif(u.m, '')::
   FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::boolean[]) WITH ORDINALITY AS u(l, k, e, c, m, s, o)
  ORDER BY u.o
 RETURNING id`
+
+// setRecordSQL writes the history entries (as setHistorySQL) and the
+// idempotency records ($8…: scope, key, hash, limit id, the outcome
+// document, the position of its history entry, 0 for none; the entry's id
+// is set in the document as budgetd_fillup_batch sets it) in one
+// statement, and returns the entries' ids in order. A record another call
+// committed first is not replaced (as budgetd_fillup_batch's INSERT) and
+// raises BD001 (budgetd_idem_race).
+const setRecordSQL = `WITH h AS (
+    INSERT INTO history (limit_id, key, at, event, amount, reservation_id, meta, shadow_denied)
+    SELECT u.l, u.k, budgetd_from_us($1), u.e, u.c::numeric, NULL, nullif(u.m, '')::jsonb, u.s
+      FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::boolean[]) WITH ORDINALITY AS u(l, k, e, c, m, s, o)
+     ORDER BY u.o
+    RETURNING id),
+  hs AS (SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids FROM h),
+  ins AS (
+    INSERT INTO idempotency AS i (scope, key, hash, limit_ids, outcome, created_at)
+    SELECT u.s, u.k, u.h, ARRAY[u.l],
+           CASE WHEN u.e > 0 THEN jsonb_set(u.d, '{items,0,entry_id}', to_jsonb(hs.ids[u.e]::text)) ELSE u.d END,
+           budgetd_from_us($1)
+      FROM unnest($8::text[], $9::text[], $10::text[], $11::bigint[], $12::jsonb[], $13::int[]) AS u(s, k, h, l, d, e) CROSS JOIN hs
+    ON CONFLICT (scope, key) DO UPDATE
+       SET hash = EXCLUDED.hash, limit_ids = EXCLUDED.limit_ids, outcome = EXCLUDED.outcome, created_at = EXCLUDED.created_at
+     WHERE i.created_at <= EXCLUDED.created_at - budgetd_idempotency_ttl() OR NOT budgetd_limits_exist(i.limit_ids)
+    RETURNING 1)
+SELECT hs.ids, budgetd_idem_race((SELECT count(*) FROM ins), cardinality($8::text[])) FROM hs`
 
 // setTrimSQL trims a bucket's history as budgetd_fillup_batch does when one
 // of its new entries' ids is a multiple of 256.
@@ -138,7 +170,7 @@ func (s *Store) runSet(ctx context.Context, deadline time.Time, live []*fillCall
 	if deadline.IsZero() {
 		deadline = time.Now().Add(s.cfg.timeout)
 	}
-	var answers []ledger.FillupOutcome
+	var answers []setAnswer
 	fallback := false
 	err := s.doUntil(ctx, deadline, "fillup", func(ctx context.Context) error {
 		var err error
@@ -164,11 +196,22 @@ func (s *Store) runSet(ctx context.Context, deadline time.Time, live []*fillCall
 	i := 0
 	for _, b := range bs {
 		for _, c := range b.calls {
-			c.out, c.err = answers[i], nil
+			c.out, c.err = answers[i].out, nil
+			if answers[i].code != "" {
+				c.err = s.fail(ctx, "fillup", &pgconn.PgError{Severity: "ERROR", Code: answers[i].code,
+					Message: fmt.Sprintf("idempotency key \"%s\" was used with a different request", c.idem.Key)})
+			}
 			i++
 		}
 	}
 	return nil
+}
+
+// setAnswer is a call's answer in a set-based batch: its outcome, or the
+// code of its refusal (an Idempotency-Key reused with another request).
+type setAnswer struct {
+	out  ledger.FillupOutcome
+	code string
 }
 
 // isUniqueViolation: a bucket row the batch inserts was created meanwhile.
@@ -176,7 +219,7 @@ func isUniqueViolation(err error) bool { return sqlState(err) == "23505" }
 
 // setAttempt is one transaction of runSet. Its answers are in the order of
 // bs and their calls.
-func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []ledger.FillupOutcome, err error) {
+func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []setAnswer, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -203,7 +246,15 @@ func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []ledg
 	rb := &pgx.Batch{}
 	rb.Queue("BEGIN")
 	rb.Queue(setLockSQL, ids, keys)
-	rb.Queue(setReadSQL, ids, keys, s.nowArg())
+	var idemScopes, idemKeys []string
+	for _, b := range bs {
+		for _, c := range b.calls {
+			if c.idem.Key != "" {
+				idemScopes, idemKeys = append(idemScopes, c.idem.Scope), append(idemKeys, c.idem.Key)
+			}
+		}
+	}
+	rb.Queue(setReadSQL, ids, keys, s.nowArg(), idemScopes, idemKeys)
 	res := conn.SendBatch(ctx, rb)
 	open = true
 	if _, err := res.Exec(); err != nil {
@@ -263,16 +314,20 @@ func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []ledg
 	}
 	for rows.Next() {
 		var i int32
+		var live int64 // live idempotency records of the batch's keys
 		var exists bool
 		var rev, over, grants, expired int64
 		var amounts []string
 		var expires []int64
-		if err := rows.Scan(&i, &nowUS, &exists, &rev, &over, &grants, &amounts, &expires, &expired); err != nil {
+		if err := rows.Scan(&i, &nowUS, &live, &exists, &rev, &over, &grants, &amounts, &expires, &expired); err != nil {
 			rows.Close()
 			res.Close()
 			return nil, err
 		}
 		b := bs[i-1]
+		if live > 0 {
+			fallback = true // budgetd_fillup replays them
+		}
 		if !exists || rev != b.lt.rev || over != b.lt.over || grants > 0 || expired > 0 || b.slots || len(amounts) != len(expires) {
 			if !exists || rev != b.lt.rev || over != b.lt.over {
 				s.terms.forget(b.lt.lim.Name)
@@ -311,6 +366,12 @@ func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []ledg
 		hCosts, hMetas     []string
 		hShadow            []*bool
 		entryOf            []int // per answer: its entry's position in the history lists, -1 for none
+		// The idempotency records: per record its call's answer, and per
+		// answer the earlier one it replays (-1 for none).
+		recOf    []int
+		replayOf []int
+		firstOf  map[[2]string]*fillCall
+		answerOf map[*fillCall]int
 	)
 	for _, b := range bs {
 		if b.state.Updated.After(now) {
@@ -322,6 +383,27 @@ func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []ledg
 		l := b.lt.lim
 		rule := l.Rule()
 		for _, c := range b.calls {
+			replayOf = append(replayOf, -1)
+			if c.idem.Key != "" {
+				k := [2]string{c.idem.Scope, c.idem.Key}
+				if first, ok := firstOf[k]; ok {
+					// A later call of the batch with the key: as the first
+					// one's answer, replayed, or refused.
+					entryOf = append(entryOf, -1)
+					if first.idem.Hash == c.idem.Hash {
+						replayOf[len(replayOf)-1] = answerOf[first]
+						answers = append(answers, setAnswer{})
+					} else {
+						answers = append(answers, setAnswer{code: codeKeyReused})
+					}
+					continue
+				}
+				if firstOf == nil {
+					firstOf, answerOf = map[[2]string]*fillCall{}, map[*fillCall]int{}
+				}
+				firstOf[k], answerOf[c] = c, len(answers)
+				recOf = append(recOf, len(answers))
+			}
 			cost, ok := bucket.ParseAmount(c.cost)
 			if !ok {
 				return nil, errSetFallback
@@ -350,9 +432,9 @@ func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []ledg
 				hCosts, hMetas, hShadow = append(hCosts, c.cost), append(hMetas, c.meta), append(hShadow, shadow)
 			}
 			entryOf = append(entryOf, entry)
-			answers = append(answers, ledger.FillupOutcome{Accepted: d.Accepted, Items: []ledger.ItemOutcome{{
+			answers = append(answers, setAnswer{out: ledger.FillupOutcome{Accepted: d.Accepted, Items: []ledger.ItemOutcome{{
 				Snapshot: ledger.Snapshot{Limit: l, State: cloneState(b.state), Now: now},
-			}}})
+			}}}})
 		}
 		if b.wrote {
 			if b.found {
@@ -380,7 +462,23 @@ func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []ledg
 	if len(inIDs) > 0 {
 		wb.Queue(setInsertSQL, inIDs, inKeys, inLevels, inTimes)
 	}
-	if len(hCosts) > 0 {
+	var rScopes, rKeys, rHashes []string
+	var rLimits []int64
+	var rDocs [][]byte
+	var rEntries []int32
+	for _, a := range recOf {
+		c := callAt(bs, a)
+		doc, err := idemDoc(&answers[a].out, nowUS)
+		if err != nil {
+			return nil, err
+		}
+		rScopes, rKeys, rHashes = append(rScopes, c.idem.Scope), append(rKeys, c.idem.Key), append(rHashes, c.idem.Hash)
+		rLimits, rDocs, rEntries = append(rLimits, bucketAt(bs, a).lt.id), append(rDocs, doc), append(rEntries, int32(entryOf[a]+1))
+	}
+	switch {
+	case len(recOf) > 0:
+		wb.Queue(setRecordSQL, nowUS, hIDs, hKeys, hEvents, hCosts, hMetas, hShadow, rScopes, rKeys, rHashes, rLimits, rDocs, rEntries)
+	case len(hCosts) > 0:
 		wb.Queue(setHistorySQL, nowUS, hIDs, hKeys, hEvents, hCosts, hMetas, hShadow)
 	}
 	wb.Queue("COMMIT")
@@ -398,7 +496,13 @@ func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []ledg
 		}
 	}
 	var entryIDs []int64
-	if len(hCosts) > 0 {
+	if len(recOf) > 0 {
+		var written int64
+		if err := res.QueryRow().Scan(&entryIDs, &written); err != nil {
+			res.Close()
+			return nil, err
+		}
+	} else if len(hCosts) > 0 {
 		rows, err := res.Query()
 		if err != nil {
 			res.Close()
@@ -409,12 +513,12 @@ func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []ledg
 			res.Close()
 			return nil, err
 		}
-		if len(entryIDs) != len(hCosts) {
-			res.Close()
-			return nil, fmt.Errorf("postgres fillup: %d history entries for %d: %w", len(entryIDs), len(hCosts), errBadAnswer)
-		}
 		// Ids grow with insertion: the i-th smallest is the i-th entry.
 		slices.Sort(entryIDs)
+	}
+	if len(entryIDs) != len(hCosts) {
+		res.Close()
+		return nil, fmt.Errorf("postgres fillup: %d history entries for %d: %w", len(entryIDs), len(hCosts), errBadAnswer)
 	}
 	if _, err := res.Exec(); err != nil { // COMMIT
 		res.Close()
@@ -426,7 +530,14 @@ func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []ledg
 	}
 	for i, e := range entryOf {
 		if e >= 0 {
-			answers[i].Items[0].EntryID = strconv.FormatInt(entryIDs[e], 10)
+			answers[i].out.Items[0].EntryID = strconv.FormatInt(entryIDs[e], 10)
+		}
+	}
+	for i, j := range replayOf {
+		if j >= 0 {
+			answers[i].out = answers[j].out
+			answers[i].out.Items = slices.Clone(answers[j].out.Items)
+			answers[i].out.Replayed = true
 		}
 	}
 	s.trimHistory(ctx, conn, entryIDs, hIDs, hKeys)
@@ -454,4 +565,71 @@ func (s *Store) trimHistory(ctx context.Context, conn *pgxpool.Conn, ids, lims [
 func cloneState(st bucket.State) bucket.State {
 	st.Holds, st.Slots = slices.Clone(st.Holds), slices.Clone(st.Slots)
 	return st
+}
+
+// callAt and bucketAt are the call of answer a of a set-based batch and its
+// bucket (answers follow bs and their calls).
+func callAt(bs []*setBucket, a int) *fillCall {
+	b, i := bucketOf(bs, a)
+	return b.calls[i]
+}
+
+func bucketAt(bs []*setBucket, a int) *setBucket {
+	b, _ := bucketOf(bs, a)
+	return b
+}
+
+func bucketOf(bs []*setBucket, a int) (*setBucket, int) {
+	for _, b := range bs {
+		if a < len(b.calls) {
+			return b, a
+		}
+		a -= len(b.calls)
+	}
+	panic("postgres: answer out of range")
+}
+
+// idemDoc is the outcome document a call's Idempotency-Key keeps, as
+// budgetd_idem_doc writes it (the entry id is set by setRecordSQL); it
+// decodes (decodeFillup) to the call's answer.
+func idemDoc(o *ledger.FillupOutcome, nowUS int64) ([]byte, error) {
+	type holdJSON struct {
+		Amount    string `json:"amount"`
+		ExpiresUS int64  `json:"expires_us"`
+	}
+	type stateJSON struct {
+		Level     string     `json:"level"`
+		UpdatedUS *int64     `json:"updated_us"`
+		Holds     []holdJSON `json:"holds"`
+	}
+	type itemJSON struct {
+		Fits    bool      `json:"fits"`
+		Limit   limitDoc  `json:"limit"`
+		State   stateJSON `json:"state"`
+		EntryID *string   `json:"entry_id"`
+	}
+	snap := o.Items[0].Snapshot
+	l, st := snap.Limit, snap.State
+	d := limitDoc{Name: l.Name, Capacity: l.Capacity, LeakAmount: l.LeakAmount, LeakPerUS: l.LeakPer.Microseconds(),
+		History: l.History, RecordDenials: l.RecordDenials, CreatedUS: l.CreatedAt.UnixMicro(), UpdatedUS: l.UpdatedAt.UnixMicro()}
+	if l.Period != nil {
+		sd := l.Period.StartDay
+		d.Period = &periodDoc{Every: l.Period.Every, TZ: l.Period.TZ, StartDay: &sd}
+	}
+	if l.Mode != ledger.ModeEnforce && l.Mode != "" {
+		d.Mode, d.Grace = l.Mode, l.Grace
+	}
+	sj := stateJSON{Level: st.Level.String(), Holds: make([]holdJSON, len(st.Holds))}
+	if !st.Updated.IsZero() {
+		us := st.Updated.UnixMicro()
+		sj.UpdatedUS = &us
+	}
+	for i, h := range st.Holds {
+		sj.Holds[i] = holdJSON{Amount: h.Amount.String(), ExpiresUS: h.ExpiresAt.UnixMicro()}
+	}
+	return json.Marshal(struct {
+		Accepted bool       `json:"accepted"`
+		NowUS    int64      `json:"now_us"`
+		Items    []itemJSON `json:"items"`
+	}{o.Accepted, nowUS, []itemJSON{{Fits: o.Accepted, Limit: d, State: sj}}})
 }

@@ -30,8 +30,10 @@ func limitOf(o ledger.FillupOutcome) string {
 // the answers and history that the same calls get one at a time through
 // budgetd_fillup: leaking and periodic levels, holds, zero costs, denials
 // (recorded ones too), a shadow limit, a missing limit and Idempotency-Keys
-// (both sent on through budgetd_fillup, as is a batch whose read finds a
-// hold expired). It fails if the set-based batch is not used.
+// (new ones, reused within the batch for the same request — replayed — or
+// another — refused —, and reused from earlier rounds, which budgetd_fillup
+// replays), as is a batch whose read finds a hold expired. It fails if the
+// set-based batch is not used.
 func TestSetBatchEqualsSequence(t *testing.T) {
 	clock := ledgertest.NewClock()
 	s := open(t, postgres.WithClock(clock.Now), postgres.WithSetBatch(true))
@@ -56,7 +58,8 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
 	costs := []string{"0", "0.5", "1", "2.25", "3", "7", "13"}
-	var denials, holds int
+	var denials, holds, replays, refusals int
+	var used []ledger.Idempotency
 	for round := range 150 {
 		clock.Advance(time.Duration(rng.IntN(4_000_000)) * time.Microsecond)
 		if round%10 == 5 {
@@ -82,21 +85,45 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 		if round%7 == 3 {
 			pool = buckets // with the missing limit
 		}
+		var fresh []int // items of this round with a new key
 		for i := range cs {
 			b := pool[rng.IntN(len(pool))]
 			refs[i], seqs[i] = b.bat, b.seq
 			cs[i] = dec(costs[rng.IntN(len(costs))])
-			if round%11 == 4 && i == 0 {
-				idems[i] = ledger.Idempotency{Key: fmt.Sprint("r", round), Hash: "h"}
+			switch r := rng.IntN(10); {
+			case r < 2:
+				idems[i] = ledger.Idempotency{Key: fmt.Sprintf("r%di%d", round, i), Hash: refs[i].Limit + refs[i].Key + cs[i].String()}
+				fresh = append(fresh, i)
+			case r < 4 && len(fresh) > 0:
+				// A key of this round: the same request (replayed) or
+				// another one (refused).
+				j := fresh[rng.IntN(len(fresh))]
+				idems[i] = idems[j]
+				if rng.IntN(3) > 0 {
+					refs[i], seqs[i], cs[i] = refs[j], seqs[j], cs[j]
+				} else {
+					idems[i].Hash = "other"
+				}
+			case r < 4 && round%5 == 0 && len(used) > 0:
+				idems[i] = used[rng.IntN(len(used))] // from an earlier round
 			}
+		}
+		for _, i := range fresh {
+			used = append(used, idems[i])
 		}
 		got, errs := s.FillupCalls(ctx, refs, cs, scoped(idems, "batched"))
 		for i, c := range cs {
 			want, err := s.FillupAllOrNone(ctx, ledger.Charge{Bucket: seqs[i], Cost: c}, scoped(idems, "one-by-one")[i])
-			if (errs[i] == nil) != (err == nil) || err != nil && !(errors.Is(err, ledger.ErrLimitNotFound) && errors.Is(errs[i], ledger.ErrLimitNotFound)) {
+			if (errs[i] == nil) != (err == nil) || err != nil && !(errors.Is(err, ledger.ErrLimitNotFound) && errors.Is(errs[i], ledger.ErrLimitNotFound) ||
+				errors.Is(err, ledger.ErrIdempotencyKeyReused) && errors.Is(errs[i], ledger.ErrIdempotencyKeyReused)) {
 				t.Fatalf("round %d item %d: batched: %v, one by one: %v", round, i, errs[i], err)
 			}
-			if err == nil && !got[i].Accepted {
+			switch {
+			case errors.Is(err, ledger.ErrIdempotencyKeyReused):
+				refusals++
+			case err == nil && got[i].Replayed:
+				replays++
+			case err == nil && !got[i].Accepted:
 				denials++
 			}
 			if a, b := answer(got[i])+" "+limitOf(got[i]), answer(want)+" "+limitOf(want); a != b {
@@ -105,8 +132,8 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 		}
 	}
 	st := s.Stats()
-	t.Logf("%d denials, %d holds; %d set-based batches, %d sent on; %d batches", denials, holds, st.SetBatches, st.SetFallbacks, st.Batches)
-	if denials == 0 || holds == 0 || st.SetBatches < 50 || st.SetFallbacks == 0 {
+	t.Logf("%d denials, %d holds, %d replays, %d refusals; %d set-based batches, %d sent on; %d batches", denials, holds, replays, refusals, st.SetBatches, st.SetFallbacks, st.Batches)
+	if denials == 0 || holds == 0 || replays == 0 || refusals == 0 || st.SetBatches < 50 || st.SetFallbacks == 0 {
 		t.Fatalf("%d denials, %d holds, %d set-based batches, %d sent on: the test did not exercise them", denials, holds, st.SetBatches, st.SetFallbacks)
 	}
 	for _, b := range buckets[:len(buckets)-3] {
