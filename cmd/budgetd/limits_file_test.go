@@ -10,6 +10,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -134,11 +135,15 @@ func TestLimitsFileEnvoyMapping(t *testing.T) {
 	if r := ask("tenant", 10); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].CurrentLimit.GetName() != "rows-grpc" {
 		t.Errorf("a mapped descriptor within the capacity: %v", r)
 	}
-	// 250000 per hour leaks about 0.07 a millisecond: the level is still
-	// above 9 when read.
+	// 250000 per hour leaks about 0.07 a millisecond, so the level read
+	// depends on how busy the machine is; that the bucket was written, and
+	// holds no more than the 10 charged, does not.
 	out, _ := cliRun(t, s.url, "check", "rows-grpc", "t1", "--json")
-	var b struct{ Level string }
-	if err := json.Unmarshal([]byte(out), &b); err != nil || !strings.HasPrefix(b.Level, "9.") && b.Level != "10" {
+	var b struct {
+		Level     string
+		UpdatedAt *string `json:"updated_at"`
+	}
+	if err := json.Unmarshal([]byte(out), &b); err != nil || b.UpdatedAt == nil || decimal.RequireFromString(b.Level).GreaterThan(decimal.NewFromInt(10)) {
 		t.Errorf("the charge is not on rows-grpc's bucket t1: %v\n%s", err, out)
 	}
 	if r := ask("user", 250001); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].CurrentLimit != nil {
