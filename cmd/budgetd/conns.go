@@ -5,18 +5,19 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
-
-	"golang.org/x/net/netutil"
 )
 
 // connCap bounds the connections budgetd keeps open, so that a flood of
-// connections cannot exhaust the file descriptors: the listener accepts at
-// most max (netutil.LimitListener; more wait in the kernel's backlog). So
-// that idle keep-alive connections cannot hold every slot and lock new
-// clients out, whenever all slots are taken the connection idle longest is
-// closed (a client reopens one when it needs it, as after an idle timeout).
+// connections cannot exhaust the file descriptors: its listeners — the
+// API's and the gRPC one's — accept at most max between them (one slot per
+// open connection, whichever listener took it; more wait in the kernel's
+// backlog). So that idle keep-alive connections cannot hold every slot and
+// lock new clients out, whenever all slots are taken the connection idle
+// longest is closed (a client reopens one when it needs it, as after an
+// idle timeout).
 //
 // When no connection is idle, the connection that has been open longest
 // without sending a whole request header (a silent or slow client, or a
@@ -29,9 +30,16 @@ import (
 // nothing (they hold a slot until the header timeout), each client address
 // may hold at most perIP of them: a further connection from that address is
 // closed as soon as it is accepted, without taking a slot.
+//
+// A gRPC connection (grpcListener) counts as an HTTP one that has not sent
+// its request header until its HTTP/2 handshake (and TLS's) is done, so a
+// silent one is shed the same way; after that it is busy for as long as it
+// is open, never idle: a gateway keeps a few and multiplexes its calls over
+// them.
 type connCap struct {
 	max, perIP int
 	grace      time.Duration // pressureHeaderTimeout
+	slots      chan struct{} // a token per open connection, of every listener
 	mu         sync.Mutex
 	open       int
 	// idle holds the idle connections, each with the number of its turn
@@ -51,11 +59,16 @@ type connCap struct {
 }
 
 // pressureHeaderTimeout is how long a connection may take to send its
-// request header once every slot is taken (otherwise 10 s).
+// request header once every slot is taken (otherwise headerTimeout).
 const pressureHeaderTimeout = time.Second
 
+// headerTimeout is how long a connection may take to send its request
+// header (HTTP) or to finish its handshake (gRPC).
+const headerTimeout = 10 * time.Second
+
 func newConnCap(max, perIP int) *connCap {
-	return &connCap{max: max, perIP: perIP, grace: pressureHeaderTimeout, idle: map[net.Conn]uint64{}, fresh: map[net.Conn]time.Time{}, byIP: map[string]int{}}
+	return &connCap{max: max, perIP: perIP, grace: pressureHeaderTimeout, slots: make(chan struct{}, max),
+		idle: map[net.Conn]uint64{}, fresh: map[net.Conn]time.Time{}, byIP: map[string]int{}}
 }
 
 // idleTurn is one time a connection went idle.
@@ -64,12 +77,109 @@ type idleTurn struct {
 	turn uint64
 }
 
-// listener limits ln to the cap, and each client address to perIP.
+// listener limits ln to the cap, and each client address to perIP. The
+// server that serves it reports its connections' states to track.
 func (cc *connCap) listener(ln net.Listener) net.Listener {
 	if cc.perIP > 0 {
 		ln = &perIPListener{Listener: ln, cc: cc}
 	}
-	return netutil.LimitListener(ln, cc.max)
+	return &slotListener{Listener: ln, cc: cc, done: make(chan struct{})}
+}
+
+// grpcListener is listener for the gRPC server, which has no ConnState
+// hook: its connections report their own states to track (grpcConn).
+func (cc *connCap) grpcListener(ln net.Listener) net.Listener {
+	return grpcListener{Listener: cc.listener(ln), cc: cc}
+}
+
+// slotListener hands out a connection only once it has one of the cap's
+// slots for it; the connection gives it back when it closes. It takes the
+// slot after accepting, not before as netutil.LimitListener does: the
+// slots are shared, and a listener waiting for its next connection would
+// hold a slot that the other listener's clients need. So each listener
+// may hold one accepted connection beyond the cap while it waits for a
+// slot (the file descriptors kept in reserve cover it).
+type slotListener struct {
+	net.Listener
+	cc     *connCap
+	done   chan struct{} // closed by Close: Accept waits no longer
+	closed sync.Once
+}
+
+func (l *slotListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case l.cc.slots <- struct{}{}:
+		return &slotConn{Conn: c, cc: l.cc}, nil
+	case <-l.done:
+		c.Close()
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *slotListener) Close() error {
+	err := l.Listener.Close()
+	l.closed.Do(func() { close(l.done) })
+	return err
+}
+
+// slotConn gives its slot back when it closes.
+type slotConn struct {
+	net.Conn
+	cc   *connCap
+	once sync.Once
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { <-c.cc.slots })
+	return err
+}
+
+// grpcListener's connections tell the cap their states.
+type grpcListener struct {
+	net.Listener
+	cc *connCap
+}
+
+func (l grpcListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	gc := &grpcConn{Conn: c, cc: l.cc}
+	l.cc.track(gc, http.StateNew)
+	return gc, nil
+}
+
+// grpcConn is a connection of the gRPC server: new (as an HTTP one before
+// its request header) until its handshake is done, then active until it
+// closes. The gRPC server sets a deadline on a connection for its
+// handshake (grpc.ConnectionTimeout) and clears it when the handshake is
+// over, whether it succeeded or not (a failed one is closed): the clearing
+// is the sign (TestGRPCSilentConnectionsAreShed checks it still comes).
+type grpcConn struct {
+	net.Conn
+	cc        *connCap
+	handshook atomic.Bool
+	closed    sync.Once
+}
+
+func (c *grpcConn) SetDeadline(t time.Time) error {
+	err := c.Conn.SetDeadline(t)
+	if t.IsZero() && c.handshook.CompareAndSwap(false, true) {
+		c.cc.track(c, http.StateActive)
+	}
+	return err
+}
+
+func (c *grpcConn) Close() error {
+	err := c.Conn.Close()
+	c.closed.Do(func() { c.cc.track(c, http.StateClosed) })
+	return err
 }
 
 // perIPListener closes, as soon as they are accepted, the connections of an

@@ -14,9 +14,11 @@ import (
 
 // listenGRPC binds --grpc-addr, when given, and makes the Envoy rate-limit
 // service on it (docs/envoy.md): over the API's service, with the same
-// keys, TLS files (reloaded on SIGHUP) and, through rpc, the same metrics
-// and access log. Its descriptors map to limits by the envoy member of
-// --limits-file; without one no descriptor is limited.
+// keys, TLS files (reloaded on SIGHUP), connection cap (--max-conns and
+// --max-conns-per-ip count the connections of both listeners together)
+// and, through rpc, the same metrics and access log. Its descriptors map
+// to limits by the envoy member of --limits-file; without one no
+// descriptor is limited.
 func (d *daemon) listenGRPC(rpc *budgethttp.RPC) error {
 	cfg := d.cfg
 	if cfg.grpcAddr == "" {
@@ -31,7 +33,9 @@ func (d *daemon) listenGRPC(rpc *budgethttp.RPC) error {
 		opts = append(opts, envoy.WithAuth(d.keys.Load))
 	}
 	d.rls = envoy.NewServer(d.svc, mapping, opts...)
-	var sopts []grpc.ServerOption
+	// A connection has as long for its handshake as an HTTP one for its
+	// request header (and 1 s when every slot is taken: connCap).
+	sopts := []grpc.ServerOption{grpc.ConnectionTimeout(headerTimeout)}
 	if d.certs != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(d.certs.config())))
 	}
@@ -43,7 +47,7 @@ func (d *daemon) listenGRPC(rpc *budgethttp.RPC) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s (--grpc-addr): %w", cfg.grpcAddr, err)
 	}
-	d.grpcLn, d.grpcSrv = ln, d.rls.GRPC(sopts...)
+	d.grpcLn, d.grpcSrv = d.conns.grpcListener(ln), d.rls.GRPC(sopts...)
 	return nil
 }
 

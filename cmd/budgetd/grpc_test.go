@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -122,5 +125,98 @@ func TestGRPCExposure(t *testing.T) {
 	err := run(context.Background(), []string{"--grpc-addr", "0.0.0.0:0"}, env(nil), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "refusing to serve without authentication on 0.0.0.0:0") || !strings.Contains(err.Error(), "--grpc-addr") {
 		t.Fatalf("run: %v", err)
+	}
+}
+
+// dialGRPC is a client of the gRPC listener at addr without TLS.
+func dialGRPC(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// healthWithin is a health check that waits at most d.
+func healthWithin(conn *grpc.ClientConn, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	return err
+}
+
+// TestGRPCConnectionCap: --max-conns bounds the connections of both
+// listeners together. With every slot held by gRPC connections that are
+// in use (never shed), a further gRPC client and an HTTP one wait, and
+// are served once a slot frees.
+func TestGRPCConnectionCap(t *testing.T) {
+	s := start(t, "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--max-conns", "2", "--max-conns-per-ip", "0")
+	addr := s.waitGRPC(t)
+	first, second := dialGRPC(t, addr), dialGRPC(t, addr)
+	for i, c := range []*grpc.ClientConn{first, second} {
+		if err := healthWithin(c, 5*time.Second); err != nil {
+			t.Fatalf("connection %d of 2: %v", i+1, err)
+		}
+	}
+	third := dialGRPC(t, addr)
+	if err := healthWithin(third, 1500*time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a third gRPC connection past --max-conns 2: %v, want it kept waiting", err)
+	}
+	hc := &http.Client{Timeout: 1500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	if res, err := hc.Get(s.url + "/healthz"); err == nil {
+		res.Body.Close()
+		t.Fatalf("an HTTP client was served while gRPC connections held every slot: %d", res.StatusCode)
+	}
+	first.Close()
+	start := time.Now()
+	if err := healthWithin(third, 10*time.Second); err != nil {
+		t.Fatalf("the third gRPC connection once a slot was free: %v", err)
+	}
+	t.Logf("served %v after a slot freed", time.Since(start))
+}
+
+// TestGRPCSilentConnectionsAreShed: connections to the gRPC listener that
+// never finish their handshake are shed like HTTP connections that send no
+// request header: once every slot is taken, after 1 s, so a client queued
+// behind them is served well within the 10 s handshake timeout. (This
+// also checks that the gRPC server still clears a connection's deadline
+// after its handshake, which is how connCap knows it is done: without it
+// every gRPC connection would stay "silent" and be shed.)
+func TestGRPCSilentConnectionsAreShed(t *testing.T) {
+	s := start(t, "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--max-conns", "3", "--max-conns-per-ip", "0")
+	addr := s.waitGRPC(t)
+	// A gateway's connection, in use before the flood.
+	var dials atomic.Int32
+	busy, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			dials.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	if err := healthWithin(busy, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	late := dialGRPC(t, addr)
+	start := time.Now()
+	if err := healthWithin(late, 5*time.Second); err != nil {
+		t.Fatalf("a client behind silent connections: %v", err)
+	}
+	t.Logf("served after %v", time.Since(start))
+	// The connection that finished its handshake was not shed for them.
+	if err := healthWithin(busy, time.Second); err != nil || dials.Load() != 1 {
+		t.Fatalf("the connection in use: %v, dialled %d times", err, dials.Load())
 	}
 }

@@ -43,6 +43,7 @@ type daemon struct {
 	deliverer  *webhook.Deliverer // nil without --webhook-url
 	draining   chan struct{}      // closed when shutdown begins: /readyz answers 503
 	ln         net.Listener
+	conns      *connCap // --max-conns, over ln and grpcLn
 	srv        *http.Server
 	scheme     string // http or https
 	svc        *ledger.Service
@@ -213,10 +214,10 @@ func (d *daemon) listen(handler http.Handler) error {
 	}
 	conns := newConnCap(cfg.maxConns, cfg.maxConnsPerIP)
 	checkFDLimit(cfg.maxConns, d.log)
-	d.ln = conns.listener(ln)
+	d.conns, d.ln = conns, conns.listener(ln)
 	d.srv = &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: headerTimeout,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       cfg.idleTimeout,
