@@ -78,9 +78,13 @@ func TestGRPCListener(t *testing.T) {
 	if _, err := rls.ShouldRateLimit(ctx, req); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("without a token: %v", err)
 	}
-	resp, err := rls.ShouldRateLimit(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer tok-gateway"), req)
+	var md metadata.MD
+	resp, err := rls.ShouldRateLimit(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer tok-gateway", "x-request-id", "gw-7"), req, grpc.Header(&md))
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("with the gateway's key: %v %v", resp, err)
+	}
+	if got := md.Get("x-request-id"); len(got) != 1 || got[0] != "gw-7" {
+		t.Errorf("x-request-id in the answer's header: %q, want the caller's gw-7", got)
 	}
 
 	// The calls are in the API's metrics and access log.
@@ -103,7 +107,12 @@ func TestGRPCListener(t *testing.T) {
 		}
 	}
 	s.waitLog(t, `"msg":"request","method":"GRPC","route":"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit","status":200,`)
+	s.waitLog(t, `"request_id":"gw-7","key":"gateway"}`)
 	s.waitLog(t, `"status":401,`)
+	// A call without an id is given one, as an HTTP request is.
+	if !regexp.MustCompile(`"status":401,"duration":"[^"]+","request_id":"[0-9a-f]{24}","key":"-"}`).MatchString(s.stderr.String()) {
+		t.Errorf("no generated request id on the unauthenticated call's line:\n%s", s.stderr.String())
+	}
 	s.cancel()
 	select {
 	case err := <-s.done:

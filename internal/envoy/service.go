@@ -38,10 +38,17 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // series and access log as HTTP requests. Its methods must be safe for
 // concurrent use.
 type Observer interface {
+	// RequestID is the id of a call that brings given as its
+	// x-request-id metadata ("" without one): given when it is an id the
+	// HTTP API would keep from an X-Request-Id header, else a new one made
+	// as the HTTP API makes them. The call sends it back in its header
+	// metadata and it is passed to Call.
+	RequestID(given string) string
 	// Call is one finished call: its full method, its gRPC status code
 	// as codes.Code.String writes it (OK, InvalidArgument, …), how long it
-	// took and the name of the key that made it ("-" without one).
-	Call(method, code string, elapsed time.Duration, key string)
+	// took, the name of the key that made it ("-" without one) and its
+	// request id.
+	Call(method, code string, elapsed time.Duration, key, requestID string)
 	// Decided is one decision on a limit: op is "envoy" for a charged
 	// descriptor (charged: the call's descriptors were charged) and
 	// "check" for a descriptor that only asked.
@@ -110,23 +117,46 @@ func (s *Server) GRPC(opts ...grpc.ServerOption) *grpc.Server {
 // sending new calls while those in flight finish.
 func (s *Server) Drain() { s.health.Shutdown() }
 
+// RequestIDKey is the metadata key of a call's request id: read from the
+// call (the caller's, when well formed) and always sent back in the
+// response's header metadata, as the HTTP API does with X-Request-Id.
+const RequestIDKey = "x-request-id"
+
 // callKey is the context key of a call's *callInfo.
 type callKey struct{}
 
-// callInfo is what a call tells the interceptor that observes it.
-type callInfo struct{ key string }
+// callInfo is what a call tells the interceptor that observes it, and what
+// the call knows of itself.
+type callInfo struct{ key, requestID string }
 
-// observe reports each call to the observer, health checks and reflection
-// too (as HTTP counts its probes).
+// observe gives each unary call its request id (sent back in the header
+// metadata) and reports it to the observer, health checks too (as HTTP
+// counts its probes).
 func (s *Server) observe(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 	if s.obs == nil {
 		return next(ctx, req)
 	}
 	start := time.Now()
-	ci := &callInfo{key: "-"}
+	var given string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(RequestIDKey); len(v) > 0 {
+			given = v[0] // the first, as HTTP's Header.Get
+		}
+	}
+	ci := &callInfo{key: "-", requestID: s.obs.RequestID(given)}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDKey, ci.requestID))
 	resp, err := next(context.WithValue(ctx, callKey{}, ci), req)
-	s.obs.Call(info.FullMethod, status.Code(err).String(), time.Since(start), ci.key)
+	s.obs.Call(info.FullMethod, status.Code(err).String(), time.Since(start), ci.key, ci.requestID)
 	return resp, err
+}
+
+// requestIDOf is the call's request id, nil without one (as slog writes a
+// missing id in the HTTP API's log lines).
+func requestIDOf(ctx context.Context) any {
+	if ci, ok := ctx.Value(callKey{}).(*callInfo); ok && ci.requestID != "" {
+		return ci.requestID
+	}
+	return nil
 }
 
 // descriptor is one descriptor of a request as the call decides it.
@@ -154,7 +184,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, err
 	}
 	if err := s.decide(ctx, ds); err != nil {
-		return nil, s.fail(err)
+		return nil, s.fail(ctx, err)
 	}
 	return answer(ds), nil
 }
@@ -424,23 +454,23 @@ func (s *Server) authFailed(reason string) {
 // buckets a Redis Cluster cannot charge together FAILED_PRECONDITION (the
 // configuration is wrong, not the request), anything else INTERNAL with
 // the cause logged only.
-func (s *Server) fail(err error) error {
+func (s *Server) fail(ctx context.Context, err error) error {
 	var ie *ledger.InvalidError
 	switch {
 	case errors.As(err, &ie):
 		return invalidArg(ie.Field, ie.Reason)
 	case errors.Is(err, ledger.ErrUnavailable):
-		s.log.Warn("envoy: store unavailable", "err", err)
+		s.log.Warn("envoy: store unavailable", "err", err, "request_id", requestIDOf(ctx))
 		return status.Error(codes.Unavailable, "the store did not answer; nothing is known to be charged")
 	case errors.Is(err, ledger.ErrLimitNotFound):
-		s.log.Error("envoy: a descriptor maps to a limit that does not exist", "err", err)
+		s.log.Error("envoy: a descriptor maps to a limit that does not exist", "err", err, "request_id", requestIDOf(ctx))
 		return status.Error(codes.FailedPrecondition, "a descriptor maps to a limit that does not exist: "+err.Error())
 	case errors.Is(err, ledger.ErrCrossSlot):
 		return status.Error(codes.FailedPrecondition, "the descriptors' buckets are in different Redis Cluster hash slots and cannot be charged together")
 	case errors.Is(err, ledger.ErrNotServed):
 		return status.Error(codes.Unimplemented, err.Error())
 	}
-	s.log.Error("envoy: internal error", "err", err)
+	s.log.Error("envoy: internal error", "err", err, "request_id", requestIDOf(ctx))
 	return status.Error(codes.Internal, "internal error")
 }
 

@@ -1,8 +1,11 @@
 package envoy_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -27,6 +30,7 @@ import (
 	"github.com/budgetd/budgetd/internal/envoy"
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
+	"github.com/budgetd/budgetd/internal/memory"
 	"github.com/budgetd/budgetd/internal/storetest"
 	"github.com/budgetd/budgetd/internal/testenv"
 )
@@ -76,12 +80,26 @@ type recorder struct {
 	calls     []string // method code key
 	decisions []string // limit op accepted shadow_denied charged
 	auth      []string
+	ids       []string // each call's request id
+	made      int      // request ids made
 }
 
-func (r *recorder) Call(method, code string, _ time.Duration, key string) {
+func (r *recorder) Call(method, code string, _ time.Duration, key, requestID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, method+" "+code+" "+key)
+	r.ids = append(r.ids, requestID)
+}
+
+// RequestID keeps a caller's id, whatever it is, and numbers the others.
+func (r *recorder) RequestID(given string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if given != "" {
+		return given
+	}
+	r.made++
+	return fmt.Sprintf("made-%d", r.made)
 }
 
 func (r *recorder) Decided(limit, op string, d bucket.Decision, _ decimal.Decimal, charged bool) {
@@ -443,4 +461,68 @@ func hostPort(t *testing.T, rawURL string) string {
 		t.Fatal(errors.New("no host:port in the test server's URL"))
 	}
 	return host
+}
+
+// TestRequestID: every call has a request id, the caller's x-request-id
+// (as the observer keeps it) or a new one; it comes back in the header
+// metadata, on errors too, and is passed to the observer and logged with a
+// failure.
+func TestRequestID(t *testing.T) {
+	var log syncBuffer
+	c := serve(t, memory.New(), envoy.WithLogger(slog.New(slog.NewJSONHandler(&log, nil))))
+	call := func(id string, req *rlsv3.RateLimitRequest) (string, error) {
+		t.Helper()
+		ctx := context.Background()
+		if id != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, envoy.RequestIDKey, id)
+		}
+		var md metadata.MD
+		_, err := c.ShouldRateLimit(ctx, req, grpc.Header(&md))
+		if v := md.Get(envoy.RequestIDKey); len(v) == 1 {
+			return v[0], err
+		}
+		t.Fatalf("header metadata %v: want one %s", md, envoy.RequestIDKey)
+		return "", err
+	}
+	unlimited := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{desc(nil, "other", "x")}}
+	if got, err := call("gw-1", unlimited); err != nil || got != "gw-1" {
+		t.Errorf("with x-request-id gw-1: %q %v", got, err)
+	}
+	if got, err := call("", unlimited); err != nil || got != "made-1" {
+		t.Errorf("without an id: %q %v", got, err)
+	}
+	if got, err := call("gw-2", &rlsv3.RateLimitRequest{}); status.Code(err) != codes.InvalidArgument || got != "gw-2" {
+		t.Errorf("a bad request: %q %v", got, err)
+	}
+	missing := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{desc(nil, "gone", "x")}}
+	if got, err := call("gw-3", missing); status.Code(err) != codes.FailedPrecondition || got != "gw-3" {
+		t.Errorf("a mapping to a missing limit: %q %v", got, err)
+	}
+	c.obs.mu.Lock()
+	ids := strings.Join(c.obs.ids, " ")
+	c.obs.mu.Unlock()
+	if ids != "gw-1 made-1 gw-2 gw-3" {
+		t.Errorf("the observer saw the ids %s", ids)
+	}
+	if !strings.Contains(log.String(), `"request_id":"gw-3"`) {
+		t.Errorf("the failure's log line has no request id:\n%s", log.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

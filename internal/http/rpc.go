@@ -19,11 +19,21 @@ type RPC struct{ s *server }
 // WithRPC makes *r the handler's RPC observer.
 func WithRPC(r **RPC) Option { return func(s *server) { *r = &RPC{s: s} } }
 
+// RequestID is a gRPC call's request id: given (its x-request-id
+// metadata) when it is one an HTTP request's X-Request-Id would be kept
+// as, else a new one from the same source as HTTP requests' ids.
+func (r *RPC) RequestID(given string) string {
+	if validRequestID(given) {
+		return given
+	}
+	return newRequestID()
+}
+
 // Call observes one finished gRPC call. Its access-log line has the method
-// GRPC, the full method as route and the HTTP status of the gRPC code (as
+// GRPC, the full method as route, the HTTP status of the gRPC code (as
 // gRPC's HTTP mapping gives it: OK 200, InvalidArgument 400, …; 500 for
-// the others).
-func (r *RPC) Call(method, code string, elapsed time.Duration, key string) {
+// the others) and the call's request id.
+func (r *RPC) Call(method, code string, elapsed time.Duration, key, requestID string) {
 	s := r.s
 	s.m.grpcRequests.WithLabelValues(method, code).Observe(elapsed.Seconds())
 	if s.access == nil {
@@ -33,7 +43,8 @@ func (r *RPC) Call(method, code string, elapsed time.Duration, key string) {
 	if !ok {
 		st = 500
 	}
-	s.access.log(&accessLine{time: time.Now(), method: "GRPC", route: method, status: st, duration: elapsed, key: key})
+	s.access.log(&accessLine{time: time.Now(), method: "GRPC", route: method, status: st, duration: elapsed,
+		requestID: requestID, hasID: requestID != "", key: key})
 }
 
 // grpcStatus is the HTTP status of each gRPC code a call may end with.
