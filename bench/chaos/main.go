@@ -21,6 +21,16 @@
 //     acknowledged may be lost) and without (what is lost is reported), each
 //     failover timed from the promotion to the first accepted call
 //     (failover.go, failover_redis.go);
+//   - gRPC (the Envoy rate-limit service): a budgetd with --grpc-addr
+//     takes ShouldRateLimit calls of two descriptors each (a user's bucket
+//     and the team's) from many clients while the store is killed with
+//     SIGKILL and restarted: every answer is OK, OVER_LIMIT or UNAVAILABLE,
+//     calls are OK again after each restart, and then the team's bucket is
+//     filled; each user's history must hold every OK answer's charge once
+//     and in order (and shows which UNAVAILABLE calls were charged all the
+//     same: the protocol has no Idempotency-Key), every call charged both
+//     buckets or neither, and no capacity is exceeded (grpc.go; on memory
+//     without the kill);
 //   - webhooks (stores that keep events): budgetd sends every event to a
 //     receiver here that fails at random, while charges cross thresholds on
 //     many buckets and budgetd and then the store are killed with SIGKILL;
@@ -321,6 +331,9 @@ func runStore(ctx context.Context, name, bin, tmp string, p params, out io.Write
 			return rs, err
 		}
 	}
+	if err := step(grpcRun(ctx, bin, url, tmp, st, name, p)); err != nil {
+		return rs, err
+	}
 	if err := step(hostile(ctx, a)); err != nil {
 		return rs, err
 	}
@@ -350,6 +363,9 @@ func render(rs []result, mode string, took time.Duration, short bool, mysqlCache
 	fmt.Fprintf(&b, "Each store's server and budgetd run on loopback; PostgreSQL with fsync on, MariaDB with `innodb_flush_log_at_trx_commit=1`, Redis with AOF `appendfsync always`.\n")
 	fmt.Fprintf(&b, "Fault runs resolve every call by retrying it with its Idempotency-Key, then compare every bucket's level and\n")
 	fmt.Fprintf(&b, "history with the accepted calls exactly.\n")
+	fmt.Fprintf(&b, "The gRPC rows (Envoy's ShouldRateLimit, two descriptors a call) cannot retry with an Idempotency-Key: each user's\n")
+	fmt.Fprintf(&b, "history must hold every OK answer's charge once and in order, and tells which UNAVAILABLE calls were charged all\n")
+	fmt.Fprintf(&b, "the same (their reply died with the store); the team's level must be the users' charges added up (all or nothing).\n")
 	onMySQL := slices.ContainsFunc(rs, func(r result) bool { return r.store == "mysql" })
 	if onMySQL && mysqlCache == "" {
 		fmt.Fprintf(&b, "On MySQL budgetd runs with its default decision cache (on; `-mysql-cache 0` runs without it).\n")
