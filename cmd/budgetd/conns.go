@@ -35,7 +35,8 @@ import (
 // its request header until its HTTP/2 handshake (and TLS's) is done, so a
 // silent one is shed the same way; after that it is busy for as long as it
 // is open, never idle: a gateway keeps a few and multiplexes its calls over
-// them.
+// them. The gRPC server closes one that has had no call for --idle-timeout
+// itself (listenGRPC), which frees its slot.
 type connCap struct {
 	max, perIP int
 	grace      time.Duration // pressureHeaderTimeout

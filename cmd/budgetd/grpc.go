@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/budgetd/budgetd/internal/envoy"
 	budgethttp "github.com/budgetd/budgetd/internal/http"
@@ -34,8 +35,13 @@ func (d *daemon) listenGRPC(rpc *budgethttp.RPC) error {
 	}
 	d.rls = envoy.NewServer(d.svc, mapping, opts...)
 	// A connection has as long for its handshake as an HTTP one for its
-	// request header (and 1 s when every slot is taken: connCap).
-	sopts := []grpc.ServerOption{grpc.ConnectionTimeout(headerTimeout)}
+	// request header (and 1 s when every slot is taken: connCap), and is
+	// closed (GOAWAY, which clients answer by dialling again when they next
+	// call) once it has had no call for --idle-timeout, as an idle HTTP
+	// one: connCap never sheds a gRPC connection, so without this one
+	// a gateway left behind would hold its slot for good.
+	sopts := []grpc.ServerOption{grpc.ConnectionTimeout(headerTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.idleTimeout})}
 	if d.certs != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(d.certs.config())))
 	}

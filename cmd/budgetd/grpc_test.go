@@ -186,6 +186,34 @@ func TestGRPCConnectionCap(t *testing.T) {
 	t.Logf("served %v after a slot freed", time.Since(start))
 }
 
+// TestGRPCIdleConnectionsAreClosed: a gRPC connection that has had no call
+// for --idle-timeout is closed as an idle HTTP one is, so a gateway that
+// went away cannot hold a slot of --max-conns for good: with the only slot
+// held by a gRPC client that made one call, an HTTP client is served once
+// the idle timeout has passed, and the gRPC client, dialling again, too.
+func TestGRPCIdleConnectionsAreClosed(t *testing.T) {
+	s := start(t, "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--max-conns", "1", "--max-conns-per-ip", "0",
+		"--idle-timeout", "1s")
+	addr := s.waitGRPC(t)
+	gw := dialGRPC(t, addr)
+	if err := healthWithin(gw, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	begin := time.Now()
+	res, err := hc.Get(s.url + "/healthz")
+	if err != nil {
+		t.Fatalf("an HTTP client behind an idle gRPC connection holding the only slot: %v", err)
+	}
+	res.Body.Close()
+	if waited := time.Since(begin); waited < 500*time.Millisecond {
+		t.Fatalf("the HTTP client was served after %v, before the gRPC connection could have idled out", waited)
+	}
+	if err := healthWithin(gw, 10*time.Second); err != nil {
+		t.Fatalf("the gRPC client after its connection was closed for idling: %v", err)
+	}
+}
+
 // TestGRPCSilentConnectionsAreShed: connections to the gRPC listener that
 // never finish their handshake are shed like HTTP connections that send no
 // request header: once every slot is taken, after 1 s, so a client queued
