@@ -217,67 +217,90 @@ func cmpRank(order BucketOrder, a, b rankCursor) int {
 	return strings.Compare(a.key, b.key)
 }
 
-// rankBuckets is QueryBuckets in order: it visits every bucket of the
-// limit (see docs/api.md for each store's cost) and keeps the n+1 that rank
-// highest after the cursor, in O(n) memory. In key order the cursor is the
-// plain listing's.
+// rankBuckets is QueryBuckets in order: it keeps the n+1 buckets that rank
+// highest after the cursor, in O(n) memory, among every bucket of the limit
+// (see docs/api.md for each store's cost), or, on a RankedLister, among the
+// candidates the store ranks first (rankInStore). In key order the cursor is
+// the plain listing's.
 func (s *Service) rankBuckets(ctx context.Context, limit string, order BucketOrder, f *markFilter, cursor string, n int) ([]ListedBucket, string, error) {
-	var from *rankCursor
+	t := &rankTop{order: order, f: f, n: n}
 	switch {
 	case order == OrderKey && cursor != "":
 		key, err := ParseBucketCursor(cursor)
 		if err != nil {
 			return nil, "", err
 		}
-		from = &rankCursor{order: order, key: key}
+		t.from = &rankCursor{order: order, key: key}
 	case cursor != "":
 		c, err := parseRankCursor(cursor, order)
 		if err != nil {
 			return nil, "", err
 		}
-		from = &c
+		t.from, t.at = &c, c.at
 	}
-	var at time.Time
-	if from != nil {
-		at = from.at
+	var err error
+	if rl, ok := storeAs[RankedLister](s.store); ok && order != OrderKey {
+		err = s.rankInStore(ctx, rl, limit, t)
+	} else {
+		err = s.scan(ctx, limit, f, func(b BucketSnapshot) error { t.offer(b); return nil })
 	}
-	var top []ranked // best first, at most n+1
-	visit := func(b BucketSnapshot) error {
-		if !f.keeps(b) {
-			return nil
-		}
-		if at.IsZero() {
-			at = b.Now
-		}
-		d := bucket.CanAccept(b.Limit.Rule(), b.State, at, bucket.Amount{})
-		r := ranked{b: b, pos: rankOf(order, d.Level.Add(d.Held), d.Capacity, b.Key)}
-		p := r.pos
-		if from != nil && cmpRank(order, p, *from) <= 0 {
-			return nil // on an earlier page
-		}
-		if len(top) == n+1 && cmpRank(order, p, top[n].pos) >= 0 {
-			return nil
-		}
-		if j := slices.IndexFunc(top, func(e ranked) bool { return e.b.Key == b.Key }); j >= 0 {
-			top = slices.Delete(top, j, j+1) // seen again: as it is now
-		}
-		i, _ := slices.BinarySearchFunc(top, p, func(e ranked, p rankCursor) int { return cmpRank(order, e.pos, p) })
-		top = slices.Insert(top, i, r)
-		if len(top) > n+1 {
-			top = top[:n+1]
-		}
-		return nil
-	}
-	if err := s.scan(ctx, limit, f, visit); err != nil {
+	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(top) > n {
-		top = top[:n]
-		last := top[n-1].pos
-		last.at = at
+	items, next := t.page()
+	return items, next, nil
+}
+
+// rankTop is a ranked page being gathered: the n+1 buckets that f keeps
+// and that rank highest after from (nil on the first page), at the
+// instant at (the first bucket's Now when it is unset), best first.
+type rankTop struct {
+	order BucketOrder
+	f     *markFilter
+	from  *rankCursor
+	n     int
+	at    time.Time
+	top   []ranked
+}
+
+// offer ranks b at t.at and keeps it when it is among the n+1 highest after
+// t.from. A bucket offered again replaces what was kept of it.
+func (t *rankTop) offer(b BucketSnapshot) {
+	if !t.f.keeps(b) {
+		return
+	}
+	if t.at.IsZero() {
+		t.at = b.Now
+	}
+	d := bucket.CanAccept(b.Limit.Rule(), b.State, t.at, bucket.Amount{})
+	r := ranked{b: b, pos: rankOf(t.order, d.Level.Add(d.Held), d.Capacity, b.Key)}
+	p := r.pos
+	if t.from != nil && cmpRank(t.order, p, *t.from) <= 0 {
+		return // on an earlier page
+	}
+	if len(t.top) == t.n+1 && cmpRank(t.order, p, t.top[t.n].pos) >= 0 {
+		return
+	}
+	if j := slices.IndexFunc(t.top, func(e ranked) bool { return e.b.Key == b.Key }); j >= 0 {
+		t.top = slices.Delete(t.top, j, j+1) // seen again: as it is now
+	}
+	i, _ := slices.BinarySearchFunc(t.top, p, func(e ranked, p rankCursor) int { return cmpRank(t.order, e.pos, p) })
+	t.top = slices.Insert(t.top, i, r)
+	if len(t.top) > t.n+1 {
+		t.top = t.top[:t.n+1]
+	}
+}
+
+// page is the page gathered, each bucket as it was read, and the cursor of
+// the next ("" at the end).
+func (t *rankTop) page() ([]ListedBucket, string) {
+	top, next := t.top, ""
+	if len(top) > t.n {
+		top = top[:t.n]
+		last := top[t.n-1].pos
+		last.at = t.at
 		next = last.String()
-		if order == OrderKey {
+		if t.order == OrderKey {
 			next = BucketCursor(last.key)
 		}
 	}
@@ -285,7 +308,7 @@ func (s *Service) rankBuckets(ctx context.Context, limit string, order BucketOrd
 	for i, r := range top {
 		out[i] = ListedBucket{Key: r.b.Key, BucketState: StateOf(r.b.Snapshot)}
 	}
-	return out, next, nil
+	return out, next
 }
 
 // scan calls fn for every bucket of the limit (those f may keep, through
