@@ -59,8 +59,10 @@ func TestDashboardLevels(t *testing.T) {
 				got.From != series.From || got.To != series.To {
 				t.Errorf("the plot is not the series: %+v\nseries: %.500s", got, raw)
 			}
-			if got.Reset != "2026-03-31T22:00:00.000000Z" || got.Resets != "2026-04-30 22:00:00.000Z" ||
-				!strings.Contains(got.Note, "2026-04-30 22:00:00.000Z") || !strings.Contains(got.Note, "month in Europe/Berlin") {
+			// The reset in the viewer's zone (this browser's is UTC) and in the limit's.
+			const reset = "Apr 30, 2026, 10:00 PM UTC · May 1, 2026, 12:00 AM Europe/Berlin"
+			if got.Reset != "2026-03-31T22:00:00.000000Z" || spaces(got.Resets) != reset ||
+				!strings.Contains(spaces(got.Note), reset) || !strings.Contains(got.Note, "month in Europe/Berlin") {
 				t.Errorf("reset not shown: %+v", got)
 			}
 			// 27 hours: every 6 hours, the date at midnight (UTC).
@@ -108,19 +110,20 @@ func TestDashboardLevels(t *testing.T) {
 			}
 		}
 		// The level now has 12 digits; the page shows the capacity's (at
-		// least 2), the exact value in the title.
+		// least 2) in the viewer's number format, the exact value in the
+		// title.
 		state := a.expect("GET", "/v1/limits/spend/buckets/team", "", 200).str("level")
 		var shown struct{ Text, Title string }
 		tb.eval(`({Text: document.querySelector('#bucket-stats [data-field=level]').textContent,
 			Title: document.querySelector('#bucket-stats [data-field=level]').parentElement.title})`, &shown)
 		var want string
 		tb.eval(`fmtAmount(`+jsString(state)+`, 2)`, &want)
-		if shown.Title != state || shown.Text != want || len(want) > len("0000.00") {
+		if shown.Title != state || shown.Text != enUS(want) || len(want) > len("0000.00") {
 			t.Errorf("level %q shown as %+v (want %q)", state, shown, want)
 		}
 		// A leaky limit has no periods: the line is the capacity across the
 		// window.
-		if capLine := chartCapacity(t, tb); capLine.X1 != capLine.Left || capLine.Scope != "window" || capLine.Legend != "capacity 5000" {
+		if capLine := chartCapacity(t, tb); capLine.X1 != capLine.Left || capLine.Scope != "window" || capLine.Legend != "capacity 5,000" {
 			t.Errorf("a leaky limit's capacity line: %+v", capLine)
 		}
 		tb.screenshot("dashboard-bucket-month")

@@ -38,14 +38,17 @@ import (
 const xssKey = `<script>window.__xss=1</script><img src=x onerror="window.__xss=2">`
 
 // browser starts one headless Chromium for the test and returns a context
-// whose tabs share it.
-func browser(t *testing.T) context.Context {
+// whose tabs share it. The viewer reads en-US numbers in UTC unless opts
+// say otherwise (chromedp.Env("TZ=…"), chromedp.Flag("lang", …)).
+func browser(t *testing.T, opts ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := os.Getenv("BUDGETD_TEST_CHROMIUM")
 	if path == "" {
 		path = testenv.Program(t, "chromium", "chromium-browser", "google-chrome")
 	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append([]chromedp.ExecAllocatorOption{
+		chromedp.Env("TZ=UTC"),
+		chromedp.Flag("lang", "en-US"),
 		chromedp.ExecPath(path),
 		chromedp.Headless,
 		chromedp.NoSandbox,
@@ -59,7 +62,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-extensions", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1100, 900),
-	)
+	}, opts...)...)
 	ctx, cancel := chromedp.NewContext(alloc)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
 	if err := chromedp.Do(ctx); err != nil { // start the browser now, without a deadline
@@ -280,8 +283,9 @@ func testDashboardTerms(t *testing.T, b context.Context) {
 				Bold: document.querySelectorAll('#main b').length, Flag: window.__xss ?? null})`, &page)
 		}
 		probe()
-		// The chart's capacity line is the effective capacity, and so is its legend.
-		if page.Capacity != state.str("capacity") || page.Legend != "capacity "+state.str("capacity") || page.Bold != 0 || page.Flag != nil {
+		// The chart's capacity line is the effective capacity, and so is its
+		// legend, in the viewer's (en-US) number format.
+		if page.Capacity != enUS(state.str("capacity")) || page.Legend != "capacity "+enUS(state.str("capacity")) || page.Bold != 0 || page.Flag != nil {
 			t.Errorf("bucket page %+v, API capacity %s", page, state.str("capacity"))
 		}
 		if !overrides && !grants {
@@ -295,7 +299,7 @@ func testDashboardTerms(t *testing.T, b context.Context) {
 		}
 		var eff map[string]string
 		tb.eval(`Object.fromEntries([...document.querySelectorAll('#effective [data-field]')].map(s => [s.dataset.field, s.textContent]))`, &eff)
-		if eff["capacity"] != state.str("capacity") || eff["grants"] != state.str("grants") {
+		if eff["capacity"] != enUS(state.str("capacity")) || eff["grants"] != enUS(state.str("grants")) {
 			t.Errorf("effective capacity %v, API %s", eff, state.raw)
 		}
 		if overrides {
@@ -305,7 +309,7 @@ func testDashboardTerms(t *testing.T, b context.Context) {
 			}
 			var shown map[string]struct{ Text, Title string }
 			tb.eval(`Object.fromEntries([...document.querySelectorAll('#override dd')].map(d => [d.dataset.field, {Text: d.textContent, Title: d.title}]))`, &shown)
-			if shown["pattern"].Text != o.str("pattern") || shown["capacity"].Text != o.str("capacity") || eff["base"] != o.str("capacity") ||
+			if shown["pattern"].Text != o.str("pattern") || shown["capacity"].Text != enUS(o.str("capacity")) || eff["base"] != enUS(o.str("capacity")) ||
 				shown["expires_at"].Title != o.str("expires_at") || !strings.HasPrefix(shown["expires_at"].Text, "2026-03-20 00:00:00") {
 				t.Errorf("override shown %+v (base %q), API %s", shown, eff["base"], o.raw)
 			}
@@ -339,10 +343,10 @@ func testDashboardTerms(t *testing.T, b context.Context) {
 		// terms again (or no terms where grants are not kept).
 		a.clock.Set(time.Date(2026, 3, 20, 0, 0, 0, 0, time.UTC))
 		after := a.expect("GET", path, "", 200)
-		tb.wait(`!document.querySelector('#override') && document.querySelector('#bucket-stats [data-field=capacity]').textContent === ` + jsString(after.str("capacity")))
+		tb.wait(`!document.querySelector('#override') && document.querySelector('#bucket-stats [data-field=capacity]').textContent === ` + jsString(enUS(after.str("capacity"))))
 		if grants {
 			limit := a.expect("GET", "/v1/limits/team-spend", "", 200)
-			tb.wait(`document.querySelector('#own-terms') && document.querySelector('#effective [data-field=base]').textContent === ` + jsString(limit.str("capacity")))
+			tb.wait(`document.querySelector('#own-terms') && document.querySelector('#effective [data-field=base]').textContent === ` + jsString(enUS(limit.str("capacity"))))
 		}
 		if !ledger.ServesRollover(a.store) {
 			return
@@ -355,8 +359,8 @@ func testDashboardTerms(t *testing.T, b context.Context) {
 		if april.str("rollover") != "1000" || april.str("capacity") != "6000" {
 			t.Fatalf("April's bucket: %s", april.raw)
 		}
-		tb.wait(`document.querySelector('#rollover-received')?.textContent === "1000" && document.querySelector('#effective [data-field=rollover]')?.textContent === "1000" && ` +
-			`document.querySelector('#bucket-stats [data-field=capacity]').textContent === ` + jsString(april.str("capacity")))
+		tb.wait(`document.querySelector('#rollover-received')?.textContent === "1,000" && document.querySelector('#effective [data-field=rollover]')?.textContent === "1,000" && ` +
+			`document.querySelector('#bucket-stats [data-field=capacity]').textContent === "6,000"`)
 	})
 }
 
@@ -457,7 +461,7 @@ func testDashboardPages(t *testing.T, b context.Context) {
 		if len(limits) != 3 {
 			t.Fatalf("limits page rows: %v", limits)
 		}
-		want := map[string][3]string{"quiet": {"10", "1 per 1m", "0"}, "rows": {"5000", "5000 per 720h", "1"}, "team-spend": {"100", "1 per 1s", "4"}}
+		want := map[string][3]string{"quiet": {"10", "1 per 1m", "0"}, "rows": {"5,000", "5,000 per 720h", "1"}, "team-spend": {"100", "1 per 1s", "4"}}
 		for _, r := range limits {
 			w := want[r["_"]]
 			if r["capacity"] != w[0] || r["rule"] != w[1] || r["buckets"] != w[2] || r["link"] != r["_"] {
