@@ -130,8 +130,7 @@ func TestDashboardOverview(t *testing.T) {
 				tb.screenshot(map[bool]string{false: "dashboard-limit-overview", true: "dashboard-phone-limit-overview"}[w.phone])
 				checkBucketPeriod(t, tb, a)
 				noSideways(t, tb, w.width)
-				var ok bool
-				tb.eval(`(document.querySelector('#this-period').scrollIntoView(), true)`, &ok)
+				tb.scrollTo("#this-period")
 				tb.screenshot(map[bool]string{false: "dashboard-bucket-period", true: "dashboard-phone-bucket-period"}[w.phone])
 			})
 		}

@@ -177,6 +177,14 @@ func (tb *tab) screenshot(name string) {
 	}
 }
 
+// scrollTo scrolls the page to the first element that selector matches,
+// for a screenshot of it.
+func (tb *tab) scrollTo(selector string) {
+	tb.t.Helper()
+	var ok bool
+	tb.eval(`(document.querySelector(`+jsString(selector)+`).scrollIntoView(), true)`, &ok)
+}
+
 // rows reads a table's body rows as maps of data-field → text, with the
 // row's data-key / data-id / data-limit under "_".
 func (tb *tab) rows(table string) []map[string]string {
@@ -418,6 +426,7 @@ func testDashboardPeriods(t *testing.T, b context.Context) {
 		if strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("chart levels %v, the API answered %v", got, want)
 		}
+		tb.scrollTo(".legend .c") // the level chart, below the period's burn-down
 		tb.screenshot("dashboard-bucket-periodic")
 		if withThresholds {
 			// The bucket's recent events, newest first, as the API lists them.
@@ -512,6 +521,27 @@ func testDashboardPages(t *testing.T, b context.Context) {
 			Text: document.querySelector('#buckets tr[data-key^="<script>"] a')?.textContent ?? ""})`, &xss)
 		if xss.Scripts != 1 || xss.Imgs != 0 || xss.Flag != nil || xss.Text != xssKey {
 			t.Errorf("a key with markup was not rendered as text: %+v", xss)
+		}
+		// Who is near the cap: no thresholds on this limit, the top spenders
+		// in the API's order, 4 buckets and team/a's one hold.
+		tb.wait(`document.querySelector('#no-thresholds') && document.querySelectorAll('#top tbody tr').length === 4`)
+		var top struct {
+			Keys           []string
+			Buckets, Holds string
+		}
+		tb.eval(`({Keys: [...document.querySelectorAll('#top tbody tr')].map(r => r.dataset.key),
+			Buckets: document.querySelector('#limit-stats [data-field=bucket_count]').textContent,
+			Holds: document.querySelector('#limit-stats [data-field=hold_count]').textContent})`, &top)
+		var ranked listed
+		if err := json.Unmarshal([]byte(a.expect("GET", "/v1/limits/team-spend/buckets?order=used", "", 200).raw), &ranked); err != nil {
+			t.Fatal(err)
+		}
+		var rank []string
+		for _, it := range ranked.Items {
+			rank = append(rank, it.Key)
+		}
+		if !slices.Equal(top.Keys, rank) || top.Keys[0] != "team/b" || top.Buckets != "4" || top.Holds != "1" {
+			t.Errorf("top spenders %q (the API ranks %q), %s buckets, %s holds (want 4 and 1)", top.Keys, rank, top.Buckets, top.Holds)
 		}
 		tb.screenshot("dashboard-buckets")
 
@@ -620,11 +650,15 @@ func testDashboardPhone(t *testing.T, b context.Context) {
 	tb.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(1), chromedp.EmulateMobile))
 	for _, page := range []struct{ hash, ready, shot string }{
 		{"", "#limits", "dashboard-phone-limits"},
-		{"#/l/team-spend", "#buckets", "dashboard-phone-buckets"},
+		{"#/l/team-spend", "#buckets && #overview-note", "dashboard-phone-buckets"},
 		{"#/l/team-spend/b/team%2Fa", "#history", "dashboard-phone-bucket"},
 	} {
 		tb.open(page.hash)
-		tb.wait(`document.querySelector(` + jsString(page.ready) + `)`)
+		var ready []string // every selector of page.ready, joined by " && "
+		for _, sel := range strings.Split(page.ready, " && ") {
+			ready = append(ready, `document.querySelector(`+jsString(sel)+`)`)
+		}
+		tb.wait(strings.Join(ready, " && "))
 		var w struct{ Scroll, Inner int }
 		tb.eval(`({Scroll: document.documentElement.scrollWidth, Inner: window.innerWidth})`, &w)
 		if w.Scroll > w.Inner {

@@ -189,7 +189,7 @@ function zonedTime(iso, tz) {
   return el("span", { class: "when", title: iso }, viewer, limit ? " · " : null, limit);
 }
 
-// countdown writes a span of ms as days, hours and minutes in the viewer's
+// countdownText writes a span of ms as days, hours and minutes in the viewer's
 // unit formats ("20d 10h 0m" in en-US), with seconds under an hour, rounded
 // down; "now" at zero or below.
 const UNITS = ["day", "hour", "minute", "second"].map((unit) => new Intl.NumberFormat(undefined, { style: "unit", unit, unitDisplay: "narrow" }));
@@ -253,6 +253,23 @@ function capacitySpan(series) {
   return ps > t0 ? { from: ps, at: series.period_start, earlier: true } : { from: t0, at: series.from, earlier: false };
 }
 
+// frame draws a chart's axes of width W and height H with margins L, R,
+// T and B, its time ticks (x maps a time to its abscissa) and, at the
+// bottom right, the zone they are in.
+function frame(root, { W, H, L, R, T, B }, x, ticks, zone) {
+  root.append(svg("path", { d: `M${L},${T} V${H - B} H${W - R}`, stroke: "#d8dee4", fill: "none" }));
+  for (const tk of ticks) {
+    const xt = x(tk.t).toFixed(2);
+    root.append(svg("line", { class: tk.day ? "tick day" : "tick", x1: xt, x2: xt, y1: T, y2: H - B }));
+    const label = svg("text", { class: "tick", x: xt, y: H - B + 14, "text-anchor": "middle", "data-time": new Date(tk.t).toISOString() });
+    label.textContent = tk.label;
+    root.append(label);
+  }
+  const z = svg("text", { x: W - R, y: H - 4, "text-anchor": "end", class: "zone" });
+  z.textContent = zone;
+  root.append(z);
+}
+
 function drawChart(series, bucket, entries, digits, thresholds) {
   const W = 800, H = 260, L = 64, R = 12, T = 12, B = 34;
   const items = series.items;
@@ -269,17 +286,7 @@ function drawChart(series, bucket, entries, digits, thresholds) {
 
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": "level over time",
     "data-capacity": series.capacity, "data-from": series.from, "data-to": series.to });
-  root.append(svg("path", { d: `M${L},${T} V${H - B} H${W - R}`, stroke: "#d8dee4", fill: "none" }));
-  for (const tk of timeTicks(t0, t1)) {
-    const xt = x(tk.t).toFixed(2);
-    root.append(svg("line", { class: tk.day ? "tick day" : "tick", x1: xt, x2: xt, y1: T, y2: H - B }));
-    const label = svg("text", { class: "tick", x: xt, y: H - B + 14, "text-anchor": "middle", "data-time": new Date(tk.t).toISOString() });
-    label.textContent = tk.label;
-    root.append(label);
-  }
-  const utc = svg("text", { x: W - R, y: H - 4, "text-anchor": "end" });
-  utc.textContent = "UTC";
-  root.append(utc);
+  frame(root, { W, H, L, R, T, B }, x, timeTicks(t0, t1), "UTC");
   for (const v of [0n, cap]) {
     const label = svg("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" });
     label.textContent = showAmount(fromUnits(v), digits);
@@ -444,17 +451,7 @@ function drawBurndown(bucket, nowIso, period, p, digits) {
   const y = (v) => T + (H - T - B) * (1 - unitsToNumber(v) / unitsToNumber(top));
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "burndown", id: "burndown", role: "img",
     "aria-label": "this period: the level against an even pace", "data-from": bucket.period_start, "data-to": bucket.resets_at, "data-now": nowIso });
-  root.append(svg("path", { d: `M${L},${T} V${H - B} H${W - R}`, stroke: "#d8dee4", fill: "none" }));
-  for (const tk of localTicks(t0, t1)) {
-    const xt = x(tk.t).toFixed(2);
-    root.append(svg("line", { class: tk.day ? "tick day" : "tick", x1: xt, x2: xt, y1: T, y2: H - B }));
-    const label = svg("text", { class: "tick", x: xt, y: H - B + 14, "text-anchor": "middle", "data-time": new Date(tk.t).toISOString() });
-    label.textContent = tk.label;
-    root.append(label);
-  }
-  const zone = svg("text", { x: W - R, y: H - 4, "text-anchor": "end", class: "zone" });
-  zone.textContent = VIEWER_ZONE;
-  root.append(zone);
+  frame(root, { W, H, L, R, T, B }, x, localTicks(t0, t1), VIEWER_ZONE);
   for (const v of [0n, p.cap]) {
     const label = svg("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" });
     label.textContent = showAmount(fromUnits(v), digits);
@@ -992,6 +989,7 @@ document.addEventListener("DOMContentLoaded", () => {
     ev.preventDefault();
     token = $("token").value.trim();
     counts.clear();
+    overviews.clear();
     $("token").value = "";
     if (token) sessionStorage.setItem(TOKEN_KEY, token); else sessionStorage.removeItem(TOKEN_KEY);
     start();
