@@ -46,6 +46,10 @@ var _ ledger.RankedLister = (*Store)(nil)
 // shareScale is the fractional digits of a share's bound, rounded up.
 const shareScale = 20
 
+// rankTimeout is the least time the statement of RankBuckets is given
+// (the store's timeout when longer): it reads every bucket of the limit.
+const rankTimeout = time.Minute
+
 // RankBuckets ranks the limit's buckets by a bound of their rank
 // (ledger.RankedLister), in one statement over every bucket of the limit.
 func (s *Store) RankBuckets(ctx context.Context, limit string, q ledger.RankQuery) (ledger.Ranking, error) {
@@ -95,27 +99,38 @@ func (s *Store) rank(ctx context.Context, limit string, q ledger.RankQuery) (led
 	}
 	sql, args := rankStatement(lt, limit, q, r.At, r.Now)
 	found := false
-	err = s.do(ctx, "rank buckets", func(ctx context.Context) error {
+	// One read-only statement over every bucket of the limit, for people
+	// and tools: at READ COMMITTED (a statement is one snapshot, and no
+	// predicate lock on a million rows stands in a writer's way) and with
+	// a deadline of its own, longer than a decision's.
+	timeout := max(s.cfg.timeout, rankTimeout)
+	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly}
+	err = s.doUntil(ctx, time.Now().Add(timeout), "rank buckets", func(ctx context.Context) error {
 		r.Buckets, found = r.Buckets[:0], false
-		var id, rev, over int64
-		var key, bound *string
-		rows, _ := s.pool.Query(ctx, sql, args...) // its error comes with the rows
-		_, err := pgx.ForEachRow(rows, []any{&id, &rev, &over, &key, &bound}, func() error {
-			found = true
-			if id != lt.id || rev != lt.rev || over != lt.over {
-				return errListStale
+		return pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", strconv.FormatInt(timeout.Milliseconds(), 10)); err != nil {
+				return err
 			}
-			if key == nil {
-				return nil // no bucket after q.After
-			}
-			b, err := decimal.NewFromString(*bound)
-			if err != nil {
-				return fmt.Errorf("postgres: numeric %q: %w", *bound, err)
-			}
-			r.Buckets = append(r.Buckets, ledger.RankBound{Bound: b, Key: *key})
-			return nil
+			var id, rev, over int64
+			var key, bound *string
+			rows, _ := tx.Query(ctx, sql, args...) // its error comes with the rows
+			_, err := pgx.ForEachRow(rows, []any{&id, &rev, &over, &key, &bound}, func() error {
+				found = true
+				if id != lt.id || rev != lt.rev || over != lt.over {
+					return errListStale
+				}
+				if key == nil {
+					return nil // no bucket after q.After
+				}
+				b, err := decimal.NewFromString(*bound)
+				if err != nil {
+					return fmt.Errorf("postgres: numeric %q: %w", *bound, err)
+				}
+				r.Buckets = append(r.Buckets, ledger.RankBound{Bound: b, Key: *key})
+				return nil
+			})
+			return err
 		})
-		return err
 	})
 	if err != nil {
 		return ledger.Ranking{}, err
