@@ -145,28 +145,74 @@ const setTrimSQL = `DELETE FROM history WHERE id = ANY (ARRAY(
     SELECT id FROM history WHERE limit_id = $1 AND key = $2
      ORDER BY at DESC, id DESC OFFSET budgetd_history_cap() LIMIT 1000))`
 
-// runSet decides live set-wise and answers each call; errSetFallback when
-// the read found what only budgetd_fillup decides (nothing was written).
-func (s *Store) runSet(ctx context.Context, deadline time.Time, live []*fillCall) error {
-	// The buckets in lock order, each with its calls in arrival order.
-	var bs []*setBucket
+// setBatch is a batch being decided set-wise, built once for all its
+// attempts: its buckets in lock order, each with its calls in arrival
+// order; its calls in the order of their answers (bucket by bucket); and
+// what the statements take.
+type setBatch struct {
+	bs    []*setBucket
+	calls []setCall
+	rows  map[setRow]*setBucket
+	ids   []int64  // per bucket
+	keys  []string // per bucket
+	// The batch's Idempotency-Keys, for the read of live records.
+	idemScopes, idemKeys []string
+}
+
+// setCall is a call of a set-based batch and its bucket; setRow names a
+// bucket row.
+type (
+	setCall struct {
+		b *setBucket
+		c *fillCall
+	}
+	setRow struct {
+		id  int64
+		key string
+	}
+)
+
+// newSetBatch groups live by bucket; nil when a limit is not in the terms
+// index.
+func (s *Store) newSetBatch(ctx context.Context, live []*fillCall) *setBatch {
+	sb := &setBatch{rows: map[setRow]*setBucket{}}
 	at := map[ledger.BucketRef]*setBucket{}
 	for _, c := range live {
 		b := at[c.ref]
 		if b == nil {
 			lt, err := s.limitTerms(ctx, c.ref.Limit)
 			if err != nil || lt == nil {
-				return errSetFallback
+				return nil
 			}
 			b = &setBucket{lt: lt, key: c.ref.Key}
 			at[c.ref] = b
-			bs = append(bs, b)
+			sb.bs = append(sb.bs, b)
 		}
 		b.calls = append(b.calls, c)
 	}
-	slices.SortFunc(bs, func(a, b *setBucket) int {
+	slices.SortFunc(sb.bs, func(a, b *setBucket) int {
 		return cmp.Or(cmp.Compare(a.lt.id, b.lt.id), cmp.Compare(a.key, b.key))
 	})
+	for _, b := range sb.bs {
+		sb.rows[setRow{b.lt.id, b.key}] = b
+		sb.ids, sb.keys = append(sb.ids, b.lt.id), append(sb.keys, b.key)
+		for _, c := range b.calls {
+			sb.calls = append(sb.calls, setCall{b, c})
+			if c.idem.Key != "" {
+				sb.idemScopes, sb.idemKeys = append(sb.idemScopes, c.idem.Scope), append(sb.idemKeys, c.idem.Key)
+			}
+		}
+	}
+	return sb
+}
+
+// runSet decides live set-wise and answers each call; errSetFallback when
+// the read found what only budgetd_fillup decides (nothing was written).
+func (s *Store) runSet(ctx context.Context, deadline time.Time, live []*fillCall) error {
+	sb := s.newSetBatch(ctx, live)
+	if sb == nil {
+		return errSetFallback
+	}
 	if deadline.IsZero() {
 		deadline = time.Now().Add(s.cfg.timeout)
 	}
@@ -175,7 +221,7 @@ func (s *Store) runSet(ctx context.Context, deadline time.Time, live []*fillCall
 	err := s.doUntil(ctx, deadline, "fillup", func(ctx context.Context) error {
 		var err error
 		for range 3 {
-			answers, err = s.setAttempt(ctx, bs)
+			answers, err = s.setAttempt(ctx, sb)
 			if !isUniqueViolation(err) {
 				break
 			}
@@ -193,15 +239,12 @@ func (s *Store) runSet(ctx context.Context, deadline time.Time, live []*fillCall
 		return errSetFallback
 	}
 	s.stats.setBatches.Add(1)
-	i := 0
-	for _, b := range bs {
-		for _, c := range b.calls {
-			c.out, c.err = answers[i].out, nil
-			if answers[i].code != "" {
-				c.err = s.fail(ctx, "fillup", &pgconn.PgError{Severity: "ERROR", Code: answers[i].code,
-					Message: fmt.Sprintf("idempotency key \"%s\" was used with a different request", c.idem.Key)})
-			}
-			i++
+	for i, sc := range sb.calls {
+		c := sc.c
+		c.out, c.err = answers[i].out, nil
+		if answers[i].code != "" {
+			c.err = s.fail(ctx, "fillup", &pgconn.PgError{Severity: "ERROR", Code: answers[i].code,
+				Message: fmt.Sprintf("idempotency key \"%s\" was used with a different request", c.idem.Key)})
 		}
 	}
 	return nil
@@ -217,20 +260,14 @@ type setAnswer struct {
 // isUniqueViolation: a bucket row the batch inserts was created meanwhile.
 func isUniqueViolation(err error) bool { return sqlState(err) == "23505" }
 
-// setAttempt is one transaction of runSet. Its answers are in the order of
-// bs and their calls.
-func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []setAnswer, err error) {
+// setAttempt is one transaction of runSet: read under the locks, decide
+// (decideSet), write. Its answers are in the order of sb.calls.
+func (s *Store) setAttempt(ctx context.Context, sb *setBatch) (answers []setAnswer, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Release()
-	ids := make([]int64, len(bs))
-	keys := make([]string, len(bs))
-	for i, b := range bs {
-		ids[i], keys[i] = b.lt.id, b.key
-		b.found, b.slots, b.state, b.wrote = false, false, bucket.State{}, false
-	}
 	open := false
 	defer func() {
 		if open && err != nil {
@@ -241,210 +278,14 @@ func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []setA
 			cancel()
 		}
 	}()
-
-	// Round trip 1: lock, then read under the locks.
-	rb := &pgx.Batch{}
-	rb.Queue("BEGIN")
-	rb.Queue(setLockSQL, ids, keys)
-	var idemScopes, idemKeys []string
-	for _, b := range bs {
-		for _, c := range b.calls {
-			if c.idem.Key != "" {
-				idemScopes, idemKeys = append(idemScopes, c.idem.Scope), append(idemKeys, c.idem.Key)
-			}
-		}
-	}
-	rb.Queue(setReadSQL, ids, keys, s.nowArg(), idemScopes, idemKeys)
-	res := conn.SendBatch(ctx, rb)
 	open = true
-	if _, err := res.Exec(); err != nil {
-		res.Close()
-		return nil, err
-	}
-	byRef := map[ledger.BucketRef]*setBucket{}
-	for _, b := range bs {
-		byRef[ledger.BucketRef{Limit: b.lt.lim.Name, Key: b.key}] = b
-	}
-	idPos := map[int64]string{}
-	for _, b := range bs {
-		idPos[b.lt.id] = b.lt.lim.Name
-	}
-	rows, err := res.Query()
+	nowUS, fallback, err := s.setRead(ctx, conn, sb)
 	if err != nil {
-		res.Close()
 		return nil, err
 	}
-	for rows.Next() {
-		var id int64
-		var key, level string
-		var updated *int64
-		var slots bool
-		if err := rows.Scan(&id, &key, &level, &updated, &slots); err != nil {
-			rows.Close()
-			res.Close()
-			return nil, err
-		}
-		b := byRef[ledger.BucketRef{Limit: idPos[id], Key: key}]
-		if b == nil {
-			continue
-		}
-		lv, ok := bucket.ParseAmount(level)
-		if !ok {
-			rows.Close()
-			res.Close()
-			return nil, fmt.Errorf("postgres fillup: decoding level %q: %w", level, errBadAnswer)
-		}
-		b.found, b.slots = true, slots
-		b.state.Level = lv
-		if updated != nil {
-			b.state.Updated = fromUS(*updated)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		res.Close()
-		return nil, err
-	}
-	var nowUS int64
-	fallback := false
-	rows, err = res.Query()
-	if err != nil {
-		res.Close()
-		return nil, err
-	}
-	for rows.Next() {
-		var i int32
-		var live int64 // live idempotency records of the batch's keys
-		var exists bool
-		var rev, over, grants, expired int64
-		var amounts []string
-		var expires []int64
-		if err := rows.Scan(&i, &nowUS, &live, &exists, &rev, &over, &grants, &amounts, &expires, &expired); err != nil {
-			rows.Close()
-			res.Close()
-			return nil, err
-		}
-		b := bs[i-1]
-		if live > 0 {
-			fallback = true // budgetd_fillup replays them
-		}
-		if !exists || rev != b.lt.rev || over != b.lt.over || grants > 0 || expired > 0 || b.slots || len(amounts) != len(expires) {
-			if !exists || rev != b.lt.rev || over != b.lt.over {
-				s.terms.forget(b.lt.lim.Name)
-			}
-			fallback = true
-			continue
-		}
-		for j, a := range amounts {
-			amount, ok := bucket.ParseAmount(a)
-			if !ok {
-				fallback = true
-				break
-			}
-			b.state.Holds = append(b.state.Holds, bucket.Hold{Amount: amount, ExpiresAt: fromUS(expires[j])})
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		res.Close()
-		return nil, err
-	}
-	if err := res.Close(); err != nil {
-		return nil, err
-	}
-	s.sawNow(nowUS)
-	now := fromUS(nowUS)
-
-	// Decide, bucket by bucket, each bucket's calls in arrival order.
-	var (
-		upIDs, inIDs       []int64
-		upKeys, inKeys     []string
-		upLevels, inLevels []string
-		upTimes, inTimes   []int64
-		hIDs               []int64
-		hKeys, hEvents     []string
-		hCosts, hMetas     []string
-		hShadow            []*bool
-		entryOf            []int // per answer: its entry's position in the history lists, -1 for none
-		// The idempotency records: per record its call's answer, and per
-		// answer the earlier one it replays (-1 for none).
-		recOf    []int
-		replayOf []int
-		firstOf  map[[2]string]*fillCall
-		answerOf map[*fillCall]int
-	)
-	for _, b := range bs {
-		if b.state.Updated.After(now) {
-			fallback = true // a clock stepped back: budgetd_fillup moves the row
-		}
-		if fallback {
-			break
-		}
-		l := b.lt.lim
-		rule := l.Rule()
-		for _, c := range b.calls {
-			replayOf = append(replayOf, -1)
-			if c.idem.Key != "" {
-				k := [2]string{c.idem.Scope, c.idem.Key}
-				if first, ok := firstOf[k]; ok {
-					// A later call of the batch with the key: as the first
-					// one's answer, replayed, or refused.
-					entryOf = append(entryOf, -1)
-					if first.idem.Hash == c.idem.Hash {
-						replayOf[len(replayOf)-1] = answerOf[first]
-						answers = append(answers, setAnswer{})
-					} else {
-						answers = append(answers, setAnswer{code: codeKeyReused})
-					}
-					continue
-				}
-				if firstOf == nil {
-					firstOf, answerOf = map[[2]string]*fillCall{}, map[*fillCall]int{}
-				}
-				firstOf[k], answerOf[c] = c, len(answers)
-				recOf = append(recOf, len(answers))
-			}
-			cost, ok := bucket.ParseAmount(c.cost)
-			if !ok {
-				return nil, errSetFallback
-			}
-			d, ns := bucket.Fillup(rule, b.state, now, cost)
-			charged := d.Accepted && cost.Sign() > 0
-			if charged {
-				b.state, b.wrote = ns, true
-			} else if !d.Accepted && !b.found && !b.wrote {
-				fallback = true // a denial on no row: judged under a placeholder's lock
-				break
-			}
-			entry := -1
-			if l.History && (charged || !d.Accepted && l.RecordDenials) {
-				event := ledger.EventFillup
-				var shadow *bool
-				if !d.Accepted {
-					event = ledger.EventDenied
-				} else if l.RecordDenials && l.Mode == ledger.ModeShadow &&
-					b.state.Level.Add(bucket.HeldAt(b.state, now)).Cmp(ledger.Amount(l.Capacity)) > 0 {
-					t := true
-					shadow = &t
-				}
-				entry = len(hCosts)
-				hIDs, hKeys, hEvents = append(hIDs, b.lt.id), append(hKeys, b.key), append(hEvents, string(event))
-				hCosts, hMetas, hShadow = append(hCosts, c.cost), append(hMetas, c.meta), append(hShadow, shadow)
-			}
-			entryOf = append(entryOf, entry)
-			answers = append(answers, setAnswer{out: ledger.FillupOutcome{Accepted: d.Accepted, Items: []ledger.ItemOutcome{{
-				Snapshot: ledger.Snapshot{Limit: l, State: cloneState(b.state), Now: now},
-			}}}})
-		}
-		if b.wrote {
-			if b.found {
-				upIDs, upKeys = append(upIDs, b.lt.id), append(upKeys, b.key)
-				upLevels, upTimes = append(upLevels, b.state.Level.String()), append(upTimes, b.state.Updated.UnixMicro())
-			} else {
-				inIDs, inKeys = append(inIDs, b.lt.id), append(inKeys, b.key)
-				inLevels, inTimes = append(inLevels, b.state.Level.String()), append(inTimes, b.state.Updated.UnixMicro())
-			}
-		}
+	var p *setPlan
+	if !fallback {
+		p, fallback = decideSet(sb, fromUS(nowUS))
 	}
 	if fallback {
 		open = false
@@ -453,95 +294,298 @@ func (s *Store) setAttempt(ctx context.Context, bs []*setBucket) (answers []setA
 		}
 		return nil, errSetFallback
 	}
+	entryIDs, err := s.setWrite(ctx, conn, sb, p, nowUS)
+	if err != nil {
+		return nil, err
+	}
+	open = false
+	for i, e := range p.entryOf {
+		if e >= 0 {
+			p.answers[i].out.Items[0].EntryID = strconv.FormatInt(entryIDs[e], 10)
+		}
+	}
+	for i, j := range p.replayOf {
+		if j >= 0 {
+			p.answers[i].out = p.answers[j].out
+			p.answers[i].out.Items = slices.Clone(p.answers[j].out.Items)
+			p.answers[i].out.Replayed = true
+		}
+	}
+	s.trimHistory(ctx, conn, entryIDs, p.hist.ids, p.hist.keys)
+	return p.answers, nil
+}
 
-	// Round trip 2: write, record, commit.
+// setRead is round trip 1 of an attempt: BEGIN, lock the batch's rows,
+// then read under the locks into its buckets. It returns the database's
+// now, and whether what it read sends the batch to budgetd_fillup.
+func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (nowUS int64, fallback bool, err error) {
+	for _, b := range sb.bs {
+		b.found, b.slots, b.state, b.wrote = false, false, bucket.State{}, false
+	}
+	rb := &pgx.Batch{}
+	rb.Queue("BEGIN")
+	rb.Queue(setLockSQL, sb.ids, sb.keys)
+	rb.Queue(setReadSQL, sb.ids, sb.keys, s.nowArg(), sb.idemScopes, sb.idemKeys)
+	res := conn.SendBatch(ctx, rb)
+	defer res.Close()
+	if _, err := res.Exec(); err != nil {
+		return 0, false, err
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return 0, false, err
+	}
+	var (
+		id         int64
+		key, level string
+		updated    *int64
+		slots      bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &key, &level, &updated, &slots}, func() error {
+		b := sb.rows[setRow{id, key}]
+		if b == nil {
+			return nil
+		}
+		lv, ok := bucket.ParseAmount(level)
+		if !ok {
+			return fmt.Errorf("postgres fillup: decoding level %q: %w", level, errBadAnswer)
+		}
+		b.found, b.slots = true, slots
+		b.state.Level = lv
+		if updated != nil {
+			b.state.Updated = fromUS(*updated)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	if rows, err = res.Query(); err != nil {
+		return 0, false, err
+	}
+	var (
+		i                          int32
+		live                       int64 // live idempotency records of the batch's keys
+		exists                     bool
+		rev, over, grants, expired int64
+		amounts                    []string
+		expires                    []int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&i, &nowUS, &live, &exists, &rev, &over, &grants, &amounts, &expires, &expired}, func() error {
+		b := sb.bs[i-1]
+		if live > 0 {
+			fallback = true // budgetd_fillup replays them
+		}
+		if !exists || rev != b.lt.rev || over != b.lt.over {
+			s.terms.forget(b.lt.lim.Name)
+			fallback = true
+			return nil
+		}
+		if grants > 0 || expired > 0 || b.slots || len(amounts) != len(expires) {
+			fallback = true
+			return nil
+		}
+		for j, a := range amounts {
+			amount, ok := bucket.ParseAmount(a)
+			if !ok {
+				fallback = true
+				return nil
+			}
+			b.state.Holds = append(b.state.Holds, bucket.Hold{Amount: amount, ExpiresAt: fromUS(expires[j])})
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	if err := res.Close(); err != nil {
+		return 0, false, err
+	}
+	s.sawNow(nowUS)
+	return nowUS, fallback, nil
+}
+
+// setPlan is what decideSet decided: the answers, and the statements'
+// arguments that write them.
+type setPlan struct {
+	answers []setAnswer
+	// Per answer: its history entry's position in hist (-1 for none), and
+	// the earlier answer it replays (-1 for none). recOf lists the answers
+	// that write an idempotency record.
+	entryOf, replayOf, recOf []int
+	up, in                   setRows
+	hist                     setHistory
+}
+
+// setRows are bucket rows to write, as setUpdateSQL and setInsertSQL take
+// them.
+type setRows struct {
+	ids    []int64
+	keys   []string
+	levels []string
+	times  []int64
+}
+
+func (r *setRows) add(b *setBucket) {
+	r.ids, r.keys = append(r.ids, b.lt.id), append(r.keys, b.key)
+	r.levels, r.times = append(r.levels, b.state.Level.String()), append(r.times, b.state.Updated.UnixMicro())
+}
+
+// setHistory are history entries to write, as setHistorySQL takes them.
+type setHistory struct {
+	ids                        []int64
+	keys, events, costs, metas []string
+	shadow                     []*bool
+}
+
+// decideSet decides the batch at now, bucket by bucket, each bucket's
+// calls in arrival order, with bucket.Fillup on the state the previous
+// call left, exactly as budgetd_fillup_batch decides them. It writes
+// nothing but the buckets' states; fallback when a bucket needs what only
+// budgetd_fillup does.
+func decideSet(sb *setBatch, now time.Time) (p *setPlan, fallback bool) {
+	p = &setPlan{}
+	// The first call of the batch with each Idempotency-Key, and its answer.
+	var first map[[2]string]int
+	for _, b := range sb.bs {
+		if b.state.Updated.After(now) {
+			return nil, true // a clock stepped back: budgetd_fillup moves the row
+		}
+	}
+	for a, sc := range sb.calls {
+		b, c := sc.b, sc.c
+		l := b.lt.lim
+		p.replayOf = append(p.replayOf, -1)
+		if c.idem.Key != "" {
+			k := [2]string{c.idem.Scope, c.idem.Key}
+			if f, ok := first[k]; ok {
+				// A later call of the batch with the key: as the first
+				// one's answer, replayed, or refused.
+				p.entryOf = append(p.entryOf, -1)
+				if sb.calls[f].c.idem.Hash == c.idem.Hash {
+					p.replayOf[a] = f
+					p.answers = append(p.answers, setAnswer{})
+				} else {
+					p.answers = append(p.answers, setAnswer{code: codeKeyReused})
+				}
+				continue
+			}
+			if first == nil {
+				first = map[[2]string]int{}
+			}
+			first[k] = a
+			p.recOf = append(p.recOf, a)
+		}
+		cost, ok := bucket.ParseAmount(c.cost)
+		if !ok {
+			return nil, true
+		}
+		d, ns := bucket.Fillup(l.Rule(), b.state, now, cost)
+		charged := d.Accepted && cost.Sign() > 0
+		if charged {
+			b.state, b.wrote = ns, true
+		} else if !d.Accepted && !b.found && !b.wrote {
+			return nil, true // a denial on no row: judged under a placeholder's lock
+		}
+		entry := -1
+		if l.History && (charged || !d.Accepted && l.RecordDenials) {
+			event := ledger.EventFillup
+			var shadow *bool
+			if !d.Accepted {
+				event = ledger.EventDenied
+			} else if l.RecordDenials && l.Mode == ledger.ModeShadow &&
+				b.state.Level.Add(bucket.HeldAt(b.state, now)).Cmp(ledger.Amount(l.Capacity)) > 0 {
+				t := true
+				shadow = &t
+			}
+			h := &p.hist
+			entry = len(h.costs)
+			h.ids, h.keys, h.events = append(h.ids, b.lt.id), append(h.keys, b.key), append(h.events, string(event))
+			h.costs, h.metas, h.shadow = append(h.costs, c.cost), append(h.metas, c.meta), append(h.shadow, shadow)
+		}
+		p.entryOf = append(p.entryOf, entry)
+		p.answers = append(p.answers, setAnswer{out: ledger.FillupOutcome{Accepted: d.Accepted, Items: []ledger.ItemOutcome{{
+			Snapshot: ledger.Snapshot{Limit: l, State: cloneState(b.state), Now: now},
+		}}}})
+	}
+	for _, b := range sb.bs {
+		switch {
+		case !b.wrote:
+		case b.found:
+			p.up.add(b)
+		default:
+			p.in.add(b)
+		}
+	}
+	return p, false
+}
+
+// setWrite is round trip 2 of an attempt: the plan's bucket rows, history
+// entries and idempotency records, then COMMIT. It returns the entries'
+// ids in the order of p.hist.
+func (s *Store) setWrite(ctx context.Context, conn *pgxpool.Conn, sb *setBatch, p *setPlan, nowUS int64) ([]int64, error) {
 	wb := &pgx.Batch{}
-	if len(upIDs) > 0 {
-		wb.Queue(setUpdateSQL, upIDs, upKeys, upLevels, upTimes)
+	rowWrites := 0
+	if len(p.up.ids) > 0 {
+		wb.Queue(setUpdateSQL, p.up.ids, p.up.keys, p.up.levels, p.up.times)
+		rowWrites++
 	}
-	if len(inIDs) > 0 {
-		wb.Queue(setInsertSQL, inIDs, inKeys, inLevels, inTimes)
+	if len(p.in.ids) > 0 {
+		wb.Queue(setInsertSQL, p.in.ids, p.in.keys, p.in.levels, p.in.times)
+		rowWrites++
 	}
+	h := &p.hist
 	var rScopes, rKeys, rHashes []string
 	var rLimits []int64
 	var rDocs [][]byte
 	var rEntries []int32
-	for _, a := range recOf {
-		c := callAt(bs, a)
-		doc, err := idemDoc(&answers[a].out, nowUS)
+	for _, a := range p.recOf {
+		sc := sb.calls[a]
+		doc, err := idemDoc(&p.answers[a].out, nowUS)
 		if err != nil {
 			return nil, err
 		}
-		rScopes, rKeys, rHashes = append(rScopes, c.idem.Scope), append(rKeys, c.idem.Key), append(rHashes, c.idem.Hash)
-		rLimits, rDocs, rEntries = append(rLimits, bucketAt(bs, a).lt.id), append(rDocs, doc), append(rEntries, int32(entryOf[a]+1))
+		rScopes, rKeys, rHashes = append(rScopes, sc.c.idem.Scope), append(rKeys, sc.c.idem.Key), append(rHashes, sc.c.idem.Hash)
+		rLimits, rDocs, rEntries = append(rLimits, sc.b.lt.id), append(rDocs, doc), append(rEntries, int32(p.entryOf[a]+1))
 	}
 	switch {
-	case len(recOf) > 0:
-		wb.Queue(setRecordSQL, nowUS, hIDs, hKeys, hEvents, hCosts, hMetas, hShadow, rScopes, rKeys, rHashes, rLimits, rDocs, rEntries)
-	case len(hCosts) > 0:
-		wb.Queue(setHistorySQL, nowUS, hIDs, hKeys, hEvents, hCosts, hMetas, hShadow)
+	case len(p.recOf) > 0:
+		wb.Queue(setRecordSQL, nowUS, h.ids, h.keys, h.events, h.costs, h.metas, h.shadow, rScopes, rKeys, rHashes, rLimits, rDocs, rEntries)
+	case len(h.costs) > 0:
+		wb.Queue(setHistorySQL, nowUS, h.ids, h.keys, h.events, h.costs, h.metas, h.shadow)
 	}
 	wb.Queue("COMMIT")
-	res = conn.SendBatch(ctx, wb)
-	if len(upIDs) > 0 {
+	res := conn.SendBatch(ctx, wb)
+	defer res.Close()
+	for range rowWrites {
 		if _, err := res.Exec(); err != nil {
-			res.Close()
-			return nil, err
-		}
-	}
-	if len(inIDs) > 0 {
-		if _, err := res.Exec(); err != nil {
-			res.Close()
 			return nil, err
 		}
 	}
 	var entryIDs []int64
-	if len(recOf) > 0 {
+	if len(p.recOf) > 0 {
 		var written int64
 		if err := res.QueryRow().Scan(&entryIDs, &written); err != nil {
-			res.Close()
 			return nil, err
 		}
-	} else if len(hCosts) > 0 {
+	} else if len(h.costs) > 0 {
 		rows, err := res.Query()
 		if err != nil {
-			res.Close()
 			return nil, err
 		}
-		entryIDs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			res.Close()
+		if entryIDs, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
 			return nil, err
 		}
 		// Ids grow with insertion: the i-th smallest is the i-th entry.
 		slices.Sort(entryIDs)
 	}
-	if len(entryIDs) != len(hCosts) {
-		res.Close()
-		return nil, fmt.Errorf("postgres fillup: %d history entries for %d: %w", len(entryIDs), len(hCosts), errBadAnswer)
+	if len(entryIDs) != len(h.costs) {
+		return nil, fmt.Errorf("postgres fillup: %d history entries for %d: %w", len(entryIDs), len(h.costs), errBadAnswer)
 	}
 	if _, err := res.Exec(); err != nil { // COMMIT
-		res.Close()
 		return nil, err
 	}
-	open = false
-	if err := res.Close(); err != nil {
-		return nil, err
-	}
-	for i, e := range entryOf {
-		if e >= 0 {
-			answers[i].out.Items[0].EntryID = strconv.FormatInt(entryIDs[e], 10)
-		}
-	}
-	for i, j := range replayOf {
-		if j >= 0 {
-			answers[i].out = answers[j].out
-			answers[i].out.Items = slices.Clone(answers[j].out.Items)
-			answers[i].out.Replayed = true
-		}
-	}
-	s.trimHistory(ctx, conn, entryIDs, hIDs, hKeys)
-	return answers, nil
+	return entryIDs, res.Close()
 }
 
 // trimHistory trims, after the commit, the history of each bucket that got
@@ -565,28 +609,6 @@ func (s *Store) trimHistory(ctx context.Context, conn *pgxpool.Conn, ids, lims [
 func cloneState(st bucket.State) bucket.State {
 	st.Holds, st.Slots = slices.Clone(st.Holds), slices.Clone(st.Slots)
 	return st
-}
-
-// callAt and bucketAt are the call of answer a of a set-based batch and its
-// bucket (answers follow bs and their calls).
-func callAt(bs []*setBucket, a int) *fillCall {
-	b, i := bucketOf(bs, a)
-	return b.calls[i]
-}
-
-func bucketAt(bs []*setBucket, a int) *setBucket {
-	b, _ := bucketOf(bs, a)
-	return b
-}
-
-func bucketOf(bs []*setBucket, a int) (*setBucket, int) {
-	for _, b := range bs {
-		if a < len(b.calls) {
-			return b, a
-		}
-		a -= len(b.calls)
-	}
-	panic("postgres: answer out of range")
 }
 
 // idemDoc is the outcome document a call's Idempotency-Key keeps, as

@@ -114,8 +114,7 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 		got, errs := s.FillupCalls(ctx, refs, cs, scoped(idems, "batched"))
 		for i, c := range cs {
 			want, err := s.FillupAllOrNone(ctx, ledger.Charge{Bucket: seqs[i], Cost: c}, scoped(idems, "one-by-one")[i])
-			if (errs[i] == nil) != (err == nil) || err != nil && !(errors.Is(err, ledger.ErrLimitNotFound) && errors.Is(errs[i], ledger.ErrLimitNotFound) ||
-				errors.Is(err, ledger.ErrIdempotencyKeyReused) && errors.Is(errs[i], ledger.ErrIdempotencyKeyReused)) {
+			if !sameRefusal(errs[i], err) {
 				t.Fatalf("round %d item %d: batched: %v, one by one: %v", round, i, errs[i], err)
 			}
 			switch {
