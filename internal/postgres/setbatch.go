@@ -32,10 +32,11 @@ import (
 //
 // A batch goes this way only when everything about it is the common case, known in Go before it is sent:
 // READ COMMITTED, more than one call, and limits in the terms index that are leaky or periodic, without
-// overrides, thresholds or rollover. A call's Idempotency-Key is decided as budgetd_fillup_batch decides it:
+// thresholds or rollover; each key is decided on its terms from the index's overrides (ledger.TermsAt). A call's Idempotency-Key is decided as budgetd_fillup_batch decides it:
 // a later call of the batch with the key replays the first (same request) or is refused; the first writes
 // the record, in the statement that writes the history, with its entry's id. What only the read can tell sends it the usual way
-// after a ROLLBACK, nothing written: a limit changed or deleted since the index read it, grant rows, expired
+// after a ROLLBACK, nothing written: a limit or its overrides changed or deleted since the index read
+// them, a bucket an override's end has to settle first, grant rows, expired
 // holds to record, a clock stepped back, a window's slots left on a row, a denial on a bucket without a
 // row (budgetd_batch_write proves that one under a placeholder's lock), or a live idempotency record of one
 // of the batch's keys (the function replays it). A bucket row another session
@@ -54,8 +55,9 @@ type setBucket struct {
 	lt     *limitTerms
 	key    string
 	calls  []*fillCall
-	found  bool // a row exists (a placeholder included)
-	slots  bool // the row has a window's slots
+	eff    ledger.Limit // the effective limit at the batch's now: ledger.TermsAt's
+	found  bool         // a row exists (a placeholder included)
+	slots  bool         // the row has a window's slots
 	state  bucket.State
 	wrote  bool
 	entry0 int // the first of its history entries in the batch's list
@@ -69,7 +71,7 @@ func (s *Store) setEligible(ctx context.Context, batch []*fillCall) bool {
 	}
 	for _, c := range batch {
 		lt, err := s.limitTerms(ctx, c.ref.Limit)
-		if err != nil || lt == nil || lt.set != nil || lt.lim.Window != nil || len(lt.lim.Thresholds) > 0 || lt.lim.Rollover != nil {
+		if err != nil || lt == nil || lt.lim.Window != nil || len(lt.lim.Thresholds) > 0 || lt.lim.Rollover != nil {
 			return false
 		}
 	}
@@ -451,10 +453,17 @@ func decideSet(sb *setBatch, now time.Time) (p *setPlan, fallback bool) {
 		if b.state.Updated.After(now) {
 			return nil, true // a clock stepped back: budgetd_fillup moves the row
 		}
+		// The key's terms at now, from the index's overrides (checked
+		// against the limit's override version under the locks: setRead).
+		t := ledger.TermsAt(&ledger.TermsInput{Limit: b.lt.lim, Key: b.key, Overrides: b.lt.resolver(), State: b.state, Now: now})
+		if t.Settled {
+			return nil, true // an override ended since the last write: budgetd_fillup settles the bucket
+		}
+		b.eff = t.Limit
 	}
 	for a, sc := range sb.calls {
 		b, c := sc.b, sc.c
-		l := b.lt.lim
+		l := b.eff
 		p.replayOf = append(p.replayOf, -1)
 		if c.idem.Key != "" {
 			k := [2]string{c.idem.Scope, c.idem.Key}
@@ -633,7 +642,8 @@ func idemDoc(o *ledger.FillupOutcome, nowUS int64) ([]byte, error) {
 	snap := o.Items[0].Snapshot
 	l, st := snap.Limit, snap.State
 	d := limitDoc{Name: l.Name, Capacity: l.Capacity, LeakAmount: l.LeakAmount, LeakPerUS: l.LeakPer.Microseconds(),
-		History: l.History, RecordDenials: l.RecordDenials, CreatedUS: l.CreatedAt.UnixMicro(), UpdatedUS: l.UpdatedAt.UnixMicro()}
+		History: l.History, RecordDenials: l.RecordDenials, CreatedUS: l.CreatedAt.UnixMicro(), UpdatedUS: l.UpdatedAt.UnixMicro(),
+		Override: l.Override}
 	if l.Period != nil {
 		sd := l.Period.StartDay
 		d.Period = &periodDoc{Every: l.Period.Every, TZ: l.Period.TZ, StartDay: &sd}

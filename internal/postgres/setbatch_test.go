@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,9 +22,21 @@ func limitOf(o ledger.FillupOutcome) string {
 		return ""
 	}
 	l := o.Items[0].Snapshot.Limit
-	return fmt.Sprintf("%s cap=%s kind=%s history=%v denials=%v mode=%s grace=%s created=%d updated=%d entry=%v",
-		l.Name, l.Capacity, l.Kind(), l.History, l.RecordDenials, l.Mode, l.Grace, l.CreatedAt.UnixMicro(), l.UpdatedAt.UnixMicro(),
-		o.Items[0].EntryID != "")
+	period := ""
+	if l.Period != nil {
+		period = fmt.Sprintf("%s/%s/%d", l.Period.Every, l.Period.TZ, l.Period.StartDay)
+	}
+	return fmt.Sprintf("%s cap=%s kind=%s leak=%s/%v period=%s override=%q history=%v denials=%v mode=%s grace=%s created=%d updated=%d entry=%v",
+		l.Name, l.Capacity, l.Kind(), l.LeakAmount, l.LeakPer, period, twinless(l.Override), l.History, l.RecordDenials, l.Mode, l.Grace,
+		l.CreatedAt.UnixMicro(), l.UpdatedAt.UnixMicro(), o.Items[0].EntryID != "")
+}
+
+// twinless is an override's pattern without its twin's prefix.
+func twinless(pattern string) string {
+	if p, ok := strings.CutPrefix(pattern, "bat-"); ok {
+		return p
+	}
+	return strings.TrimPrefix(pattern, "seq-")
 }
 
 // TestSetBatchEqualsSequence drives coalesced batches of mixed buckets,
@@ -43,15 +57,35 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 		{Name: "q", Capacity: dec("12.5"), Period: &ledger.Period{Every: "day", TZ: "Europe/Berlin"}, History: true},
 		{Name: "s", Capacity: dec("8"), LeakAmount: dec("0.5"), LeakPer: time.Second, Mode: ledger.ModeShadow, History: true, RecordDenials: true},
 		{Name: "n", Capacity: dec("6"), LeakAmount: dec("2"), LeakPer: time.Second},
+		{Name: "o", Capacity: dec("9"), LeakAmount: dec("1"), LeakPer: 2 * time.Second, History: true, RecordDenials: true},
+		{Name: "r", Capacity: dec("11"), Period: &ledger.Period{Every: "day", TZ: "UTC"}, History: true},
 	}
 	for _, l := range limits {
 		if _, err := s.PutLimit(ctx, l); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// Overrides on both twins of a key: a larger capacity, a prefix with
+	// another leak, one that expires during the run (its end settles the
+	// bucket first), and on the periodic limit another zone.
+	override := func(limit, key string, o ledger.Override) {
+		t.Helper()
+		for _, twin := range []string{"bat-", "seq-"} {
+			o := o
+			o.Pattern = twin + key
+			if _, err := s.PutOverride(ctx, limit, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	override("o", "a", ledger.Override{Capacity: decimal.NewNullDecimal(dec("20"))})
+	override("o", "b*", ledger.Override{Capacity: decimal.NewNullDecimal(dec("4")), LeakAmount: dec("3"), LeakPer: time.Second})
+	override("o", "c", ledger.Override{Capacity: decimal.NewNullDecimal(dec("15")), LeakAmount: dec("1"), LeakPer: 10 * time.Second,
+		ExpiresAt: clock.Now().Add(9 * time.Second)})
+	override("r", "a", ledger.Override{Capacity: decimal.NewNullDecimal(dec("30")), TZ: "Asia/Tokyo"})
 	type pair struct{ bat, seq ledger.BucketRef }
 	var buckets []pair
-	for _, l := range []string{"q", "p", "s", "n", "missing"} {
+	for _, l := range []string{"q", "p", "s", "n", "o", "r", "missing"} {
 		for _, k := range []string{"b", "a", "c"} {
 			buckets = append(buckets, pair{ledger.BucketRef{Limit: l, Key: "bat-" + k}, ledger.BucketRef{Limit: l, Key: "seq-" + k}})
 		}
@@ -64,6 +98,11 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 		clock.Advance(time.Duration(rng.IntN(4_000_000)) * time.Microsecond)
 		if round%10 == 5 {
 			clock.Advance(20 * time.Hour) // into the next day, now and then
+		}
+		if round%25 == 12 {
+			// An override changed between batches: the index is stale
+			// until the read under the locks sees the new version.
+			override("o", "a", ledger.Override{Capacity: decimal.NewNullDecimal(dec(strconv.Itoa(14 + round%7)))})
 		}
 		if rng.IntN(4) == 0 {
 			// A hold on both twins, most of them outliving the next rounds.
