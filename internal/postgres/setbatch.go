@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
 )
 
 // The set-based batch (issue 44, step 2; WithSetBatch, off by default) decides a coalesced batch of the
@@ -23,8 +24,8 @@ import (
 //
 //   - round trip 1: BEGIN; lock the batch's existing bucket rows in one statement, in (limit_id, key) order
 //     as every call locks them; then, in a statement of its own (so at READ COMMITTED it sees whatever
-//     committed before the locks were granted), the database's now, each limit's version and grant rows,
-//     and each bucket's active holds;
+//     committed before the locks were granted), the database's now, each limit's version, each bucket's active grants
+//     and holds;
 //   - the decision, per bucket in arrival order at that one instant, exactly as budgetd_fillup_batch makes
 //     it (bucket.Fillup on the state the previous call left);
 //   - round trip 2: the written buckets in one UPDATE and one INSERT, the history entries in one INSERT,
@@ -32,11 +33,12 @@ import (
 //
 // A batch goes this way only when everything about it is the common case, known in Go before it is sent:
 // READ COMMITTED, more than one call, and limits in the terms index that are leaky or periodic, without
-// thresholds or rollover; each key is decided on its terms from the index's overrides (ledger.TermsAt). A call's Idempotency-Key is decided as budgetd_fillup_batch decides it:
+// thresholds or rollover; each key is decided on its terms (ledger.TermsAt) from the index's overrides and
+// the bucket's active grants, read under the locks. A call's Idempotency-Key is decided as budgetd_fillup_batch decides it:
 // a later call of the batch with the key replays the first (same request) or is refused; the first writes
 // the record, in the statement that writes the history, with its entry's id. What only the read can tell sends it the usual way
 // after a ROLLBACK, nothing written: a limit or its overrides changed or deleted since the index read
-// them, a bucket an override's end has to settle first, grant rows, expired
+// them, a bucket an override's end has to settle first, expired
 // holds to record, a clock stepped back, a window's slots left on a row, a denial on a bucket without a
 // row (budgetd_batch_write proves that one under a placeholder's lock), or a live idempotency record of one
 // of the batch's keys (the function replays it). A bucket row another session
@@ -55,9 +57,10 @@ type setBucket struct {
 	lt     *limitTerms
 	key    string
 	calls  []*fillCall
-	eff    ledger.Limit // the effective limit at the batch's now: ledger.TermsAt's
-	found  bool         // a row exists (a placeholder included)
-	slots  bool         // the row has a window's slots
+	grants []ledger.Grant // its active grants
+	eff    ledger.Limit   // the effective limit at the batch's now: ledger.TermsAt's
+	found  bool           // a row exists (a placeholder included)
+	slots  bool           // the row has a window's slots
 	state  bucket.State
 	wrote  bool
 	entry0 int // the first of its history entries in the batch's list
@@ -90,7 +93,8 @@ const setReadSQL = `WITH t AS MATERIALIZED (SELECT coalesce($3::timestamptz, bud
           JOIN idempotency i ON i.scope = q.s AND i.key = q.k, t
          WHERE i.created_at > t.now - budgetd_idempotency_ttl() AND budgetd_limits_exist(i.limit_ids))
 SELECT u.i::int, budgetd_us(t.now), r.n, l.id IS NOT NULL, coalesce(budgetd_us(l.updated_at), 0), coalesce(l.override_ver, 0),
-       coalesce(l.grant_rows, 0), coalesce(h.amounts, '{}'), coalesce(h.expires, '{}'), coalesce(h.expired, 0)
+       coalesce(h.amounts, '{}'), coalesce(h.expires, '{}'), coalesce(h.expired, 0),
+       coalesce(g.amounts, '{}'), coalesce(g.expires, '{}')
   FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(l, k, i)
  CROSS JOIN t CROSS JOIN r
   LEFT JOIN limits l ON l.id = u.l
@@ -99,6 +103,9 @@ SELECT u.i::int, budgetd_us(t.now), r.n, l.id IS NOT NULL, coalesce(budgetd_us(l
                array_agg(budgetd_us(h.expires_at) ORDER BY h.expires_at, h.id) FILTER (WHERE h.expires_at > t.now) AS expires,
                count(*) FILTER (WHERE h.expires_at <= t.now) AS expired
           FROM holds h WHERE h.limit_id = u.l AND h.key = u.k AND h.state = 'active') h ON true
+  LEFT JOIN LATERAL (
+        SELECT array_agg(g.amount::text ORDER BY g.id) AS amounts, array_agg(budgetd_us(g.expires_at) ORDER BY g.id) AS expires
+          FROM grants g WHERE l.grant_rows > 0 AND g.limit_id = u.l AND g.key = u.k AND g.expires_at > t.now) g ON true
  ORDER BY u.i`
 
 const setUpdateSQL = `UPDATE buckets b SET level = u.v::numeric, updated_at = budgetd_from_us(u.t)
@@ -322,7 +329,7 @@ func (s *Store) setAttempt(ctx context.Context, sb *setBatch) (answers []setAnsw
 // now, and whether what it read sends the batch to budgetd_fillup.
 func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (nowUS int64, fallback bool, err error) {
 	for _, b := range sb.bs {
-		b.found, b.slots, b.state, b.wrote = false, false, bucket.State{}, false
+		b.found, b.slots, b.state, b.wrote, b.grants = false, false, bucket.State{}, false, nil
 	}
 	rb := &pgx.Batch{}
 	rb.Queue("BEGIN")
@@ -366,14 +373,14 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 		return 0, false, err
 	}
 	var (
-		i                          int32
-		live                       int64 // live idempotency records of the batch's keys
-		exists                     bool
-		rev, over, grants, expired int64
-		amounts                    []string
-		expires                    []int64
+		i                  int32
+		live               int64 // live idempotency records of the batch's keys
+		exists             bool
+		rev, over, expired int64
+		amounts, gAmounts  []string
+		expires, gExpires  []int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&i, &nowUS, &live, &exists, &rev, &over, &grants, &amounts, &expires, &expired}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&i, &nowUS, &live, &exists, &rev, &over, &amounts, &expires, &expired, &gAmounts, &gExpires}, func() error {
 		b := sb.bs[i-1]
 		if live > 0 {
 			fallback = true // budgetd_fillup replays them
@@ -383,7 +390,7 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 			fallback = true
 			return nil
 		}
-		if grants > 0 || expired > 0 || b.slots || len(amounts) != len(expires) {
+		if expired > 0 || b.slots || len(amounts) != len(expires) || len(gAmounts) != len(gExpires) {
 			fallback = true
 			return nil
 		}
@@ -394,6 +401,13 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 				return nil
 			}
 			b.state.Holds = append(b.state.Holds, bucket.Hold{Amount: amount, ExpiresAt: fromUS(expires[j])})
+		}
+		for j, a := range gAmounts {
+			amount, err := decimal.NewFromString(a)
+			if err != nil {
+				return fmt.Errorf("postgres fillup: decoding a grant %q: %w", a, errBadAnswer)
+			}
+			b.grants = append(b.grants, ledger.Grant{Amount: amount, ExpiresAt: fromUS(gExpires[j])})
 		}
 		return nil
 	})
@@ -455,7 +469,8 @@ func decideSet(sb *setBatch, now time.Time) (p *setPlan, fallback bool) {
 		}
 		// The key's terms at now, from the index's overrides (checked
 		// against the limit's override version under the locks: setRead).
-		t := ledger.TermsAt(&ledger.TermsInput{Limit: b.lt.lim, Key: b.key, Overrides: b.lt.resolver(), State: b.state, Now: now})
+		t := ledger.TermsAt(&ledger.TermsInput{Limit: b.lt.lim, Key: b.key, Overrides: b.lt.resolver(), State: b.state,
+			Grants: b.grants, Now: now})
 		if t.Settled {
 			return nil, true // an override ended since the last write: budgetd_fillup settles the bucket
 		}
@@ -643,7 +658,7 @@ func idemDoc(o *ledger.FillupOutcome, nowUS int64) ([]byte, error) {
 	l, st := snap.Limit, snap.State
 	d := limitDoc{Name: l.Name, Capacity: l.Capacity, LeakAmount: l.LeakAmount, LeakPerUS: l.LeakPer.Microseconds(),
 		History: l.History, RecordDenials: l.RecordDenials, CreatedUS: l.CreatedAt.UnixMicro(), UpdatedUS: l.UpdatedAt.UnixMicro(),
-		Override: l.Override}
+		Override: l.Override, Grants: l.Grants}
 	if l.Period != nil {
 		sd := l.Period.StartDay
 		d.Period = &periodDoc{Every: l.Period.Every, TZ: l.Period.TZ, StartDay: &sd}

@@ -26,8 +26,8 @@ func limitOf(o ledger.FillupOutcome) string {
 	if l.Period != nil {
 		period = fmt.Sprintf("%s/%s/%d", l.Period.Every, l.Period.TZ, l.Period.StartDay)
 	}
-	return fmt.Sprintf("%s cap=%s kind=%s leak=%s/%v period=%s override=%q history=%v denials=%v mode=%s grace=%s created=%d updated=%d entry=%v",
-		l.Name, l.Capacity, l.Kind(), l.LeakAmount, l.LeakPer, period, twinless(l.Override), l.History, l.RecordDenials, l.Mode, l.Grace,
+	return fmt.Sprintf("%s cap=%s kind=%s leak=%s/%v period=%s override=%q grants=%s history=%v denials=%v mode=%s grace=%s created=%d updated=%d entry=%v",
+		l.Name, l.Capacity, l.Kind(), l.LeakAmount, l.LeakPer, period, twinless(l.Override), l.Grants, l.History, l.RecordDenials, l.Mode, l.Grace,
 		l.CreatedAt.UnixMicro(), l.UpdatedAt.UnixMicro(), o.Items[0].EntryID != "")
 }
 
@@ -92,7 +92,7 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
 	costs := []string{"0", "0.5", "1", "2.25", "3", "7", "13"}
-	var denials, holds, replays, refusals int
+	var denials, holds, grants, replays, refusals int
 	var used []ledger.Idempotency
 	for round := range 150 {
 		clock.Advance(time.Duration(rng.IntN(4_000_000)) * time.Microsecond)
@@ -103,6 +103,25 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 			// An override changed between batches: the index is stale
 			// until the read under the locks sees the new version.
 			override("o", "a", ledger.Override{Capacity: decimal.NewNullDecimal(dec(strconv.Itoa(14 + round%7)))})
+		}
+		if rng.IntN(6) == 0 {
+			// A grant on both twins, some expiring within a few rounds;
+			// now and then the last one revoked.
+			b := buckets[rng.IntN(len(buckets)-3)]
+			ttl := time.Duration(2+rng.IntN(40)) * time.Second
+			revoke, amount := rng.IntN(3) == 0, dec(costs[1+rng.IntN(4)])
+			for _, ref := range []ledger.BucketRef{b.bat, b.seq} {
+				g, err := s.AddGrant(ctx, ref, amount, clock.Now().Add(ttl), ledger.Idempotency{}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if revoke {
+					if _, err := s.RevokeGrant(ctx, ref, g.Grant.ID, ledger.Idempotency{}, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			grants++
 		}
 		if rng.IntN(4) == 0 {
 			// A hold on both twins, most of them outliving the next rounds.
@@ -170,8 +189,8 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 		}
 	}
 	st := s.Stats()
-	t.Logf("%d denials, %d holds, %d replays, %d refusals; %d set-based batches, %d sent on; %d batches", denials, holds, replays, refusals, st.SetBatches, st.SetFallbacks, st.Batches)
-	if denials == 0 || holds == 0 || replays == 0 || refusals == 0 || st.SetBatches < 50 || st.SetFallbacks == 0 {
+	t.Logf("%d denials, %d holds, %d grants, %d replays, %d refusals; %d set-based batches, %d sent on; %d batches", denials, holds, grants, replays, refusals, st.SetBatches, st.SetFallbacks, st.Batches)
+	if denials == 0 || holds == 0 || grants == 0 || replays == 0 || refusals == 0 || st.SetBatches < 50 || st.SetFallbacks == 0 {
 		t.Fatalf("%d denials, %d holds, %d set-based batches, %d sent on: the test did not exercise them", denials, holds, st.SetBatches, st.SetFallbacks)
 	}
 	for _, b := range buckets[:len(buckets)-3] {
