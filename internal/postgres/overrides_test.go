@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -74,6 +75,23 @@ func TestOverridesAtScale(t *testing.T) {
 	put(ledger.Override{Pattern: "org-01234-team-x", Capacity: decimal.NewNullDecimal(dec("7"))})
 	if list, err := svc.ListOverrides(ctx, "api", "org-50000-*", 10); err != nil || len(list) != 0 {
 		t.Fatalf("the last page: %+v %v", list, err)
+	}
+
+	// The first call reads the limit's 100,002 overrides into the terms
+	// index. On a busy machine that read can outlast one call's 5 s
+	// deadline: that call fails as a store failure, while the read goes on
+	// under its own deadline (loadTimeout) for the calls after it. Wait
+	// for the index with a call that changes nothing; any other failure,
+	// or none in 60 s, fails the test.
+	for deadline := time.Now().Add(time.Minute); ; {
+		_, err := svc.CanAccept(ctx, ledger.BucketRef{Limit: "api", Key: "warm-up"}, dec("1"))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || time.Now().After(deadline) {
+			t.Fatalf("the first call while the overrides load: %v", err)
+		}
+		t.Logf("the first call while the overrides load: %v", err)
 	}
 
 	for _, c := range []struct{ key, capacity, override string }{
