@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +44,19 @@ func TestGRPCSendsTraces(t *testing.T) {
 		t.Fatalf("ShouldRateLimit: %v %v", resp, err)
 	}
 	stopRun(t, cancel, s.done)
+	// The call's access-log line names its trace, as an HTTP request's does.
+	var logged bool
+	for _, line := range strings.Split(s.stdout.String()+s.stderr.String(), "\n") {
+		if strings.Contains(line, "method=GRPC") && strings.Contains(line, "ShouldRateLimit") {
+			if !strings.Contains(line, " trace_id="+e2eTrace) {
+				t.Errorf("the call's access-log line without its trace id %s: %s", e2eTrace, line)
+			}
+			logged = true
+		}
+	}
+	if !logged {
+		t.Errorf("no access-log line of the ShouldRateLimit call in %q", s.stdout.String())
+	}
 
 	spans := recv.Spans()
 	server := otlptest.Named(spans, "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")

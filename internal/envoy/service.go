@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,11 +45,11 @@ type Observer interface {
 	// as the HTTP API makes them. The call sends it back in its header
 	// metadata and it is passed to Call.
 	RequestID(given string) string
-	// Call is one finished call: its full method, its gRPC status code
-	// as codes.Code.String writes it (OK, InvalidArgument, …), how long it
-	// took, the name of the key that made it ("-" without one) and its
-	// request id.
-	Call(method, code string, elapsed time.Duration, key, requestID string)
+	// Call is one finished call: its context (with the call's span, when
+	// traced), its full method, its gRPC status code as codes.Code.String
+	// writes it (OK, InvalidArgument, …), how long it took, the name of the
+	// key that made it ("-" without one) and its request id.
+	Call(ctx context.Context, method, code string, elapsed time.Duration, key, requestID string)
 	// Decided is one decision on a limit: op is "envoy" for a charged
 	// descriptor (charged: the call's descriptors were charged) and
 	// "check" for a descriptor that only asked.
@@ -104,7 +105,9 @@ func NewServer(svc *ledger.Service, m *Mapping, opts ...Option) *Server {
 // health (SERVING for "" and ServiceName until Drain) and reflection
 // registered; opts add to it (credentials for TLS).
 func (s *Server) GRPC(opts ...grpc.ServerOption) *grpc.Server {
-	g := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(s.observe)}, opts...)...)
+	// opts' interceptors (cmd/budgetd's tracing) run outside observe, so
+	// that a call's span is in the context the observer sees.
+	g := grpc.NewServer(append(slices.Clip(opts), grpc.ChainUnaryInterceptor(s.observe))...)
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 	healthpb.RegisterHealthServer(g, s.health)
 	reflection.Register(g)
@@ -146,7 +149,7 @@ func (s *Server) observe(ctx context.Context, req any, info *grpc.UnaryServerInf
 	ci := &callInfo{key: "-", requestID: s.obs.RequestID(given)}
 	_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDKey, ci.requestID))
 	resp, err := next(context.WithValue(ctx, callKey{}, ci), req)
-	s.obs.Call(info.FullMethod, status.Code(err).String(), time.Since(start), ci.key, ci.requestID)
+	s.obs.Call(ctx, info.FullMethod, status.Code(err).String(), time.Since(start), ci.key, ci.requestID)
 	return resp, err
 }
 

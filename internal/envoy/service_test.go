@@ -84,7 +84,7 @@ type recorder struct {
 	made      int      // request ids made
 }
 
-func (r *recorder) Call(method, code string, _ time.Duration, key, requestID string) {
+func (r *recorder) Call(_ context.Context, method, code string, _ time.Duration, key, requestID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, method+" "+code+" "+key)

@@ -1,11 +1,13 @@
 package http
 
 import (
+	"context"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/bucket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shopspring/decimal"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // RPC counts and logs the calls of budgetd's other listener, the Envoy
@@ -32,8 +34,9 @@ func (r *RPC) RequestID(given string) string {
 // Call observes one finished gRPC call. Its access-log line has the method
 // GRPC, the full method as route, the HTTP status of the gRPC code (as
 // gRPC's HTTP mapping gives it: OK 200, InvalidArgument 400, …; 500 for
-// the others) and the call's request id.
-func (r *RPC) Call(method, code string, elapsed time.Duration, key, requestID string) {
+// the others), the call's request id, and the trace id of its span when
+// it is traced.
+func (r *RPC) Call(ctx context.Context, method, code string, elapsed time.Duration, key, requestID string) {
 	s := r.s
 	s.m.grpcRequests.WithLabelValues(method, code).Observe(elapsed.Seconds())
 	if s.access == nil {
@@ -44,7 +47,7 @@ func (r *RPC) Call(method, code string, elapsed time.Duration, key, requestID st
 		st = 500
 	}
 	s.access.log(&accessLine{time: time.Now(), method: "GRPC", route: method, status: st, duration: elapsed,
-		requestID: requestID, hasID: requestID != "", key: key})
+		requestID: requestID, hasID: requestID != "", key: key, traceID: trace.SpanContextFromContext(ctx).TraceID()})
 }
 
 // grpcStatus is the HTTP status of each gRPC code a call may end with.

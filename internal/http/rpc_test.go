@@ -36,7 +36,7 @@ func TestRPCRequestID(t *testing.T) {
 	}
 
 	const method = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-	rpc.Call(method, "Unavailable", 3*time.Millisecond, "gateway", "gw-42")
+	rpc.Call(context.Background(), method, "Unavailable", 3*time.Millisecond, "gateway", "gw-42")
 	if err := access.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
