@@ -40,8 +40,13 @@ const cacheCool = time.Second
 // cacheStripes is the number of in-process locks that serialise the
 // decisions of this Store on one bucket while the cache is on, so that they
 // take turns on the cached row rather than fail each other's
-// compare-and-set.
-const cacheStripes = 1024
+// compare-and-set. A group commit's batch holds the stripes of all its
+// buckets while it is at the database (a commit's latency): with 1,024,
+// four batches of about ten buckets each made one batch in four wait for
+// another's commit on a stripe of a bucket it does not share
+// (BenchmarkSpread: 0.015 to 0.028 such waits per call, 0.001 with 16,384).
+// Each is a one-slot channel, about 100 bytes: 1.6 MB a Store.
+const cacheStripes = 16384
 
 // Default bounds of the cache (WithCache).
 const (

@@ -338,7 +338,7 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 	rows.Close()
 	for i, ok := range found {
 		if !ok {
-			return nil, fmt.Errorf("limit %q: %w", refs[i].Limit, ledger.ErrLimitNotFound)
+			return nil, &limitMissing{name: refs[i].Limit}
 		}
 	}
 	for i := range v.limits {
@@ -358,6 +358,14 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 	s.at(v, clock)
 	return v, nil
 }
+
+// limitMissing is ledger.ErrLimitNotFound for the limit name, which a read
+// did not find: a batch answers its calls of that limit alone and decides
+// the others (runGroup).
+type limitMissing struct{ name string }
+
+func (e *limitMissing) Error() string { return fmt.Sprintf("limit %q: %v", e.name, ledger.ErrLimitNotFound) }
+func (e *limitMissing) Unwrap() error { return ledger.ErrLimitNotFound }
 
 // decodedSpec is a limit's row as read and the limit it decodes to.
 type decodedSpec struct {
@@ -526,11 +534,12 @@ func (w *sqlList) add(stmt string, args ...any) {
 	w.args = append(w.args, args...)
 }
 
-// values is one multi-row INSERT being built: its head, then a row each.
+// values is one multi-row statement being built: its head, a row each,
+// and its tail.
 type values struct {
-	head, row string
-	n         int
-	args      []any
+	head, row, tail string
+	n               int
+	args            []any
 }
 
 // add appends one row of args.
@@ -545,10 +554,12 @@ func (vs *values) to(w *sqlList) {
 		return
 	}
 	rows := strings.Repeat(vs.row+", ", vs.n)
-	w.add(vs.head+rows[:len(rows)-2], vs.args...)
+	w.add(vs.head+rows[:len(rows)-2]+vs.tail, vs.args...)
 }
 
-// writeLimitChecks checks the rev of each limit the call read, in id order.
+// writeLimitChecks checks the rev of each limit the call read, under a
+// shared lock, in one statement (its range scan takes the locks in id
+// order).
 func writeLimitChecks(w *sqlList, v *view) {
 	var lims []limitRow
 	for _, l := range v.limits {
@@ -557,15 +568,37 @@ func writeLimitChecks(w *sqlList, v *view) {
 		}
 	}
 	slices.SortFunc(lims, func(a, b limitRow) int { return cmpUint(a.id, b.id) })
-	for _, l := range lims {
-		w.add("SELECT budgetd_assert(COUNT(*) = 1) FROM budgetd_limits WHERE id = ? AND rev = ? LOCK IN SHARE MODE", l.id, l.rev)
+	if len(lims) == 1 {
+		w.add("SELECT budgetd_assert(COUNT(*) = 1) FROM budgetd_limits WHERE id = ? AND rev = ? LOCK IN SHARE MODE", lims[0].id, lims[0].rev)
+		return
 	}
+	var q strings.Builder
+	args := []any{len(lims)}
+	q.WriteString("SELECT budgetd_assert(COUNT(*) = ?) FROM budgetd_limits FORCE INDEX (PRIMARY) WHERE (id, rev) IN (")
+	for j, l := range lims {
+		if j > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?)")
+		args = append(args, l.id, l.rev)
+	}
+	q.WriteString(") LOCK IN SHARE MODE")
+	w.add(q.String(), args...)
 }
 
-// writeBuckets compare-and-sets each changed bucket in primary-key order,
-// then inserts the new rows in one INSERT and every history entry in one
-// more (a batch of a group commit writes many buckets: a statement each
-// would cost the server more).
+// writeBuckets writes v's buckets with set-based statements (issue 44): a
+// batch of a group commit writes many, and a statement each cost the
+// server and the driver more than the rows. First one locking read of
+// every row the decision read as existing (those it changes and, on a
+// cached view, those it only read), in primary-key order (its range
+// scan's), that counts the rows still at the version and last_us the
+// decision saw: any other count fails the write (budgetd_assert), so
+// nothing of a decision on a changed row is kept. Then one INSERT … ON
+// DUPLICATE KEY UPDATE of the changed existing rows, locked by then (a
+// duplicate of the primary key takes a lock on the record only, no gap);
+// one INSERT of the new rows, which fails on a duplicate key when a row
+// appeared since (another writer, or a bucket a batch presumed new); and
+// one INSERT of every history entry.
 func writeBuckets(w *sqlList, v *view) error {
 	var idx []int
 	for i, d := range v.dirty {
@@ -579,17 +612,24 @@ func writeBuckets(w *sqlList, v *view) error {
 		}
 		return strings.Compare(v.buckets[a].key, v.buckets[b].key)
 	})
+	check := values{row: "(?, ?, ?, ?)"}
+	upd := values{head: "INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, hseq, last_us) VALUES ", row: "(?, ?, ?, ?, ?, ?, ?, ?)",
+		tail: " ON DUPLICATE KEY UPDATE version = VALUES(version), level = VALUES(level), updated_us = VALUES(updated_us), extra = VALUES(extra), hseq = VALUES(hseq), last_us = VALUES(last_us)"}
 	ins := values{head: "INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, hseq, last_us) VALUES ", row: "(?, ?, 1, ?, ?, ?, ?, ?)"}
 	hist := values{head: "INSERT INTO budgetd_history (limit_id, bkey, seq, at_us, event, amount, reservation_id, grant_id, meta, shadow_denied) VALUES ", row: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"}
+	now := v.now.UnixMicro()
 	for _, i := range idx {
 		b := &v.buckets[i]
 		key := []byte(b.key)
+		if b.exists {
+			// A row of a cached view that the decision does not change
+			// (only a cached view gets here undirtied) must still be the
+			// row the decision decided on, as must every row it changes.
+			// last_us too: a row the pruner deleted and another instance
+			// wrote again counts its versions from 1 once more.
+			check.add(v.limits[i].id, key, b.version, b.last)
+		}
 		if !v.dirty[i] {
-			// A row of a cached view that the decision does not change (only
-			// a cached view gets here): it must still be the row the decision
-			// decided on.
-			w.add("SELECT budgetd_assert(COUNT(*) = 1) FROM budgetd_buckets WHERE limit_id = ? AND bkey = ? AND version = ? AND last_us = ? LOCK IN SHARE MODE",
-				v.limits[i].id, key, b.version, b.last)
 			continue
 		}
 		level, updated, extra, err := encodeState(b.state, b.marks, b.grants, b.carry)
@@ -597,18 +637,9 @@ func writeBuckets(w *sqlList, v *view) error {
 			return err
 		}
 		if b.exists {
-			upd := "UPDATE budgetd_buckets SET version = version + 1, level = ?, updated_us = ?, extra = ?, hseq = ?, last_us = GREATEST(last_us, ?) WHERE limit_id = ? AND bkey = ? AND version = ?"
-			args := []any{level, updated, extra, b.hseq, v.now.UnixMicro(), v.limits[i].id, key, b.version}
-			if v.cached {
-				// last_us as well: a row the pruner deleted and another
-				// instance wrote again counts its versions from 1 once more.
-				upd += " AND last_us = ?"
-				args = append(args, b.last)
-			}
-			w.add(upd, args...)
-			w.add("SELECT budgetd_assert(ROW_COUNT() = 1)")
+			upd.add(v.limits[i].id, key, b.version+1, level, updated, extra, b.hseq, max(b.last, now))
 		} else {
-			ins.add(v.limits[i].id, key, level, updated, extra, b.hseq, v.now.UnixMicro())
+			ins.add(v.limits[i].id, key, level, updated, extra, b.hseq, now)
 		}
 		for _, e := range v.entries[i] {
 			meta, err := nullJSON(e.meta)
@@ -618,6 +649,12 @@ func writeBuckets(w *sqlList, v *view) error {
 			hist.add(v.limits[i].id, key, e.seq, e.at.UnixMicro(), string(e.event), e.amount.String(), nullString(e.hold), nullString(e.grant), meta, e.shadow)
 		}
 	}
+	if check.n > 0 {
+		check.head = "SELECT budgetd_assert(COUNT(*) = " + strconv.Itoa(check.n) + ") FROM budgetd_buckets FORCE INDEX (PRIMARY) WHERE (limit_id, bkey, version, last_us) IN ("
+		check.tail = ") FOR UPDATE"
+	}
+	check.to(w)
+	upd.to(w)
 	ins.to(w)
 	hist.to(w)
 	return nil

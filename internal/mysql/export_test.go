@@ -2,8 +2,11 @@ package mysql
 
 import (
 	"context"
+	"errors"
 	"net"
 	"time"
+
+	"github.com/budgetd/budgetd/internal/ledger"
 )
 
 // WithDial makes the store's connections with dial (a test counts the
@@ -67,3 +70,34 @@ func GroupCommitLoad(s *Store) (inFlight, queued int) {
 // WithGroupSlots sets how many batches the group commit has at the database
 // at once (groupSlots).
 func WithGroupSlots(n int) Option { return func(s *Store) { s.groupSlots = n } }
+
+// FillupBatch decides single-bucket Fillups, charges[j] with idems[j], as
+// one batch of the group commit (runGroup), whatever batches the batcher
+// would have formed, and answers each as Fillup does: a call the batch
+// sends back (errMiss) decides again alone. kept is how many calls were
+// decided and written as one: the calls it held (the others, replays or
+// refusals of a key of the batch and calls of a missing limit, are
+// answered alone after it).
+func FillupBatch(ctx context.Context, s *Store, charges []ledger.Charge, idems []ledger.Idempotency) (outs []ledger.FillupOutcome, errs []error, kept int) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	outs = make([]ledger.FillupOutcome, len(charges))
+	errs = make([]error, len(charges))
+	calls := make([]*groupCall, len(charges))
+	for j := range charges {
+		calls[j] = &groupCall{ctx: ctx, ref: charges[j].Bucket, fn: fillupDecision(charges[j:j+1], idems[j], &outs[j]), idem: idems[j]}
+	}
+	_, _, grouped := s.GroupCommitStats()
+	s.runGroup(calls)
+	_, _, after := s.GroupCommitStats()
+	for j, c := range calls {
+		err := c.err
+		if errors.Is(err, errMiss) {
+			err = s.decide(ctx, []ledger.BucketRef{c.ref}, c.fn, withIdem(c.idem))
+		}
+		if err := replayed(err, &outs[j]); err != nil {
+			outs[j], errs[j] = ledger.FillupOutcome{}, err
+		}
+	}
+	return outs, errs, int(after - grouped)
+}

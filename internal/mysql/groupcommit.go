@@ -155,6 +155,11 @@ func (s *Store) runGroup(batch []*groupCall) {
 		c.err = s.decide(c.ctx, []ledger.BucketRef{c.ref}, c.fn, withIdem(c.idem))
 		return
 	}
+	// A call with the Idempotency-Key of an earlier call of the batch is a
+	// replay of that call or a refusal, which changes nothing: it is
+	// answered alone once the batch is written (the batch's record is there
+	// then), and the batch goes on without it.
+	live = sameKeyAlone(live)
 	// The batch serves many callers, so no one caller's cancellation stops
 	// it: it runs until the latest of their deadlines.
 	ctx, cancel := context.WithoutCancel(live[0].ctx), context.CancelFunc(func() {})
@@ -162,38 +167,85 @@ func (s *Store) runGroup(batch []*groupCall) {
 		ctx, cancel = context.WithDeadline(ctx, last)
 	}
 	defer cancel()
+	for {
+		read, nrefs, err := s.runBatch(ctx, live)
+		var miss *limitMissing
+		if errors.As(err, &miss) {
+			// The read found a limit missing: its calls are answered alone
+			// (ErrLimitNotFound, which changes nothing), the others decided
+			// again without them.
+			live = slices.DeleteFunc(live, func(c *groupCall) bool {
+				if c.ref.Limit == miss.name {
+					c.err = errMiss
+					return true
+				}
+				return false
+			})
+			if len(live) > 0 {
+				continue
+			}
+			return
+		}
+		if err == nil {
+			s.group.grouped.Add(int64(len(live)))
+			if nrefs > 1 {
+				s.group.mixed.Add(1)
+				s.group.buckets.Add(int64(nrefs))
+			}
+			if read {
+				s.group.read.Add(1)
+			}
+		}
+		for _, c := range live {
+			c.err = err
+		}
+		return
+	}
+}
+
+// sameKeyAlone answers errMiss to each call with the Idempotency-Key of an
+// earlier call of calls and returns the others.
+func sameKeyAlone(calls []*groupCall) []*groupCall {
+	var seen map[ledger.Idempotency]bool
+	return slices.DeleteFunc(calls, func(c *groupCall) bool {
+		if c.idem.Key == "" {
+			return false
+		}
+		k := ledger.Idempotency{Scope: c.idem.Scope, Key: c.idem.Key}
+		if seen[k] {
+			c.err = errMiss
+			return true
+		}
+		if seen == nil {
+			seen = map[ledger.Idempotency]bool{}
+		}
+		seen[k] = true
+		return false
+	})
+}
+
+// runBatch decides the calls as one batch (decideBatch) under the
+// in-process stripes of their buckets, and returns whether it was decided
+// on a read and how many buckets it held.
+func (s *Store) runBatch(ctx context.Context, calls []*groupCall) (read bool, nrefs int, err error) {
 	// The batch's buckets in order of their first call, and each call's.
 	var refs []ledger.BucketRef
-	at := make([]int, len(live))
-	fns := make([]func(v *view) error, len(live))
-	for j, c := range live {
+	at := make([]int, len(calls))
+	fns := make([]func(v *view) error, len(calls))
+	for j, c := range calls {
 		i := slices.Index(refs, c.ref)
 		if i < 0 {
 			i, refs = len(refs), append(refs, c.ref)
 		}
 		at[j], fns[j] = i, c.fn
 	}
-	read, err := func() (bool, error) {
-		unlock, err := s.cache.lock(ctx, refs)
-		if err != nil {
-			return false, classify(err)
-		}
-		defer unlock()
-		return s.decideBatch(ctx, refs, at, fns)
-	}()
-	if err == nil {
-		s.group.grouped.Add(int64(len(live)))
-		if len(refs) > 1 {
-			s.group.mixed.Add(1)
-			s.group.buckets.Add(int64(len(refs)))
-		}
-		if read {
-			s.group.read.Add(1)
-		}
+	unlock, err := s.cache.lock(ctx, refs)
+	if err != nil {
+		return false, len(refs), classify(err)
 	}
-	for _, c := range live {
-		c.err = err
-	}
+	defer unlock()
+	read, err = s.decideBatch(ctx, refs, at, fns)
+	return read, len(refs), err
 }
 
 // latestDeadline is the latest deadline of the calls, false when one has
@@ -238,11 +290,12 @@ func (s *Store) decideBatch(ctx context.Context, refs []ledger.BucketRef, at []i
 	}
 	defer conn.Close()
 	v, err := s.read(ctx, conn, refs, false)
+	var miss *limitMissing
 	switch {
-	case errors.Is(err, ledger.ErrUnavailable):
-		return true, err
+	case errors.Is(err, ledger.ErrUnavailable), errors.As(err, &miss):
+		return true, err // a missing limit: runGroup answers its calls alone
 	case err != nil:
-		return true, errMiss // an unknown limit, say: each call's own answer
+		return true, errMiss // a spec that does not decode, say: each call's own answer
 	}
 	return true, s.writeBatch(ctx, conn, v, at, fns)
 }

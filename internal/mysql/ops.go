@@ -38,8 +38,25 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 		refs[i] = it.Bucket
 	}
 	var out ledger.FillupOutcome
-	decision := func(v *view) error {
-		out = ledger.FillupOutcome{Accepted: true, Items: make([]ledger.ItemOutcome, len(items))}
+	decision := fillupDecision(items, idem, &out)
+	var err error
+	if len(refs) == 1 {
+		err = s.decideGrouped(ctx, refs[0], decision, idem) // groupcommit.go
+	} else {
+		err = s.decide(ctx, refs, decision, withIdem(idem))
+	}
+	if err := replayed(err, &out); err != nil {
+		return ledger.FillupOutcome{}, err
+	}
+	return out, nil
+}
+
+// fillupDecision is the decision of a Fillup of items with idem: every item
+// or none, with the rule of package bucket, as the memory store decides it.
+// It sets *out on every run (a decision may run again on a fresh view).
+func fillupDecision(items []ledger.Charge, idem ledger.Idempotency, out *ledger.FillupOutcome) func(v *view) error {
+	return func(v *view) error {
+		*out = ledger.FillupOutcome{Accepted: true, Items: make([]ledger.ItemOutcome, len(items))}
 		next := make([]bucket.State, len(items))
 		ds := make([]bucket.Decision, len(items))
 		for i, it := range items {
@@ -60,18 +77,8 @@ func (s *Store) Fillup(ctx context.Context, items []ledger.Charge, idem ledger.I
 			}
 			out.Items[i].Snapshot = v.snapshot(i)
 		}
-		return v.recordIdem(idem, &out)
+		return v.recordIdem(idem, out)
 	}
-	var err error
-	if len(refs) == 1 {
-		err = s.decideGrouped(ctx, refs[0], decision, idem) // groupcommit.go
-	} else {
-		err = s.decide(ctx, refs, decision, withIdem(idem))
-	}
-	if err := replayed(err, &out); err != nil {
-		return ledger.FillupOutcome{}, err
-	}
-	return out, nil
 }
 
 // Drain lowers a bucket's level, clamped at zero.
