@@ -220,10 +220,13 @@ func TestGroupCommitHotKey(t *testing.T) {
 	}
 }
 
-// TestGroupCommitFallback: a group that cannot be kept as one write (here
-// two of its calls carry one Idempotency-Key, so its second record meets
-// the first's) is decided again call by call, each as without group commit:
-// one charge per key, its retry a replay with the same entry.
+// TestGroupCommitFallback: a call with the Idempotency-Key of an earlier
+// call of its batch is answered alone once the batch is written (the
+// replay of that call), and the batch keeps its other calls; a batch with
+// a retry whose record was written before cannot be kept as one write (the
+// record meets the earlier one) and is decided again call by call, each as
+// without group commit: one charge per key, its retries replays with the
+// same entry.
 func TestGroupCommitFallback(t *testing.T) {
 	url := newDatabase(t)
 	var writes atomic.Int64
@@ -238,43 +241,57 @@ func TestGroupCommitFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := ledger.Idempotency{Scope: "s", Key: "same", Hash: "h"}
-	idems := []ledger.Idempotency{{}, key, key, {}}
-	outs := make([]ledger.FillupOutcome, len(idems))
-	errs := make([]error, len(idems))
-	var wg sync.WaitGroup
-	_, _, grouped0 := s.GroupCommitStats()
-	holdWhileQueued(t, s, &gate, len(idems)-1, func() {
-		for i, idem := range idems {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				outs[i], errs[i] = s.Fillup(ctx, charge(ref, 2), idem)
-			}()
-			// The first is the one held at the database.
-			if i == 0 && !loadReaches(s, func(in, _ int) bool { return in == 1 }) {
-				t.Error("the first Fillup never reached the database")
+	// queued runs the Fillups of idems, the first held at the database
+	// while the others queue behind it, and returns the calls of them kept
+	// in a batch.
+	queued := func(idems []ledger.Idempotency) ([]ledger.FillupOutcome, int64) {
+		outs := make([]ledger.FillupOutcome, len(idems))
+		errs := make([]error, len(idems))
+		var wg sync.WaitGroup
+		_, _, grouped0 := s.GroupCommitStats()
+		holdWhileQueued(t, s, &gate, len(idems)-1, func() {
+			for i, idem := range idems {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					outs[i], errs[i] = s.Fillup(ctx, charge(ref, 2), idem)
+				}()
+				// The first is the one held at the database.
+				if i == 0 && !loadReaches(s, func(in, _ int) bool { return in == 1 }) {
+					t.Error("the first Fillup never reached the database")
+				}
+			}
+		})
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil || !outs[i].Accepted {
+				t.Fatalf("Fillup %d: %+v %v", i, outs[i], err)
 			}
 		}
-	})
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil || !outs[i].Accepted {
-			t.Fatalf("Fillup %d: %+v %v", i, outs[i], err)
-		}
+		_, _, grouped := s.GroupCommitStats()
+		return outs, grouped - grouped0
 	}
-	if _, _, grouped := s.GroupCommitStats(); grouped != grouped0 {
-		t.Errorf("%d calls kept in a group, want none (the group meets its own key)", grouped-grouped0)
+	outs, kept := queued([]ledger.Idempotency{{}, key, key, {}})
+	if kept != 2 {
+		t.Errorf("%d calls kept in a batch, want 2 (the key's repeat answered alone)", kept)
 	}
 	a, b := outs[1], outs[2]
-	if a.Replayed == b.Replayed || a.Items[0].EntryID != b.Items[0].EntryID {
-		t.Errorf("one key's calls: replayed %v and %v, entries %s and %s; want one charge and its replay", a.Replayed, b.Replayed, a.Items[0].EntryID, b.Items[0].EntryID)
+	if a.Replayed || !b.Replayed || a.Items[0].EntryID != b.Items[0].EntryID {
+		t.Errorf("one key's calls: replayed %v and %v, entries %s and %s; want one charge, then its replay", a.Replayed, b.Replayed, a.Items[0].EntryID, b.Items[0].EntryID)
+	}
+	outs, kept = queued([]ledger.Idempotency{{}, key, {}})
+	if kept != 0 {
+		t.Errorf("%d calls kept in a batch that meets a key's record, want none", kept)
+	}
+	if !outs[1].Replayed || outs[1].Items[0].EntryID != a.Items[0].EntryID {
+		t.Errorf("the retry: %+v, want the replay of entry %s", outs[1], a.Items[0].EntryID)
 	}
 	snap, err := s.Inspect(ctx, ref)
-	if err != nil || snap.State.Level.String() != "7" {
-		t.Errorf("level %s, %v; want 7 (1, then three charges of 2)", snap.State.Level, err)
+	if err != nil || snap.State.Level.String() != "11" {
+		t.Errorf("level %s, %v; want 11 (1, then five charges of 2: the key's once)", snap.State.Level, err)
 	}
-	if entries, _, err := s.History(ctx, ref, "", 100); err != nil || len(entries) != 4 {
-		t.Errorf("history: %d entries, %v; want 4", len(entries), err)
+	if entries, _, err := s.History(ctx, ref, "", 100); err != nil || len(entries) != 6 {
+		t.Errorf("history: %d entries, %v; want 6", len(entries), err)
 	}
 }
 
