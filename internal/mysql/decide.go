@@ -364,7 +364,9 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 // the others (runGroup).
 type limitMissing struct{ name string }
 
-func (e *limitMissing) Error() string { return fmt.Sprintf("limit %q: %v", e.name, ledger.ErrLimitNotFound) }
+func (e *limitMissing) Error() string {
+	return fmt.Sprintf("limit %q: %v", e.name, ledger.ErrLimitNotFound)
+}
 func (e *limitMissing) Unwrap() error { return ledger.ErrLimitNotFound }
 
 // decodedSpec is a limit's row as read and the limit it decodes to.
