@@ -147,6 +147,20 @@ func (tb *tab) wait(expr string) {
 	}
 }
 
+// click clicks the first element sel selects, in one step in the page: the
+// dashboard re-renders its tables as it polls, so a node found by one
+// DevTools call may be gone by the next (chromedp.Click's "Could not find
+// node with given id").
+func (tb *tab) click(sel string) {
+	tb.t.Helper()
+	q, _ := json.Marshal(sel)
+	var clicked bool
+	tb.eval(`(() => { const e = document.querySelector(`+string(q)+`); if (!e) return false; e.click(); return true })()`, &clicked)
+	if !clicked {
+		tb.t.Fatalf("click %s: no such element", sel)
+	}
+}
+
 // eval evaluates expr and decodes its JSON value into out.
 func (tb *tab) eval(expr string, out any) {
 	tb.t.Helper()
@@ -799,7 +813,7 @@ func testDashboardPager(t *testing.T, b context.Context) {
 	tb.open("#/l/wide")
 	tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 50`)
 	first := tb.rows("#buckets")
-	tb.do(chromedp.Click(chromedp.CSS("#next-page")))
+	tb.click("#next-page")
 	tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 5`)
 	second := tb.rows("#buckets")
 	var got []string
@@ -818,6 +832,6 @@ func testDashboardPager(t *testing.T, b context.Context) {
 	if !slices.Equal(lastPage, keys[50:]) {
 		t.Errorf("second page %q, want the last keys %q", lastPage, keys[50:])
 	}
-	tb.do(chromedp.Click(chromedp.CSS(".pager button")))
+	tb.click(".pager button")
 	tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 50`)
 }
