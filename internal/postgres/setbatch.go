@@ -705,6 +705,9 @@ func idemDoc(o *ledger.FillupOutcome, nowUS int64) ([]byte, error) {
 	if l.Mode != ledger.ModeEnforce && l.Mode != "" {
 		d.Mode, d.Grace = l.Mode, l.Grace
 	}
+	if len(l.Thresholds) > 0 {
+		d.Thresholds, _ = thresholdArgs(l.Thresholds)
+	}
 	sj := stateJSON{Level: st.Level.String(), Holds: make([]holdJSON, len(st.Holds))}
 	if !st.Updated.IsZero() {
 		us := st.Updated.UnixMicro()

@@ -26,9 +26,9 @@ func limitOf(o ledger.FillupOutcome) string {
 	if l.Period != nil {
 		period = fmt.Sprintf("%s/%s/%d", l.Period.Every, l.Period.TZ, l.Period.StartDay)
 	}
-	return fmt.Sprintf("%s cap=%s kind=%s leak=%s/%v period=%s override=%q grants=%s history=%v denials=%v mode=%s grace=%s created=%d updated=%d entry=%v",
+	return fmt.Sprintf("%s cap=%s kind=%s leak=%s/%v period=%s override=%q grants=%s history=%v denials=%v mode=%s grace=%s thresholds=%v created=%d updated=%d entry=%v",
 		l.Name, l.Capacity, l.Kind(), l.LeakAmount, l.LeakPer, period, twinless(l.Override), l.Grants, l.History, l.RecordDenials, l.Mode, l.Grace,
-		l.CreatedAt.UnixMicro(), l.UpdatedAt.UnixMicro(), o.Items[0].EntryID != "")
+		l.Thresholds, l.CreatedAt.UnixMicro(), l.UpdatedAt.UnixMicro(), o.Items[0].EntryID != "")
 }
 
 // twinless is an override's pattern without its twin's prefix.
