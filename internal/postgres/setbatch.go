@@ -77,14 +77,14 @@ func (s *Store) setEligible(ctx context.Context, batch []*fillCall) bool {
 	}
 	for _, c := range batch {
 		lt, err := s.limitTerms(ctx, c.ref.Limit)
-		if err != nil || lt == nil || lt.lim.Window != nil || lt.lim.Rollover != nil {
+		if err != nil || lt == nil || lt.lim.Rollover != nil {
 			return false
 		}
 	}
 	return true
 }
 
-const setLockSQL = `SELECT b.limit_id, b.key, b.level::text, budgetd_us(b.updated_at), b.slot_idx IS NOT NULL,
+const setLockSQL = `SELECT b.limit_id, b.key, b.level::text, budgetd_us(b.updated_at), b.slot_idx, b.slot_sum::text[],
        b.th_sig, b.th_above, b.th_period
   FROM buckets b
  WHERE (b.limit_id, b.key) IN (SELECT u.l, u.k FROM unnest($1::bigint[], $2::text[]) AS u(l, k))
@@ -112,16 +112,19 @@ SELECT u.i::int, budgetd_us(t.now), r.n, l.id IS NOT NULL, coalesce(budgetd_us(l
           FROM grants g WHERE l.grant_rows > 0 AND g.limit_id = u.l AND g.key = u.k AND g.expires_at > t.now) g ON true
  ORDER BY u.i`
 
+// setUpdateSQL and setInsertSQL take each row's slots as array literals
+// ($8, $9: '{…}' text, NULL for none), since rows have different numbers of
+// them.
 const setUpdateSQL = `UPDATE buckets b SET level = u.v::numeric, updated_at = budgetd_from_us(u.t),
-       th_sig = u.ts, th_above = u.ta, th_period = u.tp
-  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::smallint[], $7::bigint[])
-       AS u(l, k, v, t, ts, ta, tp)
+       th_sig = u.ts, th_above = u.ta, th_period = u.tp, slot_idx = u.si::bigint[], slot_sum = u.ss::numeric[]
+  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::smallint[], $7::bigint[], $8::text[], $9::text[])
+       AS u(l, k, v, t, ts, ta, tp, si, ss)
  WHERE b.limit_id = u.l AND b.key = u.k`
 
-const setInsertSQL = `INSERT INTO buckets (limit_id, key, level, updated_at, th_sig, th_above, th_period)
-SELECT u.l, u.k, u.v::numeric, budgetd_from_us(u.t), u.ts, u.ta, u.tp
-  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::smallint[], $7::bigint[])
-       AS u(l, k, v, t, ts, ta, tp)`
+const setInsertSQL = `INSERT INTO buckets (limit_id, key, level, updated_at, th_sig, th_above, th_period, slot_idx, slot_sum)
+SELECT u.l, u.k, u.v::numeric, budgetd_from_us(u.t), u.ts, u.ta, u.tp, u.si::bigint[], u.ss::numeric[]
+  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::smallint[], $7::bigint[], $8::text[], $9::text[])
+       AS u(l, k, v, t, ts, ta, tp, si, ss)`
 
 const setHistorySQL = `INSERT INTO history (limit_id, key, at, event, amount, reservation_id, meta, shadow_denied)
 SELECT u.l, u.k, budgetd_from_us($1), u.e, u.c::numeric, NULL, nullif(u.m, '')::jsonb, u.s
@@ -355,12 +358,13 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 		id         int64
 		key, level string
 		updated    *int64
-		slots      bool
+		slotIdx    []int64
+		slotSums   []string
 		thSig      int32
 		thAbove    int16
 		thPeriod   int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &key, &level, &updated, &slots, &thSig, &thAbove, &thPeriod}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &key, &level, &updated, &slotIdx, &slotSums, &thSig, &thAbove, &thPeriod}, func() error {
 		b := sb.rows[setRow{id, key}]
 		if b == nil {
 			return nil
@@ -369,7 +373,10 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 		if !ok {
 			return fmt.Errorf("postgres fillup: decoding level %q: %w", level, errBadAnswer)
 		}
-		b.found, b.slots = true, slots
+		b.found, b.slots = true, slotIdx != nil
+		if b.state.Slots, err = slotsOf(slotIdx, slotSums); err != nil {
+			return err
+		}
 		b.marks = ledger.Marks{Sig: uint32(thSig), Above: uint8(thAbove), Period: thPeriod}
 		b.state.Level = lv
 		if updated != nil {
@@ -401,7 +408,7 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 			fallback = true
 			return nil
 		}
-		if expired > 0 || b.slots || len(amounts) != len(expires) || len(gAmounts) != len(gExpires) {
+		if expired > 0 || len(amounts) != len(expires) || len(gAmounts) != len(gExpires) {
 			fallback = true
 			return nil
 		}
@@ -455,17 +462,39 @@ type setRows struct {
 	sigs    []int32
 	aboves  []int16
 	periods []int64
+	// A window's slots as array literals (nil: none).
+	slotIdx, slotSums []*string
 }
 
 func (r *setRows) add(b *setBucket) {
 	r.ids, r.keys = append(r.ids, b.lt.id), append(r.keys, b.key)
 	r.levels, r.times = append(r.levels, b.state.Level.String()), append(r.times, b.state.Updated.UnixMicro())
 	r.sigs, r.aboves, r.periods = append(r.sigs, int32(b.marks.Sig)), append(r.aboves, int16(b.marks.Above)), append(r.periods, b.marks.Period)
+	var idx, sums *string
+	if b.eff.Window != nil && len(b.state.Slots) > 0 {
+		idx, sums = slotLiterals(b.state.Slots)
+	}
+	r.slotIdx, r.slotSums = append(r.slotIdx, idx), append(r.slotSums, sums)
+}
+
+// slotLiterals are a window bucket's slots as array literals of their
+// numbers and their sums.
+func slotLiterals(slots []bucket.Slot) (idx, sums *string) {
+	var bi, bs []byte
+	bi, bs = append(bi, '{'), append(bs, '{')
+	for i, sl := range slots {
+		if i > 0 {
+			bi, bs = append(bi, ','), append(bs, ',')
+		}
+		bi, bs = strconv.AppendInt(bi, sl.Index, 10), append(bs, sl.Sum.String()...)
+	}
+	i, s := string(append(bi, '}')), string(append(bs, '}'))
+	return &i, &s
 }
 
 // args are r as setUpdateSQL and setInsertSQL take them.
 func (r *setRows) args() []any {
-	return []any{r.ids, r.keys, r.levels, r.times, r.sigs, r.aboves, r.periods}
+	return []any{r.ids, r.keys, r.levels, r.times, r.sigs, r.aboves, r.periods, r.slotIdx, r.slotSums}
 }
 
 // setHistory are history entries to write, as setHistorySQL takes them.
@@ -496,6 +525,9 @@ func decideSet(sb *setBatch, now time.Time) (p *setPlan, fallback bool) {
 			return nil, true // an override ended since the last write: budgetd_fillup settles the bucket
 		}
 		b.eff, b.watch = t.Limit, t.Watch()
+		if b.slots && b.eff.Window == nil {
+			return nil, true // a window's slots left on a row: budgetd_fillup settles them
+		}
 	}
 	for a, sc := range sb.calls {
 		b, c := sc.b, sc.c
@@ -686,6 +718,8 @@ func idemDoc(o *ledger.FillupOutcome, nowUS int64) ([]byte, error) {
 		Level     string     `json:"level"`
 		UpdatedUS *int64     `json:"updated_us"`
 		Holds     []holdJSON `json:"holds"`
+		SlotIdx   []int64    `json:"slot_idx,omitempty"`
+		SlotSums  []string   `json:"slot_sums,omitempty"`
 	}
 	type itemJSON struct {
 		Fits    bool      `json:"fits"`
@@ -702,6 +736,9 @@ func idemDoc(o *ledger.FillupOutcome, nowUS int64) ([]byte, error) {
 		sd := l.Period.StartDay
 		d.Period = &periodDoc{Every: l.Period.Every, TZ: l.Period.TZ, StartDay: &sd}
 	}
+	if l.Window != nil {
+		d.Window = &windowDoc{LengthUS: l.Window.Length.Microseconds(), PrecisionUS: l.Window.Precision.Microseconds()}
+	}
 	if l.Mode != ledger.ModeEnforce && l.Mode != "" {
 		d.Mode, d.Grace = l.Mode, l.Grace
 	}
@@ -715,6 +752,9 @@ func idemDoc(o *ledger.FillupOutcome, nowUS int64) ([]byte, error) {
 	}
 	for i, h := range st.Holds {
 		sj.Holds[i] = holdJSON{Amount: h.Amount.String(), ExpiresUS: h.ExpiresAt.UnixMicro()}
+	}
+	for _, sl := range st.Slots {
+		sj.SlotIdx, sj.SlotSums = append(sj.SlotIdx, sl.Index), append(sj.SlotSums, sl.Sum.String())
 	}
 	return json.Marshal(struct {
 		Accepted bool       `json:"accepted"`

@@ -63,6 +63,7 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 		{Name: "o", Capacity: dec("9"), LeakAmount: dec("1"), LeakPer: 2 * time.Second, History: true, RecordDenials: true,
 			Thresholds: []ledger.Threshold{pct("90")}},
 		{Name: "r", Capacity: dec("11"), Period: &ledger.Period{Every: "day", TZ: "UTC"}, History: true},
+		{Name: "w", Capacity: dec("10"), Window: &ledger.Window{Length: 8 * time.Second, Precision: time.Second}, History: true, RecordDenials: true},
 	}
 	for _, l := range limits {
 		if _, err := s.PutLimit(ctx, l); err != nil {
@@ -89,7 +90,7 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 	override("r", "a", ledger.Override{Capacity: decimal.NewNullDecimal(dec("30")), TZ: "Asia/Tokyo"})
 	type pair struct{ bat, seq ledger.BucketRef }
 	var buckets []pair
-	for _, l := range []string{"q", "p", "s", "n", "o", "r", "missing"} {
+	for _, l := range []string{"q", "p", "s", "n", "o", "r", "w", "missing"} {
 		for _, k := range []string{"b", "a", "c"} {
 			buckets = append(buckets, pair{ledger.BucketRef{Limit: l, Key: "bat-" + k}, ledger.BucketRef{Limit: l, Key: "seq-" + k}})
 		}
