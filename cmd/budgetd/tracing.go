@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/tracing"
@@ -31,6 +32,7 @@ func (d *daemon) startTracing(ctx context.Context) error {
 			d.log.Warn("traces not all sent", "err", err)
 		}
 	})
-	d.log.Info("tracing: spans are sent over OTLP/HTTP", "endpoint", redact(d.cfg.tracing.Endpoint))
+	d.log.Info("tracing: spans are sent over OTLP/HTTP", "endpoint", redact(d.cfg.tracing.Endpoint),
+		"propagators", strings.Join(d.cfg.tracing.Propagators, ","))
 	return nil
 }

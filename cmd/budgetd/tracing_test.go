@@ -92,6 +92,7 @@ func TestRunTracingOff(t *testing.T) {
 		"exporter none":  {"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": recv.URL},
 		"SDK disabled":   {"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": recv.URL},
 		"unrelated OTEL": {"OTEL_SERVICE_NAME": "x", "OTEL_RESOURCE_ATTRIBUTES": "a=b"},
+		"propagators":    {"OTEL_PROPAGATORS": "b3"}, // not read when off
 	} {
 		t.Run(name, func(t *testing.T) {
 			log := tracedRun(t, vars)
@@ -112,14 +113,19 @@ func TestRunTracingOff(t *testing.T) {
 }
 
 func TestRunRefusesOtelItCannotHonour(t *testing.T) {
-	for _, vars := range []map[string]string{
-		{"OTEL_TRACES_EXPORTER": "zipkin"},
-		{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+	for _, tc := range []struct {
+		vars map[string]string
+		want string // the variable, and the value when named
+	}{
+		{map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, `OTEL_TRACES_EXPORTER must be otlp or none, not "zipkin"`},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_PROPAGATORS": "tracecontext,b3"},
+			`OTEL_PROPAGATORS may list tracecontext and baggage, or be none, not "b3"`},
 	} {
-		err := run(context.Background(), []string{"--addr", "127.0.0.1:0"}, env(vars), &syncBuffer{}, &syncBuffer{})
+		err := run(context.Background(), []string{"--addr", "127.0.0.1:0"}, env(tc.vars), &syncBuffer{}, &syncBuffer{})
 		var ue usageError
-		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "OTEL_") {
-			t.Errorf("%v: run returned %v, want a usage error naming the variable", vars, err)
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: run returned %v, want a usage error with %q", tc.vars, err, tc.want)
 		}
 	}
 }

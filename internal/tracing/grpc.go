@@ -14,11 +14,12 @@ import (
 )
 
 // UnaryServerInterceptor makes a server span of every unary gRPC call
-// (health checks too, as /healthz has one), a child of the span the caller's
-// traceparent metadata names, named by the full method without its
-// leading slash ("envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
-// with rpc.system.name, rpc.method and rpc.response.status_code; the
-// decisions of the call are its children.
+// (health checks too, as /healthz has one), a child of the span the
+// caller's metadata names in the formats of Propagator (OTEL_PROPAGATORS),
+// named by the full method without its leading slash
+// ("envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit") with
+// rpc.system.name, rpc.method and rpc.response.status_code; the decisions
+// of the call are its children.
 func (t *Tracing) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/budgetd/budgetd/internal/ledger"
@@ -51,6 +52,12 @@ const defaultEndpoint = "http://localhost:4318/v1/traces"
 type Config struct {
 	// Endpoint is the URL spans are posted to; "" is tracing off.
 	Endpoint string
+	// Propagators are the formats in which a caller's context is read from
+	// a request's headers or a call's metadata (OTEL_PROPAGATORS), in their
+	// order: "tracecontext" (W3C traceparent, tracestate), "baggage" (W3C
+	// baggage), or "none" alone, which reads nothing. Empty is the
+	// specification's default, tracecontext and baggage.
+	Propagators []string
 }
 
 // On reports whether spans are sent.
@@ -106,15 +113,70 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return Config{}, fmt.Errorf("%s must be an http:// or https:// URL with a host, not %q", from, endpoint)
 	}
-	return Config{Endpoint: endpoint}, nil
+	props, err := propagators(getenv("OTEL_PROPAGATORS"))
+	if err != nil {
+		return Config{}, err
+	}
+	return Config{Endpoint: endpoint, Propagators: props}, nil
+}
+
+// defaultPropagators are what OTEL_PROPAGATORS is when unset or empty.
+var defaultPropagators = []string{"tracecontext", "baggage"}
+
+// propagators reads OTEL_PROPAGATORS as the specification defines it: a
+// comma-separated list, in any case, each propagator once; none alone.
+func propagators(v string) ([]string, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return slices.Clone(defaultPropagators), nil
+	}
+	var names []string
+	for _, name := range strings.Split(v, ",") {
+		switch name = strings.ToLower(strings.TrimSpace(name)); name {
+		case "tracecontext", "baggage":
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		case "none":
+			if !strings.EqualFold(v, "none") {
+				return nil, fmt.Errorf("OTEL_PROPAGATORS lists none with other propagators in %q: none must stand alone", v)
+			}
+			return []string{"none"}, nil
+		case "":
+			return nil, fmt.Errorf("OTEL_PROPAGATORS has an empty name in %q", v)
+		default:
+			return nil, fmt.Errorf("OTEL_PROPAGATORS may list tracecontext and baggage, or be none, not %q: "+
+				"budgetd reads a caller's trace context in the W3C headers only", name)
+		}
+	}
+	return names, nil
+}
+
+// propagator reads the caller's context in the formats names lists
+// (Config.Propagators), in their order.
+func propagator(names []string) propagation.TextMapPropagator {
+	if len(names) == 0 {
+		names = defaultPropagators
+	}
+	var ps []propagation.TextMapPropagator
+	for _, name := range names {
+		switch name {
+		case "tracecontext":
+			ps = append(ps, propagation.TraceContext{})
+		case "baggage":
+			ps = append(ps, propagation.Baggage{})
+		}
+	}
+	return propagation.NewCompositeTextMapPropagator(ps...)
 }
 
 // Tracing makes budgetd's spans. Its methods are safe for concurrent use.
 type Tracing struct {
-	provider trace.TracerProvider
-	tracer   trace.Tracer
-	logKeys  bool
-	shutdown func(context.Context) error
+	provider   trace.TracerProvider
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
+	logKeys    bool
+	shutdown   func(context.Context) error
 }
 
 // Start sends spans to cfg.Endpoint over OTLP/HTTP in batches. The
@@ -123,7 +185,8 @@ type Tracing struct {
 // the SDK its sampler (OTEL_TRACES_SAMPLER, default parentbased_always_on)
 // and batching (OTEL_BSP_*), and the resource OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES over service.name=budgetd and service.version.
-// logKeys puts bucket keys on spans. Shutdown sends what is buffered.
+// The caller's context is read as cfg.Propagators says. logKeys puts
+// bucket keys on spans. Shutdown sends what is buffered.
 func Start(ctx context.Context, cfg Config, version string, logKeys bool) (*Tracing, error) {
 	if !cfg.On() {
 		return nil, errors.New("tracing: no endpoint")
@@ -140,22 +203,26 @@ func Start(ctx context.Context, cfg Config, version string, logKeys bool) (*Trac
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	t := New(tp, logKeys)
+	t.propagator = propagator(cfg.Propagators)
 	t.shutdown = tp.Shutdown
 	return t, nil
 }
 
-// New makes spans with tp (a test's, a benchmark's); logKeys puts bucket
-// keys on them. Shutdown is then tp's owner's business.
+// New makes spans with tp (a test's, a benchmark's) and reads the
+// caller's context in the default formats (tracecontext, baggage); logKeys
+// puts bucket keys on them. Shutdown is then tp's owner's business.
 func New(tp trace.TracerProvider, logKeys bool) *Tracing {
-	return &Tracing{provider: tp, tracer: tp.Tracer(Name), logKeys: logKeys}
+	return &Tracing{provider: tp, tracer: tp.Tracer(Name), propagator: propagator(nil), logKeys: logKeys}
 }
 
 // TracerProvider is where the request spans of the HTTP and gRPC
 // listeners come from.
 func (t *Tracing) TracerProvider() trace.TracerProvider { return t.provider }
 
-// Propagator reads and writes the W3C traceparent and tracestate headers.
-func (t *Tracing) Propagator() propagation.TextMapPropagator { return propagation.TraceContext{} }
+// Propagator reads the caller's context from a request's headers or a
+// call's metadata (and writes it), in the formats OTEL_PROPAGATORS names:
+// the HTTP middleware and the gRPC interceptor both use it.
+func (t *Tracing) Propagator() propagation.TextMapPropagator { return t.propagator }
 
 // Shutdown sends the spans still buffered and stops, or gives up when ctx
 // ends. It does nothing for a Tracing made by New.
