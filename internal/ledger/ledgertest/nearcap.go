@@ -213,33 +213,42 @@ type scanOnly struct{ ledger.Store }
 func testNearCapDifferential(t *testing.T, e *env) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 7))
-	inGo := ledger.NewService(scanOnly{e.store})
-	overrides, grants := true, true
-	put := func(limit, pattern, capacity string, leak string, tz string, expires time.Duration) {
-		t.Helper()
-		if !overrides {
-			return
-		}
-		o := ledger.Override{Pattern: pattern}
-		if capacity != "" {
-			o.Capacity = decimal.NullDecimal{Decimal: dec(capacity), Valid: true}
-		}
-		if leak != "" {
-			o.LeakAmount, o.LeakPer = dec(leak), time.Hour
-		}
-		o.TZ = tz
-		if expires != 0 {
-			o.ExpiresAt = e.clock.Now().Add(expires)
-		}
-		if _, err := e.svc.PutOverride(e.ctx, limit, o); errors.Is(err, ledger.ErrNotServed) {
-			overrides = false
-		} else if err != nil {
-			t.Fatalf("PutOverride(%s, %+v): %v", limit, o, err)
-		}
-	}
-	limits := []string{"rank.leaky", "rank.month"}
+	r := &nearCapRun{t: t, e: e, rng: rand.New(rand.NewPCG(seed, 7)), inGo: ledger.NewService(scanOnly{e.store}), overrides: true, grants: true}
 	start := e.clock.Now()
+	r.putLimits()
+	r.putOrderTraps()
+	for _, limit := range r.limits {
+		r.charge(limit)
+	}
+	e.clock.Set(start.Add(3*time.Hour + 30*time.Minute)) // the temporary overrides ended, some holds and grants too
+	r.compare()
+	// Into the next month: the periodic buckets written before count 0,
+	// the rollover ones receive their carry, and then some more charges.
+	now := e.clock.Now()
+	e.clock.Set(time.Date(now.Year(), now.Month()+1, 1, 0, 30, 0, 0, time.UTC))
+	for _, limit := range r.limits[1:] {
+		r.charge(limit)
+	}
+	r.compare()
+}
+
+// nearCapRun is one run of testNearCapDifferential: its random source, the
+// ranking in Go it compares with, its limits and what the store serves.
+type nearCapRun struct {
+	t         *testing.T
+	e         *env
+	rng       *rand.Rand
+	inGo      *ledger.Service // the store's buckets ranked in Go
+	limits    []string
+	overrides bool // the store serves overrides
+	grants    bool // the store serves grants
+}
+
+// putLimits stores the leaky, monthly and (where served) rollover limits
+// and the overrides of their capacity, leak rate and zone.
+func (r *nearCapRun) putLimits() {
+	t, e := r.t, r.e
+	r.limits = []string{"rank.leaky", "rank.month"}
 	e.limit("rank.leaky", "100", "30", time.Hour, false)
 	month := ledger.LimitSpec{Capacity: dec("100"), Period: &ledger.Period{Every: "month"}, Thresholds: thresholds(t, "80%")}
 	if _, err := e.svc.PutLimit(e.ctx, "rank.month", month); err != nil {
@@ -247,100 +256,135 @@ func testNearCapDifferential(t *testing.T, e *env) {
 	}
 	month.Rollover = &ledger.Rollover{Max: dec("30")}
 	if _, err := e.svc.PutLimit(e.ctx, "rank.carry", month); err == nil {
-		limits = append(limits, "rank.carry")
+		r.limits = append(r.limits, "rank.carry")
 	} else if !errors.Is(err, ledger.ErrNotServed) {
 		t.Fatal(err)
 	}
-	put("rank.leaky", "k-07", "200", "", "", 0)             // a raise for one key
-	put("rank.leaky", "k-1*", "50", "", "", 0)              // lower for a prefix
-	put("rank.leaky", "k-2*", "", "60", "", 0)              // a faster leak
-	put("rank.leaky", "k-3*", "", "0.001", "", 3*time.Hour) // a slower one, ending before the pages
-	put("rank.leaky", "k-4*", "400", "", "", 3*time.Hour)
-	put("rank.month", "k-0*", "50", "", "", 0)
-	put("rank.month", "k-5*", "", "", "Asia/Tokyo", 0)
-	put("rank.carry", "k-1*", "200", "", "", 0)
-	costs := []string{"1", "5", "10", "10", "25", "40", "50", "80", "90", "99.5"}
-	charge := func(limit string) {
-		for i := range 60 {
-			r := ref(limit, fmt.Sprintf("k-%d%d", i/10, i%10))
-			switch x := rng.IntN(10); {
-			case x == 0:
-				continue // never written: not listed
-			case x == 1:
-				e.fillup(r, "30")
-				if _, err := e.svc.Drain(e.ctx, r, dec("30"), ledger.Idempotency{}, nil); err != nil {
-					t.Fatal(err) // written, and empty
-				}
-			case x == 2:
-				e.reserve(r, costs[rng.IntN(len(costs))], time.Duration(1+rng.IntN(23))*time.Hour)
-			default:
-				e.fillup(r, costs[rng.IntN(len(costs))])
-			}
-			if rng.IntN(6) == 0 && grants {
-				_, err := e.svc.AddGrant(e.ctx, r, dec("20"), e.clock.Now().Add(time.Duration(1+rng.IntN(3))*time.Hour), ledger.Idempotency{}, nil)
-				if errors.Is(err, ledger.ErrNotServed) {
-					grants = false
-				} else if err != nil {
-					t.Fatal(err)
-				}
-			}
-			e.clock.Advance(time.Duration(rng.IntN(3)) * time.Minute)
-		}
+	r.putOverride("rank.leaky", "k-07", "200", "", "", 0)             // a raise for one key
+	r.putOverride("rank.leaky", "k-1*", "50", "", "", 0)              // lower for a prefix
+	r.putOverride("rank.leaky", "k-2*", "", "60", "", 0)              // a faster leak
+	r.putOverride("rank.leaky", "k-3*", "", "0.001", "", 3*time.Hour) // a slower one, ending before the pages
+	r.putOverride("rank.leaky", "k-4*", "400", "", "", 3*time.Hour)
+	r.putOverride("rank.month", "k-0*", "50", "", "", 0)
+	r.putOverride("rank.month", "k-5*", "", "", "Asia/Tokyo", 0)
+	r.putOverride("rank.carry", "k-1*", "200", "", "", 0)
+}
+
+// putOverride puts an override of the capacity, the leak (an amount an
+// hour) or the zone, ending after expires unless 0; it does nothing once
+// the store said it serves no overrides.
+func (r *nearCapRun) putOverride(limit, pattern, capacity string, leak string, tz string, expires time.Duration) {
+	r.t.Helper()
+	if !r.overrides {
+		return
 	}
-	// Buckets whose order a bound that forgot a term would get wrong: h-*
-	// hold more as their keys grow and have no level; s-* leaked slowly
-	// under an override that ended an hour before the pages.
-	put("rank.leaky", "s-*", "", "0.001", "", 3*time.Hour)
-	e.fillup(ref("rank.leaky", "s-1"), "30")
-	e.fillup(ref("rank.leaky", "s-2"), "60")
+	o := ledger.Override{Pattern: pattern}
+	if capacity != "" {
+		o.Capacity = decimal.NullDecimal{Decimal: dec(capacity), Valid: true}
+	}
+	if leak != "" {
+		o.LeakAmount, o.LeakPer = dec(leak), time.Hour
+	}
+	o.TZ = tz
+	if expires != 0 {
+		o.ExpiresAt = r.e.clock.Now().Add(expires)
+	}
+	if _, err := r.e.svc.PutOverride(r.e.ctx, limit, o); errors.Is(err, ledger.ErrNotServed) {
+		r.overrides = false
+	} else if err != nil {
+		r.t.Fatalf("PutOverride(%s, %+v): %v", limit, o, err)
+	}
+}
+
+// putOrderTraps writes buckets whose order a bound that forgot a term
+// would get wrong: h-* hold more as their keys grow and have no level; s-*
+// leaked slowly under an override that ended an hour before the pages.
+func (r *nearCapRun) putOrderTraps() {
+	r.putOverride("rank.leaky", "s-*", "", "0.001", "", 3*time.Hour)
+	r.e.fillup(ref("rank.leaky", "s-1"), "30")
+	r.e.fillup(ref("rank.leaky", "s-2"), "60")
 	for i := 1; i <= 5; i++ {
-		e.reserve(ref("rank.leaky", fmt.Sprintf("h-%d", i)), fmt.Sprint(10*i), 23*time.Hour)
+		r.e.reserve(ref("rank.leaky", fmt.Sprintf("h-%d", i)), fmt.Sprint(10*i), 23*time.Hour)
 	}
-	for _, limit := range limits {
-		charge(limit)
+}
+
+// nearCapCosts are the costs charge draws from: many ties.
+var nearCapCosts = []string{"1", "5", "10", "10", "25", "40", "50", "80", "90", "99.5"}
+
+// charge writes (or leaves unwritten) the 60 buckets k-00…k-59 of limit
+// at random: a charge, a hold, a charge drained empty, now and then a
+// grant, the clock moving a few minutes between buckets.
+func (r *nearCapRun) charge(limit string) {
+	t, e, rng := r.t, r.e, r.rng
+	for i := range 60 {
+		b := ref(limit, fmt.Sprintf("k-%d%d", i/10, i%10))
+		switch x := rng.IntN(10); {
+		case x == 0:
+			continue // never written: not listed
+		case x == 1:
+			e.fillup(b, "30")
+			if _, err := e.svc.Drain(e.ctx, b, dec("30"), ledger.Idempotency{}, nil); err != nil {
+				t.Fatal(err) // written, and empty
+			}
+		case x == 2:
+			e.reserve(b, nearCapCosts[rng.IntN(len(nearCapCosts))], time.Duration(1+rng.IntN(23))*time.Hour)
+		default:
+			e.fillup(b, nearCapCosts[rng.IntN(len(nearCapCosts))])
+		}
+		if rng.IntN(6) == 0 && r.grants {
+			_, err := e.svc.AddGrant(e.ctx, b, dec("20"), e.clock.Now().Add(time.Duration(1+rng.IntN(3))*time.Hour), ledger.Idempotency{}, nil)
+			if errors.Is(err, ledger.ErrNotServed) {
+				r.grants = false
+			} else if err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.clock.Advance(time.Duration(rng.IntN(3)) * time.Minute)
 	}
-	e.clock.Set(start.Add(3*time.Hour + 30*time.Minute)) // the temporary overrides ended, some holds and grants too
-	compare := func() {
-		t.Helper()
-		for _, limit := range limits {
-			for _, q := range []ledger.BucketQuery{{Order: ledger.OrderUsed}, {Order: ledger.OrderShare}, {Above: "80%", Order: ledger.OrderShare}} {
-				if q.Above != "" && limit == "rank.leaky" {
-					continue
-				}
-				for _, n := range []int{1, 4, 17, ledger.MaxPage} {
-					var cursor, cursorGo string
-					for page := 0; ; page++ {
-						got, next, err := e.svc.QueryBuckets(e.ctx, limit, q, cursor, n)
-						if err != nil {
-							t.Fatalf("%s %+v page %d of %d: %v", limit, q, page, n, err)
-						}
-						want, nextGo, err := inGo.QueryBuckets(e.ctx, limit, q, cursorGo, n)
-						if err != nil {
-							t.Fatalf("%s %+v page %d of %d, in Go: %v", limit, q, page, n, err)
-						}
-						// Equal as the API writes them (times and decimals as values).
-						if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) || next != nextGo {
-							t.Fatalf("%s %+v page %d of %d:\n%+v, next %q\nin Go:\n%+v, next %q", limit, q, page, n, got, next, want, nextGo)
-						}
-						if next == "" {
-							break
-						}
-						cursor, cursorGo = next, nextGo
-						e.clock.Advance(time.Duration(rng.IntN(60)) * time.Second) // levels leak between pages
-					}
-				}
+}
+
+// compare reads every limit's rankings (by used, by share, by share above
+// 80% where the limit has that threshold) in pages of 1, 4, 17 and
+// ledger.MaxPage from the store and in Go.
+func (r *nearCapRun) compare() {
+	r.t.Helper()
+	for _, limit := range r.limits {
+		for _, q := range []ledger.BucketQuery{{Order: ledger.OrderUsed}, {Order: ledger.OrderShare}, {Above: "80%", Order: ledger.OrderShare}} {
+			if q.Above != "" && limit == "rank.leaky" {
+				continue
+			}
+			for _, n := range []int{1, 4, 17, ledger.MaxPage} {
+				r.comparePages(limit, q, n)
 			}
 		}
 	}
-	compare()
-	// Into the next month: the periodic buckets written before count 0,
-	// the rollover ones receive their carry, and then some more charges.
-	now := e.clock.Now()
-	e.clock.Set(time.Date(now.Year(), now.Month()+1, 1, 0, 30, 0, 0, time.UTC))
-	for _, limit := range limits[1:] {
-		charge(limit)
+}
+
+// comparePages fails unless the store lists, page for page of n, what the
+// ranking in Go lists, the clock moving up to a minute between pages.
+func (r *nearCapRun) comparePages(limit string, q ledger.BucketQuery, n int) {
+	t, e := r.t, r.e
+	t.Helper()
+	var cursor, cursorGo string
+	for page := 0; ; page++ {
+		got, next, err := e.svc.QueryBuckets(e.ctx, limit, q, cursor, n)
+		if err != nil {
+			t.Fatalf("%s %+v page %d of %d: %v", limit, q, page, n, err)
+		}
+		want, nextGo, err := r.inGo.QueryBuckets(e.ctx, limit, q, cursorGo, n)
+		if err != nil {
+			t.Fatalf("%s %+v page %d of %d, in Go: %v", limit, q, page, n, err)
+		}
+		// Equal as the API writes them (times and decimals as values).
+		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) || next != nextGo {
+			t.Fatalf("%s %+v page %d of %d:\n%+v, next %q\nin Go:\n%+v, next %q", limit, q, page, n, got, next, want, nextGo)
+		}
+		if next == "" {
+			return
+		}
+		cursor, cursorGo = next, nextGo
+		e.clock.Advance(time.Duration(r.rng.IntN(60)) * time.Second) // levels leak between pages
 	}
-	compare()
 }
 
 // NearCapBench is the limit BenchNearCap lists: capacity 100, leaking 1 an
