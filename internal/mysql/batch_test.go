@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,39 +14,6 @@ import (
 	"github.com/budgetd/budgetd/internal/ledger/ledgertest"
 	"github.com/budgetd/budgetd/internal/mysql"
 )
-
-// answer is what a Fillup answered, less the bucket's key: acceptance,
-// replay, and per item its entry id (a bucket's own sequence), state, the
-// instant and the terms it was decided under.
-func answer(o ledger.FillupOutcome) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "accepted=%v replayed=%v", o.Accepted, o.Replayed)
-	for _, it := range o.Items {
-		st, l := it.Snapshot.State, it.Snapshot.Limit
-		fmt.Fprintf(&b, " entry=%q level=%s updated=%d now=%d holds=[", it.EntryID, st.Level, st.Updated.UnixMicro(), it.Snapshot.Now.UnixMicro())
-		for _, h := range st.Holds {
-			fmt.Fprintf(&b, "%s@%d ", h.Amount, h.ExpiresAt.UnixMicro())
-		}
-		b.WriteString("] slots=[")
-		for _, sl := range st.Slots {
-			fmt.Fprintf(&b, "%s@%d ", sl.Sum, sl.Index)
-		}
-		fmt.Fprintf(&b, "] limit=%s cap=%s kind=%s mode=%s", l.Name, l.Capacity, l.Kind(), l.Mode)
-	}
-	return b.String()
-}
-
-// scoped gives the Idempotency-Keys of idems the scope scope.
-func scoped(idems []ledger.Idempotency, scope string) []ledger.Idempotency {
-	out := make([]ledger.Idempotency, len(idems))
-	for i, id := range idems {
-		if id.Key != "" {
-			id.Scope = scope
-		}
-		out[i] = id
-	}
-	return out
-}
 
 // TestBatchEqualsSequence drives batches of single-bucket Fillups on many
 // buckets at once through the group commit's batch (FillupBatch: one
@@ -163,14 +129,13 @@ func testBatchEqualsSequence(t *testing.T, iso string) {
 		for _, i := range fresh {
 			used = append(used, idems[i])
 		}
-		got, errs, ok := mysql.FillupBatch(ctx, s, bats, scoped(idems, "batched"))
+		got, errs, ok := mysql.FillupBatch(ctx, s, bats, ledgertest.Scoped(idems, "batched"))
 		if ok > 1 {
 			kept++
 		}
 		for i := range n {
-			want, err := s.Fillup(ctx, seqs[i:i+1], scoped(idems, "one-by-one")[i])
-			if (errs[i] == nil) != (err == nil) || err != nil && !(errors.Is(err, ledger.ErrLimitNotFound) && errors.Is(errs[i], ledger.ErrLimitNotFound) ||
-				errors.Is(err, ledger.ErrIdempotencyKeyReused) && errors.Is(errs[i], ledger.ErrIdempotencyKeyReused)) {
+			want, err := s.Fillup(ctx, seqs[i:i+1], ledgertest.Scoped(idems, "one-by-one")[i])
+			if !ledgertest.SameRefusal(errs[i], err) {
 				t.Fatalf("round %d call %d (%v cost %s): batched: %v, one by one: %v", round, i, bats[i].Bucket, bats[i].Cost, errs[i], err)
 			}
 			switch {
@@ -183,7 +148,7 @@ func testBatchEqualsSequence(t *testing.T, iso string) {
 			case err == nil && !got[i].Accepted:
 				denials++
 			}
-			if a, b := answer(got[i]), answer(want); a != b {
+			if a, b := ledgertest.AnswerWithEntries(got[i]), ledgertest.AnswerWithEntries(want); a != b {
 				t.Fatalf("round %d call %d (%v cost %s, %d kept in the batch):\n batch      %s\n one by one %s", round, i, bats[i].Bucket, bats[i].Cost, ok, a, b)
 			}
 		}
@@ -206,44 +171,10 @@ func testBatchEqualsSequence(t *testing.T, iso string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a, c := answer(ledger.FillupOutcome{Items: []ledger.ItemOutcome{{Snapshot: sb}}}), answer(ledger.FillupOutcome{Items: []ledger.ItemOutcome{{Snapshot: ss}}}); a != c {
+		if a, c := ledgertest.AnswerWithEntries(ledger.FillupOutcome{Items: []ledger.ItemOutcome{{Snapshot: sb}}}), ledgertest.AnswerWithEntries(ledger.FillupOutcome{Items: []ledger.ItemOutcome{{Snapshot: ss}}}); a != c {
 			t.Errorf("%v: batched %s, one by one %s", b.bat, a, c)
 		}
-		hb, _, err := other.History(ctx, b.bat, "", ledger.MaxPage)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs, _, err := other.History(ctx, b.seq, "", ledger.MaxPage)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(hs) != len(hb) {
-			t.Fatalf("%v history: %d entries one by one, %d batched", b.bat, len(hs), len(hb))
-		}
-		for i := range hs {
-			a := fmt.Sprintf("%s %s %s %d %v %v %v", hs[i].ID, hs[i].Event, hs[i].Amount, hs[i].Time.UnixMicro(), hs[i].ShadowDenied, hs[i].Meta, hs[i].ReservationID != "")
-			c := fmt.Sprintf("%s %s %s %d %v %v %v", hb[i].ID, hb[i].Event, hb[i].Amount, hb[i].Time.UnixMicro(), hb[i].ShadowDenied, hb[i].Meta, hb[i].ReservationID != "")
-			if a != c {
-				t.Fatalf("%v history entry %d: one by one %s, batched %s", b.bat, i, a, c)
-			}
-		}
-		eb, err := other.BucketEvents(ctx, b.bat, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		es, err := other.BucketEvents(ctx, b.seq, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(eb) != len(es) {
-			t.Fatalf("%v: %d events batched, %d one by one", b.bat, len(eb), len(es))
-		}
-		for i := range eb {
-			a := fmt.Sprintf("%s %d %s %s %s", eb[i].Type, eb[i].Time.UnixMicro(), eb[i].Threshold, eb[i].Used, eb[i].Capacity)
-			c := fmt.Sprintf("%s %d %s %s %s", es[i].Type, es[i].Time.UnixMicro(), es[i].Threshold, es[i].Used, es[i].Capacity)
-			if a != c {
-				t.Fatalf("%v event %d: batched %s, one by one %s", b.bat, i, a, c)
-			}
-		}
+		ledgertest.SameHistory(t, other, b.seq, b.bat, ledgertest.SameIDs)
+		ledgertest.SameEvents(t, other, b.seq, b.bat)
 	}
 }

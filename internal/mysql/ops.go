@@ -213,7 +213,14 @@ func (s *Store) listBuckets(ctx context.Context, limit, cond, after string, n in
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, "SELECT "+clockSQL+", "+bucketCols+" FROM budgetd_buckets b WHERE b.limit_id = ?"+cond+" AND b.bkey > ? ORDER BY b.bkey LIMIT ?", l.id, []byte(after), n)
+	return s.snapshots(ctx, l, time.Time{}, "SELECT "+clockSQL+", "+bucketCols+" FROM budgetd_buckets b WHERE b.limit_id = ?"+cond+" AND b.bkey > ? ORDER BY b.bkey LIMIT ?", l.id, []byte(after), n)
+}
+
+// snapshots reads the bucket rows of query (the clock in microseconds,
+// then bucketCols) as snapshots of the limit l at now, or, where now is
+// zero, at the store's clock or the one the row was read with.
+func (s *Store) snapshots(ctx context.Context, l limitRow, now time.Time, query string, args ...any) ([]ledger.BucketSnapshot, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -225,12 +232,15 @@ func (s *Store) listBuckets(ctx context.Context, limit, cond, after string, n in
 		if err := b.scan(scanFunc(func(dest ...any) error { return rows.Scan(append([]any{&us}, dest...)...) })); err != nil {
 			return nil, classify(err)
 		}
-		now := time.UnixMicro(us).UTC()
-		if t := s.clock(); !t.IsZero() {
-			now = t.UTC().Truncate(time.Microsecond)
+		at := now
+		if at.IsZero() {
+			at = time.UnixMicro(us).UTC()
+			if t := s.clock(); !t.IsZero() {
+				at = t.UTC().Truncate(time.Microsecond)
+			}
 		}
-		lim := termsAt(l.limit, l.set, &b, now)
-		out = append(out, ledger.BucketSnapshot{Key: b.key, Snapshot: ledger.Snapshot{Limit: lim, State: b.state, Now: now}, Marks: b.marks})
+		lim := termsAt(l.limit, l.set, &b, at)
+		out = append(out, ledger.BucketSnapshot{Key: b.key, Snapshot: ledger.Snapshot{Limit: lim, State: b.state, Now: at}, Marks: b.marks})
 	}
 	return out, classify(rows.Err())
 }

@@ -132,7 +132,7 @@ func TestModesBatch(t *testing.T) {
 		l := o.Items[0].Snapshot.Limit
 		if o.Accepted != want[i].accepted || !o.Items[0].Snapshot.State.Level.Equal(bucket.MustAmount(want[i].level)) ||
 			l.Mode != ledger.ModeSoft || !l.Grace.Equal(dec("12.5")) {
-			t.Fatalf("call %d: %s mode=%s grace=%s, want accepted=%v level=%s soft 12.5", i, answer(o), l.Mode, l.Grace, want[i].accepted, want[i].level)
+			t.Fatalf("call %d: %s mode=%s grace=%s, want accepted=%v level=%s soft 12.5", i, ledgertest.Answer(o), l.Mode, l.Grace, want[i].accepted, want[i].level)
 		}
 	}
 	soft.Mode, soft.Grace = ledger.ModeEnforce, decimal.Decimal{}
@@ -141,7 +141,7 @@ func TestModesBatch(t *testing.T) {
 	}
 	outs, errs = s.FillupBatch(ctx, ref, []decimal.Decimal{dec("0.000001")})
 	if errs[0] != nil || outs[0].Accepted || outs[0].Items[0].Snapshot.Limit.Mode != ledger.ModeEnforce {
-		t.Fatalf("after the switch to enforce: %s %v", answer(outs[0]), errs[0])
+		t.Fatalf("after the switch to enforce: %s %v", ledgertest.Answer(outs[0]), errs[0])
 	}
 }
 

@@ -33,13 +33,14 @@ import (
 //
 // A batch goes this way only when everything about it is the common case, known in Go before it is sent:
 // READ COMMITTED, more than one call, and limits in the terms index that are leaky or periodic, without
-// thresholds or rollover; each key is decided on its terms (ledger.TermsAt) from the index's overrides and
-// the bucket's active grants, read under the locks. A call's Idempotency-Key is decided as budgetd_fillup_batch decides it:
+// rollover; each key is decided on its terms (ledger.TermsAt) from the index's overrides and
+// the bucket's active grants, read under the locks, and its threshold marks kept by ledger.Watch.Cross
+// (setBucket.cross). A call's Idempotency-Key is decided as budgetd_fillup_batch decides it:
 // a later call of the batch with the key replays the first (same request) or is refused; the first writes
 // the record, in the statement that writes the history, with its entry's id. What only the read can tell sends it the usual way
 // after a ROLLBACK, nothing written: a limit or its overrides changed or deleted since the index read
 // them, a bucket an override's end has to settle first, expired
-// holds to record, a clock stepped back, a window's slots left on a row, a denial on a bucket without a
+// holds to record, a threshold crossed or left (budgetd_cross emits its event), a clock stepped back, a window's slots left on a row, a denial on a bucket without a
 // row (budgetd_batch_write proves that one under a placeholder's lock), or a live idempotency record of one
 // of the batch's keys (the function replays it). A bucket row another session
 // created between the read and the write fails the INSERT (unique violation): the whole attempt is rolled
@@ -59,9 +60,11 @@ type setBucket struct {
 	calls  []*fillCall
 	grants []ledger.Grant // its active grants
 	eff    ledger.Limit   // the effective limit at the batch's now: ledger.TermsAt's
+	watch  *ledger.Watch  // its thresholds at its capacity; nil for none
 	found  bool           // a row exists (a placeholder included)
 	slots  bool           // the row has a window's slots
 	state  bucket.State
+	marks  ledger.Marks // the threshold marks, as read and then as the write sets them
 	wrote  bool
 	entry0 int // the first of its history entries in the batch's list
 }
@@ -74,14 +77,15 @@ func (s *Store) setEligible(ctx context.Context, batch []*fillCall) bool {
 	}
 	for _, c := range batch {
 		lt, err := s.limitTerms(ctx, c.ref.Limit)
-		if err != nil || lt == nil || lt.lim.Window != nil || len(lt.lim.Thresholds) > 0 || lt.lim.Rollover != nil {
+		if err != nil || lt == nil || lt.lim.Rollover != nil {
 			return false
 		}
 	}
 	return true
 }
 
-const setLockSQL = `SELECT b.limit_id, b.key, b.level::text, budgetd_us(b.updated_at), b.slot_idx IS NOT NULL
+const setLockSQL = `SELECT b.limit_id, b.key, b.level::text, budgetd_us(b.updated_at), b.slot_idx, b.slot_sum::text[],
+       b.th_sig, b.th_above, b.th_period
   FROM buckets b
  WHERE (b.limit_id, b.key) IN (SELECT u.l, u.k FROM unnest($1::bigint[], $2::text[]) AS u(l, k))
  ORDER BY b.limit_id, b.key
@@ -108,13 +112,19 @@ SELECT u.i::int, budgetd_us(t.now), r.n, l.id IS NOT NULL, coalesce(budgetd_us(l
           FROM grants g WHERE l.grant_rows > 0 AND g.limit_id = u.l AND g.key = u.k AND g.expires_at > t.now) g ON true
  ORDER BY u.i`
 
-const setUpdateSQL = `UPDATE buckets b SET level = u.v::numeric, updated_at = budgetd_from_us(u.t)
-  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS u(l, k, v, t)
+// setUpdateSQL and setInsertSQL take each row's slots as array literals
+// ($8, $9: '{…}' text, NULL for none), since rows have different numbers of
+// them.
+const setUpdateSQL = `UPDATE buckets b SET level = u.v::numeric, updated_at = budgetd_from_us(u.t),
+       th_sig = u.ts, th_above = u.ta, th_period = u.tp, slot_idx = u.si::bigint[], slot_sum = u.ss::numeric[]
+  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::smallint[], $7::bigint[], $8::text[], $9::text[])
+       AS u(l, k, v, t, ts, ta, tp, si, ss)
  WHERE b.limit_id = u.l AND b.key = u.k`
 
-const setInsertSQL = `INSERT INTO buckets (limit_id, key, level, updated_at, th_sig, th_above, th_period)
-SELECT u.l, u.k, u.v::numeric, budgetd_from_us(u.t), 0, 0, 0
-  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS u(l, k, v, t)`
+const setInsertSQL = `INSERT INTO buckets (limit_id, key, level, updated_at, th_sig, th_above, th_period, slot_idx, slot_sum)
+SELECT u.l, u.k, u.v::numeric, budgetd_from_us(u.t), u.ts, u.ta, u.tp, u.si::bigint[], u.ss::numeric[]
+  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::smallint[], $7::bigint[], $8::text[], $9::text[])
+       AS u(l, k, v, t, ts, ta, tp, si, ss)`
 
 const setHistorySQL = `INSERT INTO history (limit_id, key, at, event, amount, reservation_id, meta, shadow_denied)
 SELECT u.l, u.k, budgetd_from_us($1), u.e, u.c::numeric, NULL, nullif(u.m, '')::jsonb, u.s
@@ -329,7 +339,7 @@ func (s *Store) setAttempt(ctx context.Context, sb *setBatch) (answers []setAnsw
 // now, and whether what it read sends the batch to budgetd_fillup.
 func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (nowUS int64, fallback bool, err error) {
 	for _, b := range sb.bs {
-		b.found, b.slots, b.state, b.wrote, b.grants = false, false, bucket.State{}, false, nil
+		b.found, b.slots, b.state, b.wrote, b.grants, b.marks = false, false, bucket.State{}, false, nil, ledger.Marks{}
 	}
 	rb := &pgx.Batch{}
 	rb.Queue("BEGIN")
@@ -348,9 +358,13 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 		id         int64
 		key, level string
 		updated    *int64
-		slots      bool
+		slotIdx    []int64
+		slotSums   []string
+		thSig      int32
+		thAbove    int16
+		thPeriod   int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &key, &level, &updated, &slots}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &key, &level, &updated, &slotIdx, &slotSums, &thSig, &thAbove, &thPeriod}, func() error {
 		b := sb.rows[setRow{id, key}]
 		if b == nil {
 			return nil
@@ -359,7 +373,11 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 		if !ok {
 			return fmt.Errorf("postgres fillup: decoding level %q: %w", level, errBadAnswer)
 		}
-		b.found, b.slots = true, slots
+		b.found, b.slots = true, slotIdx != nil
+		if b.state.Slots, err = slotsOf(slotIdx, slotSums); err != nil {
+			return err
+		}
+		b.marks = ledger.Marks{Sig: uint32(thSig), Above: uint8(thAbove), Period: thPeriod}
 		b.state.Level = lv
 		if updated != nil {
 			b.state.Updated = fromUS(*updated)
@@ -390,7 +408,7 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 			fallback = true
 			return nil
 		}
-		if expired > 0 || b.slots || len(amounts) != len(expires) || len(gAmounts) != len(gExpires) {
+		if expired > 0 || len(amounts) != len(expires) || len(gAmounts) != len(gExpires) {
 			fallback = true
 			return nil
 		}
@@ -440,11 +458,43 @@ type setRows struct {
 	keys   []string
 	levels []string
 	times  []int64
+	// The threshold marks: signature, reached thresholds, period.
+	sigs    []int32
+	aboves  []int16
+	periods []int64
+	// A window's slots as array literals (nil: none).
+	slotIdx, slotSums []*string
 }
 
 func (r *setRows) add(b *setBucket) {
 	r.ids, r.keys = append(r.ids, b.lt.id), append(r.keys, b.key)
 	r.levels, r.times = append(r.levels, b.state.Level.String()), append(r.times, b.state.Updated.UnixMicro())
+	r.sigs, r.aboves, r.periods = append(r.sigs, int32(b.marks.Sig)), append(r.aboves, int16(b.marks.Above)), append(r.periods, b.marks.Period)
+	var idx, sums *string
+	if b.eff.Window != nil && len(b.state.Slots) > 0 {
+		idx, sums = slotLiterals(b.state.Slots)
+	}
+	r.slotIdx, r.slotSums = append(r.slotIdx, idx), append(r.slotSums, sums)
+}
+
+// slotLiterals are a window bucket's slots as array literals of their
+// numbers and their sums.
+func slotLiterals(slots []bucket.Slot) (idx, sums *string) {
+	var bi, bs []byte
+	bi, bs = append(bi, '{'), append(bs, '{')
+	for i, sl := range slots {
+		if i > 0 {
+			bi, bs = append(bi, ','), append(bs, ',')
+		}
+		bi, bs = strconv.AppendInt(bi, sl.Index, 10), append(bs, sl.Sum.String()...)
+	}
+	i, s := string(append(bi, '}')), string(append(bs, '}'))
+	return &i, &s
+}
+
+// args are r as setUpdateSQL and setInsertSQL take them.
+func (r *setRows) args() []any {
+	return []any{r.ids, r.keys, r.levels, r.times, r.sigs, r.aboves, r.periods, r.slotIdx, r.slotSums}
 }
 
 // setHistory are history entries to write, as setHistorySQL takes them.
@@ -474,7 +524,10 @@ func decideSet(sb *setBatch, now time.Time) (p *setPlan, fallback bool) {
 		if t.Settled {
 			return nil, true // an override ended since the last write: budgetd_fillup settles the bucket
 		}
-		b.eff = t.Limit
+		b.eff, b.watch = t.Limit, t.Watch()
+		if b.slots && b.eff.Window == nil {
+			return nil, true // a window's slots left on a row: budgetd_fillup settles them
+		}
 	}
 	for a, sc := range sb.calls {
 		b, c := sc.b, sc.c
@@ -507,6 +560,9 @@ func decideSet(sb *setBatch, now time.Time) (p *setPlan, fallback bool) {
 		d, ns := bucket.Fillup(l.Rule(), b.state, now, cost)
 		charged := d.Accepted && cost.Sign() > 0
 		if charged {
+			if b.watch != nil && !b.cross(now, ns) {
+				return nil, true // a threshold event is due: budgetd_fillup emits it
+			}
 			b.state, b.wrote = ns, true
 		} else if !d.Accepted && !b.found && !b.wrote {
 			return nil, true // a denial on no row: judged under a placeholder's lock
@@ -544,6 +600,21 @@ func decideSet(sb *setBatch, now time.Time) (p *setPlan, fallback bool) {
 	return p, false
 }
 
+// cross runs the threshold rule (ledger.Watch.Cross, as the memory and
+// MySQL stores run it) for a charge that takes b from its state to next at
+// now, and keeps the marks the write sets; false when the charge crosses or
+// leaves a threshold. Each charge only adds to the use (level + held), so
+// when none of a batch's charges emits an event the marks end as
+// budgetd_batch_marks sets them.
+func (b *setBucket) cross(now time.Time, next bucket.State) bool {
+	rule := b.eff.Rule()
+	pre := bucket.CanAccept(rule, b.state, now, bucket.Amount{})
+	post := bucket.CanAccept(rule, next, now, bucket.Amount{})
+	marks, cs := b.watch.Cross(b.marks, pre.Level.Add(pre.Held), post.Level.Add(post.Held), post.PeriodStart)
+	b.marks = marks
+	return len(cs) == 0
+}
+
 // setWrite is round trip 2 of an attempt: the plan's bucket rows, history
 // entries and idempotency records, then COMMIT. It returns the entries'
 // ids in the order of p.hist.
@@ -551,11 +622,11 @@ func (s *Store) setWrite(ctx context.Context, conn *pgxpool.Conn, sb *setBatch, 
 	wb := &pgx.Batch{}
 	rowWrites := 0
 	if len(p.up.ids) > 0 {
-		wb.Queue(setUpdateSQL, p.up.ids, p.up.keys, p.up.levels, p.up.times)
+		wb.Queue(setUpdateSQL, p.up.args()...)
 		rowWrites++
 	}
 	if len(p.in.ids) > 0 {
-		wb.Queue(setInsertSQL, p.in.ids, p.in.keys, p.in.levels, p.in.times)
+		wb.Queue(setInsertSQL, p.in.args()...)
 		rowWrites++
 	}
 	h := &p.hist
@@ -647,6 +718,8 @@ func idemDoc(o *ledger.FillupOutcome, nowUS int64) ([]byte, error) {
 		Level     string     `json:"level"`
 		UpdatedUS *int64     `json:"updated_us"`
 		Holds     []holdJSON `json:"holds"`
+		SlotIdx   []int64    `json:"slot_idx,omitempty"`
+		SlotSums  []string   `json:"slot_sums,omitempty"`
 	}
 	type itemJSON struct {
 		Fits    bool      `json:"fits"`
@@ -663,8 +736,14 @@ func idemDoc(o *ledger.FillupOutcome, nowUS int64) ([]byte, error) {
 		sd := l.Period.StartDay
 		d.Period = &periodDoc{Every: l.Period.Every, TZ: l.Period.TZ, StartDay: &sd}
 	}
+	if l.Window != nil {
+		d.Window = &windowDoc{LengthUS: l.Window.Length.Microseconds(), PrecisionUS: l.Window.Precision.Microseconds()}
+	}
 	if l.Mode != ledger.ModeEnforce && l.Mode != "" {
 		d.Mode, d.Grace = l.Mode, l.Grace
+	}
+	if len(l.Thresholds) > 0 {
+		d.Thresholds, _ = thresholdArgs(l.Thresholds)
 	}
 	sj := stateJSON{Level: st.Level.String(), Holds: make([]holdJSON, len(st.Holds))}
 	if !st.Updated.IsZero() {
@@ -673,6 +752,9 @@ func idemDoc(o *ledger.FillupOutcome, nowUS int64) ([]byte, error) {
 	}
 	for i, h := range st.Holds {
 		sj.Holds[i] = holdJSON{Amount: h.Amount.String(), ExpiresUS: h.ExpiresAt.UnixMicro()}
+	}
+	for _, sl := range st.Slots {
+		sj.SlotIdx, sj.SlotSums = append(sj.SlotIdx, sl.Index), append(sj.SlotSums, sl.Sum.String())
 	}
 	return json.Marshal(struct {
 		Accepted bool       `json:"accepted"`

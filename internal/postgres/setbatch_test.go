@@ -26,9 +26,9 @@ func limitOf(o ledger.FillupOutcome) string {
 	if l.Period != nil {
 		period = fmt.Sprintf("%s/%s/%d", l.Period.Every, l.Period.TZ, l.Period.StartDay)
 	}
-	return fmt.Sprintf("%s cap=%s kind=%s leak=%s/%v period=%s override=%q grants=%s history=%v denials=%v mode=%s grace=%s created=%d updated=%d entry=%v",
+	return fmt.Sprintf("%s cap=%s kind=%s leak=%s/%v period=%s override=%q grants=%s history=%v denials=%v mode=%s grace=%s thresholds=%v created=%d updated=%d entry=%v",
 		l.Name, l.Capacity, l.Kind(), l.LeakAmount, l.LeakPer, period, twinless(l.Override), l.Grants, l.History, l.RecordDenials, l.Mode, l.Grace,
-		l.CreatedAt.UnixMicro(), l.UpdatedAt.UnixMicro(), o.Items[0].EntryID != "")
+		l.Thresholds, l.CreatedAt.UnixMicro(), l.UpdatedAt.UnixMicro(), o.Items[0].EntryID != "")
 }
 
 // twinless is an override's pattern without its twin's prefix.
@@ -52,13 +52,18 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 	clock := ledgertest.NewClock()
 	s := open(t, postgres.WithClock(clock.Now), postgres.WithSetBatch(true))
 	ctx := context.Background()
+	pct := func(p string) ledger.Threshold { return ledger.Threshold{Percent: dec(p)} }
 	limits := []ledger.Limit{
 		{Name: "p", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: 3 * time.Second, History: true, RecordDenials: true},
-		{Name: "q", Capacity: dec("12.5"), Period: &ledger.Period{Every: "day", TZ: "Europe/Berlin"}, History: true},
+		{Name: "q", Capacity: dec("12.5"), Period: &ledger.Period{Every: "day", TZ: "Europe/Berlin"}, History: true,
+			Thresholds: []ledger.Threshold{{Amount: dec("11")}, pct("95")}},
 		{Name: "s", Capacity: dec("8"), LeakAmount: dec("0.5"), LeakPer: time.Second, Mode: ledger.ModeShadow, History: true, RecordDenials: true},
 		{Name: "n", Capacity: dec("6"), LeakAmount: dec("2"), LeakPer: time.Second},
-		{Name: "o", Capacity: dec("9"), LeakAmount: dec("1"), LeakPer: 2 * time.Second, History: true, RecordDenials: true},
+		// Thresholds at the effective capacity: the overrides' and the grants'.
+		{Name: "o", Capacity: dec("9"), LeakAmount: dec("1"), LeakPer: 2 * time.Second, History: true, RecordDenials: true,
+			Thresholds: []ledger.Threshold{pct("90")}},
 		{Name: "r", Capacity: dec("11"), Period: &ledger.Period{Every: "day", TZ: "UTC"}, History: true},
+		{Name: "w", Capacity: dec("10"), Window: &ledger.Window{Length: 8 * time.Second, Precision: time.Second}, History: true, RecordDenials: true},
 	}
 	for _, l := range limits {
 		if _, err := s.PutLimit(ctx, l); err != nil {
@@ -85,7 +90,7 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 	override("r", "a", ledger.Override{Capacity: decimal.NewNullDecimal(dec("30")), TZ: "Asia/Tokyo"})
 	type pair struct{ bat, seq ledger.BucketRef }
 	var buckets []pair
-	for _, l := range []string{"q", "p", "s", "n", "o", "r", "missing"} {
+	for _, l := range []string{"q", "p", "s", "n", "o", "r", "w", "missing"} {
 		for _, k := range []string{"b", "a", "c"} {
 			buckets = append(buckets, pair{ledger.BucketRef{Limit: l, Key: "bat-" + k}, ledger.BucketRef{Limit: l, Key: "seq-" + k}})
 		}
@@ -103,6 +108,18 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 			// An override changed between batches: the index is stale
 			// until the read under the locks sees the new version.
 			override("o", "a", ledger.Override{Capacity: decimal.NewNullDecimal(dec(strconv.Itoa(14 + round%7)))})
+		}
+		if round%30 == 20 {
+			// Another list of thresholds: a bucket's next write rebuilds
+			// its marks from its use, with no event, which the set-based
+			// batch must write too.
+			o := limits[4]
+			if round%60 == 20 {
+				o.Thresholds = []ledger.Threshold{pct("60"), pct("90")}
+			}
+			if _, err := s.PutLimit(ctx, o); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if rng.IntN(6) == 0 {
 			// A grant on both twins, some expiring within a few rounds;
@@ -187,13 +204,20 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 				t.Fatalf("round %d item %d (%v cost %s):\n batch      %s\n one by one %s", round, i, refs[i], c, a, b)
 			}
 		}
+		for _, l := range limits {
+			if len(l.Thresholds) > 0 {
+				sameMarks(t, s, round, l.Name)
+			}
+		}
 	}
 	st := s.Stats()
 	t.Logf("%d denials, %d holds, %d grants, %d replays, %d refusals; %d set-based batches, %d sent on; %d batches", denials, holds, grants, replays, refusals, st.SetBatches, st.SetFallbacks, st.Batches)
 	if denials == 0 || holds == 0 || grants == 0 || replays == 0 || refusals == 0 || st.SetBatches < 50 || st.SetFallbacks == 0 {
 		t.Fatalf("%d denials, %d holds, %d set-based batches, %d sent on: the test did not exercise them", denials, holds, st.SetBatches, st.SetFallbacks)
 	}
+	events := 0
 	for _, b := range buckets[:len(buckets)-3] {
+		events += sameEvents(t, s, b.seq, b.bat)
 		hs, _, err := s.History(ctx, b.seq, "", ledger.MaxPage)
 		if err != nil {
 			t.Fatal(err)
@@ -213,4 +237,64 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 			}
 		}
 	}
+
+	t.Logf("%d threshold events", events)
+	if events < 20 {
+		t.Fatalf("%d threshold events: the test did not exercise them", events)
+	}
+	// A batch on a limit with thresholds that crosses none is decided
+	// set-wise, its marks written by the same statements.
+	before := s.Stats().SetBatches
+	fresh := []ledger.BucketRef{{Limit: "p", Key: "marks-a"}, {Limit: "p", Key: "marks-b"}}
+	if _, errs := s.FillupCalls(ctx, fresh, []decimal.Decimal{dec("1"), dec("2")}, make([]ledger.Idempotency, 2)); errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	if got := s.Stats().SetBatches - before; got != 1 {
+		t.Fatalf("a batch on a limit with thresholds: %d set-based batches, want 1", got)
+	}
+}
+
+// sameMarks fails t unless the threshold marks of each pair of twin
+// buckets of the limit are the same.
+func sameMarks(t *testing.T, s *postgres.Store, round int, limit string) {
+	t.Helper()
+	bs, err := s.ListBuckets(context.Background(), limit, "", ledger.MaxPage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := map[string]ledger.Marks{}
+	for _, b := range bs {
+		marks[b.Key] = b.Marks
+	}
+	for key, m := range marks {
+		if twin, ok := strings.CutPrefix(key, "bat-"); ok && marks["seq-"+twin] != m {
+			t.Fatalf("round %d: %s/%s marks: one by one %+v, batched %+v", round, limit, key, marks["seq-"+twin], m)
+		}
+	}
+}
+
+// sameEvents fails t unless the threshold events of the buckets seq and
+// bat are the same, and returns how many there are.
+func sameEvents(t *testing.T, s *postgres.Store, seq, bat ledger.BucketRef) int {
+	t.Helper()
+	ctx := context.Background()
+	es, err := s.BucketEvents(ctx, seq, ledger.MaxBucketEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, err := s.BucketEvents(ctx, bat, ledger.MaxBucketEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	show := func(es []ledger.OutboxEvent) string {
+		var b strings.Builder
+		for _, e := range es {
+			fmt.Fprintf(&b, "\n  %s %s at %d used %s of %s period %d", e.Type, e.Threshold, e.Time.UnixMicro(), e.Used, e.Capacity, e.PeriodStart.UnixMicro())
+		}
+		return b.String()
+	}
+	if a, b := show(es), show(eb); a != b {
+		t.Fatalf("%v events:\none by one:%s\nbatched:%s", bat, a, b)
+	}
+	return len(es)
 }
