@@ -787,6 +787,21 @@ type OverridePut struct {
 	ExpiresAt *Time            `json:"expires_at,omitempty"`
 }
 
+// LimitCounts is GET /v1/limits/{name}/counts: how many buckets the limit
+// has and how many active holds they have, counted exactly by the store at
+// one instant of its clock.
+type LimitCounts struct {
+	// Buckets counts the buckets a full listing of GET
+	// /v1/limits/{name}/buckets shows: those the store keeps, a bucket that
+	// leaked empty included until the store prunes it.
+	Buckets int64 `json:"buckets"`
+	// ActiveHolds counts the holds of those buckets that are active at At:
+	// not committed, released or expired.
+	ActiveHolds int64 `json:"active_holds"`
+	// At is the store's clock the counts were read at.
+	At Time `json:"at"`
+}
+
 // BucketEventList is GET /v1/limits/{name}/buckets/{key}/events: the
 // bucket's most recent events, newest first.
 type BucketEventList struct {

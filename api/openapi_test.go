@@ -254,6 +254,7 @@ func TestOpenAPIMatchesTheTypes(t *testing.T) {
 		"OverridePut":             reflect.TypeFor[api.OverridePut](),
 		"OverridePage":            reflect.TypeFor[api.Page[api.Override]](),
 		"BucketEventList":         reflect.TypeFor[api.BucketEventList](),
+		"LimitCounts":             reflect.TypeFor[api.LimitCounts](),
 		"Grant":                   reflect.TypeFor[api.Grant](),
 		"GrantRequest":            reflect.TypeFor[api.GrantRequest](),
 		"Granted":                 reflect.TypeFor[api.Granted](),

@@ -90,6 +90,24 @@ func (c *Client) ListBuckets(ctx context.Context, limit, cursor string, n int) (
 	return c.QueryBuckets(ctx, limit, api.BucketQuery{}, cursor, n)
 }
 
+// LimitCounts returns the exact number of the limit's buckets (those a full
+// ListBuckets shows) and of their active holds, counted by the store at
+// one instant (At). It costs a pass over the limit's buckets, on Redis a
+// SCAN of the keyspace: a view for people, not for every decision. An
+// unknown limit is an *Error with Code limit_not_found.
+func (c *Client) LimitCounts(ctx context.Context, limit string) (api.LimitCounts, error) {
+	if err := api.CheckName("limit", limit); err != nil {
+		return api.LimitCounts{}, refused(err)
+	}
+	a, err := c.do(ctx, http.MethodGet, "/v1/limits/"+esc(limit)+"/counts", nil, nil, callOpts{})
+	if err != nil {
+		return api.LimitCounts{}, err
+	}
+	var n api.LimitCounts
+	err = decode(a, &n)
+	return n, err
+}
+
 // QueryBuckets is ListBuckets that keeps the buckets past the threshold
 // q.Above (one of the limit's, as "80%" or an amount) and orders them by
 // q.Order: by key, or highest first by used or by share of the capacity.

@@ -276,6 +276,10 @@ func TestContract(t *testing.T) {
 	if _, err := c.BucketEvents(ctx, "spend", "a/b", 5); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.LimitCounts(ctx, "spend"); err != nil {
+		t.Fatal(err)
+	}
+	raw("GET", "/v1/limits/nope/counts", "")
 	must(c.DeleteLimit(ctx, "rows"))
 
 	// Every operation of the document that the server routes was exercised.

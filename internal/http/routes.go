@@ -23,6 +23,7 @@ func (s *server) routes(e *echo.Echo) {
 	v1.GET("/limits/:name/overrides/:pattern", s.getOverride)
 	v1.DELETE("/limits/:name/overrides/:pattern", s.deleteOverride)
 
+	v1.GET("/limits/:name/counts", s.limitCounts)
 	v1.GET("/limits/:name/buckets", s.listBuckets)
 	v1.GET("/limits/:name/buckets/:key", s.getBucket)
 	v1.GET("/limits/:name/buckets/", s.getBucket) // an empty key: 400 invalid_key, not 404

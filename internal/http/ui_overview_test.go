@@ -3,6 +3,7 @@ package http_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/big"
 	"net/url"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/chromedp/chromedp"
 	"github.com/shopspring/decimal"
 )
@@ -129,6 +131,7 @@ func TestDashboardOverview(t *testing.T) {
 				noSideways(t, tb, w.width)
 				tb.screenshot(map[bool]string{false: "dashboard-limit-overview", true: "dashboard-phone-limit-overview"}[w.phone])
 				checkBucketPeriod(t, tb, a)
+				checkEventTimes(t, tb, a)
 				noSideways(t, tb, w.width)
 				tb.scrollTo("#this-period")
 				tb.screenshot(map[bool]string{false: "dashboard-bucket-period", true: "dashboard-phone-bucket-period"}[w.phone])
@@ -204,6 +207,83 @@ func checkLimitOverview(t *testing.T, tb *tab, a *api, above map[string][]string
 	}
 	if r := spaces(page.Stats["resets_at"]); r != "Apr 30, 2026, 06:00 PM EDT · May 1, 2026, 12:00 AM Europe/Berlin" {
 		t.Errorf("the limit page shows the reset as %q", r)
+	}
+	// The counts are budgetd's exact ones (GET …/counts), and say when
+	// they were counted; each bucket's last update is in New York time with
+	// Berlin's beside it.
+	counts := a.expect("GET", "/v1/limits/monthly/counts", "", 200)
+	var countTitles []string
+	tb.eval(`['bucket_count', 'hold_count'].map(f => document.querySelector('#limit-stats [data-field=' + f + ']').parentElement.title)`, &countTitles)
+	wantTitle := "exact, counted by budgetd at " + zoned(t, counts.str("at"))
+	if counts.body["buckets"] != 5.0 || counts.body["active_holds"] != 3.0 || counts.str("at") != "2026-04-10T11:59:30.000000Z" || len(countTitles) != 2 ||
+		spaces(countTitles[0]) != wantTitle || spaces(countTitles[1]) != wantTitle {
+		t.Errorf("counts titled %q, want %q; the API counts %s", countTitles, wantTitle, counts.raw)
+	}
+	var updated struct {
+		Items []struct {
+			Key       string `json:"key"`
+			UpdatedAt string `json:"updated_at"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(a.expect("GET", "/v1/limits/monthly/buckets", "", 200).raw), &updated); err != nil {
+		t.Fatal(err)
+	}
+	shown := map[string]string{}
+	for _, r := range tb.rows("#buckets") {
+		shown[r["_"]] = spaces(r["updated_at"])
+	}
+	for _, it := range updated.Items {
+		if shown[it.Key] != zoned(t, it.UpdatedAt) {
+			t.Errorf("%s updated at %s shows as %q, want %q", it.Key, it.UpdatedAt, shown[it.Key], zoned(t, it.UpdatedAt))
+		}
+	}
+}
+
+// zoned is an API time as the dashboard in New York shows a time of the
+// monthly limit (Berlin) to the second: in the viewer's zone with its short
+// name, then in Berlin's.
+func zoned(t *testing.T, iso string) string {
+	t.Helper()
+	at, err := time.Parse(time.RFC3339Nano, iso)
+	ny, err1 := time.LoadLocation("America/New_York")
+	berlin, err2 := time.LoadLocation("Europe/Berlin")
+	if err != nil || err1 != nil || err2 != nil {
+		t.Fatalf("zoned(%q): %v %v %v", iso, err, err1, err2)
+	}
+	const layout = "Jan 2, 2006, 03:04:05 PM"
+	return at.In(ny).Format(layout+" MST") + " · " + at.In(berlin).Format(layout) + " Europe/Berlin"
+}
+
+// checkEventTimes: acme's page shows the times of its history entries,
+// holds, threshold events and last update as zoned says, with the exact
+// time in the title, and none as budgetd writes it.
+func checkEventTimes(t *testing.T, tb *tab, a *api) {
+	t.Helper()
+	path := "/v1/limits/monthly/buckets/acme"
+	// In the page's order: the last update, the holds, the events, the
+	// history.
+	apiTimes := []string{a.expect("GET", path, "", 200).str("updated_at")}
+	for _, part := range []struct{ path, fields string }{{"/reservations", "created_at expires_at"}, {"/events", "time"}, {"/history", "time"}} {
+		var list struct{ Items []map[string]any }
+		if err := json.Unmarshal([]byte(a.expect("GET", path+part.path, "", 200).raw), &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range list.Items {
+			for _, f := range strings.Fields(part.fields) {
+				apiTimes = append(apiTimes, it[f].(string))
+			}
+		}
+	}
+	var shown []struct{ Text, Title string }
+	tb.eval(`[...document.querySelectorAll('#history [data-field=time], #holds [data-field=created_at], #holds [data-field=expires_at], #events [data-field=time], #bucket-stats [data-field=updated_at]')]
+		.map(td => ({Text: td.textContent, Title: td.querySelector('.when')?.title ?? ""}))`, &shown)
+	if len(shown) != len(apiTimes) || len(apiTimes) < 6 {
+		t.Fatalf("the page shows %d times, the API has %d: %+v", len(shown), len(apiTimes), shown)
+	}
+	for i, iso := range apiTimes {
+		if spaces(shown[i].Text) != zoned(t, iso) || shown[i].Title != iso {
+			t.Errorf("time %d (%s) shows as %+v, want %q", i, iso, shown[i], zoned(t, iso))
+		}
 	}
 }
 
@@ -337,5 +417,48 @@ func TestDashboardNumbers(t *testing.T) {
 	tb.eval(`document.querySelector('#period-stats [data-field=resets_at] time').textContent`, &reset)
 	if !strings.Contains(spaces(reset), "1. Mai 2026, 02:00") {
 		t.Errorf("in %s the reset shows as %q", lang, reset)
+	}
+}
+
+// TestDashboardExactCounts: past what one listing holds (1,000 buckets)
+// and past 50 buckets with holds, the limit's page shows budgetd's exact
+// counts (GET …/counts): 1,001 buckets and 52 active holds, an expired
+// one not counted, where a count from listings could give only lower
+// bounds.
+func TestDashboardExactCounts(t *testing.T) {
+	b := browser(t)
+	a := newAPI(t)
+	a.limit("big", "100", "1", "1h")
+	svc := ledger.NewService(a.store)
+	ctx := context.Background()
+	for i := range 1001 {
+		ref := ledger.BucketRef{Limit: "big", Key: fmt.Sprintf("k%04d", i)}
+		if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ref, Cost: decimal.NewFromInt(1)}}, ledger.Idempotency{}); err != nil {
+			t.Fatal(err)
+		}
+		holds := 0 // k0000 has two holds, k0001 to k0050 one each
+		switch {
+		case i == 0:
+			holds = 2
+		case i <= 50:
+			holds = 1
+		}
+		for range holds {
+			if _, err := svc.Reserve(ctx, ref, decimal.NewFromInt(1), time.Hour, ledger.Idempotency{}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := svc.Reserve(ctx, ledger.BucketRef{Limit: "big", Key: "k0999"}, decimal.NewFromInt(1), time.Second, ledger.Idempotency{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	a.clock.Advance(time.Second) // k0999's hold expires
+	tb := openAPITab(t, b, a)
+	tb.open("#/l/big")
+	tb.wait(`document.querySelector('#limit-stats [data-field=hold_count]').textContent !== "…"`)
+	var got map[string]string
+	tb.eval(`Object.fromEntries(['bucket_count', 'hold_count'].map(f => [f, document.querySelector('#limit-stats [data-field=' + f + ']').textContent]))`, &got)
+	if got["bucket_count"] != "1,001" || got["hold_count"] != "52" {
+		t.Errorf("counts %v, want 1,001 buckets and 52 active holds", got)
 	}
 }

@@ -164,30 +164,53 @@ function usOf(iso) {
 // VIEWER_ZONE is the browser's own time zone, as Intl reports it.
 const VIEWER_ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
 const WHEN = { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" };
-const inViewerZone = new Intl.DateTimeFormat(undefined, { ...WHEN, timeZoneName: "short" });
 const zoneFormats = new Map();
-function inZone(tz) {
-  if (!zoneFormats.has(tz)) zoneFormats.set(tz, new Intl.DateTimeFormat(undefined, { ...WHEN, timeZone: tz }));
-  return zoneFormats.get(tz);
+// inZone is the format of a time in zone tz (undefined: the viewer's, with
+// its short name), to the minute or, with seconds, to the second.
+function inZone(tz, seconds) {
+  const k = (tz || "") + (seconds ? " s" : "");
+  if (!zoneFormats.has(k)) {
+    zoneFormats.set(k, new Intl.DateTimeFormat(undefined, { ...WHEN, ...(seconds ? { second: "2-digit" } : {}),
+      ...(tz ? { timeZone: tz } : { timeZoneName: "short" }) }));
+  }
+  return zoneFormats.get(k);
+}
+
+// zonedParts writes an API time in the viewer's zone and, when the limit
+// has a zone tz of its own, in that zone (null otherwise).
+function zonedParts(iso, tz, seconds) {
+  const d = new Date(msOf(iso));
+  let limit = null;
+  if (tz && tz !== VIEWER_ZONE) {
+    try {
+      const there = inZone(tz, seconds).format(d);
+      limit = there === inZone(VIEWER_ZONE, seconds).format(d) ? "the same in " + tz : there + " " + tz;
+    } catch (e) { limit = tz; }
+  }
+  return { viewer: inZone(undefined, seconds).format(d), limit };
 }
 
 // zonedTime shows an API time in the viewer's zone and, beside it, in the
 // limit's zone tz: "Apr 30, 2026, 06:00 PM EDT · May 1, 2026, 12:00 AM
 // Europe/Berlin". The exact time is in the title and the datetime attribute.
-function zonedTime(iso, tz) {
-  const d = new Date(msOf(iso));
-  const viewer = el("time", { datetime: iso, class: "viewer", "data-zone": VIEWER_ZONE }, inViewerZone.format(d));
-  let limit = null;
-  if (tz && tz !== VIEWER_ZONE) {
-    let text;
-    try {
-      const there = inZone(tz).format(d);
-      text = there === inZone(VIEWER_ZONE).format(d) ? "the same in " + tz : there + " " + tz;
-    } catch (e) { text = tz; }
-    limit = el("span", { class: "limit-zone", "data-zone": tz }, text);
-  }
+// Every time the page shows is written so: to the minute for period
+// boundaries, with seconds (seconds true) for the times of events.
+function zonedTime(iso, tz, seconds) {
+  const p = zonedParts(iso, tz, seconds);
+  const viewer = el("time", { datetime: iso, class: "viewer", "data-zone": VIEWER_ZONE }, p.viewer);
+  const limit = p.limit === null ? null : el("span", { class: "limit-zone", "data-zone": tz }, p.limit);
   return el("span", { class: "when", title: iso }, viewer, limit ? " · " : null, limit);
 }
+
+// zonedText is zonedTime as plain text, for a chart's tooltip.
+function zonedText(iso, tz, seconds) {
+  const p = zonedParts(iso, tz, seconds);
+  return p.viewer + (p.limit === null ? "" : " · " + p.limit);
+}
+
+// eventTime is zonedTime to the second of a time that may be absent
+// (null: "never").
+function eventTime(iso, tz) { return iso ? zonedTime(iso, tz, true) : "never"; }
 
 // countdownText writes a span of ms as days, hours and minutes in the viewer's
 // unit formats ("20d 10h 0m" in en-US), with seconds under an hour, rounded
@@ -202,6 +225,8 @@ function countdownText(ms) {
   return shown.filter((i) => i >= Math.min(first, 2)).map((i) => UNITS[i].format(parts[i])).join(" ");
 }
 
+// fmtTime writes an API time in UTC, to the millisecond: the level chart's
+// tooltips, whose time axis is in UTC.
 function fmtTime(iso) {
   if (!iso) return "never";
   return iso.replace("T", " ").replace(/(\.\d{3})\d*Z$/, "$1Z");
@@ -467,7 +492,7 @@ function drawBurndown(bucket, nowIso, period, p, digits) {
   if (items.some((q) => toUnits(q.held) > 0n)) root.append(svg("path", { class: "used", d: path((q) => toUnits(q.level) + toUnits(q.held)) }));
   if (items.length) root.append(svg("path", { class: "level", d: path((q) => toUnits(q.level)), "data-points": items.length }));
   const xn = x(tn).toFixed(2);
-  root.append(tip(svg("line", { class: "now", x1: xn, x2: xn, y1: T, y2: H - B, "data-time": nowIso }), "now " + fmtTime(nowIso)));
+  root.append(tip(svg("line", { class: "now", x1: xn, x2: xn, y1: T, y2: H - B, "data-time": nowIso }), "now " + zonedText(nowIso, undefined, true)));
   if (p.projected !== null) {
     // On at the pace so far, up to the reset or the top of the plot.
     let xe = W - R, ye = y(p.projected);
@@ -604,12 +629,13 @@ async function limitPage(name) {
   if (page.next_cursor) cursors[pageIndex + 1] = page.next_cursor;
   const items = [...page.items].sort(byFullness);
   const digits = amountDigits(limit.capacity);
+  const tz = limit.period && limit.period.tz;
   const num = (field, v) => el("td", { class: "num", "data-field": field, title: v }, showAmount(v, digits));
   const rows = items.map((b) => el("tr", { "data-key": b.key },
     el("td", { class: "key" }, el("a", { href: "#/l/" + enc(name) + "/b/" + enc(b.key) }, b.key)),
     el("td", {}, bar(b)),
     num("level", b.level), num("held", b.held), num("remaining", b.remaining),
-    el("td", { class: "hide-narrow", "data-field": "updated_at" }, fmtTime(b.updated_at))));
+    el("td", { class: "hide-narrow", "data-field": "updated_at" }, eventTime(b.updated_at, tz))));
   // The list is paged in key order; the whole limit is sorted only when it
   // fits on one page.
   const whole = pageIndex === 0 && !page.next_cursor;
@@ -621,16 +647,16 @@ async function limitPage(name) {
     el("button", { type: "button", id: "next-page", disabled: !page.next_cursor, on: { click: () => { pageIndex++; refresh(); } } }, "Next page"));
   const o = overview(name, limit);
   const counted = o.data && !o.data.counted.error ? o.data.counted : null;
-  const count = (n, more) => localDecimal(String(n)) + (more ? "+" : "");
+  const failed = o.data && o.data.counted.error;
+  const count = (n) => counted ? localDecimal(String(n)) : failed ? "?" : "…";
+  const countedAt = counted ? "exact, counted by budgetd at " + zonedText(counted.at, tz, true) : failed ? "Cannot count: " + failed : "";
   return [
     el("h1", {}, name),
     el("dl", { class: "stats", id: "limit-stats" },
       amountStat("capacity", limit.capacity, localDecimal(limit.capacity)), stat("leaks", rule(limit)), stat("history", limit.history ? "on" : "off"),
-      items[0] && items[0].resets_at ? stat("resets", zonedTime(items[0].resets_at, limit.period && limit.period.tz), "resets_at") : null,
-      titled(stat("buckets", counted ? count(counted.buckets, counted.moreBuckets) : "…", "bucket_count"),
-        counted && counted.moreBuckets ? `more than ${COUNT_PAGE}: the page counts one listing of ${COUNT_PAGE}` : ""),
-      titled(stat("active holds", counted ? count(counted.holds, counted.moreHolds) : "…", "hold_count"),
-        counted ? `in ${counted.holding} bucket(s)` + (counted.moreHolds ? `, at least: holds read for ${HOLD_READS} buckets of the first ${COUNT_PAGE}` : "") : "")),
+      items[0] && items[0].resets_at ? stat("resets", zonedTime(items[0].resets_at, tz), "resets_at") : null,
+      titled(stat("buckets", count(counted && counted.buckets), "bucket_count"), countedAt),
+      titled(stat("active holds", count(counted && counted.active_holds), "hold_count"), countedAt)),
     ...overviewPart(name, o, digits),
     el("h2", {}, "Buckets" + (pageIndex ? ` (page ${pageIndex + 1})` : "")),
     el("p", { class: "note", id: "order" }, order),
@@ -648,12 +674,13 @@ async function limitPage(name) {
 // The overview reads, for each of the limit's thresholds, the first
 // NEAR_N buckets past it (?above=T, in key order: an index read on
 // PostgreSQL and MySQL), the TOP_N top spenders (?order=used, which reads
-// every bucket of the limit on every store), and one listing of COUNT_PAGE
-// buckets for the counts. Those can cost seconds on a large limit
-// (docs/api.md), so the page reads them in the background, shows what it
-// has, and reads them again at most every OVERVIEW_TTL_MS.
+// every bucket of the limit on every store), and the exact number of its
+// buckets and active holds, counted by budgetd (GET …/counts). Those can
+// cost seconds on a large limit (docs/api.md), so the page reads them in
+// the background, shows what it has, and reads them again at most every
+// OVERVIEW_TTL_MS.
 const OVERVIEW_TTL_MS = 30000;
-const NEAR_N = 20, TOP_N = 10, COUNT_PAGE = 1000, HOLD_READS = 50;
+const NEAR_N = 20, TOP_N = 10;
 const overviews = new Map(); // limit name → {at, data, error, pending}
 
 function overview(name, limit) {
@@ -679,24 +706,9 @@ async function readOverview(name, limit) {
   const [above, top, counted] = await Promise.all([
     Promise.all(thresholds.map((t) => soft(list("above=" + enc(t) + "&limit=" + NEAR_N)))),
     soft(list("order=used&limit=" + TOP_N)),
-    soft(countBuckets(name)),
+    soft(api(limitPath(name) + "/counts")),
   ]);
   return { thresholds, above, top, counted, at: new Date() };
-}
-
-// countBuckets counts the limit's buckets in one listing of COUNT_PAGE
-// (the most a page holds) and their active holds: a bucket has some when
-// its held is above zero, and the holds of at most HOLD_READS such buckets
-// are listed. Past either bound the counts are lower bounds, marked more.
-async function countBuckets(name) {
-  const page = await api(limitPath(name) + "/buckets?limit=" + COUNT_PAGE);
-  const holding = page.items.filter((b) => toUnits(b.held) > 0n);
-  const read = holding.slice(0, HOLD_READS);
-  const lists = await Promise.all(read.map((b) => api(bucketPath(name, b.key) + "/reservations")));
-  // A bucket whose holds were not read has at least one.
-  const holds = lists.reduce((n, l) => n + l.items.length, 0) + holding.length - read.length;
-  return { buckets: page.items.length, moreBuckets: !!page.next_cursor, holds, holding: holding.length,
-    moreHolds: !!page.next_cursor || holding.length > read.length };
 }
 
 function overviewPart(name, o, digits) {
@@ -767,10 +779,10 @@ function metaCell(meta) {
 // limit with rollover, the rollover received this period, beside the
 // effective capacity. A part whose store answered 501 (null here) is left
 // out, and the whole section when there is nothing to show.
-function termsPart(limit, bucket, override, grants, digits) {
+function termsPart(limit, bucket, override, grants, digits, zone) {
   if (!override && !grants && !limit.rollover) return [];
   const out = [el("h2", {}, "Terms")];
-  const timed = (label, iso, field) => { const s = stat(label, iso ? fmtTime(iso) : "no end", field); s.lastChild.title = iso || ""; return s; };
+  const timed = (label, iso, field) => { const s = stat(label, iso ? zonedTime(iso, zone, true) : "no end", field); s.lastChild.title = iso || ""; return s; };
   if (override) {
     const o = override;
     out.push(el("dl", { class: "stats", id: "override" },
@@ -805,8 +817,8 @@ function termsPart(limit, bucket, override, grants, digits) {
         el("tbody", {}, grants.items.map((g) => el("tr", { "data-id": g.id },
           el("td", { class: "key" }, g.id),
           el("td", { class: "num", "data-field": "amount", title: g.amount }, showAmount(g.amount, digits)),
-          el("td", {}, fmtTime(g.created_at)),
-          el("td", { "data-field": "expires_at", title: g.expires_at }, fmtTime(g.expires_at))))))));
+          el("td", { "data-field": "created_at" }, eventTime(g.created_at, zone)),
+          el("td", { "data-field": "expires_at", title: g.expires_at }, eventTime(g.expires_at, zone))))))));
   }
   return out;
 }
@@ -845,9 +857,9 @@ async function bucketPage(name, key) {
     el("h1", { id: "bucket-key" }, key),
     el("dl", { class: "stats", id: "bucket-stats" },
       amt("level", bucket.level), amt("held", bucket.held), amt("remaining", bucket.remaining),
-      amountStat("capacity", bucket.capacity, localDecimal(bucket.capacity)), stat("updated", fmtTime(bucket.updated_at), "updated_at"),
+      amountStat("capacity", bucket.capacity, localDecimal(bucket.capacity)), stat("updated", eventTime(bucket.updated_at, zone), "updated_at"),
       bucket.resets_at ? stat("resets", zonedTime(bucket.resets_at, zone), "resets_at") : null),
-    ...termsPart(limit, bucket, override, grants, digits),
+    ...termsPart(limit, bucket, override, grants, digits, zone),
     ...(bucket.resets_at ? periodPart(limit, bucket, series.to, period, zone, digits) : []),
     el("h2", {}, "Level over time"),
   ];
@@ -878,7 +890,8 @@ async function bucketPage(name, key) {
       el("thead", {}, el("tr", {}, el("th", {}, "id"), el("th", { class: "num" }, "amount"), el("th", {}, "created"), el("th", {}, "expires"))),
       el("tbody", {}, holds.items.map((h) => el("tr", { "data-id": h.id },
         el("td", { class: "key" }, h.id), el("td", { class: "num", "data-field": "amount", title: h.amount }, showAmount(h.amount, digits)),
-        el("td", {}, fmtTime(h.created_at)), el("td", {}, fmtTime(h.expires_at))))))));
+        el("td", { "data-field": "created_at" }, eventTime(h.created_at, zone)),
+        el("td", { "data-field": "expires_at" }, eventTime(h.expires_at, zone))))))));
   if (events && (events.items.length || (limit.thresholds || []).length)) {
     out.push(el("h2", {}, "Recent threshold events"));
     out.push(events.items.length === 0 ? el("p", { class: "note", id: "no-events" }, "No threshold crossed yet.") :
@@ -886,7 +899,7 @@ async function bucketPage(name, key) {
         el("thead", {}, el("tr", {}, el("th", {}, "time"), el("th", {}, "event"), el("th", {}, "threshold"),
           el("th", { class: "num" }, "used"), el("th", { class: "num" }, "capacity"))),
         el("tbody", {}, events.items.map((e) => el("tr", { "data-id": e.id },
-          el("td", {}, fmtTime(e.time)), el("td", { "data-field": "type" }, e.type.replace("threshold.", "")),
+          el("td", { "data-field": "time" }, eventTime(e.time, zone)), el("td", { "data-field": "type" }, e.type.replace("threshold.", "")),
           el("td", { "data-field": "threshold" }, e.threshold),
           el("td", { class: "num", "data-field": "used", title: e.used }, showAmount(e.used, digits)),
           el("td", { class: "num", "data-field": "capacity", title: e.capacity }, localDecimal(e.capacity))))))));
@@ -900,7 +913,7 @@ async function bucketPage(name, key) {
       el("thead", {}, el("tr", {}, el("th", {}, "time"), el("th", {}, "event"), el("th", { class: "num" }, "amount"),
         el("th", { class: "hide-narrow" }, "hold"), hasMeta ? el("th", {}, "meta") : null)),
       el("tbody", {}, hist.items.slice(0, 200).map((e) => el("tr", { "data-id": e.id },
-        el("td", {}, fmtTime(e.time)), el("td", { "data-field": "event" }, e.event),
+        el("td", { "data-field": "time" }, eventTime(e.time, zone)), el("td", { "data-field": "event" }, e.event),
         el("td", { class: "num", "data-field": "amount", title: e.amount }, showAmount(e.amount, digits)),
         el("td", { class: "key hide-narrow" }, e.reservation_id || ""),
         hasMeta ? metaCell(e.meta) : null))))));

@@ -57,6 +57,7 @@ func Run(t *testing.T, factory Factory) {
 		{"LevelOverflow", testLevelOverflow},
 		{"Listing", testListing},
 		{"NearCap", testNearCap},
+		{"Counts", testCounts},
 		{"ListKinds", testListKinds},
 		{"Periods", testPeriods},
 		{"PeriodsMultiBucket", testPeriodsMultiBucket},
