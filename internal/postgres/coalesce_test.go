@@ -567,11 +567,3 @@ func holdBucketRows(t testing.TB, s *postgres.Store) (release func()) {
 	t.Cleanup(release)
 	return release
 }
-
-// The names setbatch_test.go still calls, until it calls ledgertest's
-// helpers itself (it is being changed on main).
-var (
-	answer      = ledgertest.Answer
-	scoped      = ledgertest.Scoped
-	sameRefusal = ledgertest.SameRefusal
-)

@@ -186,10 +186,10 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 		for _, i := range fresh {
 			used = append(used, idems[i])
 		}
-		got, errs := s.FillupCalls(ctx, refs, cs, scoped(idems, "batched"))
+		got, errs := s.FillupCalls(ctx, refs, cs, ledgertest.Scoped(idems, "batched"))
 		for i, c := range cs {
-			want, err := s.FillupAllOrNone(ctx, ledger.Charge{Bucket: seqs[i], Cost: c}, scoped(idems, "one-by-one")[i])
-			if !sameRefusal(errs[i], err) {
+			want, err := s.FillupAllOrNone(ctx, ledger.Charge{Bucket: seqs[i], Cost: c}, ledgertest.Scoped(idems, "one-by-one")[i])
+			if !ledgertest.SameRefusal(errs[i], err) {
 				t.Fatalf("round %d item %d: batched: %v, one by one: %v", round, i, errs[i], err)
 			}
 			switch {
@@ -200,7 +200,7 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 			case err == nil && !got[i].Accepted:
 				denials++
 			}
-			if a, b := answer(got[i])+" "+limitOf(got[i]), answer(want)+" "+limitOf(want); a != b {
+			if a, b := ledgertest.Answer(got[i])+" "+limitOf(got[i]), ledgertest.Answer(want)+" "+limitOf(want); a != b {
 				t.Fatalf("round %d item %d (%v cost %s):\n batch      %s\n one by one %s", round, i, refs[i], c, a, b)
 			}
 		}
@@ -217,25 +217,8 @@ func TestSetBatchEqualsSequence(t *testing.T) {
 	}
 	events := 0
 	for _, b := range buckets[:len(buckets)-3] {
-		events += sameEvents(t, s, b.seq, b.bat)
-		hs, _, err := s.History(ctx, b.seq, "", ledger.MaxPage)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hb, _, err := s.History(ctx, b.bat, "", ledger.MaxPage)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(hs) != len(hb) {
-			t.Fatalf("%v history: %d entries one by one, %d batched", b.bat, len(hs), len(hb))
-		}
-		for i := range hs {
-			a := fmt.Sprintf("%s %s %d %v %s", hs[i].Event, hs[i].Amount, hs[i].Time.UnixMicro(), hs[i].ShadowDenied, hs[i].Meta)
-			c := fmt.Sprintf("%s %s %d %v %s", hb[i].Event, hb[i].Amount, hb[i].Time.UnixMicro(), hb[i].ShadowDenied, hb[i].Meta)
-			if a != c {
-				t.Fatalf("%v history entry %d: one by one %s, batched %s", b.bat, i, a, c)
-			}
-		}
+		events += ledgertest.SameEvents(t, s, b.seq, b.bat)
+		ledgertest.SameHistory(t, s, b.seq, b.bat, ledgertest.OtherIDs)
 	}
 
 	t.Logf("%d threshold events", events)
@@ -271,30 +254,4 @@ func sameMarks(t *testing.T, s *postgres.Store, round int, limit string) {
 			t.Fatalf("round %d: %s/%s marks: one by one %+v, batched %+v", round, limit, key, marks["seq-"+twin], m)
 		}
 	}
-}
-
-// sameEvents fails t unless the threshold events of the buckets seq and
-// bat are the same, and returns how many there are.
-func sameEvents(t *testing.T, s *postgres.Store, seq, bat ledger.BucketRef) int {
-	t.Helper()
-	ctx := context.Background()
-	es, err := s.BucketEvents(ctx, seq, ledger.MaxBucketEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eb, err := s.BucketEvents(ctx, bat, ledger.MaxBucketEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	show := func(es []ledger.OutboxEvent) string {
-		var b strings.Builder
-		for _, e := range es {
-			fmt.Fprintf(&b, "\n  %s %s at %d used %s of %s period %d", e.Type, e.Threshold, e.Time.UnixMicro(), e.Used, e.Capacity, e.PeriodStart.UnixMicro())
-		}
-		return b.String()
-	}
-	if a, b := show(es), show(eb); a != b {
-		t.Fatalf("%v events:\none by one:%s\nbatched:%s", bat, a, b)
-	}
-	return len(es)
 }
