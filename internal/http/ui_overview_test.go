@@ -157,7 +157,7 @@ func noSideways(t *testing.T, tb *tab, width int64) {
 func checkLimitOverview(t *testing.T, tb *tab, a *api, above map[string][]string, top []string) {
 	t.Helper()
 	tb.open("#/l/monthly")
-	tb.wait(`document.querySelectorAll('#top tbody tr').length === 5 && document.querySelector('#limit-stats [data-field=hold_count]').textContent !== "…"`)
+	tb.wait(`document.querySelectorAll('#top tbody tr').length === 5 && (document.querySelector('#limit-stats [data-field=hold_count]')?.textContent ?? "…") !== "…"`)
 	for th, keys := range above {
 		var shown []string
 		tb.eval(`[...document.querySelectorAll('section.near[data-threshold="`+th+`"] tbody tr')].map(r => r.dataset.key)`, &shown)
@@ -455,7 +455,7 @@ func TestDashboardExactCounts(t *testing.T) {
 	a.clock.Advance(time.Second) // k0999's hold expires
 	tb := openAPITab(t, b, a)
 	tb.open("#/l/big")
-	tb.wait(`document.querySelector('#limit-stats [data-field=hold_count]').textContent !== "…"`)
+	tb.wait(`(document.querySelector('#limit-stats [data-field=hold_count]')?.textContent ?? "…") !== "…"`)
 	var got map[string]string
 	tb.eval(`Object.fromEntries(['bucket_count', 'hold_count'].map(f => [f, document.querySelector('#limit-stats [data-field=' + f + ']').textContent]))`, &got)
 	if got["bucket_count"] != "1,001" || got["hold_count"] != "52" {

@@ -186,7 +186,9 @@ func TestClockStepBack(t *testing.T) {
 // Fillups over 4 hot buckets through one store, or through two stores on
 // one schema (as two budgetd processes), with 10 attempts (the old default)
 // and with the default. It checks that every accepted call was charged
-// exactly once and logs how many calls failed (docs/postgres.md, "Retries").
+// exactly once, and no refused one unless its outcome was unknown (a 503
+// at the timeout), and logs how many calls failed (docs/postgres.md,
+// "Retries").
 func TestSerializableContention(t *testing.T) {
 	for _, run := range []struct{ stores, attempts int }{{1, 10}, {1, postgres.DefaultMaxAttempts}, {2, 10}, {2, postgres.DefaultMaxAttempts}} {
 		attempts := run.attempts
@@ -241,15 +243,20 @@ func TestSerializableContention(t *testing.T) {
 			}
 			total = total.Add(snap.State.Level.Decimal())
 		}
-		// Each accepted call charged 2; the leak over the test is below 10^-6.
-		if want := decimal.NewFromInt(2 * accepted.Load()); total.Sub(want).Abs().GreaterThan(dec("0.001")) {
-			t.Errorf("attempts %d: levels sum to %s, want %s", attempts, total, want)
-		}
 		var st postgres.Stats
 		for _, x := range stores {
 			xs := x.Stats()
 			st.GaveUp += xs.GaveUp
 			st.SerializationRetries += xs.SerializationRetries
+		}
+		// Each accepted call charged 2, and so may a call answered 503 at
+		// its timeout, whose outcome is unknown (its commit may land after
+		// the answer); one that gave up after the last attempt charged
+		// nothing. The leak over the test is below 10^-6.
+		lo := decimal.NewFromInt(2 * accepted.Load())
+		hi := decimal.NewFromInt(2 * (accepted.Load() + failed.Load() - int64(st.GaveUp)))
+		if total.LessThan(lo.Sub(dec("0.001"))) || total.GreaterThan(hi) {
+			t.Errorf("attempts %d: levels sum to %s, want from %s to %s", attempts, total, lo, hi)
 		}
 		t.Logf("%d store(s), attempts %d: %d calls, %d accepted, %d failed with 503 (%.2f%%: %d after the last attempt, the rest at the timeout), %d serialization retries",
 			run.stores, attempts, clients*perClient, accepted.Load(), failed.Load(), 100*float64(failed.Load())/float64(clients*perClient), st.GaveUp, st.SerializationRetries)
