@@ -236,6 +236,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		s.client.Close()
 		return nil, err
 	}
+	s.checkTornAOF(ctx)
 	if err := s.loadLibrary(ctx); err != nil {
 		s.client.Close()
 		return nil, s.fail(ctx, "load library", err)
@@ -394,6 +395,25 @@ func (s *Store) checkEviction(ctx context.Context) error {
 			return nil
 		}
 		return fmt.Errorf("redis: maxmemory-policy is %q, which can evict budget keys; set it to noeviction (or start with the eviction check set to warn)", policy)
+	})
+}
+
+// checkTornAOF warns when a master keeps an AOF that it loads with
+// aof-load-truncated yes (Redis's default): after a crash that tore the AOF
+// inside one script's MULTI/EXEC block, Redis 7.0 cuts the file there and
+// leaves the MULTI open, and the next load applies a part of that script's
+// writes, such as a history entry without its level (docs/redis.md,
+// "Durability"). A server that does not show its config is not warned about.
+func (s *Store) checkTornAOF(ctx context.Context) {
+	_ = s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error {
+		res, err := c.ConfigGet(ctx, "a*").Result()
+		if err != nil || res["appendonly"] != "yes" || res["aof-load-truncated"] != "yes" {
+			return nil
+		}
+		s.log.Warn("redis: AOF is loaded with aof-load-truncated yes, which can bring back a part of a script torn by a crash; "+
+			"set aof-load-truncated no and run redis-check-aof --fix when Redis refuses a torn AOF (docs/redis.md, Durability)",
+			"aof-load-truncated", "yes")
+		return nil
 	})
 }
 

@@ -172,6 +172,32 @@ func TestEvictionPolicyCheck(t *testing.T) {
 	}
 }
 
+// TestTornAOFWarning: Open warns about a master that keeps an AOF and loads
+// it with aof-load-truncated yes, and not about one with it set to no.
+func TestTornAOFWarning(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		truncated string
+		warned    bool
+	}{{"yes", true}, {"no", false}} {
+		srv := startServer(t, "--appendonly", "yes", "--aof-load-truncated", tc.truncated)
+		var buf bytes.Buffer
+		var mu sync.Mutex
+		log := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+		st, err := Open(ctx, srv.url(), WithLogger(log))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		mu.Lock()
+		warned := strings.Contains(buf.String(), "aof-load-truncated")
+		mu.Unlock()
+		if warned != tc.warned {
+			t.Errorf("aof-load-truncated %s: warned %v, want %v (log %q)", tc.truncated, warned, tc.warned, buf.String())
+		}
+	}
+}
+
 type lockedWriter struct {
 	w  *bytes.Buffer
 	mu *sync.Mutex
