@@ -485,7 +485,7 @@ func testDashboardPages(t *testing.T, b context.Context) {
 
 		// Limits: capacity, rule and number of buckets.
 		tb.open("")
-		tb.wait(`document.querySelector('#limits tr[data-limit="team-spend"]')`)
+		tb.wait(`document.querySelector('#limits tr[data-limit="team-spend"]') && ` + countsShown)
 		limits := tb.rows("#limits")
 		if len(limits) != 3 {
 			t.Fatalf("limits page rows: %v", limits)
@@ -804,6 +804,10 @@ func testDashboardMeta(t *testing.T, b context.Context) {
 	}
 }
 
+// countsShown is true once the limits page shows every limit's bucket count
+// (it reads them in the background: "…" until then).
+const countsShown = `![...document.querySelectorAll('#limits td[data-field="buckets"]')].some(td => td.textContent === "…")`
+
 // testDashboardPager pages through a limit's buckets with the page's
 // buttons: 50 to a page, in the API's key order.
 func testDashboardPager(t *testing.T, b context.Context) {
@@ -840,4 +844,25 @@ func testDashboardPager(t *testing.T, b context.Context) {
 	}
 	tb.click(".pager button")
 	tb.wait(`document.querySelectorAll('#buckets tbody tr').length === 50`)
+
+	// The limits page counts a limit's buckets exactly, past the 100 that a
+	// page of the list holds too.
+	a.limit("many", "100", "1", "1h")
+	for i := range 105 {
+		a.expect("POST", "/v1/limits/many/buckets/m"+jsonInt(i)+"/fillup", `{"cost":"1"}`, 200)
+	}
+	tb.open("")
+	tb.wait(`document.querySelector('#limits tr[data-limit="many"]') && ` + countsShown)
+	var titles []string
+	tb.eval(`[...document.querySelectorAll('#limits td[data-field="buckets"]')].map(td => td.title)`, &titles)
+	for _, r := range tb.rows("#limits") {
+		if w := map[string]string{"many": "105", "wide": "55"}[r["_"]]; r["buckets"] != w {
+			t.Errorf("limits page: %s has %q buckets, want %s", r["_"], r["buckets"], w)
+		}
+	}
+	for _, title := range titles {
+		if !strings.HasPrefix(title, "exact, counted by budgetd at ") {
+			t.Errorf("bucket count title %q, want it to say the count is exact and when it was made", title)
+		}
+	}
 }

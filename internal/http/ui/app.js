@@ -20,7 +20,7 @@ let busy = false;
 let view = null; // {page, name, key}
 let cursors = [""]; // cursor of each page of a limit's buckets seen so far
 let pageIndex = 0;
-const counts = new Map(); // limit name → {text, at}
+const counts = new Map(); // limit name → {text, title, at, pending}
 
 // ---- DOM helpers -------------------------------------------------------
 
@@ -586,13 +586,13 @@ function bar(b) {
 async function limitsPage() {
   crumbs({ text: "limits" });
   const page = await api("/v1/limits?limit=1000");
-  const shown = await Promise.all(page.items.map((l) => bucketCount(l.name)));
+  const shown = page.items.map((l) => bucketCount(l.name));
   const rows = page.items.map((l, i) => el("tr", { "data-limit": l.name },
     el("td", { class: "key" }, el("a", { href: "#/l/" + enc(l.name) }, l.name)),
     el("td", { class: "num", "data-field": "capacity", title: l.capacity }, localDecimal(l.capacity)),
     el("td", { "data-field": "rule" }, rule(l)),
     el("td", { class: "hide-narrow", "data-field": "history" }, l.history ? "on" : "off"),
-    el("td", { class: "num", "data-field": "buckets" }, shown[i])));
+    titled(el("td", { class: "num", "data-field": "buckets" }, shown[i].text), shown[i].title)));
   return [
     el("h1", {}, "Limits"),
     page.items.length === 0 ? el("p", { class: "note" }, "No limits yet. Create one with PUT /v1/limits/{name}.") :
@@ -605,19 +605,30 @@ async function limitsPage() {
 }
 
 // bucketCount is the number of a limit's buckets as the limits page shows
-// it: up to 100, then "100+"; kept for COUNT_TTL_MS.
-async function bucketCount(name) {
-  const c = counts.get(name);
-  if (c && Date.now() - c.at < COUNT_TTL_MS) return c.text;
-  let text = "?";
-  try {
-    const p = await api(limitPath(name) + "/buckets?limit=100");
-    text = p.next_cursor ? "100+" : String(p.items.length);
-  } catch (e) {
-    if (e instanceof AuthError) throw e;
-  }
-  counts.set(name, { text, at: Date.now() });
-  return text;
+// it: exact, counted by budgetd (GET …/counts), which can take seconds on a
+// large limit (docs/api.md). So the page does not wait for it: it shows "…"
+// while the count is read in the background, and shows the page again
+// when the count arrives; a count is kept for COUNT_TTL_MS.
+function bucketCount(name) {
+  let c = counts.get(name);
+  if (c && (c.pending || Date.now() - c.at < COUNT_TTL_MS)) return c;
+  c = { text: c ? c.text : "…", title: c ? c.title : "", at: Date.now(), pending: true };
+  counts.set(name, c);
+  const mine = c;
+  api(limitPath(name) + "/counts").then((n) => {
+    mine.text = localDecimal(String(n.buckets));
+    mine.title = "exact, counted by budgetd at " + zonedText(n.at, null, true);
+  }, (e) => {
+    // A refused token is the page's own read's to show; this count is read again.
+    if (e instanceof AuthError) counts.delete(name);
+    mine.text = "?";
+    mine.title = "Cannot count: " + e.message;
+  }).finally(() => {
+    mine.pending = false;
+    mine.at = Date.now();
+    if (counts.get(name) === mine && view && view.page === "limits" && timer) refresh();
+  });
+  return c;
 }
 
 async function limitPage(name) {
