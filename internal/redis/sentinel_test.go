@@ -192,10 +192,17 @@ func TestWaitReplicas(t *testing.T) {
 	url := fmt.Sprintf("redis://%s/0", set.addr(set.primary))
 	s := openTest(t, url, WithWaitReplicas(1, 300*time.Millisecond))
 	ctx := context.Background()
-	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(100), LeakAmount: decimal.NewFromInt(1),
-		LeakPer: 1000 * time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	// The first write waits for the replica's first acknowledgement, which
+	// on a busy machine can take longer than the 300ms: a PUT of the same
+	// limit again is the same write, so it is retried until it is answered.
+	waitFor(t, 30*time.Second, "the replica to acknowledge the limit's PUT", func() bool {
+		_, err := s.PutLimit(ctx, ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(100), LeakAmount: decimal.NewFromInt(1),
+			LeakPer: 1000 * time.Hour})
+		if err != nil && !errors.Is(err, ledger.ErrUnavailable) {
+			t.Fatalf("put limit: %v, want an answer or unavailable", err)
+		}
+		return err == nil
+	})
 	ref := ledger.BucketRef{Limit: "l", Key: "k"}
 	fill := func(cost int64, idem ledger.Idempotency) (ledger.FillupOutcome, error) {
 		return s.Fillup(ctx, []ledger.Charge{{Bucket: ref, Cost: decimal.NewFromInt(cost)}}, idem)
