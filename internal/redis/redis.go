@@ -232,11 +232,10 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		s.client.Close()
 		return nil, err
 	}
-	if err := s.checkEviction(ctx); err != nil {
+	if err := s.checkConfig(ctx); err != nil {
 		s.client.Close()
 		return nil, err
 	}
-	s.checkTornAOF(ctx)
 	if err := s.loadLibrary(ctx); err != nil {
 		s.client.Close()
 		return nil, s.fail(ctx, "load library", err)
@@ -372,30 +371,48 @@ func (s *Store) checkVersion(ctx context.Context) error {
 	})
 }
 
-// checkEviction reads maxmemory-policy on every master: any policy but
-// noeviction may evict budget keys (volatile-* too: buckets have TTLs).
-func (s *Store) checkEviction(ctx context.Context) error {
+// startupConfig is what Open reads of every master's config, in one
+// CONFIG GET (Redis 7.0 takes several parameters).
+var startupConfig = []any{"config", "get", "maxmemory-policy", "appendonly", "aof-load-truncated"}
+
+// checkConfig reads the config of every master once and checks it: the
+// eviction policy (checkEviction) and how a torn AOF is loaded
+// (checkTornAOF). A master that does not show its config is warned about
+// eviction and not about the AOF.
+func (s *Store) checkConfig(ctx context.Context) error {
 	return s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error {
-		res, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		cmd := goredis.NewMapStringStringCmd(ctx, startupConfig...)
+		_, err := c.Pipelined(ctx, func(p goredis.Pipeliner) error { return p.Process(ctx, cmd) })
+		if err == nil {
+			err = cmd.Err()
+		}
 		if err != nil {
 			s.log.Warn("redis: cannot read maxmemory-policy; make sure it is noeviction, or budgets may be lost", "err", err)
 			return nil
 		}
-		policy, ok := res["maxmemory-policy"]
-		if !ok {
-			s.log.Warn("redis: maxmemory-policy is not readable; make sure it is noeviction, or budgets may be lost")
-			return nil
-		}
-		if policy == "noeviction" {
-			return nil
-		}
-		if s.eviction == "warn" {
-			s.log.Warn("REDIS MAY EVICT BUDGET KEYS: maxmemory-policy is not noeviction; accepted spend can be forgotten under memory pressure",
-				"maxmemory-policy", policy)
-			return nil
-		}
-		return fmt.Errorf("redis: maxmemory-policy is %q, which can evict budget keys; set it to noeviction (or start with the eviction check set to warn)", policy)
+		res := cmd.Val()
+		s.checkTornAOF(res)
+		return s.checkEviction(res)
 	})
+}
+
+// checkEviction checks a master's maxmemory-policy: any policy but
+// noeviction may evict budget keys (volatile-* too: buckets have TTLs).
+func (s *Store) checkEviction(config map[string]string) error {
+	policy, ok := config["maxmemory-policy"]
+	if !ok {
+		s.log.Warn("redis: maxmemory-policy is not readable; make sure it is noeviction, or budgets may be lost")
+		return nil
+	}
+	if policy == "noeviction" {
+		return nil
+	}
+	if s.eviction == "warn" {
+		s.log.Warn("REDIS MAY EVICT BUDGET KEYS: maxmemory-policy is not noeviction; accepted spend can be forgotten under memory pressure",
+			"maxmemory-policy", policy)
+		return nil
+	}
+	return fmt.Errorf("redis: maxmemory-policy is %q, which can evict budget keys; set it to noeviction (or start with the eviction check set to warn)", policy)
 }
 
 // checkTornAOF warns when a master keeps an AOF that it loads with
@@ -403,18 +420,14 @@ func (s *Store) checkEviction(ctx context.Context) error {
 // inside one script's MULTI/EXEC block, Redis 7.0 cuts the file there and
 // leaves the MULTI open, and the next load applies a part of that script's
 // writes, such as a history entry without its level (docs/redis.md,
-// "Durability"). A server that does not show its config is not warned about.
-func (s *Store) checkTornAOF(ctx context.Context) {
-	_ = s.eachNode(ctx, func(ctx context.Context, c goredis.Cmdable) error {
-		res, err := c.ConfigGet(ctx, "a*").Result()
-		if err != nil || res["appendonly"] != "yes" || res["aof-load-truncated"] != "yes" {
-			return nil
-		}
-		s.log.Warn("redis: AOF is loaded with aof-load-truncated yes, which can bring back a part of a script torn by a crash; "+
-			"set aof-load-truncated no and run redis-check-aof --fix when Redis refuses a torn AOF (docs/redis.md, Durability)",
-			"aof-load-truncated", "yes")
-		return nil
-	})
+// "Durability").
+func (s *Store) checkTornAOF(config map[string]string) {
+	if config["appendonly"] != "yes" || config["aof-load-truncated"] != "yes" {
+		return
+	}
+	s.log.Warn("redis: AOF is loaded with aof-load-truncated yes, which can bring back a part of a script torn by a crash; "+
+		"set aof-load-truncated no and run redis-check-aof --fix when Redis refuses a torn AOF (docs/redis.md, Durability)",
+		"aof-load-truncated", "yes")
 }
 
 // Ping reports whether Redis answers. A cluster answers when some master
