@@ -39,7 +39,7 @@ type Counter interface {
 // CounterOf returns the Counter that st is or wraps (through Unwrap
 // methods), and false when there is none.
 func CounterOf(st Store) (Counter, bool) {
-	return storeAs[Counter](st)
+	return As[Counter](st)
 }
 
 // Counts returns the exact number of the limit's buckets and of their

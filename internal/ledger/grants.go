@@ -114,7 +114,7 @@ type GrantStore interface {
 // GrantsOf returns the GrantStore that st is or wraps (through Unwrap
 // methods), and false when there is none.
 func GrantsOf(st Store) (GrantStore, bool) {
-	return storeAs[GrantStore](st)
+	return As[GrantStore](st)
 }
 
 // GrantResult is the answer to a grant or a revocation.

@@ -33,5 +33,5 @@ type LeaseStore interface {
 // LeasesOf returns the LeaseStore that st is or wraps (through Unwrap
 // methods), and false when there is none.
 func LeasesOf(st Store) (LeaseStore, bool) {
-	return storeAs[LeaseStore](st)
+	return As[LeaseStore](st)
 }

@@ -102,7 +102,7 @@ func (s *Service) QueryBuckets(ctx context.Context, limit string, q BucketQuery,
 	if q.Order == OrderUsed || q.Order == OrderShare {
 		return s.rankBuckets(ctx, limit, q.Order, m, cursor, n)
 	}
-	if _, ok := storeAs[BucketScanner](s.store); ok && !isMarkedLister(s.store) {
+	if _, ok := As[BucketScanner](s.store); ok && !isMarkedLister(s.store) {
 		// One pass beats a pass per page of ListBuckets.
 		return s.rankBuckets(ctx, limit, OrderKey, m, cursor, n)
 	}
@@ -135,7 +135,7 @@ func (f *markFilter) keeps(b BucketSnapshot) bool {
 // page reads up to n buckets after after in key order, through the store's
 // index of marks when f is set and the store has one.
 func (s *Service) page(ctx context.Context, limit, after string, n int, f *markFilter) ([]BucketSnapshot, error) {
-	if ml, ok := storeAs[MarkedLister](s.store); ok && f != nil {
+	if ml, ok := As[MarkedLister](s.store); ok && f != nil {
 		return ml.ListMarked(ctx, limit, after, n, f.sig, f.bit)
 	}
 	return s.store.ListBuckets(ctx, limit, after, n)
@@ -239,7 +239,7 @@ func (s *Service) rankBuckets(ctx context.Context, limit string, order BucketOrd
 		t.from, t.at = &c, c.at
 	}
 	var err error
-	if rl, ok := storeAs[RankedLister](s.store); ok && order != OrderKey {
+	if rl, ok := As[RankedLister](s.store); ok && order != OrderKey {
 		err = s.rankInStore(ctx, rl, limit, t)
 	} else {
 		err = s.scan(ctx, limit, f, func(b BucketSnapshot) error { t.offer(b); return nil })
@@ -315,7 +315,7 @@ func (t *rankTop) page() ([]ListedBucket, string) {
 // the store's index of marks, when f is set): in one pass on a
 // BucketScanner, page after page of MaxPage otherwise.
 func (s *Service) scan(ctx context.Context, limit string, f *markFilter, fn func(BucketSnapshot) error) error {
-	if sc, ok := storeAs[BucketScanner](s.store); ok && (f == nil || !isMarkedLister(s.store)) {
+	if sc, ok := As[BucketScanner](s.store); ok && (f == nil || !isMarkedLister(s.store)) {
 		return sc.ScanBuckets(ctx, limit, fn)
 	}
 	after := ""
@@ -337,7 +337,7 @@ func (s *Service) scan(ctx context.Context, limit string, f *markFilter, fn func
 }
 
 func isMarkedLister(st Store) bool {
-	_, ok := storeAs[MarkedLister](st)
+	_, ok := As[MarkedLister](st)
 	return ok
 }
 

@@ -371,7 +371,7 @@ type OverrideStore interface {
 // OverridesOf returns the OverrideStore that st is or wraps (through Unwrap
 // methods), and false when there is none.
 func OverridesOf(st Store) (OverrideStore, bool) {
-	return storeAs[OverrideStore](st)
+	return As[OverrideStore](st)
 }
 
 // ValidateOverride checks o against its limit l at now; stores call it

@@ -14,9 +14,12 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// Store is a ledger.Store that times every call of the store it wraps.
-// Methods added to ledger.Store later pass through untimed until listed
-// here.
+// Store is a ledger.Store that times every call of the store it wraps,
+// and the calls of the optional interfaces of the listings (ledger.Counter,
+// RankedLister, MarkedLister, BucketScanner; optional.go), which it serves
+// when the wrapped store does (ledger.Forwarder). Methods added to
+// ledger.Store later, and the other optional interfaces (overrides, grants,
+// rollover, leases), pass through untimed until listed here.
 type Store struct {
 	ledger.Store
 	seconds *prometheus.HistogramVec
@@ -161,7 +164,7 @@ func (s *Store) Reservation(ctx context.Context, id string) (ledger.Reservation,
 	return r, now, err
 }
 
-// History times the wrapped store's History.
+// Events times the wrapped store's Events.
 func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.OutboxEvent, string, error) {
 	start := time.Now()
 	events, next, err := s.Store.Events(ctx, cursor, n)
@@ -169,6 +172,7 @@ func (s *Store) Events(ctx context.Context, cursor string, n int) ([]ledger.Outb
 	return events, next, err
 }
 
+// BucketEvents times the wrapped store's BucketEvents.
 func (s *Store) BucketEvents(ctx context.Context, ref ledger.BucketRef, n int) ([]ledger.OutboxEvent, error) {
 	start := time.Now()
 	events, err := s.Store.BucketEvents(ctx, ref, n)
@@ -176,11 +180,28 @@ func (s *Store) BucketEvents(ctx context.Context, ref ledger.BucketRef, n int) (
 	return events, err
 }
 
+// History times the wrapped store's History.
 func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string, n int) ([]ledger.Entry, string, error) {
 	start := time.Now()
 	entries, next, err := s.Store.History(ctx, ref, cursor, n)
 	s.observe("history", start, err)
 	return entries, next, err
+}
+
+// ListBuckets times the wrapped store's ListBuckets.
+func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
+	start := time.Now()
+	out, err := s.Store.ListBuckets(ctx, limit, after, n)
+	s.observe("list_buckets", start, err)
+	return out, err
+}
+
+// ListHolds times the wrapped store's ListHolds.
+func (s *Store) ListHolds(ctx context.Context, ref ledger.BucketRef) ([]ledger.Reservation, error) {
+	start := time.Now()
+	out, err := s.Store.ListHolds(ctx, ref)
+	s.observe("list_holds", start, err)
+	return out, err
 }
 
 // Ping times the wrapped store's Ping.

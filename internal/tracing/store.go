@@ -12,8 +12,12 @@ import (
 // Store is a ledger.Store that makes a span, "store.OP", of every call
 // made within a traced request or decision, and none of the calls of
 // budgetd's own loops (the webhook sender, expiry), which would each be a
-// trace of their own. Methods added to ledger.Store later, and the
-// listings, pass through untraced until listed here.
+// trace of their own. The optional interfaces of the listings
+// (ledger.Counter, RankedLister, MarkedLister, BucketScanner; optional.go)
+// are traced when the wrapped store serves them (ledger.Forwarder). Methods
+// added to ledger.Store later, and the other optional interfaces
+// (overrides, grants, rollover, leases), pass through untraced until listed
+// here.
 type Store struct {
 	ledger.Store
 	t *Tracing
@@ -167,6 +171,22 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 	entries, next, err := s.Store.History(ctx, ref, cursor, n)
 	finish(span, ledger.ResultDone, err)
 	return entries, next, err
+}
+
+// ListBuckets traces the wrapped store's ListBuckets.
+func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
+	ctx, span := s.start(ctx, "list_buckets", limitOnly(limit))
+	out, err := s.Store.ListBuckets(ctx, limit, after, n)
+	finish(span, ledger.ResultDone, err)
+	return out, err
+}
+
+// ListHolds traces the wrapped store's ListHolds.
+func (s *Store) ListHolds(ctx context.Context, ref ledger.BucketRef) ([]ledger.Reservation, error) {
+	ctx, span := s.start(ctx, "list_holds", ref)
+	out, err := s.Store.ListHolds(ctx, ref)
+	finish(span, ledger.ResultDone, err)
+	return out, err
 }
 
 // Ping traces the wrapped store's Ping (behind /readyz).

@@ -328,3 +328,29 @@ func between(s, from, to string) string {
 	v, _, _ := strings.Cut(rest, to)
 	return v
 }
+
+// TestSpansOfTheListings: the calls of "who is near the cap" reach the
+// store through its optional interfaces (a count, a scan ranking by use,
+// the index of marks) and each makes a store span in the request's trace.
+func TestSpansOfTheListings(t *testing.T) {
+	x := newTraced(t, false)
+	if code := x.do(t, "PUT", "/v1/limits/team", `{"capacity":"10","leak":{"amount":"1","per":"1h"},"thresholds":["50%"]}`, nil); code != 200 {
+		t.Fatalf("PUT limit %d", code)
+	}
+	for _, k := range []string{"a", "b"} {
+		if code := x.do(t, "POST", "/v1/limits/team/buckets/"+k+"/fillup", `{"cost":"6"}`, nil); code != 200 {
+			t.Fatalf("fillup %s %d", k, code)
+		}
+	}
+	for _, target := range []string{"/v1/limits/team/counts", "/v1/limits/team/buckets?order=used", "/v1/limits/team/buckets?above=50%25"} {
+		if code := x.do(t, "GET", target, "", nil); code != 200 {
+			t.Fatalf("GET %s %d", target, code)
+		}
+	}
+	spans := x.flush(t)
+	for _, name := range []string{"store.count_buckets", "store.scan_buckets", "store.list_marked"} {
+		s := one(t, spans, name)
+		wantAttr(t, s, "budgetd.limit", "team")
+		wantAttr(t, s, "budgetd.result", ledger.ResultDone)
+	}
+}
