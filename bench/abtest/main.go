@@ -5,7 +5,8 @@
 // ns/op Go prints and the median CPU ns/op: the process's user and system
 // time of a run of n calls less that of a run of n/6 calls, divided by the
 // difference, so that start-up and set-up cancel out. Then each binary's
-// medians against the first's.
+// medians against the first's, and the median of its per-round ratios to
+// the first's with a 95% interval (paired.go).
 //
 //	go test -c -o /tmp/old.test ./internal/http/   # in a checkout of the old commit
 //	go test -c -o /tmp/new.test ./internal/http/
@@ -92,6 +93,7 @@ func main() {
 			fmt.Printf("| %s | %s | %.0f | %.0f | %.3f | %.3f |\n", bn, b.name, m.ns, m.cpuNs, m.ns/base.ns, m.cpuNs/base.cpuNs)
 		}
 	}
+	printPaired(bins, names, got)
 }
 
 // run runs the binary's benchmarks once with n calls each, and returns each
