@@ -74,77 +74,111 @@ func testThresholds(t *testing.T, e *env) {
 		t.Fatalf("GetLimit: %+v %v", got, err)
 	}
 	_, cursor := e.eventsAfter("", 10)
-	r := ref("spend", "team")
-	step := func(what string, do func(), want ...string) {
-		t.Helper()
-		do()
-		evs, next := e.eventsAfter(cursor, 2)
-		var got []string
-		for _, ev := range evs {
-			got = append(got, eventText(ev))
-			if ev.Bucket != r && ev.Bucket.Limit != "spend" {
-				t.Fatalf("%s: event of another bucket %+v", what, ev)
-			}
-			if ev.ID == "" || !ev.Time.Equal(e.clock.Now().Truncate(time.Microsecond)) {
-				t.Fatalf("%s: event id %q time %s, want the write's time %s", what, ev.ID, ev.Time, e.clock.Now())
-			}
+	st := &eventSteps{t: t, e: e, cursor: cursor, r: ref("spend", "team")}
+	thresholdsWrites(st)
+	thresholdsTermsChange(st, spec)
+	thresholdsPaged(t, e)
+	thresholdsLeaky(st, start)
+}
+
+// eventSteps checks the events of each write of a sequence on bucket r:
+// those listed after cursor.
+type eventSteps struct {
+	t      *testing.T
+	e      *env
+	cursor string
+	r      ledger.BucketRef
+}
+
+// step does the write and fails unless it emitted exactly want, at the
+// write's time.
+func (s *eventSteps) step(what string, do func(), want ...string) {
+	t, e := s.t, s.e
+	t.Helper()
+	do()
+	evs, next := e.eventsAfter(s.cursor, 2)
+	var got []string
+	for _, ev := range evs {
+		got = append(got, eventText(ev))
+		if ev.Bucket != s.r && ev.Bucket.Limit != "spend" {
+			t.Fatalf("%s: event of another bucket %+v", what, ev)
 		}
-		if strings.Join(got, "; ") != strings.Join(want, "; ") {
-			t.Fatalf("%s: events\n %s\nwant\n %s", what, strings.Join(got, "; "), strings.Join(want, "; "))
+		if ev.ID == "" || !ev.Time.Equal(e.clock.Now().Truncate(time.Microsecond)) {
+			t.Fatalf("%s: event id %q time %s, want the write's time %s", what, ev.ID, ev.Time, e.clock.Now())
 		}
-		cursor = next
 	}
-	step("fillup 40", func() { e.fillup(r, "40") })
-	step("fillup 15", func() { e.fillup(r, "15") }, "crossed team 50% used=55 cap=100")
-	step("fillup 34.99", func() { e.fillup(r, "34.99") }, "crossed team 80% used=89.99 cap=100")
-	step("denied 20", func() {
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("%s: events\n %s\nwant\n %s", what, strings.Join(got, "; "), strings.Join(want, "; "))
+	}
+	s.cursor = next
+}
+
+// thresholdsWrites: fillups, a denial, a drain, holds reserved, released
+// and committed cross and leave the thresholds of limit spend (50%, 80%,
+// 90 of 100), each once.
+func thresholdsWrites(st *eventSteps) {
+	t, e, r := st.t, st.e, st.r
+	st.step("fillup 40", func() { e.fillup(r, "40") })
+	st.step("fillup 15", func() { e.fillup(r, "15") }, "crossed team 50% used=55 cap=100")
+	st.step("fillup 34.99", func() { e.fillup(r, "34.99") }, "crossed team 80% used=89.99 cap=100")
+	st.step("denied 20", func() {
 		if d := e.fillup(r, "20"); d.Accepted {
 			t.Fatalf("fillup 20 at 89.99 of 100 was accepted")
 		}
 	})
-	step("fillup 0.01", func() { e.fillup(r, "0.01") }, "crossed team 90 used=90 cap=100")
-	step("fillup 0", func() { e.fillup(r, "0") })
-	step("drain 30", func() {
+	st.step("fillup 0.01", func() { e.fillup(r, "0.01") }, "crossed team 90 used=90 cap=100")
+	st.step("fillup 0", func() { e.fillup(r, "0") })
+	st.step("drain 30", func() {
 		if _, err := e.svc.Drain(e.ctx, r, dec("30"), ledger.Idempotency{}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}, "recovered team 80% used=60 cap=100", "recovered team 90 used=60 cap=100")
 	var hold string
-	step("reserve 25", func() { hold = e.reserve(r, "25", time.Hour).Reservation.ID }, "crossed team 80% used=85 cap=100")
-	step("release", func() {
+	st.step("reserve 25", func() { hold = e.reserve(r, "25", time.Hour).Reservation.ID }, "crossed team 80% used=85 cap=100")
+	st.step("release", func() {
 		if _, err := e.svc.Release(e.ctx, hold, ledger.Idempotency{}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}, "recovered team 80% used=60 cap=100")
-	step("reserve 30", func() { hold = e.reserve(r, "30", time.Hour).Reservation.ID }, "crossed team 80% used=90 cap=100", "crossed team 90 used=90 cap=100")
-	step("commit 30", func() {
+	st.step("reserve 30", func() { hold = e.reserve(r, "30", time.Hour).Reservation.ID }, "crossed team 80% used=90 cap=100", "crossed team 90 used=90 cap=100")
+	st.step("commit 30", func() {
 		if _, err := e.svc.Commit(e.ctx, hold, decimal.NullDecimal{Decimal: dec("30"), Valid: true}, false, ledger.Idempotency{}, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
+}
+
+// thresholdsTermsChange: a new capacity moves the percentages and not the
+// amounts, a new list marks what the bucket already reaches without an
+// event, and the next period re-arms every threshold without one.
+func thresholdsTermsChange(st *eventSteps, spec ledger.LimitSpec) {
+	t, e, r := st.t, st.e, st.r
 	// Capacity 200: the percentages move (50% is 100, 80% is 160), the
 	// amount does not; the next write notices.
 	spec.Capacity = dec("200")
 	if _, err := e.svc.PutLimit(e.ctx, "spend", spec); err != nil {
 		t.Fatal(err)
 	}
-	step("fillup 1 at capacity 200", func() { e.fillup(r, "1") }, "recovered team 50% used=91 cap=200", "recovered team 80% used=91 cap=200")
+	st.step("fillup 1 at capacity 200", func() { e.fillup(r, "1") }, "recovered team 50% used=91 cap=200", "recovered team 80% used=91 cap=200")
 	// A new list of thresholds: what the bucket already reaches is marked
 	// without an event, the rest is compared as usual.
 	spec.Thresholds = thresholds(t, "45%", "95", "99%")
 	if _, err := e.svc.PutLimit(e.ctx, "spend", spec); err != nil {
 		t.Fatal(err)
 	}
-	step("fillup 4 under new thresholds", func() { e.fillup(r, "4") }, "crossed team 95 used=95 cap=200")
+	st.step("fillup 4 under new thresholds", func() { e.fillup(r, "4") }, "crossed team 95 used=95 cap=200")
 	// The next month re-arms every threshold without an event.
 	e.clock.Set(time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC))
-	step("fillup 90 in August", func() { e.fillup(r, "90") }, "crossed team 45% used=90 cap=200")
-	step("fillup 5 in August", func() { e.fillup(r, "5") }, "crossed team 95 used=95 cap=200")
-	if evs, _ := e.eventsAfter(cursor, 5); len(evs) != 0 {
+	st.step("fillup 90 in August", func() { e.fillup(r, "90") }, "crossed team 45% used=90 cap=200")
+	st.step("fillup 5 in August", func() { e.fillup(r, "5") }, "crossed team 95 used=95 cap=200")
+	if evs, _ := e.eventsAfter(st.cursor, 5); len(evs) != 0 {
 		t.Fatalf("events after the last: %+v", evs)
 	}
+}
 
-	// Every event once across pages of any size, in the order of the writes.
+// thresholdsPaged: every event once across pages of any size, in the order
+// of the writes, with its period's start.
+func thresholdsPaged(t *testing.T, e *env) {
 	all, _ := e.eventsAfter("", 100)
 	for _, n := range []int{1, 3} {
 		paged, _ := e.eventsAfter("", n)
@@ -160,9 +194,13 @@ func testThresholds(t *testing.T, e *env) {
 	if all[len(all)-1].PeriodStart.IsZero() || !all[0].PeriodStart.Equal(time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("period_start of the events: %s … %s", all[0].PeriodStart, all[len(all)-1].PeriodStart)
 	}
+}
 
-	// A leaky limit: the leak below a threshold is noticed at the next
-	// write, and a multi-bucket call emits for each of its buckets.
+// thresholdsLeaky: on a leaky limit the leak below a threshold is noticed
+// at the next write, and a multi-bucket call emits for each of its
+// buckets.
+func thresholdsLeaky(st *eventSteps, start time.Time) {
+	t, e := st.t, st.e
 	e.clock.Set(start)
 	leaky := ledger.LimitSpec{Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Second, Thresholds: thresholds(t, "50%")}
 	if _, err := e.svc.PutLimit(e.ctx, "rate", leaky); err != nil {
@@ -172,15 +210,15 @@ func testThresholds(t *testing.T, e *env) {
 	// needs one slot, and the events of buckets of one slot are listed in
 	// the order of the call (only the order of each bucket's own events is
 	// promised across slots).
-	r = ref("rate", "{t}a")
-	step("multi", func() {
+	st.r = ref("rate", "{t}a")
+	st.step("multi", func() {
 		res, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: ref("rate", "{t}a"), Cost: dec("6")}, {Bucket: ref("rate", "{t}b"), Cost: dec("4")}, {Bucket: ref("spend", "{t}m"), Cost: dec("100")}}, ledger.Idempotency{})
 		if err != nil || !res.Accepted {
 			t.Fatalf("multi-bucket: %+v %v", res, err)
 		}
 	}, "crossed {t}a 50% used=6 cap=10", "crossed {t}m 45% used=100 cap=200", "crossed {t}m 95 used=100 cap=200")
 	e.clock.Advance(2 * time.Second)
-	step("leak then fillup 0.5", func() { e.fillup(r, "0.5") }, "recovered {t}a 50% used=4.5 cap=10")
+	st.step("leak then fillup 0.5", func() { e.fillup(st.r, "0.5") }, "recovered {t}a 50% used=4.5 cap=10")
 }
 
 // testThresholdsConcurrent: 50 concurrent Fillups that take a bucket past
