@@ -71,17 +71,19 @@ func benchFillup(b *testing.B, hot bool, s *mysql.Store) {
 // BenchmarkSpread measures Store.Fillup spread over many keys of one limit
 // from 64 goroutines (the bench tool's spread case, without HTTP: a leaky
 // limit without history), over 100,000 keys (most calls on a bucket not
-// written yet) and over 10,000 (each written once first: every call on a bucket this
-// store wrote, cached),
+// written yet), over 10,000 (each written once first: every call on a
+// bucket this store wrote, cached) and on one key (the hot key, written
+// first),
 // with group commit off (slots=0) and on (4 batches at the database at
 // once, the default): the calls per batch, the calls decided alone (a batch
 // slot free, or sent back by their batch), the round trips per call (the
-// commands sent on the store's connections), and the CPU per call of the
+// commands sent on the store's connections), the cached decisions whose
+// write found a row changed, and the CPU per call of the
 // test server (mariadbd, from /proc when it runs on this machine) and of
 // this process. On a shared machine the CPU per call is the steadier
 // figure; the time per call follows the server's commit latency.
 func BenchmarkSpread(b *testing.B) {
-	for _, keys := range []int{100_000, 10_000} {
+	for _, keys := range []int{100_000, 10_000, 1} {
 		for _, slots := range []int{0, 4} {
 			b.Run(fmt.Sprintf("keys=%d/slots=%d", keys, slots), func(b *testing.B) {
 				var writes atomic.Int64
@@ -121,6 +123,7 @@ func benchSpread(b *testing.B, s *mysql.Store, keys int, writes *atomic.Int64, p
 	}
 	var g atomic.Uint64
 	batches0, calls0, grouped0 := s.GroupCommitStats()
+	_, _, conflicts0 := s.CacheStats()
 	w0, db0, self0 := writes.Load(), procTicks(pid), selfCPU()
 	b.SetParallelism(64 / runtime.GOMAXPROCS(0))
 	b.ResetTimer()
@@ -140,6 +143,8 @@ func benchSpread(b *testing.B, s *mysql.Store, keys int, writes *atomic.Int64, p
 		b.ReportMetric(float64(calls-calls0)/float64(n), "calls/batch")
 		b.ReportMetric(float64((calls-calls0)-(grouped-grouped0))/float64(b.N), "alone/op")
 	}
+	_, _, conflicts := s.CacheStats()
+	b.ReportMetric(float64(conflicts-conflicts0)/float64(b.N), "conflicts/op")
 	b.ReportMetric(float64(writes.Load()-w0)/float64(b.N), "trips/op")
 	if pid > 0 {
 		// Clock ticks are 10 ms on Linux (USER_HZ 100).
