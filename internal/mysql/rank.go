@@ -41,9 +41,12 @@ var _ ledger.RankedLister = (*Store)(nil)
 //     capacity, so leaving them out keeps the bound a bound.
 //
 // The limit, its overrides and the buckets are read in one read-only
-// REPEATABLE READ transaction, one snapshot. No bucket is skipped (q.Skip
-// is not used): a page from the middle reads and ranks the candidates of
-// the pages before it again.
+// REPEATABLE READ transaction, one snapshot. By used, q.Skip leaves out the
+// buckets whose used is exact (under the limit's rule, which is not a
+// window) and ranks at or before it, so a page from the middle does not
+// read and rank the candidates of the pages before it again. By share
+// nothing is skipped: the capacity leaves out grants and the rollover, so
+// no share is known exactly.
 
 // shareScale is the fractional digits of a share's bound, rounded up.
 const shareScale = 20
@@ -297,23 +300,37 @@ func rankStatement(l limitRow, ovs []ledger.Override, q ledger.RankQuery, at, no
 		where += " AND b.th_marked = " + strconv.FormatUint(uint64(q.Sig), 10)
 	}
 	var args []any
+	exact, skip := "", ""
+	if q.Skip != nil && q.Order == ledger.OrderUsed && rule.Window == nil {
+		// The used of a bucket under the limit's rule is exact (its
+		// bound): one that ranks at or before the skip is of an earlier
+		// page.
+		exact = ", TRUE AS x"
+		if len(ruled) > 0 {
+			exact = ", NOT " + covers(ruled) + " AS x"
+		}
+		skip = "\n         WHERE NOT (u.x AND (u.used > CAST(? AS DECIMAL(65,30)) OR u.used = CAST(? AS DECIMAL(65,30)) AND u.k <= ?))"
+		args = append(args, q.Skip.Used.String(), q.Skip.Used.String(), []byte(q.Skip.Key))
+	}
 	after := ""
 	if q.After != nil {
 		args = append(args, q.After.Bound.String(), q.After.Bound.String(), []byte(q.After.Key))
 		after = "\n WHERE r.bound < CAST(? AS DECIMAL(65,30)) OR r.bound = CAST(? AS DECIMAL(65,30)) AND r.k > ?"
 	}
 	return strings.NewReplacer("{used}", "CAST("+level+" AS DECIMAL(40,12)) + "+jsonSum("$.holds[*]", "a", "x", atUS),
-		"{capacity}", capacity, "{bound}", bound, "{where}", where, "{after}", after, "{n}", strconv.Itoa(q.N)).Replace(rankSQL), args
+		"{capacity}", capacity, "{exact}", exact, "{bound}", bound, "{where}", where, "{skip}", skip, "{after}", after,
+		"{n}", strconv.Itoa(q.N)).Replace(rankSQL), args
 }
 
 // rankSQL is the statement of RankBuckets: each bucket's used (and
-// capacity), then its bound, then the best {n} by bound, then by key.
+// capacity, and with a skip whether used is exact), those not skipped,
+// their bounds, then the best {n} by bound, then by key.
 const rankSQL = `
 SELECT r.k, CAST(r.bound AS CHAR)
   FROM (SELECT u.k, {bound} AS bound
-          FROM (SELECT b.bkey AS k, {used} AS used, {capacity} AS c
+          FROM (SELECT b.bkey AS k, {used} AS used, {capacity} AS c{exact}
                   FROM budgetd_buckets b
-                 WHERE {where}) u) r{after}
+                 WHERE {where}) u{skip}) r{after}
  ORDER BY r.bound DESC, r.k
  LIMIT {n}`
 
