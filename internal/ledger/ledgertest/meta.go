@@ -19,7 +19,16 @@ import (
 func testMeta(t *testing.T, e *env) {
 	e.limit("m", "100", "1", time.Hour, true)
 	a, b := ref("m", "{m}a"), ref("m", "{m}b")
-	order := ledger.Meta{"order": "A-1", "user": "u<script>alert(1)</script>", "note": "ünïcödé ✓", "lines": "a\tb\r\nc\n"}
+	testMetaKept(t, e, a, b)
+	testMetaRefused(t, e, a, b)
+}
+
+// metaCharges charges a and b with meta through every operation that
+// takes it (one hold expiring), and returns the first Fillup's meta and
+// the expired hold's id.
+func metaCharges(t *testing.T, e *env, a, b ledger.BucketRef) (order ledger.Meta, expired string) {
+	t.Helper()
+	order = ledger.Meta{"order": "A-1", "user": "u<script>alert(1)</script>", "note": "ünïcödé ✓", "lines": "a\tb\r\nc\n"}
 	mustFill := func(items []ledger.Item) {
 		t.Helper()
 		res, err := e.svc.Fillup(e.ctx, items, ledger.Idempotency{})
@@ -47,7 +56,13 @@ func testMeta(t *testing.T, e *env) {
 	if _, err := e.svc.Drain(e.ctx, a, dec("0.5"), ledger.Idempotency{}, ledger.Meta{"reason": "refund"}); err != nil {
 		t.Fatal(err)
 	}
+	return order, expiring.Reservation.ID
+}
 
+// testMetaKept: each history entry keeps its call's meta (an expiry none),
+// two items of one bucket with the same meta are one entry.
+func testMetaKept(t *testing.T, e *env, a, b ledger.BucketRef) {
+	order, expired := metaCharges(t, e, a, b)
 	want := []struct {
 		ev   ledger.Event
 		meta ledger.Meta
@@ -75,15 +90,18 @@ func testMeta(t *testing.T, e *env) {
 			t.Errorf("entry %d: %s %v, want %s %v", i, got.Event, got.Meta, w.ev, w.meta)
 		}
 	}
-	if entries[1].ReservationID != expiring.Reservation.ID {
-		t.Errorf("the expiry is of %s, want %s", entries[1].ReservationID, expiring.Reservation.ID)
+	if entries[1].ReservationID != expired {
+		t.Errorf("the expiry is of %s, want %s", entries[1].ReservationID, expired)
 	}
 	bh, _, _ := e.svc.History(e.ctx, b, "", 100)
 	if len(bh) != 2 || !maps.Equal(bh[0].Meta, ledger.Meta{"job": "j"}) || !bh[0].Amount.Equal(dec("2")) || !maps.Equal(bh[1].Meta, ledger.Meta{"item": "1"}) {
 		t.Errorf("history of b = %+v", bh)
 	}
+}
 
-	// Bad meta: refused, naming the field, and nothing charged.
+// testMetaRefused: bad meta is refused, naming the field, and nothing is
+// charged.
+func testMetaRefused(t *testing.T, e *env, a, b ledger.BucketRef) {
 	level := e.state(a).Level
 	many := ledger.Meta{}
 	for i := range ledger.MaxMetaEntries + 1 {
@@ -121,7 +139,7 @@ func testMeta(t *testing.T, e *env) {
 		_, err = e.svc.Drain(e.ctx, a, dec("1"), ledger.Idempotency{}, tc.meta)
 		checkInvalid(t, err, tc.field)
 	}
-	_, err = e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: b, Cost: dec("1"), Meta: ledger.Meta{"job": "1"}}, {Bucket: b, Cost: dec("1"), Meta: ledger.Meta{"job": "2"}}}, ledger.Idempotency{})
+	_, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: b, Cost: dec("1"), Meta: ledger.Meta{"job": "1"}}, {Bucket: b, Cost: dec("1"), Meta: ledger.Meta{"job": "2"}}}, ledger.Idempotency{})
 	checkInvalid(t, err, "items[1].meta")
 	if got := e.state(a).Level; !got.Equal(level) {
 		t.Errorf("bad meta changed the level: %s, was %s", got, level)
