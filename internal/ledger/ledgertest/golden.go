@@ -117,6 +117,26 @@ func runGolden(e *env, name string, c *GoldenCase) []map[string]string {
 		t.Fatalf("start %q: %v", c.Start, err)
 	}
 	e.clock.Set(start)
+	goldenLimit(e, name, c)
+	var holds []string
+	var out []map[string]string
+	for j, s := range c.Steps {
+		if s.After != "" {
+			d, err := time.ParseDuration(s.After)
+			if err != nil {
+				t.Fatalf("step %d after %q: %v", j, s.After, err)
+			}
+			e.clock.Advance(d)
+		}
+		out = append(out, goldenStep(e, name, j, s, &holds))
+	}
+	return out
+}
+
+// goldenLimit puts case c's limit under name.
+func goldenLimit(e *env, name string, c *GoldenCase) {
+	t := e.t
+	t.Helper()
 	if w := c.Limit.Window; w != nil {
 		length, err := time.ParseDuration(w.Length)
 		if err != nil {
@@ -142,83 +162,78 @@ func runGolden(e *env, name string, c *GoldenCase) []map[string]string {
 		}
 		e.limit(name, c.Limit.Capacity, c.Limit.Amount, per, true)
 	}
-	var holds []string
-	var out []map[string]string
-	for j, s := range c.Steps {
-		if s.After != "" {
-			d, err := time.ParseDuration(s.After)
-			if err != nil {
-				t.Fatalf("step %d after %q: %v", j, s.After, err)
-			}
-			e.clock.Advance(d)
-		}
-		r := ref(name, s.Key)
-		obs := map[string]string{}
-		var amount decimal.Decimal
-		if s.Amount != "" {
-			amount = dec(s.Amount)
-		}
-		switch s.Op {
-		case "fillup":
-			res, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: r, Cost: amount}}, ledger.Idempotency{})
-			if observeErr(obs, err) {
-				decision(obs, res.Items[0].Accepted, res.Items[0].NeverFits, res.Items[0].Level, res.Items[0].Held, res.Items[0].Remaining, res.Items[0].RetryAfter)
-				periodFields(obs, res.Items[0].PeriodStart, res.Items[0].ResetsAt)
-			}
-		case "can":
-			d, err := e.svc.CanAccept(e.ctx, r, amount)
-			if observeErr(obs, err) {
-				decision(obs, d.Accepted, d.NeverFits, d.Level, d.Held, d.Remaining, d.RetryAfter)
-				periodFields(obs, d.PeriodStart, d.ResetsAt)
-			}
-		case "drain":
-			res, err := e.svc.Drain(e.ctx, r, amount, ledger.Idempotency{}, nil)
-			if observeErr(obs, err) {
-				obs["removed"] = res.Removed.String()
-				bucketState(obs, res.Bucket)
-			}
-		case "reserve":
-			ttl, perr := time.ParseDuration(s.TTL)
-			if perr != nil {
-				t.Fatalf("step %d ttl %q: %v", j, s.TTL, perr)
-			}
-			res, err := e.svc.Reserve(e.ctx, r, amount, ttl, ledger.Idempotency{}, nil)
-			holds = append(holds, res.Reservation.ID)
-			if observeErr(obs, err) {
-				d := res.Decision
-				decision(obs, d.Accepted, d.NeverFits, d.Level, d.Held, d.Remaining, d.RetryAfter)
-				periodFields(obs, d.PeriodStart, d.ResetsAt)
-			}
-		case "commit", "release":
-			if s.Hold >= len(holds) || holds[s.Hold] == "" {
-				t.Fatalf("step %d: no accepted reserve number %d", j, s.Hold)
-			}
-			var res ledger.ResolveResult
-			var err error
-			if s.Op == "commit" {
-				var a decimal.NullDecimal
-				if s.Amount != "" {
-					a = decimal.NewNullDecimal(amount)
-				}
-				res, err = e.svc.Commit(e.ctx, holds[s.Hold], a, s.Overrun, ledger.Idempotency{}, nil)
-			} else {
-				res, err = e.svc.Release(e.ctx, holds[s.Hold], ledger.Idempotency{}, nil)
-			}
-			obs["state"] = string(res.Reservation.State)
-			if observeErr(obs, err) {
-				bucketState(obs, res.Bucket)
-			}
-		case "state":
-			st, err := e.svc.Bucket(e.ctx, r)
-			if observeErr(obs, err) {
-				bucketState(obs, st)
-			}
-		default:
-			t.Fatalf("step %d: unknown op %q", j, s.Op)
-		}
-		out = append(out, obs)
+}
+
+// goldenStep plays step j, s, of a case on the limit name and returns what
+// the store answered; holds are the ids of the case's reserves so far.
+func goldenStep(e *env, name string, j int, s *GoldenStep, holds *[]string) map[string]string {
+	t := e.t
+	t.Helper()
+	r := ref(name, s.Key)
+	obs := map[string]string{}
+	var amount decimal.Decimal
+	if s.Amount != "" {
+		amount = dec(s.Amount)
 	}
-	return out
+	switch s.Op {
+	case "fillup":
+		res, err := e.svc.Fillup(e.ctx, []ledger.Item{{Bucket: r, Cost: amount}}, ledger.Idempotency{})
+		if observeErr(obs, err) {
+			decision(obs, res.Items[0].Accepted, res.Items[0].NeverFits, res.Items[0].Level, res.Items[0].Held, res.Items[0].Remaining, res.Items[0].RetryAfter)
+			periodFields(obs, res.Items[0].PeriodStart, res.Items[0].ResetsAt)
+		}
+	case "can":
+		d, err := e.svc.CanAccept(e.ctx, r, amount)
+		if observeErr(obs, err) {
+			decision(obs, d.Accepted, d.NeverFits, d.Level, d.Held, d.Remaining, d.RetryAfter)
+			periodFields(obs, d.PeriodStart, d.ResetsAt)
+		}
+	case "drain":
+		res, err := e.svc.Drain(e.ctx, r, amount, ledger.Idempotency{}, nil)
+		if observeErr(obs, err) {
+			obs["removed"] = res.Removed.String()
+			bucketState(obs, res.Bucket)
+		}
+	case "reserve":
+		ttl, perr := time.ParseDuration(s.TTL)
+		if perr != nil {
+			t.Fatalf("step %d ttl %q: %v", j, s.TTL, perr)
+		}
+		res, err := e.svc.Reserve(e.ctx, r, amount, ttl, ledger.Idempotency{}, nil)
+		*holds = append(*holds, res.Reservation.ID)
+		if observeErr(obs, err) {
+			d := res.Decision
+			decision(obs, d.Accepted, d.NeverFits, d.Level, d.Held, d.Remaining, d.RetryAfter)
+			periodFields(obs, d.PeriodStart, d.ResetsAt)
+		}
+	case "commit", "release":
+		if s.Hold >= len(*holds) || (*holds)[s.Hold] == "" {
+			t.Fatalf("step %d: no accepted reserve number %d", j, s.Hold)
+		}
+		var res ledger.ResolveResult
+		var err error
+		if s.Op == "commit" {
+			var a decimal.NullDecimal
+			if s.Amount != "" {
+				a = decimal.NewNullDecimal(amount)
+			}
+			res, err = e.svc.Commit(e.ctx, (*holds)[s.Hold], a, s.Overrun, ledger.Idempotency{}, nil)
+		} else {
+			res, err = e.svc.Release(e.ctx, (*holds)[s.Hold], ledger.Idempotency{}, nil)
+		}
+		obs["state"] = string(res.Reservation.State)
+		if observeErr(obs, err) {
+			bucketState(obs, res.Bucket)
+		}
+	case "state":
+		st, err := e.svc.Bucket(e.ctx, r)
+		if observeErr(obs, err) {
+			bucketState(obs, st)
+		}
+	default:
+		t.Fatalf("step %d: unknown op %q", j, s.Op)
+	}
+	return obs
 }
 
 // observeErr records a refusal's code and reports whether the call
