@@ -15,6 +15,19 @@ import (
 // records nothing again; CanAccept, a limit without record_denials and a
 // limit without history write nothing.
 func testRecordDenials(t *testing.T, e *env) {
+	r, entries := deniedFillups(t, e)
+	for what, id := range deniedOthers(t, e, r) {
+		entries[what] = id
+	}
+	deniedHistory(t, e, r, entries)
+	testSilentDenials(t, e)
+}
+
+// deniedFillups puts the limit with record_denials, accepts one Fillup and
+// denies one (replayed once by its key) of its bucket, and returns the
+// bucket and the entry ids the two calls named.
+func deniedFillups(t *testing.T, e *env) (ledger.BucketRef, map[string]string) {
+	t.Helper()
 	e.clock.Set(time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC))
 	spec := ledger.LimitSpec{Capacity: dec("5"), LeakAmount: dec("5"), LeakPer: time.Hour, History: true, RecordDenials: true}
 	if _, err := e.svc.PutLimit(e.ctx, "logins", spec); err != nil {
@@ -52,6 +65,14 @@ func testRecordDenials(t *testing.T, e *env) {
 	if !replay.Replayed || replay.EntryIDs[0] != denied.EntryIDs[0] {
 		t.Fatalf("replayed denial: %+v, want entry %s", replay, denied.EntryIDs[0])
 	}
+	return r, map[string]string{"fillup": ok.EntryIDs[0], "denied fillup": denied.EntryIDs[0]}
+}
+
+// deniedOthers denies a Reserve and a multi-bucket Fillup of r (after a
+// CanAccept that records nothing) and drains it, and returns the entry ids
+// the calls named.
+func deniedOthers(t *testing.T, e *env, r ledger.BucketRef) map[string]string {
+	t.Helper()
 	if d := e.can(r, "3"); d.Accepted {
 		t.Fatalf("CanAccept 3: %+v", d)
 	}
@@ -79,6 +100,13 @@ func testRecordDenials(t *testing.T, e *env) {
 	if err != nil || dr.EntryID == "" {
 		t.Fatalf("drain: %+v %v", dr, err)
 	}
+	return map[string]string{"denied reserve": res.EntryID, "denied item": multi.EntryIDs[0], "drain": dr.EntryID}
+}
+
+// deniedHistory: r's history holds each call's entry, the denials with the
+// cost asked and the call's meta, and every entry id a call named.
+func deniedHistory(t *testing.T, e *env, r ledger.BucketRef, entries map[string]string) {
+	t.Helper()
 	es, _, err := e.svc.History(e.ctx, r, "", 100)
 	if err != nil {
 		t.Fatal(err)
@@ -99,14 +127,17 @@ func testRecordDenials(t *testing.T, e *env) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("history:\n%q\nwant\n%q", got, want)
 	}
-	for what, id := range map[string]string{"fillup": ok.EntryIDs[0], "denied fillup": denied.EntryIDs[0], "denied reserve": res.EntryID,
-		"denied item": multi.EntryIDs[0], "drain": dr.EntryID} {
+	for what, id := range entries {
 		if ids[id] == "" {
 			t.Errorf("%s: entry_id %q is not in the history", what, id)
 		}
 	}
+}
 
-	// Without record_denials, and without history, a denial writes nothing.
+// testSilentDenials: without record_denials, and without history, a
+// denial writes nothing.
+func testSilentDenials(t *testing.T, e *env) {
+	t.Helper()
 	for name, spec := range map[string]ledger.LimitSpec{
 		"quiet":      {Capacity: dec("1"), LeakAmount: dec("1"), LeakPer: time.Hour, History: true},
 		"no-history": {Capacity: dec("1"), LeakAmount: dec("1"), LeakPer: time.Hour, RecordDenials: true},
