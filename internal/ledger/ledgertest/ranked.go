@@ -23,6 +23,22 @@ import (
 // rl, on clock.
 func RankedLister(t *testing.T, svc *ledger.Service, rl ledger.RankedLister, clock *Clock, skips ...ledger.BucketOrder) {
 	t.Helper()
+	rankPopulation(t, svc, clock)
+	for _, order := range []ledger.BucketOrder{ledger.OrderUsed, ledger.OrderShare} {
+		t.Run(string(order), func(t *testing.T) {
+			r := &rankRun{t: t, ctx: context.Background(), svc: svc, rl: rl, clock: clock, q: ledger.RankQuery{Order: order, N: 7}}
+			r.pages()
+			r.bounds()
+			r.skip(slices.Contains(skips, order))
+		})
+	}
+}
+
+// rankPopulation puts the limit "rank" (with overrides of capacity and of
+// rule, one of them ending) and charges its buckets, some with holds and
+// grants.
+func rankPopulation(t *testing.T, svc *ledger.Service, clock *Clock) {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := svc.PutLimit(ctx, "rank", ledger.LimitSpec{Capacity: dec("100"), LeakAmount: dec("20"), LeakPer: time.Hour}); err != nil {
 		t.Fatal(err)
@@ -37,8 +53,7 @@ func RankedLister(t *testing.T, svc *ledger.Service, rl ledger.RankedLister, clo
 			t.Fatal(err)
 		}
 	}
-	const n = 60
-	for i := range n {
+	for i := range rankBuckets {
 		r := ledger.BucketRef{Limit: "rank", Key: fmt.Sprintf("a-%02d", i)}
 		cost := dec(fmt.Sprint(5 + i*37%90))
 		if i%7 == 0 {
@@ -56,97 +71,125 @@ func RankedLister(t *testing.T, svc *ledger.Service, rl ledger.RankedLister, clo
 		clock.Advance(time.Minute)
 	}
 	clock.Advance(2 * time.Hour)
+}
 
-	for _, order := range []ledger.BucketOrder{ledger.OrderUsed, ledger.OrderShare} {
-		t.Run(string(order), func(t *testing.T) {
-			q := ledger.RankQuery{Order: order, N: 7}
-			var all []ledger.RankBound
-			for {
-				r, err := rl.RankBuckets(ctx, "rank", q)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !r.At.Equal(clock.Now()) || !r.Now.Equal(clock.Now()) {
-					t.Fatalf("ranked at %s, read at %s; want the store's now %s", r.At, r.Now, clock.Now())
-				}
-				q.At, q.Now = r.At, r.Now
-				all = append(all, r.Buckets...)
-				if len(r.Buckets) < q.N {
-					break
-				}
-				q.After = &r.Buckets[len(r.Buckets)-1]
-			}
-			listed, _, err := svc.ListBuckets(ctx, "rank", "", ledger.MaxPage)
-			if err != nil || len(all) != len(listed) || len(all) < n-10 {
-				t.Fatalf("%d buckets ranked, %d listed (%v)", len(all), len(listed), err)
-			}
-			seen := map[string]bool{}
-			for _, c := range all {
-				seen[c.Key] = true
-			}
-			for _, b := range listed {
-				if !seen[b.Key] {
-					t.Errorf("%s listed, not ranked", b.Key)
-				}
-			}
-			keys := make([]string, len(all))
-			for i, c := range all {
-				keys[i] = c.Key
-				if i > 0 && (c.Bound.GreaterThan(all[i-1].Bound) || c.Bound.Equal(all[i-1].Bound) && c.Key <= all[i-1].Key) {
-					t.Fatalf("%v after %v", c, all[i-1])
-				}
-			}
-			snaps, err := rl.ReadBuckets(ctx, "rank", keys, q.Now)
-			if err != nil || len(snaps) != len(all) {
-				t.Fatalf("ReadBuckets: %d, %v", len(snaps), err)
-			}
-			pos := map[string]ledger.RankPos{}
-			for _, b := range snaps {
-				d := bucket.CanAccept(b.Limit.Rule(), b.State, q.At, bucket.Amount{})
-				pos[b.Key] = ledger.RankPos{Used: d.Level.Add(d.Held), Capacity: d.Capacity, Key: b.Key}
-			}
-			exact := 0
-			for _, c := range all {
-				p := pos[c.Key]
-				if p.Used.Decimal().GreaterThan(boundUsed(order, c, p)) {
-					t.Errorf("%s: bound %s below used %s of capacity %s", c.Key, c.Bound, p.Used, p.Capacity)
-				}
-				if order == ledger.OrderUsed && !strings.HasPrefix(c.Key, "a-2") && !strings.HasPrefix(c.Key, "a-3") {
-					exact++
-					if !c.Bound.Equal(p.Used.Decimal()) {
-						t.Errorf("%s under the limit's rule: bound %s, used %s", c.Key, c.Bound, p.Used)
-					}
-				}
-			}
-			if order == ledger.OrderUsed && exact < 30 {
-				t.Fatalf("%d buckets under the limit's rule, want 30 or more", exact)
-			}
+// rankBuckets is how many buckets rankPopulation charges.
+const rankBuckets = 60
 
-			// A skip at the 20th bucket in exact order: nothing left out
-			// ranks after it.
-			var ranked []ledger.RankPos
-			for _, p := range pos {
-				ranked = append(ranked, p)
+// rankRun ranks the population in one order: the candidates of every
+// batch (all, after pages), and each one's rank computed in Go (pos, after
+// bounds).
+type rankRun struct {
+	t     *testing.T
+	ctx   context.Context
+	svc   *ledger.Service
+	rl    ledger.RankedLister
+	clock *Clock
+	q     ledger.RankQuery
+	all   []ledger.RankBound
+	pos   map[string]ledger.RankPos
+}
+
+// pages ranks batch after batch of a few, at the store's now: every
+// written bucket once, by bound highest first and then by key.
+func (r *rankRun) pages() {
+	t := r.t
+	for {
+		got, err := r.rl.RankBuckets(r.ctx, "rank", r.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.At.Equal(r.clock.Now()) || !got.Now.Equal(r.clock.Now()) {
+			t.Fatalf("ranked at %s, read at %s; want the store's now %s", got.At, got.Now, r.clock.Now())
+		}
+		r.q.At, r.q.Now = got.At, got.Now
+		r.all = append(r.all, got.Buckets...)
+		if len(got.Buckets) < r.q.N {
+			break
+		}
+		r.q.After = &got.Buckets[len(got.Buckets)-1]
+	}
+	listed, _, err := r.svc.ListBuckets(r.ctx, "rank", "", ledger.MaxPage)
+	if err != nil || len(r.all) != len(listed) || len(r.all) < rankBuckets-10 {
+		t.Fatalf("%d buckets ranked, %d listed (%v)", len(r.all), len(listed), err)
+	}
+	seen := map[string]bool{}
+	for _, c := range r.all {
+		seen[c.Key] = true
+	}
+	for _, b := range listed {
+		if !seen[b.Key] {
+			t.Errorf("%s listed, not ranked", b.Key)
+		}
+	}
+	for i, c := range r.all {
+		if i > 0 && (c.Bound.GreaterThan(r.all[i-1].Bound) || c.Bound.Equal(r.all[i-1].Bound) && c.Key <= r.all[i-1].Key) {
+			t.Fatalf("%v after %v", c, r.all[i-1])
+		}
+	}
+}
+
+// bounds computes each candidate's rank in Go from its snapshot
+// (ReadBuckets): its bound is at least that, and equal to it by used where
+// the bucket's rule is the limit's.
+func (r *rankRun) bounds() {
+	t := r.t
+	keys := make([]string, len(r.all))
+	for i, c := range r.all {
+		keys[i] = c.Key
+	}
+	snaps, err := r.rl.ReadBuckets(r.ctx, "rank", keys, r.q.Now)
+	if err != nil || len(snaps) != len(r.all) {
+		t.Fatalf("ReadBuckets: %d, %v", len(snaps), err)
+	}
+	r.pos = map[string]ledger.RankPos{}
+	for _, b := range snaps {
+		d := bucket.CanAccept(b.Limit.Rule(), b.State, r.q.At, bucket.Amount{})
+		r.pos[b.Key] = ledger.RankPos{Used: d.Level.Add(d.Held), Capacity: d.Capacity, Key: b.Key}
+	}
+	exact := 0
+	for _, c := range r.all {
+		p := r.pos[c.Key]
+		if p.Used.Decimal().GreaterThan(boundUsed(r.q.Order, c, p)) {
+			t.Errorf("%s: bound %s below used %s of capacity %s", c.Key, c.Bound, p.Used, p.Capacity)
+		}
+		if r.q.Order == ledger.OrderUsed && !strings.HasPrefix(c.Key, "a-2") && !strings.HasPrefix(c.Key, "a-3") {
+			exact++
+			if !c.Bound.Equal(p.Used.Decimal()) {
+				t.Errorf("%s under the limit's rule: bound %s, used %s", c.Key, c.Bound, p.Used)
 			}
-			sortRanked(order, ranked)
-			skip := ranked[19]
-			r, err := rl.RankBuckets(ctx, "rank", ledger.RankQuery{Order: order, At: q.At, Now: q.Now, Skip: &skip, N: len(all)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			kept := map[string]bool{}
-			for _, c := range r.Buckets {
-				kept[c.Key] = true
-			}
-			for i, p := range ranked {
-				if i > 19 && !kept[p.Key] {
-					t.Errorf("%s ranks after the skip and was left out", p.Key)
-				}
-			}
-			if slices.Contains(skips, order) && len(r.Buckets) >= len(all) {
-				t.Errorf("a skip left out no bucket")
-			}
-		})
+		}
+	}
+	if r.q.Order == ledger.OrderUsed && exact < 30 {
+		t.Fatalf("%d buckets under the limit's rule, want 30 or more", exact)
+	}
+}
+
+// skip ranks once more after a skip at the 20th bucket in exact order:
+// nothing left out ranks after it, and with skips something is left out.
+func (r *rankRun) skip(skips bool) {
+	t := r.t
+	var ranked []ledger.RankPos
+	for _, p := range r.pos {
+		ranked = append(ranked, p)
+	}
+	sortRanked(r.q.Order, ranked)
+	skip := ranked[19]
+	got, err := r.rl.RankBuckets(r.ctx, "rank", ledger.RankQuery{Order: r.q.Order, At: r.q.At, Now: r.q.Now, Skip: &skip, N: len(r.all)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := map[string]bool{}
+	for _, c := range got.Buckets {
+		kept[c.Key] = true
+	}
+	for i, p := range ranked {
+		if i > 19 && !kept[p.Key] {
+			t.Errorf("%s ranks after the skip and was left out", p.Key)
+		}
+	}
+	if skips && len(got.Buckets) >= len(r.all) {
+		t.Errorf("a skip left out no bucket")
 	}
 }
 
