@@ -242,108 +242,128 @@ func jsonString(body []byte, field string) string {
 	return string(rest[:j])
 }
 
-// do runs one operation of kind o and keeps the books for verify.
+// do runs one operation of kind o on a key drawn at random and keeps the
+// books for verify.
 func (w *worker) do(ctx context.Context, o op) outcome {
-	l := w.l
-	c := l.cfg.cost
-	k := w.rng.IntN(l.cfg.keys)
+	k := w.rng.IntN(w.l.cfg.keys)
 	key := keyName(k)
 	switch o {
 	case opFillup:
-		st, err := w.call(ctx, http.MethodPost, l.limitP+"/buckets/"+key+"/fillup", l.bodies.fillup)
-		switch {
-		case err != nil:
-			s := w.sum(key)
-			s.unsureLevel += c
-			s.unsureEvents++
-			return outcome{err: errKind(err), requests: 1}
-		case st == http.StatusOK:
-			s := w.sum(key)
-			s.level += c
-			s.events++
-			return outcome{accepted: true, requests: 1}
-		case st == http.StatusTooManyRequests:
-			return outcome{requests: 1}
-		default:
-			s := w.sum(key)
-			s.unsureLevel += c
-			s.unsureEvents++
-			return outcome{err: statusKind(st, w.buf.Bytes()), requests: 1}
-		}
+		return w.fillup(ctx, key)
 	case opCan:
-		st, err := w.call(ctx, http.MethodGet, l.limitP+"/buckets/"+key+"?cost="+strconv.FormatInt(c, 10), nil)
-		switch {
-		case err != nil:
-			return outcome{err: errKind(err), requests: 1}
-		case st != http.StatusOK:
-			return outcome{err: statusKind(st, w.buf.Bytes()), requests: 1}
-		}
-		return outcome{accepted: bytes.Contains(w.buf.Bytes(), []byte(`"accepted":true`)), requests: 1}
+		return w.canAccept(ctx, key)
 	case opReserve:
-		st, err := w.call(ctx, http.MethodPost, l.limitP+"/buckets/"+key+"/reservations", l.bodies.reserve)
-		switch {
-		case err != nil:
-			s := w.sum(key)
-			s.unsureHeld += 2 * c
-			s.unsureEvents++
-			return outcome{err: errKind(err), requests: 1}
-		case st == http.StatusTooManyRequests:
+		return w.reserveCommit(ctx, key)
+	default: // opMulti: the caller's bucket and its team's, all or nothing
+		return w.multiFillup(ctx, key, teamName(k%w.l.teams))
+	}
+}
+
+// unsure books cost on key as maybe charged: the call's answer was lost or
+// unexpected, so verify accepts the level with or without it.
+func (w *worker) unsure(key string, cost int64) {
+	s := w.sum(key)
+	s.unsureLevel += cost
+	s.unsureEvents++
+}
+
+// fillup charges the load's cost to key.
+func (w *worker) fillup(ctx context.Context, key string) outcome {
+	c := w.l.cfg.cost
+	st, err := w.call(ctx, http.MethodPost, w.l.limitP+"/buckets/"+key+"/fillup", w.l.bodies.fillup)
+	switch {
+	case err != nil:
+		w.unsure(key, c)
+		return outcome{err: errKind(err), requests: 1}
+	case st == http.StatusOK:
+		s := w.sum(key)
+		s.level += c
+		s.events++
+		return outcome{accepted: true, requests: 1}
+	case st == http.StatusTooManyRequests:
+		return outcome{requests: 1}
+	}
+	w.unsure(key, c)
+	return outcome{err: statusKind(st, w.buf.Bytes()), requests: 1}
+}
+
+// canAccept asks whether key would take the load's cost; it changes nothing
+// to keep books on.
+func (w *worker) canAccept(ctx context.Context, key string) outcome {
+	st, err := w.call(ctx, http.MethodGet, w.l.limitP+"/buckets/"+key+"?cost="+strconv.FormatInt(w.l.cfg.cost, 10), nil)
+	switch {
+	case err != nil:
+		return outcome{err: errKind(err), requests: 1}
+	case st != http.StatusOK:
+		return outcome{err: statusKind(st, w.buf.Bytes()), requests: 1}
+	}
+	return outcome{accepted: bytes.Contains(w.buf.Bytes(), []byte(`"accepted":true`)), requests: 1}
+}
+
+// reserveCommit holds twice the load's cost on key and commits the cost.
+func (w *worker) reserveCommit(ctx context.Context, key string) outcome {
+	c := w.l.cfg.cost
+	st, err := w.call(ctx, http.MethodPost, w.l.limitP+"/buckets/"+key+"/reservations", w.l.bodies.reserve)
+	if err != nil || st != http.StatusCreated {
+		if err == nil && st == http.StatusTooManyRequests {
 			return outcome{requests: 1}
-		case st != http.StatusCreated:
-			s := w.sum(key)
-			s.unsureHeld += 2 * c
-			s.unsureEvents++
-			return outcome{err: statusKind(st, w.buf.Bytes()), requests: 1}
 		}
 		s := w.sum(key)
-		s.events++ // reserved
-		id := jsonString(w.buf.Bytes(), "id")
-		if id == "" {
-			s.held += 2 * c
-			return outcome{err: "reserve answer without id", requests: 1}
-		}
-		st, err = w.call(ctx, http.MethodPost, l.cfg.url+"/v1/reservations/"+url.PathEscape(id)+"/commit", l.bodies.commit)
-		if err == nil && st == http.StatusOK {
-			s.level += c
-			s.events++ // committed
-			return outcome{accepted: true, requests: 2}
-		}
-		// The commit may or may not have happened: either the hold is
-		// still there or the level has the committed amount.
-		s.unsureLevel += c
 		s.unsureHeld += 2 * c
 		s.unsureEvents++
-		if err != nil {
-			return outcome{err: "commit: " + errKind(err), requests: 2}
-		}
-		return outcome{err: "commit: " + statusKind(st, w.buf.Bytes()), requests: 2}
-	default: // opMulti: the caller's bucket and its team's, all or nothing
-		team := teamName(k % l.teams)
-		cs := strconv.FormatInt(c, 10)
-		body := []byte(`{"items":[{"limit":"` + l.cfg.limit + `","key":"` + key + `","cost":"` + cs +
-			`"},{"limit":"` + l.cfg.limit + `","key":"` + team + `","cost":"` + cs + `"}]}`)
-		st, err := w.call(ctx, http.MethodPost, l.cfg.url+"/v1/fillup", body)
-		switch {
-		case err == nil && st == http.StatusOK:
-			for _, b := range []string{key, team} {
-				s := w.sum(b)
-				s.level += c
-				s.events++
-			}
-			return outcome{accepted: true, requests: 1}
-		case err == nil && st == http.StatusTooManyRequests:
-			return outcome{requests: 1}
-		}
-		for _, b := range []string{key, team} {
-			s := w.sum(b)
-			s.unsureLevel += c
-			s.unsureEvents++
-		}
 		if err != nil {
 			return outcome{err: errKind(err), requests: 1}
 		}
 		return outcome{err: statusKind(st, w.buf.Bytes()), requests: 1}
 	}
+	s := w.sum(key)
+	s.events++ // reserved
+	id := jsonString(w.buf.Bytes(), "id")
+	if id == "" {
+		s.held += 2 * c
+		return outcome{err: "reserve answer without id", requests: 1}
+	}
+	st, err = w.call(ctx, http.MethodPost, w.l.cfg.url+"/v1/reservations/"+url.PathEscape(id)+"/commit", w.l.bodies.commit)
+	if err == nil && st == http.StatusOK {
+		s.level += c
+		s.events++ // committed
+		return outcome{accepted: true, requests: 2}
+	}
+	// The commit may or may not have happened: either the hold is still
+	// there or the level has the committed amount.
+	s.unsureHeld += 2 * c
+	w.unsure(key, c)
+	if err != nil {
+		return outcome{err: "commit: " + errKind(err), requests: 2}
+	}
+	return outcome{err: "commit: " + statusKind(st, w.buf.Bytes()), requests: 2}
+}
+
+// multiFillup charges the load's cost to key and to its team in one
+// all-or-nothing call.
+func (w *worker) multiFillup(ctx context.Context, key, team string) outcome {
+	c := w.l.cfg.cost
+	cs := strconv.FormatInt(c, 10)
+	body := []byte(`{"items":[{"limit":"` + w.l.cfg.limit + `","key":"` + key + `","cost":"` + cs +
+		`"},{"limit":"` + w.l.cfg.limit + `","key":"` + team + `","cost":"` + cs + `"}]}`)
+	st, err := w.call(ctx, http.MethodPost, w.l.cfg.url+"/v1/fillup", body)
+	switch {
+	case err == nil && st == http.StatusOK:
+		for _, b := range []string{key, team} {
+			s := w.sum(b)
+			s.level += c
+			s.events++
+		}
+		return outcome{accepted: true, requests: 1}
+	case err == nil && st == http.StatusTooManyRequests:
+		return outcome{requests: 1}
+	}
+	w.unsure(key, c)
+	w.unsure(team, c)
+	if err != nil {
+		return outcome{err: errKind(err), requests: 1}
+	}
+	return outcome{err: statusKind(st, w.buf.Bytes()), requests: 1}
 }
 
 // record counts an operation that started (or was scheduled) in the

@@ -354,6 +354,26 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 	if err != nil {
 		return 0, false, err
 	}
+	if err := readSetBuckets(rows, sb); err != nil {
+		return 0, false, err
+	}
+	if rows, err = res.Query(); err != nil {
+		return 0, false, err
+	}
+	if nowUS, fallback, err = s.readSetTerms(rows, sb); err != nil {
+		return 0, false, err
+	}
+	if err := res.Close(); err != nil {
+		return 0, false, err
+	}
+	s.sawNow(nowUS)
+	return nowUS, fallback, nil
+}
+
+// readSetBuckets reads the locked rows of setLockSQL into the batch's
+// buckets: level, slots and threshold marks. A bucket without a row stays
+// not found.
+func readSetBuckets(rows pgx.Rows, sb *setBatch) error {
 	var (
 		id         int64
 		key, level string
@@ -364,7 +384,7 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 		thAbove    int16
 		thPeriod   int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &key, &level, &updated, &slotIdx, &slotSums, &thSig, &thAbove, &thPeriod}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&id, &key, &level, &updated, &slotIdx, &slotSums, &thSig, &thAbove, &thPeriod}, func() error {
 		b := sb.rows[setRow{id, key}]
 		if b == nil {
 			return nil
@@ -373,6 +393,7 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 		if !ok {
 			return fmt.Errorf("postgres fillup: decoding level %q: %w", level, errBadAnswer)
 		}
+		var err error
 		b.found, b.slots = true, slotIdx != nil
 		if b.state.Slots, err = slotsOf(slotIdx, slotSums); err != nil {
 			return err
@@ -384,12 +405,14 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 		}
 		return nil
 	})
-	if err != nil {
-		return 0, false, err
-	}
-	if rows, err = res.Query(); err != nil {
-		return 0, false, err
-	}
+	return err
+}
+
+// readSetTerms reads setReadSQL's row per bucket: the database's now, the
+// bucket's holds and grants, and what sends the batch to budgetd_fillup
+// (live idempotency records to replay, a limit changed since its terms
+// were read, an expired hold, an amount the set path does not parse).
+func (s *Store) readSetTerms(rows pgx.Rows, sb *setBatch) (nowUS int64, fallback bool, err error) {
 	var (
 		i                  int32
 		live               int64 // live idempotency records of the batch's keys
@@ -429,14 +452,7 @@ func (s *Store) setRead(ctx context.Context, conn *pgxpool.Conn, sb *setBatch) (
 		}
 		return nil
 	})
-	if err != nil {
-		return 0, false, err
-	}
-	if err := res.Close(); err != nil {
-		return 0, false, err
-	}
-	s.sawNow(nowUS)
-	return nowUS, fallback, nil
+	return nowUS, fallback, err
 }
 
 // setPlan is what decideSet decided: the answers, and the statements'
