@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -47,6 +48,13 @@ const cacheCool = time.Second
 // (BenchmarkSpread: 0.015 to 0.028 such waits per call, 0.001 with 16,384).
 // Each is a one-slot channel, about 100 bytes: 1.6 MB a Store.
 const cacheStripes = 16384
+
+// knownBits is the size of the filter of buckets known to exist (known):
+// 8 Mbit, 1 MiB a Store. With three bits a bucket it tells about one bucket
+// never seen in thirty from one of a million seen; past a few million it
+// says "seen" of nearly every bucket, and a batch reads its new buckets
+// rather than presume them new, as before presumption.
+const knownBits = 1 << 23
 
 // Default bounds of the cache (WithCache).
 const (
@@ -104,11 +112,54 @@ type decisionCache struct {
 	// clockReset: a cached write failed; the next read's clock is taken.
 	clockReset bool
 
+	// known has the buckets this Store has seen a row of (read or
+	// written), whether cached or not: a bucket it has no entry of is
+	// presumed new only when known says it was never seen (viewOf). The
+	// cache keeps its most recent buckets; an older one, evicted, exists
+	// all the same, and presuming it new would cost its batch a failed
+	// write and its rollback before the read.
+	known known
+
 	hits, misses, conflicts atomic.Int64
 }
 
+// known is a Bloom filter of buckets (a limit's id and a bucket's key):
+// "not seen" is certain, "seen" may be wrong (then a batch reads a new
+// bucket, as it would without presumption). Safe for concurrent use.
+type known struct{ bits []atomic.Uint64 }
+
+func newKnown(bits int) known { return known{bits: make([]atomic.Uint64, bits/64)} }
+
+// at returns the three bits of bucket (id, key).
+func (k *known) at(id uint64, key string) [3]uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], id)
+	h.Write(b[:])
+	h.Write([]byte(key))
+	sum := h.Sum64()
+	h1, h2 := sum&0xffffffff, sum>>32|1
+	n := uint64(len(k.bits)) * 64
+	return [3]uint64{h1 % n, (h1 + h2) % n, (h1 + 2*h2) % n}
+}
+
+func (k *known) add(id uint64, key string) {
+	for _, i := range k.at(id, key) {
+		k.bits[i/64].Or(1 << (i % 64))
+	}
+}
+
+func (k *known) has(id uint64, key string) bool {
+	for _, i := range k.at(id, key) {
+		if k.bits[i/64].Load()&(1<<(i%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func newDecisionCache(entries, bytes int) *decisionCache {
-	c := &decisionCache{maxEntries: entries, maxBytes: bytes, skew: cacheSkew, cool: cacheCool, entries: map[cacheKey]*list.Element{}}
+	c := &decisionCache{maxEntries: entries, maxBytes: bytes, skew: cacheSkew, cool: cacheCool, entries: map[cacheKey]*list.Element{}, known: newKnown(knownBits)}
 	for i := range c.stripes {
 		c.stripes[i] = make(chan struct{}, 1)
 	}
@@ -166,6 +217,18 @@ func (c *decisionCache) sawClock(us int64) {
 	c.mu.Unlock()
 }
 
+// saw notes the buckets of v that a read found rows of (known).
+func (c *decisionCache) saw(v *view) {
+	if c == nil {
+		return
+	}
+	for i, b := range v.buckets {
+		if b.exists {
+			c.known.add(v.limits[i].id, b.key)
+		}
+	}
+}
+
 // view returns a view of refs from the cache, without its clock, or false
 // when one of them is missing.
 func (c *decisionCache) view(refs []ledger.BucketRef) (*view, int64, bool) {
@@ -174,9 +237,10 @@ func (c *decisionCache) view(refs []ledger.BucketRef) (*view, int64, bool) {
 }
 
 // viewOf is view; with presume, a bucket the cache has no entry of (while
-// it has its limit's) is taken as new, an empty bucket without a row, and
-// presumed reports whether one was: its write inserts the row, which fails
-// on a duplicate key when the bucket was not new after all.
+// it has its limit's) and that this Store never saw a row of (known) is
+// taken as new, an empty bucket without a row, and presumed reports whether
+// one was: its write inserts the row, which fails on a duplicate key when
+// the bucket was not new after all (another instance wrote it).
 func (c *decisionCache) viewOf(refs []ledger.BucketRef, presume bool) (v *view, clock int64, presumed, ok bool) {
 	v = &view{limits: make([]limitRow, len(refs)), base: make([]ledger.Limit, len(refs)), buckets: make([]bucketRow, len(refs)), dirty: make([]bool, len(refs)), entries: make([][]entryRow, len(refs)), cached: true}
 	c.mu.Lock()
@@ -193,7 +257,7 @@ func (c *decisionCache) viewOf(refs []ledger.BucketRef, presume bool) (v *view, 
 		}
 		lim := le.Value.(*cacheEntry).lim
 		be, ok := c.entries[cacheKey{id: lim.id, name: r.Key}]
-		if !ok && presume {
+		if !ok && presume && !c.known.has(lim.id, r.Key) {
 			c.lru.MoveToFront(le)
 			v.limits[i], v.buckets[i], presumed = lim, bucketRow{key: r.Key}, true
 			continue
@@ -234,6 +298,7 @@ func (c *decisionCache) wrote(v *view) {
 		lim := v.limits[i]
 		lim.limit = v.base[i]
 		k := cacheKey{id: lim.id, name: b.key}
+		c.known.add(lim.id, b.key)
 		c.mu.Lock()
 		var e cacheEntry
 		if el, ok := c.entries[k]; ok {

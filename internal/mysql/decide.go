@@ -355,6 +355,7 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 		}
 	}
 	s.cache.sawClock(clock)
+	s.cache.saw(v)
 	s.at(v, clock)
 	return v, nil
 }

@@ -51,13 +51,16 @@ func queueBehind(t *testing.T, s *mysql.Store, gate *atomic.Pointer[chan struct{
 // levels, denials, history ids and threshold events per bucket.
 func TestGroupCommitAcrossBuckets(t *testing.T) {
 	// b1…b5 are cached (written once by this store), new (never written:
-	// the batch presumes them empty and inserts their rows), or written
-	// once by another instance (presumed new, the insert fails on the
-	// first: the batch is decided on one read of them all).
+	// the batch presumes them empty and inserts their rows), written once
+	// by another instance (presumed new, the insert fails on the first: the
+	// batch is decided on one read of them all), or written once by this
+	// store and then evicted from its cache of three entries, all but b4
+	// and b5 (b0 too: its call is decided alone on a read): this store saw
+	// them, so the batch reads them rather than presume them new.
 	variants := []struct {
 		name         string
 		writes, read int64
-	}{{"cached", 2, 0}, {"new", 2, 0}, {"elsewhere", 5, 1}}
+	}{{"cached", 2, 0}, {"new", 2, 0}, {"elsewhere", 5, 1}, {"evicted", 4, 1}}
 	for _, iso := range []string{mysql.RepeatableRead, mysql.ReadCommitted} {
 		for _, vr := range variants {
 			cached := vr.name != "new" // b1…b5 hold 1 before
@@ -65,7 +68,11 @@ func TestGroupCommitAcrossBuckets(t *testing.T) {
 				url := newDatabase(t)
 				var writes atomic.Int64
 				var gate atomic.Pointer[chan struct{}]
-				s := gatedStore(t, url, &writes, &gate, mysql.WithIsolation(iso), mysql.WithGroupSlots(1))
+				opts := []mysql.Option{mysql.WithIsolation(iso), mysql.WithGroupSlots(1)}
+				if vr.name == "evicted" {
+					opts = append(opts, mysql.WithCache(3, mysql.DefaultCacheBytes))
+				}
+				s := gatedStore(t, url, &writes, &gate, opts...)
 				ctx := context.Background()
 				spec := ledger.LimitSpec{Capacity: decimal.NewFromInt(10), Period: &ledger.Period{Every: "year"}, History: true,
 					Thresholds: []ledger.Threshold{{Percent: decimal.NewFromInt(50)}}}
@@ -154,7 +161,9 @@ func TestGroupCommitAcrossBuckets(t *testing.T) {
 				}
 				// One write for the held decision; one for the batch of
 				// five buckets; when a bucket presumed new was not, the
-				// failed write, its rollback, one read and the write.
+				// failed write, its rollback, one read and the write. Once
+				// evicted, the held decision's read and write, and the
+				// batch's.
 				if got := writes.Load() - w0; got != vr.writes {
 					t.Errorf("%d Fillups on six buckets in %d round trips, want %d", len(calls)+1, got, vr.writes)
 				}
