@@ -267,6 +267,13 @@ func (w *worker) unsure(key string, cost int64) {
 	s.unsureEvents++
 }
 
+// charged books cost on key as charged: the call was accepted.
+func (w *worker) charged(key string, cost int64) {
+	s := w.sum(key)
+	s.level += cost
+	s.events++
+}
+
 // fillup charges the load's cost to key.
 func (w *worker) fillup(ctx context.Context, key string) outcome {
 	c := w.l.cfg.cost
@@ -276,9 +283,7 @@ func (w *worker) fillup(ctx context.Context, key string) outcome {
 		w.unsure(key, c)
 		return outcome{err: errKind(err), requests: 1}
 	case st == http.StatusOK:
-		s := w.sum(key)
-		s.level += c
-		s.events++
+		w.charged(key, c)
 		return outcome{accepted: true, requests: 1}
 	case st == http.StatusTooManyRequests:
 		return outcome{requests: 1}
@@ -325,8 +330,7 @@ func (w *worker) reserveCommit(ctx context.Context, key string) outcome {
 	}
 	st, err = w.call(ctx, http.MethodPost, w.l.cfg.url+"/v1/reservations/"+url.PathEscape(id)+"/commit", w.l.bodies.commit)
 	if err == nil && st == http.StatusOK {
-		s.level += c
-		s.events++ // committed
+		w.charged(key, c) // committed
 		return outcome{accepted: true, requests: 2}
 	}
 	// The commit may or may not have happened: either the hold is still
@@ -349,11 +353,8 @@ func (w *worker) multiFillup(ctx context.Context, key, team string) outcome {
 	st, err := w.call(ctx, http.MethodPost, w.l.cfg.url+"/v1/fillup", body)
 	switch {
 	case err == nil && st == http.StatusOK:
-		for _, b := range []string{key, team} {
-			s := w.sum(b)
-			s.level += c
-			s.events++
-		}
+		w.charged(key, c)
+		w.charged(team, c)
 		return outcome{accepted: true, requests: 1}
 	case err == nil && st == http.StatusTooManyRequests:
 		return outcome{requests: 1}
