@@ -73,3 +73,10 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // CoalescerLoad returns how many coalesced batches are at the database and
 // how many calls are queued for the next ones.
 func (s *Store) CoalescerLoad() (inFlight, queued int) { return s.co.Load() }
+
+// The set-based batch's statements (setbatch.go), for their plans.
+const (
+	SetPlanSQL   = setPlanSQL
+	SetLockSQL   = setLockSQL
+	SetUpdateSQL = setUpdateSQL
+)

@@ -122,3 +122,42 @@ func TestFillupAllPlansOutliveAnEmptyTable(t *testing.T) {
 		t.Errorf("7 two-bucket calls scanned the buckets table %d times", scans)
 	}
 }
+
+// TestSetBatchPlans: the set-based batch's lock and UPDATE look their rows up
+// by the primary key whatever the statistics say. On a new table, never
+// analyzed, the plan that a prepared statement keeps (the generic plan)
+// scanned the whole table for each, and kept doing so as the table grew,
+// until autovacuum's first ANALYZE: setPlanSQL, run first in the batch's
+// transaction, rules that out.
+func TestSetBatchPlans(t *testing.T) {
+	ctx := context.Background()
+	conn := schemaConn(t, dsn(t), openIn(t))
+	for _, q := range []string{"SET plan_cache_mode = force_generic_plan", "BEGIN", postgres.SetPlanSQL,
+		"PREPARE lock AS " + postgres.SetLockSQL, "PREPARE upd AS " + postgres.SetUpdateSQL} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	defer conn.Exec(ctx, "ROLLBACK")
+	for _, q := range []string{"EXPLAIN EXECUTE lock('{1,1}', '{a,b}')",
+		"EXPLAIN EXECUTE upd('{1}', '{a}', '{1}', '{0}', '{0}', '{0}', '{0}', '{NULL}', '{NULL}')"} {
+		rows, err := conn.Query(ctx, q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if p := plan.String(); strings.Contains(p, "Seq Scan on buckets") || !strings.Contains(p, "Index Scan using buckets_pkey") {
+			t.Errorf("%s: not a lookup by the primary key:\n%s", q, p)
+		}
+	}
+}
