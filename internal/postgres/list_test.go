@@ -52,24 +52,10 @@ func TestNearCapIndexed(t *testing.T) {
 	const n = 20_000
 	s, schema := seedNearCap(t, "near", n)
 	conn := schemaConn(t, dsn(t), schema)
-	rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+postgres.ListMarkedSQL, "near", "", 101, nil,
+	plan := explain(t, conn, "EXPLAIN (COSTS OFF) "+postgres.ListMarkedSQL, "near", "", 101, nil,
 		int32(ledger.ThresholdSig(ledgertest.NearCapBench.Thresholds)), int16(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan strings.Builder
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan.WriteString(line + "\n")
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(plan.String(), "buckets_marked") {
-		t.Errorf("the listing past a threshold does not read buckets_marked:\n%s", plan.String())
+	if !strings.Contains(plan, "buckets_marked") {
+		t.Errorf("the listing past a threshold does not read buckets_marked:\n%s", plan)
 	}
 	items, next, err := ledger.NewService(s).QueryBuckets(ctx, "near", ledger.BucketQuery{Above: "80%"}, "", ledger.MaxPage)
 	if err != nil || next != "" || len(items) != n/100 {

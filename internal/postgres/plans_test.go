@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/postgres"
 )
@@ -22,6 +24,27 @@ func openIn(t *testing.T) string {
 	return schema
 }
 
+// explain returns the lines of the plan that q, an EXPLAIN, returns.
+func explain(t *testing.T, conn *pgx.Conn, q string, args ...any) string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), q, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan.String()
+}
+
 // TestHelpersInlined: the SQL helpers every decision calls are inlined into
 // the statement that calls them, as their callers pass them their
 // arguments, so that they are planned with it once per session rather than
@@ -30,7 +53,6 @@ func openIn(t *testing.T) string {
 // call, as every caller does: the planner does not inline a function that
 // reads such an argument twice.
 func TestHelpersInlined(t *testing.T) {
-	ctx := context.Background()
 	schema := openIn(t)
 	conn := schemaConn(t, dsn(t), schema)
 	for _, tc := range []struct{ helper, sql string }{
@@ -40,23 +62,8 @@ func TestHelpersInlined(t *testing.T) {
 		{"budgetd_from_us", `SELECT budgetd_from_us(b.carry_period) FROM buckets b`},
 		{"budgetd_slots_json", `SELECT budgetd_slots_json(b.slot_idx, b.slot_sum) FROM buckets b`},
 	} {
-		rows, err := conn.Query(ctx, "EXPLAIN (VERBOSE, COSTS OFF) "+tc.sql)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.helper, err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(plan.String(), tc.helper+"(") {
-			t.Errorf("%s is not inlined:\n%s", tc.helper, plan.String())
+		if plan := explain(t, conn, "EXPLAIN (VERBOSE, COSTS OFF) "+tc.sql); strings.Contains(plan, tc.helper+"(") {
+			t.Errorf("%s is not inlined:\n%s", tc.helper, plan)
 		}
 	}
 }
@@ -141,22 +148,7 @@ func TestSetBatchPlans(t *testing.T) {
 	defer conn.Exec(ctx, "ROLLBACK")
 	for _, q := range []string{"EXPLAIN EXECUTE lock('{1,1}', '{a,b}')",
 		"EXPLAIN EXECUTE upd('{1}', '{a}', '{1}', '{0}', '{0}', '{0}', '{0}', '{NULL}', '{NULL}')"} {
-		rows, err := conn.Query(ctx, q)
-		if err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		if p := plan.String(); strings.Contains(p, "Seq Scan on buckets") || !strings.Contains(p, "Index Scan using buckets_pkey") {
+		if p := explain(t, conn, q); strings.Contains(p, "Seq Scan on buckets") || !strings.Contains(p, "Index Scan using buckets_pkey") {
 			t.Errorf("%s: not a lookup by the primary key:\n%s", q, p)
 		}
 	}
