@@ -74,8 +74,8 @@ func benchFillup(b *testing.B, hot bool, s *mysql.Store) {
 // written yet), over 10,000 (each written once first: every call on a
 // bucket this store wrote, cached) and on one key (the hot key, written
 // first),
-// with group commit off (slots=0) and on (4 batches at the database at
-// once, the default): the calls per batch, the calls decided alone (a batch
+// with group commit off (slots=0), on with one batch at the database at a
+// time (the default) and with 4 (the default until 2026-12-03): the calls per batch, the calls decided alone (a batch
 // slot free, or sent back by their batch), the round trips per call (the
 // commands sent on the store's connections), the cached decisions whose
 // write found a row changed, and the CPU per call of the
@@ -84,7 +84,7 @@ func benchFillup(b *testing.B, hot bool, s *mysql.Store) {
 // figure; the time per call follows the server's commit latency.
 func BenchmarkSpread(b *testing.B) {
 	for _, keys := range []int{100_000, 10_000, 1} {
-		for _, slots := range []int{0, 4} {
+		for _, slots := range []int{0, 1, 4} {
 			b.Run(fmt.Sprintf("keys=%d/slots=%d", keys, slots), func(b *testing.B) {
 				var writes atomic.Int64
 				url := newDatabase(b)

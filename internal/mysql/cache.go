@@ -43,10 +43,11 @@ const cacheCool = time.Second
 // take turns on the cached row rather than fail each other's
 // compare-and-set. A group commit's batch holds the stripes of all its
 // buckets while it is at the database (a commit's latency): with 1,024,
-// four batches of about ten buckets each made one batch in four wait for
-// another's commit on a stripe of a bucket it does not share
-// (BenchmarkSpread: 0.015 to 0.028 such waits per call, 0.001 with 16,384).
-// Each is a one-slot channel, about 100 bytes: 1.6 MB a Store.
+// when the group commit had four slots, four batches of about ten buckets
+// each made one batch in four wait for another's commit on a stripe of a
+// bucket it does not share (BenchmarkSpread: 0.015 to 0.028 such waits
+// per call, 0.001 with 16,384). Each is a one-slot channel, about 100
+// bytes: 1.6 MB a Store.
 const cacheStripes = 16384
 
 // knownBits is the size of the filter of buckets known to exist (known):

@@ -13,13 +13,12 @@ import (
 )
 
 // Group commit (docs/mysql.md "Group commit"): with the decision cache on,
-// single-bucket Fillups go through a batcher (internal/groupcommit) with a
-// few batches at the database at once (groupSlots). A call that finds a
-// batch free and its bucket without a batch at the database goes at once,
-// alone, and is decided as without group commit (decide). The calls that
-// arrive meanwhile queue, whatever their buckets; the next batch takes them
-// (up to groupMax, none of a bucket that has a batch at the database:
-// batchRule) and decides them at one instant, each bucket's calls one after
+// single-bucket Fillups go through a batcher (internal/groupcommit) with
+// one batch at the database at a time (groupSlots). A call that finds no
+// batch out goes at once, alone, and is decided as without group commit
+// (decide). The calls that arrive meanwhile queue, whatever their buckets;
+// the next batch takes them (up to groupMax, none of a bucket that has a
+// batch at the database: batchRule) and decides them at one instant, each bucket's calls one after
 // another in arrival order on that bucket's view (decideBatch): the cached
 // view, a bucket it has no entry of presumed new, or one read of all of
 // them when that cannot be decided or kept. It then sends one
@@ -31,10 +30,12 @@ import (
 // decides again on its own, as a cache miss does (decide).
 
 // groupSlots is how many batches the batcher has at the database at once.
-// Few, so that the calls that arrive meanwhile queue and go together: with
+// One, so that the calls that arrive meanwhile queue and go together: with
 // as many as the pool's connections, 64 callers on 64 buckets would each go
-// alone.
-const groupSlots = 4
+// alone, and with 4 a batch held 10 calls where with one it holds 32, at
+// half the database's and two thirds of the store's CPU per call
+// (docs/mysql.md "Group commit": why one batch at a time).
+const groupSlots = 1
 
 // groupMax is the most decisions one batch holds.
 const groupMax = 128

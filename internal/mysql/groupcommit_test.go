@@ -379,3 +379,56 @@ func TestGroupCommitTwoInstances(t *testing.T) {
 		t.Errorf("entries %v besides the calls'; want the first charge's and the other instance's", ids)
 	}
 }
+
+// TestGroupCommitOneBatchAtATime: by default the group commit has one batch
+// at the database at a time (groupSlots), so the Fillups of other buckets
+// that arrive while it is out queue and go together in the next batch,
+// rather than each take a free slot alone; every charge is kept.
+func TestGroupCommitOneBatchAtATime(t *testing.T) {
+	url := newDatabase(t)
+	var writes atomic.Int64
+	var gate atomic.Pointer[chan struct{}]
+	s := gatedStore(t, url, &writes, &gate)
+	ctx := context.Background()
+	if _, err := ledger.NewService(s).PutLimit(ctx, "l", ledger.LimitSpec{Capacity: decimal.NewFromInt(100), Period: &ledger.Period{Every: "year"}}); err != nil {
+		t.Fatal(err)
+	}
+	ref := func(k int) ledger.BucketRef { return ledger.BucketRef{Limit: "l", Key: fmt.Sprint("b", k)} }
+	batches0, calls0, grouped0 := s.GroupCommitStats()
+	_, release := holdGate(&gate)
+	defer release()
+	const n = 5
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[k] = s.Fillup(ctx, charge(ref(k), int64(k+1)), ledger.Idempotency{})
+		}()
+		// The call is either at the database or queued: which one is the test.
+		if !loadReaches(s, func(in, q int) bool { return in+q == k+1 }) {
+			t.Fatalf("Fillup %d never reached the group commit", k)
+		}
+		if in, q := mysql.GroupCommitLoad(s); in != 1 {
+			t.Fatalf("after Fillup %d: %d batches at the database, %d calls queued; want 1 and %d", k, in, q, k)
+		}
+	}
+	release()
+	wg.Wait()
+	for k, err := range errs {
+		if err != nil {
+			t.Fatalf("Fillup %d: %v", k, err)
+		}
+	}
+	batches, calls, grouped := s.GroupCommitStats()
+	if batches-batches0 != 2 || calls-calls0 != n || grouped-grouped0 != n-1 {
+		t.Errorf("%d batches of %d calls, %d kept in a batch of several; want 2 of %d, %d", batches-batches0, calls-calls0, grouped-grouped0, n, n-1)
+	}
+	for k := range n {
+		snap, err := s.Inspect(ctx, ref(k))
+		if err != nil || snap.State.Level.String() != strconv.Itoa(k+1) {
+			t.Errorf("b%d: level %s, %v; want %d", k, snap.State.Level, err, k+1)
+		}
+	}
+}
