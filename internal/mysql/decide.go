@@ -525,6 +525,16 @@ func (s *Store) writeSQL(v *view, begin, commit bool) (string, []any, error) {
 	return w.q.String(), w.args, nil
 }
 
+// writeTx writes what v changed in tx, a transaction of the caller's.
+func (s *Store) writeTx(ctx context.Context, tx *sql.Tx, v *view) error {
+	q, args, err := s.writeSQL(v, false, false)
+	if err != nil || q == "" {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, q, args...)
+	return err
+}
+
 // sqlList is a multi-statement write being built: its text and arguments.
 type sqlList struct {
 	q    strings.Builder

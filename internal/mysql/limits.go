@@ -176,11 +176,7 @@ func (s *Store) switchBuckets(ctx context.Context, tx *sql.Tx, old limitRow, now
 		ns, expired := bucket.Switch(v.limits[0].limit.Rule(), v.buckets[0].state, now)
 		v.expire(0, expired)
 		v.set(0, ns)
-		q, args, err := s.writeSQL(v, false, false)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		if err := s.writeTx(ctx, tx, v); err != nil {
 			return err
 		}
 	}

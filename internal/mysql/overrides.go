@@ -372,63 +372,22 @@ func (s *Store) changeTerms(ctx context.Context, limit, pattern string, change f
 		if err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, "SELECT bkey, version, level, updated_us, extra, hseq, last_us FROM budgetd_buckets WHERE limit_id = ? AND level > 0 FOR UPDATE", l.id)
+		bs, keys, err := coveredBuckets(ctx, tx, l.id, pattern)
 		if err != nil {
 			return err
 		}
-		var bs []bucketRow
-		var keys []string
-		for rows.Next() {
-			var b bucketRow
-			if err := b.scan(rows); err != nil {
-				rows.Close()
-				return err
-			}
-			if (ledger.Override{Pattern: pattern}).Matches(b.key) {
-				bs = append(bs, b)
-				keys = append(keys, b.key)
-			}
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		var before, after *ledger.Overrides
 		if len(bs) > 0 {
-			if before, err = coveringOverrides(ctx, tx, l.id, pattern, keys); err != nil {
+			before, err := coveringOverrides(ctx, tx, l.id, pattern, keys)
+			if err != nil {
 				return err
 			}
-			after = before.Clone()
+			after := before.Clone()
 			if o != nil {
 				after.Put(*o)
 			} else {
 				after.Delete(pattern)
 			}
-		}
-		for _, b := range bs {
-			// The bucket's terms before the change, with its rollover and
-			// grants (memory.Store.changeTerms): the carry is kept with it.
-			v := &view{now: now, limits: []limitRow{{id: l.id, rev: l.rev, set: before}}, base: []ledger.Limit{l.limit}, buckets: []bucketRow{b}, dirty: []bool{false}, entries: make([][]entryRow, 1)}
-			// terms settled it at the expiries before now under the
-			// overrides before the change: it is written when that moved
-			// it, even when its rule at now stays, since the overrides
-			// after the change may no longer tell those expiries.
-			v.terms(0)
-			prev, st := v.limits[0].limit, v.buckets[0].state
-			if prev.SameRule(after.Effective(l.limit, b.key, now)) {
-				if st.Updated.Equal(b.state.Updated) {
-					continue
-				}
-				v.set(0, st)
-			} else {
-				ns, expired := bucket.Switch(prev.Rule(), st, now)
-				v.expire(0, expired)
-				v.set(0, ns)
-			}
-			q, args, err := s.writeSQL(v, false, false)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			if err := s.settleCovered(ctx, tx, l, before, after, bs, now); err != nil {
 				return err
 			}
 		}
@@ -447,4 +406,63 @@ func (s *Store) changeTerms(ctx context.Context, limit, pattern string, change f
 			l.id, l.id, []byte(pattern), l.oseq+1, body)
 		return err
 	})
+}
+
+// coveredBuckets returns the rows of limit id's buckets that pattern covers
+// and whose stored level is positive, locked for the transaction, and their
+// keys.
+func coveredBuckets(ctx context.Context, tx *sql.Tx, id uint64, pattern string) ([]bucketRow, []string, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT bkey, version, level, updated_us, extra, hseq, last_us FROM budgetd_buckets WHERE limit_id = ? AND level > 0 FOR UPDATE", id)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var bs []bucketRow
+	var keys []string
+	for rows.Next() {
+		var b bucketRow
+		if err := b.scan(rows); err != nil {
+			return nil, nil, err
+		}
+		if (ledger.Override{Pattern: pattern}).Matches(b.key) {
+			bs = append(bs, b)
+			keys = append(keys, b.key)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	return bs, keys, rows.Close()
+}
+
+// settleCovered settles at now, in tx, each of bs (buckets of l) under the
+// overrides before a change, and writes those whose rule the change moves
+// (switched to the new rule, memory.Store.changeTerms) or whose settling
+// at the expiries before now moved them.
+func (s *Store) settleCovered(ctx context.Context, tx *sql.Tx, l limitRow, before, after *ledger.Overrides, bs []bucketRow, now time.Time) error {
+	for _, b := range bs {
+		// The bucket's terms before the change, with its rollover and
+		// grants (memory.Store.changeTerms): the carry is kept with it.
+		v := &view{now: now, limits: []limitRow{{id: l.id, rev: l.rev, set: before}}, base: []ledger.Limit{l.limit}, buckets: []bucketRow{b}, dirty: []bool{false}, entries: make([][]entryRow, 1)}
+		// terms settled it at the expiries before now under the
+		// overrides before the change: it is written when that moved
+		// it, even when its rule at now stays, since the overrides
+		// after the change may no longer tell those expiries.
+		v.terms(0)
+		prev, st := v.limits[0].limit, v.buckets[0].state
+		if prev.SameRule(after.Effective(l.limit, b.key, now)) {
+			if st.Updated.Equal(b.state.Updated) {
+				continue
+			}
+			v.set(0, st)
+		} else {
+			ns, expired := bucket.Switch(prev.Rule(), st, now)
+			v.expire(0, expired)
+			v.set(0, ns)
+		}
+		if err := s.writeTx(ctx, tx, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }

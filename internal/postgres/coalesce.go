@@ -337,79 +337,9 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 	case r.Doc != nil:
 		return decodeFillup(r.Doc)
 	}
-	leaky := r.LeakAmount != nil && r.LeakPerUS != nil
-	window := r.WindowLen != nil && r.WindowPrec != nil
-	kinds := 0
-	for _, k := range []bool{leaky, r.Period != nil, window} {
-		if k {
-			kinds++
-		}
-	}
-	if r.Fits == nil || r.Level == nil || r.NowUS == nil || r.Capacity == nil || kinds != 1 ||
-		r.History == nil || r.RecDenials == nil || r.Mode == nil || r.Grace == nil || r.CreatedUS == nil || r.LimUpdated == nil || len(r.Amounts) != len(r.Expires) {
-		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: incomplete answer row: %w", errBadAnswer)
-	}
-	level, ok := bucket.ParseAmount(*r.Level)
-	capacity, err2 := decimal.NewFromString(*r.Capacity)
-	grace, err3 := decimal.NewFromString(*r.Grace)
-	if !ok || err2 != nil || err3 != nil {
-		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q %q %q: %w", *r.Level, *r.Capacity, *r.Grace, errBadAnswer)
-	}
-	lim := ledger.Limit{Name: limit, Capacity: capacity, History: *r.History, RecordDenials: *r.RecDenials, CreatedAt: fromUS(*r.CreatedUS), UpdatedAt: fromUS(*r.LimUpdated)}
-	lim.Mode, lim.Grace = storedMode(*r.Mode, grace)
-	lim.Thresholds = storedThresholds(r.Thresholds)
-	if r.Override != nil {
-		lim.Override = *r.Override
-	}
-	if r.Grants != nil {
-		// r.Capacity has them already: only the sum is recorded.
-		sum, err := decimal.NewFromString(*r.Grants)
-		if err != nil {
-			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding grants %q: %w", *r.Grants, errBadAnswer)
-		}
-		lim.Grants = sum
-	}
-	if r.Rollover != nil {
-		// r.Capacity has it already: only what was received is recorded.
-		received, err := decimal.NewFromString(*r.Rollover)
-		if err != nil {
-			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding rollover %q: %w", *r.Rollover, errBadAnswer)
-		}
-		lim.Received = received
-	}
-	switch {
-	case leaky:
-		leak, err := decimal.NewFromString(*r.LeakAmount)
-		if err != nil {
-			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding %q: %w", *r.LeakAmount, errBadAnswer)
-		}
-		lim.LeakAmount, lim.LeakPer = leak, time.Duration(*r.LeakPerUS)*time.Microsecond
-	case window:
-		lim.Window = (&windowDoc{LengthUS: *r.WindowLen, PrecisionUS: *r.WindowPrec}).window()
-	default:
-		var pd periodDoc
-		if err := json.Unmarshal(r.Period, &pd); err != nil {
-			return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding period %s: %w", r.Period, errBadAnswer)
-		}
-		lim.Period = pd.period()
-	}
-	slots, err := slotsOf(r.SlotIdx, r.SlotSums)
+	lim, st, err := r.decode(limit)
 	if err != nil {
-		return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: %w", err)
-	}
-	var st bucket.State // never written: the zero State, as stateDoc.state
-	if r.UpdatedUS != nil || !level.IsZero() || len(r.Amounts) > 0 || len(slots) > 0 {
-		st = bucket.State{Level: level, Holds: make([]bucket.Hold, len(r.Amounts)), Slots: slots}
-		if r.UpdatedUS != nil {
-			st.Updated = fromUS(*r.UpdatedUS)
-		}
-		for i, a := range r.Amounts {
-			amount, ok := bucket.ParseAmount(a)
-			if !ok {
-				return ledger.FillupOutcome{}, fmt.Errorf("postgres fillup: decoding hold %q: %w", a, errBadAnswer)
-			}
-			st.Holds[i] = bucket.Hold{Amount: amount, ExpiresAt: fromUS(r.Expires[i])}
-		}
+		return ledger.FillupOutcome{}, err
 	}
 	snap := ledger.Snapshot{
 		Limit: lim,
@@ -421,4 +351,99 @@ func (s *Store) decodeBatchRow(ctx context.Context, limit string, r *batchRow) (
 		entry = *r.EntryID
 	}
 	return ledger.FillupOutcome{Accepted: *r.Fits, Items: []ledger.ItemOutcome{{Snapshot: snap, EntryID: entry}}}, nil
+}
+
+// decode returns the limit (named limit) and the bucket's state of a row of
+// budgetd_fillup_batch that answers a call, or errBadAnswer.
+func (r *batchRow) decode(limit string) (ledger.Limit, bucket.State, error) {
+	lim, level, err := r.limit(limit)
+	if err != nil {
+		return ledger.Limit{}, bucket.State{}, err
+	}
+	st, err := r.state(level)
+	return lim, st, err
+}
+
+// limit returns the limit of r, named limit, and the bucket's level.
+func (r *batchRow) limit(limit string) (ledger.Limit, bucket.Amount, error) {
+	leaky := r.LeakAmount != nil && r.LeakPerUS != nil
+	window := r.WindowLen != nil && r.WindowPrec != nil
+	kinds := 0
+	for _, k := range []bool{leaky, r.Period != nil, window} {
+		if k {
+			kinds++
+		}
+	}
+	if r.Fits == nil || r.Level == nil || r.NowUS == nil || r.Capacity == nil || kinds != 1 ||
+		r.History == nil || r.RecDenials == nil || r.Mode == nil || r.Grace == nil || r.CreatedUS == nil || r.LimUpdated == nil || len(r.Amounts) != len(r.Expires) {
+		return ledger.Limit{}, bucket.Amount{}, fmt.Errorf("postgres fillup: incomplete answer row: %w", errBadAnswer)
+	}
+	level, ok := bucket.ParseAmount(*r.Level)
+	capacity, err2 := decimal.NewFromString(*r.Capacity)
+	grace, err3 := decimal.NewFromString(*r.Grace)
+	if !ok || err2 != nil || err3 != nil {
+		return ledger.Limit{}, bucket.Amount{}, fmt.Errorf("postgres fillup: decoding %q %q %q: %w", *r.Level, *r.Capacity, *r.Grace, errBadAnswer)
+	}
+	lim := ledger.Limit{Name: limit, Capacity: capacity, History: *r.History, RecordDenials: *r.RecDenials, CreatedAt: fromUS(*r.CreatedUS), UpdatedAt: fromUS(*r.LimUpdated)}
+	lim.Mode, lim.Grace = storedMode(*r.Mode, grace)
+	lim.Thresholds = storedThresholds(r.Thresholds)
+	if r.Override != nil {
+		lim.Override = *r.Override
+	}
+	if r.Grants != nil {
+		// r.Capacity has them already: only the sum is recorded.
+		sum, err := decimal.NewFromString(*r.Grants)
+		if err != nil {
+			return ledger.Limit{}, bucket.Amount{}, fmt.Errorf("postgres fillup: decoding grants %q: %w", *r.Grants, errBadAnswer)
+		}
+		lim.Grants = sum
+	}
+	if r.Rollover != nil {
+		// r.Capacity has it already: only what was received is recorded.
+		received, err := decimal.NewFromString(*r.Rollover)
+		if err != nil {
+			return ledger.Limit{}, bucket.Amount{}, fmt.Errorf("postgres fillup: decoding rollover %q: %w", *r.Rollover, errBadAnswer)
+		}
+		lim.Received = received
+	}
+	switch {
+	case leaky:
+		leak, err := decimal.NewFromString(*r.LeakAmount)
+		if err != nil {
+			return ledger.Limit{}, bucket.Amount{}, fmt.Errorf("postgres fillup: decoding %q: %w", *r.LeakAmount, errBadAnswer)
+		}
+		lim.LeakAmount, lim.LeakPer = leak, time.Duration(*r.LeakPerUS)*time.Microsecond
+	case window:
+		lim.Window = (&windowDoc{LengthUS: *r.WindowLen, PrecisionUS: *r.WindowPrec}).window()
+	default:
+		var pd periodDoc
+		if err := json.Unmarshal(r.Period, &pd); err != nil {
+			return ledger.Limit{}, bucket.Amount{}, fmt.Errorf("postgres fillup: decoding period %s: %w", r.Period, errBadAnswer)
+		}
+		lim.Period = pd.period()
+	}
+	return lim, level, nil
+}
+
+// state returns the bucket's state of r at level.
+func (r *batchRow) state(level bucket.Amount) (bucket.State, error) {
+	slots, err := slotsOf(r.SlotIdx, r.SlotSums)
+	if err != nil {
+		return bucket.State{}, fmt.Errorf("postgres fillup: %w", err)
+	}
+	var st bucket.State // never written: the zero State, as stateDoc.state
+	if r.UpdatedUS != nil || !level.IsZero() || len(r.Amounts) > 0 || len(slots) > 0 {
+		st = bucket.State{Level: level, Holds: make([]bucket.Hold, len(r.Amounts)), Slots: slots}
+		if r.UpdatedUS != nil {
+			st.Updated = fromUS(*r.UpdatedUS)
+		}
+		for i, a := range r.Amounts {
+			amount, ok := bucket.ParseAmount(a)
+			if !ok {
+				return bucket.State{}, fmt.Errorf("postgres fillup: decoding hold %q: %w", a, errBadAnswer)
+			}
+			st.Holds[i] = bucket.Hold{Amount: amount, ExpiresAt: fromUS(r.Expires[i])}
+		}
+	}
+	return st, nil
 }

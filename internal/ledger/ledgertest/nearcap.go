@@ -111,7 +111,31 @@ func testNearCapMarks(t *testing.T, e *env) {
 	}
 	eq(t, "top spender's level", items[0].Level, map[bool]string{true: "120", false: "95"}[len(used) == 6])
 
-	// Bad input names its field; an unknown limit is not found.
+	expectNearCapRefusals(t, e)
+
+	// Another list of thresholds: the marks are of the old one until each
+	// bucket's next write recomputes them (without an event).
+	spec.Thresholds = thresholds(t, "50%", "80%", "95%")
+	if _, err := e.svc.PutLimit(e.ctx, "near", spec); err != nil {
+		t.Fatal(err)
+	}
+	e.expectQuery(t, "near", ledger.BucketQuery{Above: "80%"})
+	e.fillup(ref("near", "b"), "1")
+	e.expectQuery(t, "near", ledger.BucketQuery{Above: "80%"}, "b")
+	if _, _, err := e.svc.QueryBuckets(e.ctx, "near", ledger.BucketQuery{Above: "90"}, "", 10); invalidField(err) != "above" {
+		t.Errorf("a threshold the limit no longer lists: %v, want invalid above", err)
+	}
+
+	// The next period: every mark re-armed, every level back to 0.
+	e.clock.Advance(32 * 24 * time.Hour)
+	e.expectQuery(t, "near", ledger.BucketQuery{Above: "50%"})
+	e.expectQuery(t, "near", ledger.BucketQuery{Order: ledger.OrderUsed}, byteSorted(used)...)
+}
+
+// expectNearCapRefusals: a listing of limit "near" (testNearCapMarks's) with
+// bad input names its field, and one of an unknown limit is not found.
+func expectNearCapRefusals(t *testing.T, e *env) {
+	t.Helper()
 	for _, c := range []struct {
 		q      ledger.BucketQuery
 		cursor string
@@ -141,24 +165,6 @@ func testNearCapMarks(t *testing.T, e *env) {
 	if _, _, err := e.svc.QueryBuckets(e.ctx, "nope", ledger.BucketQuery{Order: ledger.OrderUsed}, "", 10); !errors.Is(err, ledger.ErrLimitNotFound) {
 		t.Errorf("QueryBuckets(unknown limit, used) = %v, want ErrLimitNotFound", err)
 	}
-
-	// Another list of thresholds: the marks are of the old one until each
-	// bucket's next write recomputes them (without an event).
-	spec.Thresholds = thresholds(t, "50%", "80%", "95%")
-	if _, err := e.svc.PutLimit(e.ctx, "near", spec); err != nil {
-		t.Fatal(err)
-	}
-	e.expectQuery(t, "near", ledger.BucketQuery{Above: "80%"})
-	e.fillup(ref("near", "b"), "1")
-	e.expectQuery(t, "near", ledger.BucketQuery{Above: "80%"}, "b")
-	if _, _, err := e.svc.QueryBuckets(e.ctx, "near", ledger.BucketQuery{Above: "90"}, "", 10); invalidField(err) != "above" {
-		t.Errorf("a threshold the limit no longer lists: %v, want invalid above", err)
-	}
-
-	// The next period: every mark re-armed, every level back to 0.
-	e.clock.Advance(32 * 24 * time.Hour)
-	e.expectQuery(t, "near", ledger.BucketQuery{Above: "50%"})
-	e.expectQuery(t, "near", ledger.BucketQuery{Order: ledger.OrderUsed}, byteSorted(used)...)
 }
 
 // testNearCapStable: a ranking by used of leaking buckets keeps the order
