@@ -75,8 +75,9 @@ func benchFillup(b *testing.B, hot bool, s *mysql.Store) {
 // bucket this store wrote, cached) and on one key (the hot key, written
 // first),
 // with group commit off (slots=0), on with one batch at the database at a
-// time (the default) and with 4 (the default until 2026-12-03): the calls per batch, the calls decided alone (a batch
-// slot free, or sent back by their batch), the round trips per call (the
+// time (the default) and with 4 (the default until 2026-12-03): the calls
+// per batch, the calls decided alone (a batch slot free, or sent back by
+// their batch), the round trips per call (the
 // commands sent on the store's connections), the cached decisions whose
 // write found a row changed, and the CPU per call of the
 // test server (mariadbd, from /proc when it runs on this machine) and of

@@ -18,8 +18,9 @@ import (
 // batch out goes at once, alone, and is decided as without group commit
 // (decide). The calls that arrive meanwhile queue, whatever their buckets;
 // the next batch takes them (up to groupMax, none of a bucket that has a
-// batch at the database: batchRule) and decides them at one instant, each bucket's calls one after
-// another in arrival order on that bucket's view (decideBatch): the cached
+// batch at the database: batchRule, which matters with more than one slot)
+// and decides them at one instant, each bucket's calls one after another in
+// arrival order on that bucket's view (decideBatch): the cached
 // view, a bucket it has no entry of presumed new, or one read of all of
 // them when that cannot be decided or kept. It then sends one
 // multi-statement write that compare-and-sets each row once, in primary-key
