@@ -559,6 +559,7 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 	if c := cpuSection(rows); c != "" {
 		w("\n%s", c)
 	}
+	w("%s", wrkSection(dir))
 
 	if peersSection != "" {
 		w("\n%s", peersSection)
@@ -1011,4 +1012,62 @@ func webhookSection(dir string) string {
 		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %d |\n", st, j.N, j.Arrived, f2(j.P50), f2(j.P99), f2(j.Max), j.BadSignatures)
 	}
 	return b.String()
+}
+
+// loadWrk is the runs of one case under wrk: the prefix-N.txt files
+// scripts/bench wrote in dir (wrk's report, with --latency), each with its
+// .cpu beside it.
+func loadWrk(dir, prefix string) series {
+	var s series
+	files, _ := filepath.Glob(filepath.Join(dir, prefix+"-*.txt"))
+	slices.Sort(files)
+	for _, f := range files {
+		p, err := peers.Parse(readText(f))
+		if err != nil || p.Requests == 0 {
+			continue
+		}
+		r := run{Throughput: p.RPS, Ops: uint64(p.Requests), Errors: uint64(p.Errors())}
+		r.Latency.P50, r.Latency.P99 = p.P50, p.P99
+		r.cpu = readCPU(strings.TrimSuffix(f, ".txt") + ".cpu")
+		s = append(s, r)
+	}
+	return s
+}
+
+// wrkSection is budgetd against its baseline with wrk as the client
+// (scripts/bench's runs under wrk, issue 44): the same cases, a client
+// that takes a fraction of budgetload's CPU per call. "" when none ran.
+func wrkSection(dir string) string {
+	var b strings.Builder
+	for _, st := range stores {
+		for _, mode := range []string{"spread", "hot"} {
+			d := filepath.Join(dir, st, "wrk-"+mode)
+			bd, bl := loadWrk(d, "budgetd"), loadWrk(d, "baseline")
+			if len(bd) == 0 || len(bl) == 0 {
+				continue
+			}
+			if b.Len() == 0 {
+				fmt.Fprintf(&b, "\n## The same cases under wrk\n\n")
+				fmt.Fprintf(&b, "budgetload is a Go HTTP client: it takes about three times wrk's CPU per call, on the same CPUs as the services and the store ")
+				fmt.Fprintf(&b, "(the load tool column above). So each case ran again with `wrk -t2 -c64 --latency` and bench/peers' scripts (limit `bench`, ")
+				fmt.Fprintf(&b, "one key or 100,000, cost 1), budgetd and the baseline alternating, as the runs above; medians. No verify: the runs above audit the levels.\n\n")
+				fmt.Fprintf(&b, "| store | load | budgetd req/s | baseline req/s | **ratio** | target | budgetd / baseline p99 ms | budgetd CPU µs/op (service + store + wrk) | baseline CPU µs/op | errors |\n")
+				fmt.Fprintf(&b, "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n")
+			}
+			ratio, t := bd.tput()/bl.tput(), target(st, mode)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | **%s** | ≥ %.2f×: %s | %s / %s | %s | %s | %d |\n", st, mode, f0(bd.tput()), f0(bl.tput()), f2(ratio),
+				t, metWhy(st, ratio >= t, valid(ratio)), f2(bd.p99()), f2(bl.p99()), cpuParts(bd), cpuParts(bl), bd.errors()+bl.errors())
+		}
+	}
+	return b.String()
+}
+
+// cpuParts is a series' CPU per operation as "service + store + load =
+// total", "—" when no run was sampled.
+func cpuParts(s series) string {
+	sv, st, ld := s.cpuPerOp()
+	if !valid(sv) {
+		return "—"
+	}
+	return fmt.Sprintf("%s + %s + %s = %s", f0(sv), f0(st), f0(ld), f0(sv+st+ld))
 }

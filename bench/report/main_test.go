@@ -264,3 +264,51 @@ func TestCommandsMarkedNoRun(t *testing.T) {
 		t.Errorf("the Commands section has no no-run marker before its block:\n%s", md[strings.Index(md, "## Commands"):])
 	}
 }
+
+// wrkRun is wrk's report (with --latency) of a run of n requests at rps,
+// p99 p99 ms.
+func wrkRun(n int, rps float64, p99 string) string {
+	return fmt.Sprintf(`Running 8s test @ http://127.0.0.1:27720
+  2 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     3.34ms    1.56ms  22.33ms   88.75%%
+    Req/Sec     9.87k     1.60k   12.63k    81.25%%
+  Latency Distribution
+     50%%    3.04ms
+     75%%    3.67ms
+     90%%    4.51ms
+     99%%   %s
+  %d requests in 8.00s, 85.09MB read
+Requests/sec:  %.2f
+Transfer/sec:     10.63MB
+`, p99, n, rps)
+}
+
+// TestWrkInReport: the runs under wrk are a table of their own, medians of
+// the rounds, the ratio judged against the store's target, the CPU per call
+// split into service, store and wrk; a store without them adds no row.
+func TestWrkInReport(t *testing.T) {
+	dir, write := resultsDir(t)
+	write("mysql/wrk-spread/budgetd-1.txt", wrkRun(128000, 16000, "12.00ms"))
+	write("mysql/wrk-spread/budgetd-1.cpu", "service=440\nstore=200\nload=160\nseconds=5\nhz=100\n")
+	write("mysql/wrk-spread/budgetd-2.txt", wrkRun(120000, 15000, "14.00ms"))
+	write("mysql/wrk-spread/budgetd-3.txt", wrkRun(136000, 17000, "10.00ms"))
+	write("mysql/wrk-spread/baseline-1.txt", wrkRun(80000, 10000, "25.00ms"))
+	write("mysql/wrk-spread/baseline-2.txt", wrkRun(72000, 9000, "30.00ms"))
+	write("mysql/wrk-hot/budgetd-1.txt", wrkRun(160000, 20000, "10.00ms"))
+	write("mysql/wrk-hot/baseline-1.txt", wrkRun(40000, 5000, "20.00ms"))
+	write("mysql/wrk-hot/baseline-2.txt", "unable to connect to 127.0.0.1:27719 Connection refused\n")
+	write("redis/wrk-spread/budgetd-1.txt", wrkRun(80000, 10000, "5.00ms"))
+	md := wrkSection(dir)
+	wantLines(t, md,
+		"## The same cases under wrk",
+		"| mysql | spread | 16000 | 9500 | **1.68** | ≥ 1.50×: met | 12.00 / 27.50 | 55 + 25 + 20 = 100 | — | 0 |",
+		"| mysql | hot | 20000 | 5000 | **4.00** | ≥ 4.00×: met |",
+	)
+	if strings.Contains(md, "| redis |") {
+		t.Errorf("a row for redis, which has no baseline run under wrk:\n%s", md)
+	}
+	if wrkSection(t.TempDir()) != "" {
+		t.Error("a section without runs under wrk")
+	}
+}
