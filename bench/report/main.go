@@ -1048,7 +1048,7 @@ func wrkSection(dir string) string {
 			}
 			if b.Len() == 0 {
 				fmt.Fprintf(&b, "\n## The same cases under wrk\n\n")
-				fmt.Fprintf(&b, "budgetload is a Go HTTP client: it takes about three times wrk's CPU per call, on the same CPUs as the services and the store ")
+				fmt.Fprintf(&b, "budgetload, a Go program with a goroutine and a connection per caller, takes about twice wrk's CPU per call, on the same CPUs as the services and the store ")
 				fmt.Fprintf(&b, "(the load tool column above). So each case ran again with `wrk -t2 -c64 --latency` and bench/peers' scripts (limit `bench`, ")
 				fmt.Fprintf(&b, "one key or 100,000, cost 1), budgetd and the baseline alternating, as the runs above; medians. No verify: the runs above audit the levels.\n\n")
 				fmt.Fprintf(&b, "| store | load | budgetd req/s | baseline req/s | **ratio** | target | budgetd / baseline p99 ms | budgetd CPU µs/op (service + store + wrk) | baseline CPU µs/op | errors |\n")

@@ -55,6 +55,7 @@ type config struct {
 	historyCap  int64
 	populate    bool
 	timeout     time.Duration
+	client      string // "raw" (rawhttp.go) or "net/http"
 	json        bool
 	quiet       bool
 }
@@ -119,6 +120,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Int64Var(&cfg.historyCap, "history-cap", 10000, "the store keeps at least this many newest history entries per bucket (verify expects no more)")
 	fs.BoolVar(&cfg.populate, "populate", false, "instead of a timed run, charge every one of --keys keys once (multi-bucket calls of 64 items) and exit")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Second, "per-request timeout")
+	fs.StringVar(&cfg.client, "client", "raw", "HTTP client for http:// URLs: raw (each caller's own connection, a third of net/http's CPU a call) or net/http; https:// always uses net/http")
 	fs.BoolVar(&cfg.json, "json", false, "print the summary as JSON on stdout")
 	fs.BoolVar(&cfg.quiet, "quiet", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {
@@ -129,6 +131,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if cfg.client != "raw" && cfg.client != "net/http" {
+		return cfg, usageError{fmt.Sprintf("--client %q: want raw or net/http", cfg.client)}
 	}
 	if *thresholds != "" {
 		cfg.thresholds = strings.Split(*thresholds, ",")

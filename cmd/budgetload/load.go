@@ -89,6 +89,7 @@ type worker struct {
 	rng  *rand.Rand
 	buf  bytes.Buffer
 	sums map[string]*keySum
+	raw  *rawConn // the worker's own connection (rawhttp.go), nil until its first call
 
 	mu sync.Mutex
 	st *stats
@@ -105,6 +106,11 @@ type loader struct {
 	bodies  struct{ fillup, reserve, commit []byte }
 	workers []*worker
 	unsent  atomic.Int64 // open model: operations due in the measured window but never sent
+	// rawHost is --url's host:port when calls go on the workers' own
+	// connections (rawhttp.go), "" when through client; rawBase is its
+	// scheme and host.
+	rawHost, rawBase string
+	raws             rawConns
 }
 
 func newLoader(cfg config) *loader {
@@ -125,6 +131,12 @@ func newLoader(cfg config) *loader {
 		client: &http.Client{Transport: tr, Timeout: cfg.timeout},
 		limitP: cfg.url + "/v1/limits/" + url.PathEscape(cfg.limit),
 		teams:  max(1, cfg.keys/100),
+	}
+	if u, err := url.Parse(cfg.url); err == nil && u.Scheme == "http" && cfg.client == "raw" {
+		l.rawBase, l.rawHost = "http://"+u.Host, u.Host
+		if u.Port() == "" {
+			l.rawHost = net.JoinHostPort(u.Hostname(), "80")
+		}
 	}
 	for o := range numOps {
 		for range cfg.mix[o] {
@@ -168,6 +180,9 @@ type outcome struct {
 
 // call sends one request and reads the whole answer into w.buf.
 func (w *worker) call(ctx context.Context, method, u string, body []byte) (int, error) {
+	if w.l.rawHost != "" {
+		return w.callRaw(ctx, method, u, body)
+	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)

@@ -18,6 +18,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	l := newLoader(cfg)
 	defer l.client.CloseIdleConnections()
+	defer l.raws.closeAll()
 	setupAt := time.Now()
 	var overridesTook time.Duration
 	if cfg.setup {

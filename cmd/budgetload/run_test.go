@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -174,7 +175,7 @@ func TestPopulate(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{{"--url", "ftp://x"}, {"--keys", "0"}, {"--mix", "x=1"}, {"--limit", "Bad"}, {"extra"}, {"--nope"}} {
+	for _, args := range [][]string{{"--url", "ftp://x"}, {"--keys", "0"}, {"--mix", "x=1"}, {"--limit", "Bad"}, {"extra"}, {"--nope"}, {"--client", "curl"}} {
 		err := run(context.Background(), args, io.Discard, io.Discard)
 		if exitCode(err) != 2 {
 			t.Errorf("%v: %v, want a usage error", args, err)
@@ -370,5 +371,52 @@ func TestOverridesLimit(t *testing.T) {
 	}
 	if _, err := runJSON(t, "--url", srv.URL, "--overrides", "4", "--setup=false"); exitCode(err) != 2 {
 		t.Fatalf("--overrides with --setup=false: %v, want a usage error", err)
+	}
+}
+
+// TestClients: both clients drive the real API to verify: ok. The raw one
+// keeps each caller's connection across calls, and survives a server that
+// closes some connections after answering and answers in chunks.
+func TestClients(t *testing.T) {
+	srv := budgetd(t)
+	var n atomic.Int64
+	proxy := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		res := forward(srv.URL, r, body)
+		switch n.Add(1) % 5 {
+		case 0:
+			w.Header().Set("Connection", "close")
+		case 1:
+			w.WriteHeader(res.code)
+			w.(http.Flusher).Flush() // no Content-Length: chunked
+			w.Write(res.body)
+			return
+		}
+		w.WriteHeader(res.code)
+		w.Write(res.body)
+	}))
+	var conns atomic.Int64
+	proxy.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	proxy.Start()
+	defer proxy.Close()
+	for _, c := range []struct{ url, client string }{{srv.URL, "net/http"}, {srv.URL, "raw"}, {proxy.URL, "raw"}} {
+		conns.Store(0)
+		s, err := runJSON(t, "--url", c.url, "--client", c.client, "--duration", "300ms", "--warmup", "0s", "--keys", "20",
+			"--concurrency", "4", "--history", "--mix", "fillup=1,can=1,reserve=1,multi=1")
+		if err != nil {
+			t.Fatalf("%s %s: %v", c.client, c.url, err)
+		}
+		if s.Ops == 0 || s.Errors != 0 || s.Verify == nil || !s.Verify.OK {
+			t.Fatalf("%s %s: %+v verify %+v", c.client, c.url, s, s.Verify)
+		}
+	}
+	// One answer in five closes its connection: the raw client dials again
+	// after those only.
+	if got, reqs := conns.Load(), n.Load(); got < reqs/5 || got > reqs/3 {
+		t.Fatalf("%d connections for %d requests", got, reqs)
 	}
 }
