@@ -132,9 +132,6 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return cfg, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	if cfg.client != "raw" && cfg.client != "net/http" {
-		return cfg, usageError{fmt.Sprintf("--client %q: want raw or net/http", cfg.client)}
-	}
 	if *thresholds != "" {
 		cfg.thresholds = strings.Split(*thresholds, ",")
 	}
@@ -143,38 +140,48 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return cfg, usageError{fmt.Sprintf("--url %q: want http://host:port", cfg.url)}
 	}
 	cfg.url = strings.TrimRight(cfg.url, "/")
-	switch {
-	case cfg.duration <= 0 && !cfg.populate:
-		return cfg, usageError{"--duration must be positive"}
-	case cfg.warmup < 0:
-		return cfg, usageError{"--warmup must not be negative"}
-	case cfg.concurrency < 1:
-		return cfg, usageError{"--concurrency must be at least 1"}
-	case cfg.rate < 0:
-		return cfg, usageError{"--rate must not be negative"}
-	case cfg.keys < 1:
-		return cfg, usageError{"--keys must be at least 1"}
-	case cfg.cost < 1 || cfg.cost > 1e11:
-		return cfg, usageError{"--cost must be between 1 and 10^11"}
-	case !nameRE.MatchString(cfg.limit):
-		return cfg, usageError{fmt.Sprintf("--limit %q is not a limit name", cfg.limit)}
-	case cfg.leakPer < time.Microsecond:
-		return cfg, usageError{"--leak-per must be at least 1µs"}
-	case cfg.period != "" && !slices.Contains([]string{"day", "week", "month", "quarter", "year"}, cfg.period):
-		return cfg, usageError{fmt.Sprintf("--period %q is not day, week, month, quarter or year", cfg.period)}
-	case cfg.window != 0 && cfg.period != "":
-		return cfg, usageError{"--window and --period are two kinds of limit: give one"}
-	case cfg.overrides < 0 || cfg.overrides > 10_000_000:
-		return cfg, usageError{"--overrides must be from 0 to 10000000"}
-	case cfg.overrides > 0 && !cfg.setup:
-		return cfg, usageError{"--overrides is put by --setup: drop --setup=false"}
-	case cfg.window != 0 && (cfg.window < time.Second || cfg.window > 8760*time.Hour):
-		return cfg, usageError{"--window must be from 1s to 8760h"}
+	if err := cfg.check(); err != nil {
+		return cfg, err
 	}
 	if cfg.mix, err = parseMix(*mix); err != nil {
 		return cfg, usageError{err.Error()}
 	}
 	return cfg, nil
+}
+
+// check refuses flag values budgetload cannot run with (a usageError).
+func (cfg config) check() error {
+	switch {
+	case cfg.duration <= 0 && !cfg.populate:
+		return usageError{"--duration must be positive"}
+	case cfg.warmup < 0:
+		return usageError{"--warmup must not be negative"}
+	case cfg.concurrency < 1:
+		return usageError{"--concurrency must be at least 1"}
+	case cfg.rate < 0:
+		return usageError{"--rate must not be negative"}
+	case cfg.keys < 1:
+		return usageError{"--keys must be at least 1"}
+	case cfg.cost < 1 || cfg.cost > 1e11:
+		return usageError{"--cost must be between 1 and 10^11"}
+	case !nameRE.MatchString(cfg.limit):
+		return usageError{fmt.Sprintf("--limit %q is not a limit name", cfg.limit)}
+	case cfg.leakPer < time.Microsecond:
+		return usageError{"--leak-per must be at least 1µs"}
+	case cfg.period != "" && !slices.Contains([]string{"day", "week", "month", "quarter", "year"}, cfg.period):
+		return usageError{fmt.Sprintf("--period %q is not day, week, month, quarter or year", cfg.period)}
+	case cfg.window != 0 && cfg.period != "":
+		return usageError{"--window and --period are two kinds of limit: give one"}
+	case cfg.overrides < 0 || cfg.overrides > 10_000_000:
+		return usageError{"--overrides must be from 0 to 10000000"}
+	case cfg.overrides > 0 && !cfg.setup:
+		return usageError{"--overrides is put by --setup: drop --setup=false"}
+	case cfg.client != "raw" && cfg.client != "net/http":
+		return usageError{fmt.Sprintf("--client %q: want raw or net/http", cfg.client)}
+	case cfg.window != 0 && (cfg.window < time.Second || cfg.window > 8760*time.Hour):
+		return usageError{"--window must be from 1s to 8760h"}
+	}
+	return nil
 }
 
 // parseMix reads "fillup=70,can=20,reserve=5,multi=5".
