@@ -121,7 +121,9 @@ func (s *Store) decideGrouped(ctx context.Context, ref ledger.BucketRef, fn func
 	}
 	c := &groupCall{ctx: ctx, ref: ref, fn: fn, idem: idem}
 	c.deadline, _ = ctx.Deadline()
-	if err := s.batcher.Do(ctx, c.deadline, c); err != nil {
+	// ctx ends at that deadline itself: the batcher needs no timer of its
+	// own for it.
+	if err := s.batcher.Do(ctx, time.Time{}, c); err != nil {
 		// Still queued (then never sent), or in a batch at the database
 		// (the outcome is unknown).
 		return classify(err)

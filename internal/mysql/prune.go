@@ -270,6 +270,7 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 		version uint64
 	}
 	var victims []victim
+	var limits specMemo
 	scanned := 0
 	for rows.Next() {
 		var id uint64
@@ -298,7 +299,7 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 			rows.Close()
 			return 0, false, err
 		}
-		l, err := decodeSpec(name.String, spec.String, created.Int64, updated.Int64)
+		l, err := limits.of(id, name.String, spec.String, created.Int64, updated.Int64)
 		if err != nil {
 			rows.Close()
 			return 0, false, err
@@ -327,6 +328,29 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 		return deleted, true, nil
 	}
 	return deleted, false, nil
+}
+
+// specMemo decodes a limit's spec once for all the rows of a scan batch
+// that belong to it (a batch is mostly one limit's buckets). The batch is
+// one statement's rows, so every row of a limit joins the same limit row.
+type specMemo struct {
+	id    uint64
+	limit ledger.Limit
+	ok    bool
+}
+
+// of is decodeSpec's limit, decoded again only when the row is of another
+// limit than the row before.
+func (m *specMemo) of(id uint64, name, text string, createdUS, updatedUS int64) (ledger.Limit, error) {
+	if m.ok && m.id == id {
+		return m.limit, nil
+	}
+	l, err := decodeSpec(name, text, createdUS, updatedUS)
+	if err != nil {
+		return l, err
+	}
+	*m = specMemo{id: id, limit: l, ok: true}
+	return l, nil
 }
 
 // prunable says whether bucket b of limit l (with its overrides set) may be

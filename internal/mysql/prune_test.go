@@ -430,3 +430,55 @@ func TestPruneAfterOverrideExpiry(t *testing.T) {
 		t.Fatalf("prune: %+v %v, %d buckets; want the empty bucket pruned", st, err, rows("budgetd_buckets"))
 	}
 }
+
+// TestPruneBatchOfLimits: one scan batch holds the buckets of several
+// limits (the pruner decodes a limit's spec once for its run of rows), and
+// each bucket is judged by its own limit's terms, whether its limit's id
+// is lower or higher than the others'; and by a limit's new terms at the
+// next pass after they change.
+func TestPruneBatchOfLimits(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	s, rows := pruneStore(t, clock, mysql.WithPruneBatch(1000))
+	svc := ledger.NewService(s)
+	put := func(name string, per time.Duration) {
+		t.Helper()
+		if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: d("10"), LeakAmount: d("1"), LeakPer: per}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill := func(limit string, keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if _, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: limit, Key: k}, Cost: d("2")}}, ledger.Idempotency{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// "slow" has the lower id and leaks 1 an hour, "fast" 1 a second, and
+	// "slow2" (the highest id) 1 an hour again.
+	put("slow", time.Hour)
+	put("fast", time.Second)
+	put("slow2", time.Hour)
+	fill("slow", "a", "b")
+	fill("fast", "a", "b", "c")
+	fill("slow2", "a")
+	clock.Advance(3 * time.Second)
+	st, err := s.Prune(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.EmptyBuckets != 3 || rows("budgetd_buckets") != 3 {
+		t.Fatalf("pass 1: %+v, %d rows; want fast's 3 buckets deleted and the slow ones' 3 kept", st, rows("budgetd_buckets"))
+	}
+	// slow's terms change (now it leaks fast too): its rows are judged by
+	// the new terms, slow2's still by its own.
+	put("slow", time.Second)
+	clock.Advance(3 * time.Second)
+	if st, err = s.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st.EmptyBuckets != 2 || rows("budgetd_buckets") != 1 {
+		t.Fatalf("pass 2: %+v, %d rows; want slow's 2 buckets deleted and slow2's kept", st, rows("budgetd_buckets"))
+	}
+}
