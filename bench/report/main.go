@@ -513,6 +513,10 @@ func markdown(meta map[string]string, rows []row, scales []scaleRow, kinds []kin
 		t := target(r.store, r.mode)
 		w("| %s %s: throughput ≥ %.2f× the %s | %s× | %s |\n", r.store, r.mode, t, baselineName[r.store], f2(r.ratio), metWhy(r.store, r.ratio >= t, valid(r.ratio)))
 	}
+	for _, r := range wrkRows(dir) {
+		t := target(r.store, r.mode)
+		w("| %s %s under wrk: throughput ≥ %.2f× the %s | %s× | %s |\n", r.store, r.mode, t, baselineName[r.store], f2(r.ratio()), metWhy(r.store, r.ratio() >= t, valid(r.ratio())))
+	}
 	for _, r := range rows {
 		pt := p99Target(r.store)
 		w("| %s %s: p99 ≤ %g× the baseline's | %s× (%s ms vs %s ms) | %s |\n", r.store, r.mode, pt, f2(r.p99Ratio), f2(r.bd.p99()), f2(r.bl.p99()), metWhy(r.store, r.p99Ratio <= pt, valid(r.p99Ratio)))
@@ -1034,30 +1038,49 @@ func loadWrk(dir, prefix string) series {
 	return s
 }
 
+// wrkRow is one case under wrk: budgetd's runs and the baseline's.
+type wrkRow struct {
+	store, mode string
+	bd, bl      series
+}
+
+func (r wrkRow) ratio() float64 { return r.bd.tput() / r.bl.tput() }
+
+// wrkRows is the cases scripts/bench ran under wrk (issue 44), with runs of
+// both services, in the order of stores.
+func wrkRows(dir string) []wrkRow {
+	var rows []wrkRow
+	for _, st := range stores {
+		for _, mode := range []string{"spread", "hot"} {
+			d := filepath.Join(dir, st, "wrk-"+mode)
+			r := wrkRow{store: st, mode: mode, bd: loadWrk(d, "budgetd"), bl: loadWrk(d, "baseline")}
+			if len(r.bd) > 0 && len(r.bl) > 0 {
+				rows = append(rows, r)
+			}
+		}
+	}
+	return rows
+}
+
 // wrkSection is budgetd against its baseline with wrk as the client
 // (scripts/bench's runs under wrk, issue 44): the same cases, a client
 // that takes a fraction of budgetload's CPU per call. "" when none ran.
 func wrkSection(dir string) string {
+	rows := wrkRows(dir)
+	if len(rows) == 0 {
+		return ""
+	}
 	var b strings.Builder
-	for _, st := range stores {
-		for _, mode := range []string{"spread", "hot"} {
-			d := filepath.Join(dir, st, "wrk-"+mode)
-			bd, bl := loadWrk(d, "budgetd"), loadWrk(d, "baseline")
-			if len(bd) == 0 || len(bl) == 0 {
-				continue
-			}
-			if b.Len() == 0 {
-				fmt.Fprintf(&b, "\n## The same cases under wrk\n\n")
-				fmt.Fprintf(&b, "budgetload, a Go program with a goroutine and a connection per caller, takes about twice wrk's CPU per call, on the same CPUs as the services and the store ")
-				fmt.Fprintf(&b, "(the load tool column above). So each case ran again with `wrk -t2 -c64 --latency` and bench/peers' scripts (limit `bench`, ")
-				fmt.Fprintf(&b, "one key or 100,000, cost 1), budgetd and the baseline alternating, as the runs above; medians. No verify: the runs above audit the levels.\n\n")
-				fmt.Fprintf(&b, "| store | load | budgetd req/s | baseline req/s | **ratio** | target | budgetd / baseline p99 ms | budgetd CPU µs/op (service + store + wrk) | baseline CPU µs/op | errors |\n")
-				fmt.Fprintf(&b, "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n")
-			}
-			ratio, t := bd.tput()/bl.tput(), target(st, mode)
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | **%s** | ≥ %.2f×: %s | %s / %s | %s | %s | %d |\n", st, mode, f0(bd.tput()), f0(bl.tput()), f2(ratio),
-				t, metWhy(st, ratio >= t, valid(ratio)), f2(bd.p99()), f2(bl.p99()), cpuParts(bd), cpuParts(bl), bd.errors()+bl.errors())
-		}
+	fmt.Fprintf(&b, "\n## The same cases under wrk\n\n")
+	fmt.Fprintf(&b, "budgetload, a Go program with a goroutine and a connection per caller, takes about twice wrk's CPU per call, on the same CPUs as the services and the store ")
+	fmt.Fprintf(&b, "(the load tool column above). So each case ran again with `wrk -t2 -c64 --latency` and bench/peers' scripts (limit `bench`, ")
+	fmt.Fprintf(&b, "one key or 100,000, cost 1), budgetd and the baseline alternating, as the runs above; medians. No verify: the runs above audit the levels.\n\n")
+	fmt.Fprintf(&b, "| store | load | budgetd req/s | baseline req/s | **ratio** | target | budgetd / baseline p99 ms | budgetd CPU µs/op (service + store + wrk) | baseline CPU µs/op | errors |\n")
+	fmt.Fprintf(&b, "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n")
+	for _, r := range rows {
+		ratio, t := r.ratio(), target(r.store, r.mode)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | **%s** | ≥ %.2f×: %s | %s / %s | %s | %s | %d |\n", r.store, r.mode, f0(r.bd.tput()), f0(r.bl.tput()), f2(ratio),
+			t, metWhy(r.store, ratio >= t, valid(ratio)), f2(r.bd.p99()), f2(r.bl.p99()), cpuParts(r.bd), cpuParts(r.bl), r.bd.errors()+r.bl.errors())
 	}
 	return b.String()
 }

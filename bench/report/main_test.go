@@ -311,4 +311,13 @@ func TestWrkInReport(t *testing.T) {
 	if wrkSection(t.TempDir()) != "" {
 		t.Error("a section without runs under wrk")
 	}
+	// The targets are judged under wrk too, beside budgetload's rows.
+	md = markdown(map[string]string{}, nil, nil, nil, map[string]string{}, dir, "", "")
+	wantLines(t, md,
+		"| mysql spread under wrk: throughput ≥ 1.50× the one upsert per request (database/sql) | 1.68× | met |",
+		"| mysql hot under wrk: throughput ≥ 4.00× the one upsert per request (database/sql) | 4.00× | met |",
+	)
+	if strings.Contains(md, "redis spread under wrk") {
+		t.Errorf("a target row for redis, which has no baseline run under wrk:\n%s", md)
+	}
 }
