@@ -320,3 +320,56 @@ func cachedFactory(isolation string) ledgertest.Factory {
 		return open(t, newDatabase(t), mysql.WithIsolation(isolation), mysql.WithClock(clock.Now), mysql.WithPruneInterval(0), mysql.WithCache(mysql.DefaultCacheEntries, mysql.DefaultCacheBytes))
 	}
 }
+
+// TestCacheKnowsRowsAtOpen: a Store opened on a database that already has
+// buckets (written by another instance, or by this process before a
+// restart) knows them from the start: a batch of them is decided on one
+// read, never on a presumption that they are new whose write fails on the
+// first existing row. The buckets of two limits, read in pages of 7.
+func TestCacheKnowsRowsAtOpen(t *testing.T) {
+	ctx := context.Background()
+	url := newDatabase(t)
+	before := open(t, url, mysql.WithPruneInterval(0))
+	svc := ledger.NewService(before)
+	var refs []ledger.BucketRef
+	for _, name := range []string{"a", "b"} {
+		if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: decimal.NewFromInt(100), Period: &ledger.Period{Every: "year"}}); err != nil {
+			t.Fatal(err)
+		}
+		for k := range 20 {
+			ref := ledger.BucketRef{Limit: name, Key: fmt.Sprint("k", k)}
+			refs = append(refs, ref)
+			if out, err := before.Fillup(ctx, charge(ref, 1), ledger.Idempotency{}); err != nil || !out.Accepted {
+				t.Fatalf("Fillup of %v: %+v %v", ref, out, err)
+			}
+		}
+	}
+	// Each batch holds buckets of both limits, from the first page, the
+	// last and between.
+	for _, batch := range [][]int{{0, 20, 39}, {6, 7, 13, 14, 26, 27}, {19, 21, 33, 38}} {
+		s := open(t, url, mysql.WithPruneInterval(0), mysql.WithSeedPage(7))
+		// A first call of each limit, on a bucket of its own, caches the
+		// limit: from then on a bucket it never saw is presumed new.
+		for _, name := range []string{"a", "b"} {
+			if out, err := s.Fillup(ctx, charge(ledger.BucketRef{Limit: name, Key: fmt.Sprint("new", batch)}, 1), ledger.Idempotency{}); err != nil || !out.Accepted {
+				t.Fatalf("Fillup of a new bucket of %s: %+v %v", name, out, err)
+			}
+		}
+		var charges []ledger.Charge
+		for _, j := range batch {
+			charges = append(charges, charge(refs[j], 2)...)
+		}
+		outs, errs, kept := mysql.FillupBatch(ctx, s, charges, make([]ledger.Idempotency, len(charges)))
+		for j := range outs {
+			if errs[j] != nil || !outs[j].Accepted || outs[j].Items[0].Snapshot.State.Level.String() != "3" {
+				t.Fatalf("batch %v, call %d: %+v %v; want accepted at 3", batch, j, outs[j], errs[j])
+			}
+		}
+		_, _, conflicts := s.CacheStats()
+		_, _, read := s.GroupCommitBuckets()
+		if kept != len(batch) || read != 1 || conflicts != 0 {
+			t.Errorf("batch %v: %d calls kept, %d batches decided on a read, %d failed cached writes; want %d, 1 and 0",
+				batch, kept, read, conflicts, len(batch))
+		}
+	}
+}

@@ -67,6 +67,10 @@ func GroupCommitLoad(s *Store) (inFlight, queued int) {
 	return s.batcher.Load()
 }
 
+// WithSeedPage sets how many rows one read of seedKnown takes
+// (knownSeedPage): a test pages through a few buckets.
+func WithSeedPage(n int) Option { return func(s *Store) { s.seedRows = n } }
+
 // WithGroupSlots sets how many batches the group commit has at the database
 // at once (groupSlots).
 func WithGroupSlots(n int) Option { return func(s *Store) { s.groupSlots = n } }

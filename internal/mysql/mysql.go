@@ -51,6 +51,7 @@ type Store struct {
 	cache      *decisionCache                   // nil when off (WithCache; on by default)
 	groupOff   bool                             // WithGroupCommit(false)
 	groupSlots int                              // batches at the database at once (groupSlots)
+	seedRows   int                              // rows of one read of seedKnown (knownSeedPage)
 	batcher    *groupcommit.Batcher[*groupCall] // nil when group commit is off (groupcommit.go)
 	group      groupStats
 	ovs        overrideCache                                                     // the limits' overrides it read (overrides.go)
@@ -197,7 +198,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts, lockWait: DefaultLockWait, timeout: DefaultTimeout, groupSlots: groupSlots,
+	s := &Store{isolation: RepeatableRead, clock: func() time.Time { return time.Time{} }, attempts: maxAttempts, lockWait: DefaultLockWait, timeout: DefaultTimeout, groupSlots: groupSlots, seedRows: knownSeedPage,
 		cache:         newDecisionCache(DefaultCacheEntries, DefaultCacheBytes),
 		pruneInterval: DefaultPruneInterval, pruneBatch: DefaultPruneBatch, pruneStop: make(chan struct{}), pruneKick: make(chan struct{}, 1), pruneDone: make(chan struct{})}
 	for _, o := range opts {
@@ -233,6 +234,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		s.db.Close()
 		return nil, err
 	}
+	s.seedKnown(ctx)
 	if s.pruneInterval > 0 {
 		go s.pruneLoop()
 	} else {
