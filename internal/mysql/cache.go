@@ -180,7 +180,7 @@ func (s *Store) seedKnown(ctx context.Context) {
 		return
 	}
 	var lim uint64
-	var key []byte
+	key := []byte{}
 	for n := 0; n < knownSeedMax; {
 		got, err := s.seedPage(ctx, &lim, &key)
 		n += got
