@@ -626,9 +626,9 @@ func writeBuckets(w *sqlList, v *view) error {
 		return strings.Compare(v.buckets[a].key, v.buckets[b].key)
 	})
 	check := values{row: "(?, ?, ?, ?)"}
-	upd := values{head: "INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, hseq, last_us) VALUES ", row: "(?, ?, ?, ?, ?, ?, ?, ?)",
-		tail: " ON DUPLICATE KEY UPDATE version = VALUES(version), level = VALUES(level), updated_us = VALUES(updated_us), extra = VALUES(extra), hseq = VALUES(hseq), last_us = VALUES(last_us)"}
-	ins := values{head: "INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, hseq, last_us) VALUES ", row: "(?, ?, 1, ?, ?, ?, ?, ?)"}
+	upd := values{head: "INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, th_marked, hseq, last_us) VALUES ", row: "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		tail: " ON DUPLICATE KEY UPDATE version = VALUES(version), level = VALUES(level), updated_us = VALUES(updated_us), extra = VALUES(extra), th_marked = VALUES(th_marked), hseq = VALUES(hseq), last_us = VALUES(last_us)"}
+	ins := values{head: "INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, th_marked, hseq, last_us) VALUES ", row: "(?, ?, 1, ?, ?, ?, ?, ?, ?)"}
 	hist := values{head: "INSERT INTO budgetd_history (limit_id, bkey, seq, at_us, event, amount, reservation_id, grant_id, meta, shadow_denied) VALUES ", row: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"}
 	now := v.now.UnixMicro()
 	for _, i := range idx {
@@ -650,9 +650,9 @@ func writeBuckets(w *sqlList, v *view) error {
 			return err
 		}
 		if b.exists {
-			upd.add(v.limits[i].id, key, b.version+1, level, updated, extra, b.hseq, max(b.last, now))
+			upd.add(v.limits[i].id, key, b.version+1, level, updated, extra, marked(b.marks), b.hseq, max(b.last, now))
 		} else {
-			ins.add(v.limits[i].id, key, level, updated, extra, b.hseq, now)
+			ins.add(v.limits[i].id, key, level, updated, extra, marked(b.marks), b.hseq, now)
 		}
 		for _, e := range v.entries[i] {
 			meta, err := nullJSON(e.meta)
@@ -671,6 +671,18 @@ func writeBuckets(w *sqlList, v *view) error {
 	ins.to(w)
 	hist.to(w)
 	return nil
+}
+
+// marked is the th_marked of a bucket with marks m (migrations/mysql 0005,
+// 0006): the signature of their list when one of them is above, NULL
+// otherwise. budgetd writes it beside extra: as a virtual column computed
+// from extra's JSON it cost MariaDB two JSON_EXTRACTs of every written row
+// of a limit with thresholds (docs/mysql.md, "Thresholds").
+func marked(m ledger.Marks) any {
+	if m.Above == 0 {
+		return nil
+	}
+	return uint64(m.Sig)
 }
 
 // nullString is s, NULL when empty.

@@ -20,7 +20,7 @@ import (
 const nearCapRows = 400
 
 // TestNearCapIndexed: a listing past a threshold reads the index
-// budgetd_buckets_marked of the virtual column th_marked (migration 5),
+// budgetd_buckets_marked of the column th_marked (migrations 5 and 6),
 // which holds the signature of a bucket's marks exactly when one is above.
 func TestNearCapIndexed(t *testing.T) {
 	ctx := context.Background()

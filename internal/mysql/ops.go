@@ -198,7 +198,7 @@ func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]
 
 // ListMarked is ListBuckets of the buckets with a mark above of the list
 // with signature sig (ledger.MarkedLister), through the index
-// budgetd_buckets_marked of the virtual column th_marked (migration 5): a
+// budgetd_buckets_marked of the column th_marked (migrations 5 and 6): a
 // page reads only those buckets; the caller checks bit and period.
 func (s *Store) ListMarked(ctx context.Context, limit, after string, n int, sig uint32, _ uint8) ([]ledger.BucketSnapshot, error) {
 	return s.listBuckets(ctx, limit, " AND b.th_marked = "+strconv.FormatUint(uint64(sig), 10), after, n)

@@ -198,12 +198,7 @@ func TestUpgradeOverridesOutOfSpec(t *testing.T) {
 	ctx := context.Background()
 	url := newDatabase(t)
 	db := direct(t, url)
-	restore := mysql.AtSchemaVersion(3)
-	old, err := mysql.Open(ctx, url, mysql.WithPruneInterval(0))
-	restore()
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := openAtVersion(t, url, 3)
 	old.Close()
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	os := []ledger.Override{

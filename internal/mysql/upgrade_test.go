@@ -89,6 +89,30 @@ func withOseq(t *testing.T, db *sql.DB) {
 	}
 }
 
+// openAtVersion opens url with the migrations up to version v only, as an
+// older budgetd left the database, without its pruner.
+func openAtVersion(t *testing.T, url string, v int) *mysql.Store {
+	t.Helper()
+	restore := mysql.AtSchemaVersion(v)
+	defer restore()
+	st, err := mysql.Open(context.Background(), url, mysql.WithPruneInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// withMarked adds budgetd_buckets.th_marked (migrations/mysql/0005, a plain
+// column since 0006) to a database at a version before 5, for the tests
+// that write its buckets with this budgetd's code, which writes the column.
+// 0005 then leaves it and 0006 fills it from extra.
+func withMarked(t *testing.T, db *sql.DB) {
+	t.Helper()
+	if _, err := db.Exec("ALTER TABLE budgetd_buckets ADD COLUMN th_marked BIGINT UNSIGNED NULL"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestUpgradeFrom0001: a database at schema version 1 (as the first
 // budgetd with this store left it) holding limits, buckets, holds, history,
 // idempotency records and events is brought to the latest version by two
@@ -102,13 +126,9 @@ func TestUpgradeFrom0001(t *testing.T) {
 	url := newDatabase(t)
 	db := direct(t, url)
 
-	restore := mysql.AtSchemaVersion(1)
-	old, err := mysql.Open(ctx, url, mysql.WithPruneInterval(0))
-	restore()
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := openAtVersion(t, url, 1)
 	withOseq(t, db)
+	withMarked(t, db)
 	svc := ledger.NewService(old)
 	spec := ledger.LimitSpec{Capacity: d("100"), LeakAmount: d("1"), LeakPer: time.Hour, History: true,
 		Thresholds: []ledger.Threshold{{Percent: decimal.NewFromInt(50)}}}
@@ -148,7 +168,7 @@ func TestUpgradeFrom0001(t *testing.T) {
 		for _, tb := range tables {
 			stored := "*"
 			if tb == "budgetd_buckets" {
-				// The stored columns: th_marked (migration 5) is computed from extra.
+				// The columns kept: th_marked (migrations 5 and 6) is filled from extra.
 				stored = "limit_id, bkey, version, level, updated_us, extra, hseq, last_us"
 			}
 			rows, err := db.Query("SELECT " + stored + " FROM " + tb + " ORDER BY 1, 2")
@@ -242,13 +262,9 @@ func TestUpgradeFrom0002(t *testing.T) {
 	ctx := context.Background()
 	url := newDatabase(t)
 	db := direct(t, url)
-	restore := mysql.AtSchemaVersion(2)
-	old, err := mysql.Open(ctx, url, mysql.WithPruneInterval(0))
-	restore()
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := openAtVersion(t, url, 2)
 	withOseq(t, db)
+	withMarked(t, db)
 	svc := ledger.NewService(old)
 	if _, err := svc.PutLimit(ctx, "api", ledger.LimitSpec{Capacity: d("100"), LeakAmount: d("1"), LeakPer: time.Hour,
 		Thresholds: []ledger.Threshold{{Percent: decimal.NewFromInt(50)}}}); err != nil {
@@ -368,5 +384,104 @@ func TestPruneUsesIndexes(t *testing.T) {
 		if !found {
 			t.Errorf("%s: EXPLAIN has no row for table %s", name, want[name].table)
 		}
+	}
+}
+
+// TestUpgradeFrom0005: a database at schema version 5, whose th_marked is a
+// virtual column computed from extra, holding a bucket with a mark above,
+// one with marks none above and one without marks, gets th_marked as a
+// plain column at the next start (0006), filled from extra with the values
+// the virtual column had; a listing past a threshold finds the marked
+// bucket, and a write that crosses the threshold marks its bucket in the
+// column this budgetd writes.
+func TestUpgradeFrom0005(t *testing.T) {
+	ctx := context.Background()
+	url := newDatabase(t)
+	db := direct(t, url)
+	old := openAtVersion(t, url, 5)
+	spec := ledger.LimitSpec{Capacity: d("100"), LeakAmount: d("1"), LeakPer: 87600 * time.Hour,
+		Thresholds: []ledger.Threshold{{Percent: decimal.NewFromInt(50)}}}
+	if _, err := ledger.NewService(old).PutLimit(ctx, "api", spec); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	generated := func() string {
+		t.Helper()
+		var extra string
+		if err := db.QueryRow("SELECT extra FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = 'budgetd_buckets' AND column_name = 'th_marked'").Scan(&extra); err != nil {
+			t.Fatal(err)
+		}
+		return extra
+	}
+	if g := generated(); !strings.Contains(g, "GENERATED") {
+		t.Fatalf("th_marked at version 5 is %q, want a generated column", g)
+	}
+	sig := ledger.ThresholdSig(spec.Thresholds)
+	now := time.Now().UnixMicro()
+	// The rows as budgetd at version 5 wrote them (encodeState's extra).
+	if _, err := db.Exec(`INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, hseq, last_us)
+		SELECT id, 'hot', 1, 60, ?, ?, 0, ? FROM budgetd_limits WHERE name = 'api' UNION ALL
+		SELECT id, 'cool', 1, 20, ?, ?, 0, ? FROM budgetd_limits WHERE name = 'api' UNION ALL
+		SELECT id, 'plain', 1, 10, ?, NULL, 0, ? FROM budgetd_limits WHERE name = 'api'`,
+		now, fmt.Sprintf(`{"marks":{"Sig":%d,"Above":1,"Period":0}}`, sig), now,
+		now, fmt.Sprintf(`{"marks":{"Sig":%d,"Above":0,"Period":0}}`, sig), now,
+		now, now); err != nil {
+		t.Fatal(err)
+	}
+	marks := func() map[string]string {
+		t.Helper()
+		rows, err := db.Query("SELECT bkey, COALESCE(CAST(th_marked AS CHAR), 'NULL') FROM budgetd_buckets ORDER BY bkey")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]string{}
+		for rows.Next() {
+			var k, m string
+			if err := rows.Scan(&k, &m); err != nil {
+				t.Fatal(err)
+			}
+			out[k] = m
+		}
+		return out
+	}
+	want := map[string]string{"hot": fmt.Sprint(sig), "cool": "NULL", "plain": "NULL"}
+	if got := marks(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("th_marked at version 5: %v, want %v", got, want)
+	}
+
+	st := open(t, url, mysql.WithPruneInterval(0))
+	checkApplied(t, db)
+	if g := generated(); strings.Contains(g, "GENERATED") {
+		t.Errorf("th_marked after the upgrade is %q, want a plain column", g)
+	}
+	if got := marks(); !reflect.DeepEqual(got, want) {
+		t.Errorf("th_marked after the upgrade: %v, want %v", got, want)
+	}
+	svc := ledger.NewService(st)
+	above := func() []string {
+		t.Helper()
+		items, _, err := svc.QueryBuckets(ctx, "api", ledger.BucketQuery{Above: "50%"}, "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, it := range items {
+			keys = append(keys, it.Key)
+		}
+		return keys
+	}
+	if got := above(); !reflect.DeepEqual(got, []string{"hot"}) {
+		t.Errorf("above 50%% after the upgrade: %q, want [hot]", got)
+	}
+	if out, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "api", Key: "cool"}, Cost: d("40")}}, ledger.Idempotency{}); err != nil || !out.Accepted {
+		t.Fatalf("fillup: %+v %v", out, err)
+	}
+	want["cool"] = fmt.Sprint(sig)
+	if got := marks(); !reflect.DeepEqual(got, want) {
+		t.Errorf("th_marked after a crossing: %v, want %v", got, want)
+	}
+	if got := above(); !reflect.DeepEqual(got, []string{"cool", "hot"}) {
+		t.Errorf("above 50%% after a crossing: %q, want [cool hot]", got)
 	}
 }
