@@ -277,22 +277,8 @@ const bucketCols = "b.bkey, b.version, b.level, b.updated_us, b.extra, b.hseq, b
 func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRef, locked bool) (*view, error) {
 	v := &view{limits: make([]limitRow, len(refs)), base: make([]ledger.Limit, len(refs)), buckets: make([]bucketRow, len(refs)), dirty: make([]bool, len(refs)), entries: make([][]entryRow, len(refs))}
 	found := make([]bool, len(refs))
-	var q strings.Builder
-	var args []any
-	for i, r := range refs {
-		if i > 0 {
-			q.WriteString(" UNION ALL ")
-		}
-		fmt.Fprintf(&q, "SELECT %d, %s, l.id, l.rev, l.oseq, l.spec, l.created_us, l.updated_us", i, clockSQL)
-		if locked {
-			q.WriteString(", NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM budgetd_limits l WHERE l.name = ?")
-			args = append(args, []byte(r.Limit))
-		} else {
-			q.WriteString(", " + bucketCols + " FROM budgetd_limits l LEFT JOIN budgetd_buckets b ON b.limit_id = l.id AND b.bkey = ? WHERE l.name = ?")
-			args = append(args, []byte(r.Key), []byte(r.Limit))
-		}
-	}
-	rows, err := conn.QueryContext(ctx, q.String(), args...)
+	q, args := readSQL(refs, locked)
+	rows, err := conn.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -300,37 +286,11 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 	var clock int64
 	var specs []decodedSpec
 	for rows.Next() {
-		var i int
-		var lr limitRow
-		var text string
-		var created, updated int64
-		var key []byte
-		var version, hseq, last sql.NullInt64
-		var level, extra sql.NullString
-		var bupdated sql.NullInt64
-		if err := rows.Scan(&i, &clock, &lr.id, &lr.rev, &lr.oseq, &text, &created, &updated, &key, &version, &level, &bupdated, &extra, &hseq, &last); err != nil {
-			return nil, classify(err)
-		}
-		// A limit's row comes once per bucket of it (a group commit's batch
-		// reads many): its spec is decoded once.
-		if j := slices.IndexFunc(specs, func(d decodedSpec) bool {
-			return d.name == refs[i].Limit && d.text == text && d.created == created && d.updated == updated
-		}); j >= 0 {
-			lr.limit = specs[j].limit
-		} else if lr.limit, err = decodeSpec(refs[i].Limit, text, created, updated); err != nil {
+		i, lr, b, at, err := readRow(rows, refs, &specs)
+		if err != nil {
 			return nil, err
-		} else {
-			specs = append(specs, decodedSpec{refs[i].Limit, text, created, updated, lr.limit})
 		}
-		v.limits[i], found[i] = lr, true
-		b := bucketRow{key: refs[i].Key}
-		if version.Valid {
-			b.exists, b.version, b.hseq, b.last = true, uint64(version.Int64), uint64(hseq.Int64), last.Int64
-			if err := b.decode(level.String, bupdated.Int64, extra); err != nil {
-				return nil, err
-			}
-		}
-		v.buckets[i] = b
+		v.limits[i], v.buckets[i], found[i], clock = lr, b, true, at
 	}
 	if err := rows.Err(); err != nil {
 		return nil, classify(err)
@@ -358,6 +318,61 @@ func (s *Store) read(ctx context.Context, conn *sql.Conn, refs []ledger.BucketRe
 	s.cache.saw(v)
 	s.at(v, clock)
 	return v, nil
+}
+
+// readSQL is read's statement: for each ref i, in a UNION ALL, i, the
+// clock, its limit's row and (unlocked) its bucket's row, NULLs when there
+// is none yet (or, locked, always: lockBuckets reads them).
+func readSQL(refs []ledger.BucketRef, locked bool) (string, []any) {
+	var q strings.Builder
+	var args []any
+	for i, r := range refs {
+		if i > 0 {
+			q.WriteString(" UNION ALL ")
+		}
+		fmt.Fprintf(&q, "SELECT %d, %s, l.id, l.rev, l.oseq, l.spec, l.created_us, l.updated_us", i, clockSQL)
+		if locked {
+			q.WriteString(", NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM budgetd_limits l WHERE l.name = ?")
+			args = append(args, []byte(r.Limit))
+		} else {
+			q.WriteString(", " + bucketCols + " FROM budgetd_limits l LEFT JOIN budgetd_buckets b ON b.limit_id = l.id AND b.bkey = ? WHERE l.name = ?")
+			args = append(args, []byte(r.Key), []byte(r.Limit))
+		}
+	}
+	return q.String(), args
+}
+
+// readRow scans one row of readSQL's: the index i of its ref, its limit,
+// its bucket (not existing when the row has none) and the clock. specs are
+// the specs decoded so far: a limit's row comes once per bucket of it (a
+// group commit's batch reads many), and its spec is decoded once.
+func readRow(rows *sql.Rows, refs []ledger.BucketRef, specs *[]decodedSpec) (i int, lr limitRow, b bucketRow, clock int64, err error) {
+	var text string
+	var created, updated int64
+	var key []byte
+	var version, hseq, last sql.NullInt64
+	var level, extra sql.NullString
+	var bupdated sql.NullInt64
+	if err := rows.Scan(&i, &clock, &lr.id, &lr.rev, &lr.oseq, &text, &created, &updated, &key, &version, &level, &bupdated, &extra, &hseq, &last); err != nil {
+		return 0, lr, b, 0, classify(err)
+	}
+	if j := slices.IndexFunc(*specs, func(d decodedSpec) bool {
+		return d.name == refs[i].Limit && d.text == text && d.created == created && d.updated == updated
+	}); j >= 0 {
+		lr.limit = (*specs)[j].limit
+	} else if lr.limit, err = decodeSpec(refs[i].Limit, text, created, updated); err != nil {
+		return 0, lr, b, 0, err
+	} else {
+		*specs = append(*specs, decodedSpec{refs[i].Limit, text, created, updated, lr.limit})
+	}
+	b = bucketRow{key: refs[i].Key}
+	if version.Valid {
+		b.exists, b.version, b.hseq, b.last = true, uint64(version.Int64), uint64(hseq.Int64), last.Int64
+		if err := b.decode(level.String, bupdated.Int64, extra); err != nil {
+			return 0, lr, b, 0, err
+		}
+	}
+	return i, lr, b, clock, nil
 }
 
 // limitMissing is ledger.ErrLimitNotFound for the limit name, which a read

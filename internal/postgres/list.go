@@ -103,61 +103,23 @@ func (s *Store) listBuckets(ctx context.Context, limit, sql string, args []any) 
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var (
-				id, rev, over, nowUS int64
-				key, level           *string
-				updated              *int64
-				amounts              []string
-				expires              []int64
-				slotIdx              []int64
-				slotSums             []string
-				carryUnused          *string
-				carryPeriod          *int64
-				grantSum             *string // the bucket's active grants, NULL when the limit has none
-				thSig                *int32
-				thAbove              *int16
-				thPeriod             *int64
-			)
-			if err := rows.Scan(&id, &rev, &over, &nowUS, &key, &level, &updated, &amounts, &expires, &slotIdx, &slotSums,
-				&carryUnused, &carryPeriod, &grantSum, &thSig, &thAbove, &thPeriod); err != nil {
+			var r listRow
+			if err := rows.Scan(&r.id, &r.rev, &r.over, &r.nowUS, &r.key, &r.level, &r.updated, &r.amounts, &r.expires, &r.slotIdx,
+				&r.slotSums, &r.carryUnused, &r.carryPeriod, &r.grantSum, &r.thSig, &r.thAbove, &r.thPeriod); err != nil {
 				return err
 			}
 			found = true
-			if lt == nil || id != lt.id || rev != lt.rev || over != lt.over {
+			if lt == nil || r.id != lt.id || r.rev != lt.rev || r.over != lt.over {
 				return errListStale
 			}
-			if key == nil {
+			if r.key == nil {
 				continue // the limit has no bucket after after
 			}
-			now := fromUS(nowUS)
-			var p numParser
-			in := ledger.TermsInput{Limit: lt.lim, Key: *key, Overrides: lt.resolver(), Now: now,
-				State: bucket.State{Level: ledger.Amount(p.num(*level))}}
-			if updated != nil {
-				in.State.Updated = fromUS(*updated)
-			}
-			for i := range amounts {
-				in.State.Holds = append(in.State.Holds, bucket.Hold{Amount: ledger.Amount(p.num(amounts[i])), ExpiresAt: fromUS(expires[i])})
-			}
-			if carryUnused != nil && carryPeriod != nil {
-				in.Carry = ledger.Carry{Unused: ledger.Amount(p.num(*carryUnused)), Period: *carryPeriod}
-			}
-			if grantSum != nil {
-				// The sum of the grants active now, as one grant.
-				in.Grants = []ledger.Grant{{Amount: p.num(*grantSum), ExpiresAt: now.Add(time.Microsecond)}}
-			}
-			if p.err != nil {
-				return p.err
-			}
-			if in.State.Slots, err = slotsOf(slotIdx, slotSums); err != nil {
+			snap, err := r.snapshot(lt)
+			if err != nil {
 				return err
 			}
-			t := ledger.TermsAt(&in)
-			var marks ledger.Marks
-			if thSig != nil {
-				marks = ledger.Marks{Sig: uint32(*thSig), Above: uint8(*thAbove), Period: *thPeriod}
-			}
-			out = append(out, ledger.BucketSnapshot{Key: *key, Snapshot: ledger.Snapshot{Limit: t.Limit, State: t.State, Now: now}, Marks: marks})
+			out = append(out, snap)
 		}
 		return rows.Err()
 	})
@@ -171,6 +133,60 @@ func (s *Store) listBuckets(ctx context.Context, limit, sql string, args []any) 
 		return nil, fmt.Errorf("limit %q: %w", limit, ledger.ErrLimitNotFound)
 	}
 	return out, nil
+}
+
+// listRow is a row of a listing's statement: the limit's id, rev and
+// override version, the clock, and the bucket's columns (key nil when the
+// limit has no bucket after the cursor).
+type listRow struct {
+	id, rev, over, nowUS int64
+	key, level           *string
+	updated              *int64
+	amounts              []string
+	expires              []int64
+	slotIdx              []int64
+	slotSums             []string
+	carryUnused          *string
+	carryPeriod          *int64
+	grantSum             *string // the bucket's active grants, NULL when the limit has none
+	thSig                *int32
+	thAbove              *int16
+	thPeriod             *int64
+}
+
+// snapshot is the bucket of r under its terms at the clock read, as lt's
+// limit and overrides give them.
+func (r *listRow) snapshot(lt *limitTerms) (ledger.BucketSnapshot, error) {
+	now := fromUS(r.nowUS)
+	var p numParser
+	in := ledger.TermsInput{Limit: lt.lim, Key: *r.key, Overrides: lt.resolver(), Now: now,
+		State: bucket.State{Level: ledger.Amount(p.num(*r.level))}}
+	if r.updated != nil {
+		in.State.Updated = fromUS(*r.updated)
+	}
+	for i := range r.amounts {
+		in.State.Holds = append(in.State.Holds, bucket.Hold{Amount: ledger.Amount(p.num(r.amounts[i])), ExpiresAt: fromUS(r.expires[i])})
+	}
+	if r.carryUnused != nil && r.carryPeriod != nil {
+		in.Carry = ledger.Carry{Unused: ledger.Amount(p.num(*r.carryUnused)), Period: *r.carryPeriod}
+	}
+	if r.grantSum != nil {
+		// The sum of the grants active now, as one grant.
+		in.Grants = []ledger.Grant{{Amount: p.num(*r.grantSum), ExpiresAt: now.Add(time.Microsecond)}}
+	}
+	if p.err != nil {
+		return ledger.BucketSnapshot{}, p.err
+	}
+	var err error
+	if in.State.Slots, err = slotsOf(r.slotIdx, r.slotSums); err != nil {
+		return ledger.BucketSnapshot{}, err
+	}
+	t := ledger.TermsAt(&in)
+	var marks ledger.Marks
+	if r.thSig != nil {
+		marks = ledger.Marks{Sig: uint32(*r.thSig), Above: uint8(*r.thAbove), Period: *r.thPeriod}
+	}
+	return ledger.BucketSnapshot{Key: *r.key, Snapshot: ledger.Snapshot{Limit: t.Limit, State: t.State, Now: now}, Marks: marks}, nil
 }
 
 const listHoldsSQL = `

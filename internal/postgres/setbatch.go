@@ -541,25 +541,12 @@ type setHistory struct {
 // nothing but the buckets' states; fallback when a bucket needs what only
 // budgetd_fillup does.
 func decideSet(sb *setBatch, now time.Time) (p *setPlan, fallback bool) {
+	if !sb.terms(now) {
+		return nil, true
+	}
 	p = &setPlan{}
 	// The first call of the batch with each Idempotency-Key, and its answer.
 	var first map[[2]string]int
-	for _, b := range sb.bs {
-		if b.state.Updated.After(now) {
-			return nil, true // a clock stepped back: budgetd_fillup moves the row
-		}
-		// The key's terms at now, from the index's overrides (checked
-		// against the limit's override version under the locks: setRead).
-		t := ledger.TermsAt(&ledger.TermsInput{Limit: b.lt.lim, Key: b.key, Overrides: b.lt.resolver(), State: b.state,
-			Grants: b.grants, Now: now})
-		if t.Settled {
-			return nil, true // an override ended since the last write: budgetd_fillup settles the bucket
-		}
-		b.eff, b.watch = t.Limit, t.Watch()
-		if b.slots && b.eff.Window == nil {
-			return nil, true // a window's slots left on a row: budgetd_fillup settles them
-		}
-	}
 	for a, sc := range sb.calls {
 		b, c := sc.b, sc.c
 		l := b.eff
@@ -600,19 +587,7 @@ func decideSet(sb *setBatch, now time.Time) (p *setPlan, fallback bool) {
 		}
 		entry := -1
 		if l.History && (charged || !d.Accepted && l.RecordDenials) {
-			event := ledger.EventFillup
-			var shadow *bool
-			if !d.Accepted {
-				event = ledger.EventDenied
-			} else if l.RecordDenials && l.Mode == ledger.ModeShadow &&
-				b.state.Level.Add(bucket.HeldAt(b.state, now)).Cmp(ledger.Amount(l.Capacity)) > 0 {
-				t := true
-				shadow = &t
-			}
-			h := &p.hist
-			entry = len(h.costs)
-			h.ids, h.keys, h.events = append(h.ids, b.lt.id), append(h.keys, b.key), append(h.events, string(event))
-			h.costs, h.metas, h.shadow = append(h.costs, c.cost), append(h.metas, c.meta), append(h.shadow, shadow)
+			entry = p.hist.add(b, c, l, d.Accepted, now)
 		}
 		p.entryOf = append(p.entryOf, entry)
 		p.answers = append(p.answers, setAnswer{out: ledger.FillupOutcome{Accepted: d.Accepted, Items: []ledger.ItemOutcome{{
@@ -629,6 +604,46 @@ func decideSet(sb *setBatch, now time.Time) (p *setPlan, fallback bool) {
 		}
 	}
 	return p, false
+}
+
+// terms sets each bucket's terms at now (eff, watch), from the index's
+// overrides (checked against the limit's override version under the locks:
+// setRead); false when a bucket needs what only budgetd_fillup does.
+func (sb *setBatch) terms(now time.Time) bool {
+	for _, b := range sb.bs {
+		if b.state.Updated.After(now) {
+			return false // a clock stepped back: budgetd_fillup moves the row
+		}
+		t := ledger.TermsAt(&ledger.TermsInput{Limit: b.lt.lim, Key: b.key, Overrides: b.lt.resolver(), State: b.state,
+			Grants: b.grants, Now: now})
+		if t.Settled {
+			return false // an override ended since the last write: budgetd_fillup settles the bucket
+		}
+		b.eff, b.watch = t.Limit, t.Watch()
+		if b.slots && b.eff.Window == nil {
+			return false // a window's slots left on a row: budgetd_fillup settles them
+		}
+	}
+	return true
+}
+
+// add appends the history entry of call c on bucket b under terms l, a
+// fillup or (not accepted) a denial, with b's state after it, and returns
+// its index. A charge that a limit in shadow mode that records denials let
+// past the capacity is marked shadow_denied.
+func (h *setHistory) add(b *setBucket, c *fillCall, l ledger.Limit, accepted bool, now time.Time) int {
+	event := ledger.EventFillup
+	var shadow *bool
+	if !accepted {
+		event = ledger.EventDenied
+	} else if l.RecordDenials && l.Mode == ledger.ModeShadow &&
+		b.state.Level.Add(bucket.HeldAt(b.state, now)).Cmp(ledger.Amount(l.Capacity)) > 0 {
+		t := true
+		shadow = &t
+	}
+	h.ids, h.keys, h.events = append(h.ids, b.lt.id), append(h.keys, b.key), append(h.events, string(event))
+	h.costs, h.metas, h.shadow = append(h.costs, c.cost), append(h.metas, c.meta), append(h.shadow, shadow)
+	return len(h.costs) - 1
 }
 
 // cross runs the threshold rule (ledger.Watch.Cross, as the memory and
