@@ -373,3 +373,51 @@ func TestCacheKnowsRowsAtOpen(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheRowGone: a bucket's row deleted behind the cache (as the pruner
+// deletes an idle bucket's, or an operator by hand) is not written back
+// from the cached state: the cached write, an upsert that checks each row
+// it updates (docs/mysql.md, "The guarded upsert"), would insert the row
+// again, and its count of affected rows fails it. The decision then runs on
+// a read, as for a bucket never written: level 1, version 1, and last_us
+// the decision's instant, not the one the cache held.
+func TestCacheRowGone(t *testing.T) {
+	url := newDatabase(t)
+	var writes atomic.Int64
+	s := openCounted(t, url, &writes, mysql.WithCacheSkew(time.Minute), mysql.WithCacheCool(0))
+	db := direct(t, url)
+	ctx := context.Background()
+	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "l", Capacity: decimal.NewFromInt(100), Period: &ledger.Period{Every: "year"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ref := ledger.BucketRef{Limit: "l", Key: "k"}
+	for i := 1; i <= 3; i++ {
+		if out, err := s.Fillup(ctx, charge(ref, 1), ledger.Idempotency{}); err != nil || !out.Accepted {
+			t.Fatalf("Fillup %d: %+v, %v", i, out, err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, "DELETE FROM budgetd_buckets WHERE bkey = ?", []byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	w0 := writes.Load()
+	before := time.Now()
+	out, err := s.Fillup(ctx, charge(ref, 1), ledger.Idempotency{})
+	if err != nil || !out.Accepted || out.Items[0].Snapshot.State.Level.String() != "1" {
+		t.Fatalf("Fillup after the row was deleted: %+v, %v; want accepted at level 1", out, err)
+	}
+	// The failed write, its rollback, the read, the write.
+	if got := writes.Load() - w0; got != 4 {
+		t.Errorf("Fillup after the row was deleted: %d round trips, want 4", got)
+	}
+	var version, last int64
+	if err := db.QueryRowContext(ctx, "SELECT version, last_us FROM budgetd_buckets WHERE bkey = ?", []byte("k")).Scan(&version, &last); err != nil {
+		t.Fatal(err)
+	}
+	// The test server's clock is this machine's.
+	if version != 1 || last < before.Add(-time.Second).UnixMicro() {
+		t.Errorf("row after the Fillup: version %d, last_us %d; want version 1, last_us after %d", version, last, before.UnixMicro())
+	}
+}

@@ -646,6 +646,7 @@ func writeBuckets(w *sqlList, v *view) error {
 	ins := values{head: "INSERT INTO budgetd_buckets (limit_id, bkey, version, level, updated_us, extra, th_marked, hseq, last_us) VALUES ", row: "(?, ?, 1, ?, ?, ?, ?, ?, ?)"}
 	hist := values{head: "INSERT INTO budgetd_history (limit_id, bkey, seq, at_us, event, amount, reservation_id, grant_id, meta, shadow_denied) VALUES ", row: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"}
 	now := v.now.UnixMicro()
+	var prev []int64 // the last_us of each row of upd, as read
 	for _, i := range idx {
 		b := &v.buckets[i]
 		key := []byte(b.key)
@@ -666,6 +667,7 @@ func writeBuckets(w *sqlList, v *view) error {
 		}
 		if b.exists {
 			upd.add(v.limits[i].id, key, b.version+1, level, updated, extra, marked(b.marks), b.hseq, max(b.last, now))
+			prev = append(prev, b.last)
 		} else {
 			ins.add(v.limits[i].id, key, level, updated, extra, marked(b.marks), b.hseq, now)
 		}
@@ -677,15 +679,43 @@ func writeBuckets(w *sqlList, v *view) error {
 			hist.add(v.limits[i].id, key, e.seq, e.at.UnixMicro(), string(e.event), e.amount.String(), nullString(e.hold), nullString(e.grant), meta, e.shadow)
 		}
 	}
-	if check.n > 0 {
+	switch {
+	case check.n > 0 && check.n == upd.n:
+		// Every row checked is one written: the upsert checks them itself,
+		// and the locking read is left out.
+		guardUpsert(w, &upd, prev, now)
+	case check.n > 0:
 		check.head = "SELECT budgetd_assert(COUNT(*) = " + strconv.Itoa(check.n) + ") FROM budgetd_buckets FORCE INDEX (PRIMARY) WHERE (limit_id, bkey, version, last_us) IN ("
 		check.tail = ") FOR UPDATE"
+		check.to(w)
+		upd.to(w)
 	}
-	check.to(w)
-	upd.to(w)
 	ins.to(w)
 	hist.to(w)
 	return nil
+}
+
+// guardUpsert appends upd, the write-back of existing rows that are all
+// the rows the decision read, as its own compare-and-set (docs/mysql.md,
+// "The guarded upsert"): each row's duplicate-key update fails the
+// statement (budgetd_assert) unless the row is at the version before the
+// one written and at the last_us the decision saw, prev, which upd
+// carries in place of the new last_us (the new one is GREATEST(last_us,
+// now), as writeBuckets computes it). A row gone since (pruned) is
+// inserted instead, and the count of affected rows (2 an updated row, 1
+// an inserted one) then fails the write. The rows are in primary-key
+// order, so the statement takes their locks in the order the locking read
+// takes them. Without that read a row costs the server one index lookup,
+// not two.
+func guardUpsert(w *sqlList, upd *values, prev []int64, now int64) {
+	upd.tail = " ON DUPLICATE KEY UPDATE version = IF(version = VALUES(version) - 1 AND last_us = VALUES(last_us), VALUES(version), budgetd_assert(FALSE)), " +
+		"level = VALUES(level), updated_us = VALUES(updated_us), extra = VALUES(extra), th_marked = VALUES(th_marked), hseq = VALUES(hseq), last_us = GREATEST(last_us, " + strconv.FormatInt(now, 10) + ")"
+	cols := len(upd.args) / upd.n
+	for r, last := range prev {
+		upd.args[(r+1)*cols-1] = last // last_us, the row's last column
+	}
+	upd.to(w)
+	w.add("SELECT budgetd_assert(ROW_COUNT() = " + strconv.Itoa(2*upd.n) + ")")
 }
 
 // marked is the th_marked of a bucket with marks m (migrations/mysql 0005,
