@@ -57,11 +57,23 @@ const cacheStripes = 16384
 // rather than presume them new, as before presumption.
 const knownBits = 1 << 23
 
-// Default bounds of the cache (WithCache).
+// Default bounds of the cache (WithCache): 250,000 entries, about 110 MB
+// of heap when full of buckets without terms of their own
+// (bucketEntrySize). An instance's working set is every bucket it decides
+// on within minutes, of all its limits: under spread load over more
+// buckets than it holds, most batches have one evicted, and a batch with
+// one is decided on a read, a round trip and a read of every row of the
+// batch more (docs/mysql.md, "The cache's size"). It was 100,000 entries
+// of 692 bytes each until 2026-12-03.
 const (
-	DefaultCacheEntries = 100_000
-	DefaultCacheBytes   = 64 << 20
+	DefaultCacheEntries = 250_000
+	DefaultCacheBytes   = 128 << 20
 )
+
+// bucketEntrySize is the heap a cached bucket takes besides its key and
+// its terms (extra): the entry, its list element and its share of the map
+// (TestCacheEntrySize measures it).
+const bucketEntrySize = 448
 
 // errMiss is a cached decision that could not be made or kept: the decision
 // runs again on a read.
@@ -88,7 +100,7 @@ type cacheKey struct {
 
 type cacheEntry struct {
 	k    cacheKey
-	lim  limitRow  // a limit's entry: the limit as stored (base), not its terms
+	lim  *limitRow // a limit's entry: the limit as stored (base), not its terms
 	b    bucketRow // a bucket's entry: the row as written
 	size int
 	// suspect: a cached write on b failed; the read that follows tells
@@ -309,7 +321,7 @@ func (c *decisionCache) viewOf(refs []ledger.BucketRef, presume bool) (v *view, 
 			c.misses.Add(1)
 			return nil, 0, false, false
 		}
-		lim := le.Value.(*cacheEntry).lim
+		lim := *le.Value.(*cacheEntry).lim
 		be, ok := c.entries[cacheKey{id: lim.id, name: r.Key}]
 		if !ok && presume && !c.known.has(lim.id, r.Key) {
 			c.lru.MoveToFront(le)
@@ -367,8 +379,8 @@ func (c *decisionCache) wrote(v *view) {
 		case err != nil:
 			c.remove(k)
 		default:
-			c.put(&cacheEntry{k: cacheKey{name: lim.limit.Name}, lim: lim, size: 512})
-			c.put(&cacheEntry{k: k, b: b, size: 256 + len(b.key) + len(extra.String)})
+			c.put(&cacheEntry{k: cacheKey{name: lim.limit.Name}, lim: &lim, size: 512})
+			c.put(&cacheEntry{k: k, b: b, size: bucketEntrySize + len(b.key) + len(extra.String)})
 		}
 		c.mu.Unlock()
 	}

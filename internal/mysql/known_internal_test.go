@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 )
 
@@ -11,7 +12,7 @@ import (
 // limit's bucket with the same key of another.
 func TestKnown(t *testing.T) {
 	k := newKnown(knownBits)
-	const n = 1_000_000
+	const n = DefaultCacheEntries
 	for i := range n {
 		k.add(7, fmt.Sprint("k", i))
 	}
@@ -33,5 +34,36 @@ func TestKnown(t *testing.T) {
 	// about 3.1% of the buckets never added are taken as seen.
 	if rate := float64(wrong) / float64(2*n/10); rate > 0.05 {
 		t.Errorf("%.1f%% of buckets never added taken as seen, want at most 5%%", 100*rate)
+	}
+}
+
+// TestCacheEntrySize: the heap a cached bucket takes is what the cache
+// counts it at (bucketEntrySize and its key), so DefaultCacheBytes bounds
+// the cache's memory as docs/mysql.md says. It was 692 bytes while each
+// entry held a limit's row inline.
+func TestCacheEntrySize(t *testing.T) {
+	const n = DefaultCacheEntries
+	c := newDecisionCache(n, 1<<40)
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	keys := 0
+	for i := range n {
+		b := bucketRow{key: fmt.Sprint("k", i), exists: true, version: 3, last: 1}
+		if err := b.decode("12345.5", 1_700_000_000_000_000, nullString("")); err != nil {
+			t.Fatal(err)
+		}
+		keys += len(b.key)
+		c.mu.Lock()
+		c.put(&cacheEntry{k: cacheKey{id: 1, name: b.key}, b: b, size: bucketEntrySize + len(b.key)})
+		c.mu.Unlock()
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	runtime.KeepAlive(c)
+	per := (int(m1.HeapAlloc) - int(m0.HeapAlloc) - keys) / n
+	t.Logf("%d bytes of heap a cached bucket besides its key", per)
+	if per > bucketEntrySize {
+		t.Errorf("a cached bucket takes %d bytes of heap besides its key, the cache counts %d (bucketEntrySize)", per, bucketEntrySize)
 	}
 }
