@@ -37,15 +37,28 @@ func TestKnown(t *testing.T) {
 	}
 }
 
-// TestCacheEntrySize: the heap a cached bucket takes is what the cache
-// counts it at (bucketEntrySize and its key), so DefaultCacheBytes bounds
+// TestCacheEntrySize: the heap a cached bucket takes is at most what the
+// cache counts it at (bucketEntrySize and its key), at the default count
+// of entries, where the map's share is largest; so DefaultCacheBytes bounds
 // the cache's memory as docs/mysql.md says. It was 692 bytes while each
-// entry held a limit's row inline.
+// entry held a limit's row inline. Other goroutines of the test binary can
+// only add to a measurement, so the test keeps the smaller of two.
 func TestCacheEntrySize(t *testing.T) {
+	per := min(cachedBucketHeap(t), cachedBucketHeap(t))
+	t.Logf("%d bytes of heap a cached bucket besides its key", per)
+	if per > bucketEntrySize {
+		t.Errorf("a cached bucket takes %d bytes of heap besides its key, the cache counts %d (bucketEntrySize)", per, bucketEntrySize)
+	}
+}
+
+// cachedBucketHeap fills a cache with DefaultCacheEntries buckets as wrote
+// keeps them and returns the live heap they added, a bucket, besides its
+// key.
+func cachedBucketHeap(t *testing.T) int {
 	const n = DefaultCacheEntries
-	c := newDecisionCache(n, 1<<40)
-	runtime.GC()
+	c := newDecisionCache(n, 1<<40) // its stripes and filter first: fixed
 	var m0, m1 runtime.MemStats
+	runtime.GC()
 	runtime.ReadMemStats(&m0)
 	keys := 0
 	for i := range n {
@@ -61,9 +74,5 @@ func TestCacheEntrySize(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
 	runtime.KeepAlive(c)
-	per := (int(m1.HeapAlloc) - int(m0.HeapAlloc) - keys) / n
-	t.Logf("%d bytes of heap a cached bucket besides its key", per)
-	if per > bucketEntrySize {
-		t.Errorf("a cached bucket takes %d bytes of heap besides its key, the cache counts %d (bucketEntrySize)", per, bucketEntrySize)
-	}
+	return (int(m1.HeapAlloc) - int(m0.HeapAlloc) - keys) / n
 }
