@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -361,8 +362,7 @@ func (c *decisionCache) wrote(v *view) {
 		if err == nil {
 			err = b.decode(level, updated, extra)
 		}
-		lim := v.limits[i]
-		lim.limit = v.base[i]
+		lim := &v.limits[i]
 		k := cacheKey{id: lim.id, name: b.key}
 		c.known.add(lim.id, b.key)
 		c.mu.Lock()
@@ -373,17 +373,34 @@ func (c *decisionCache) wrote(v *view) {
 		switch {
 		case e.suspect && c.cool > 0 && (e.b.version != old.version || e.b.last != old.last || !old.exists):
 			// Another instance wrote it since this one did: cool.
-			c.put(&cacheEntry{k: k, size: 64 + len(k.name), cool: time.Now().Add(c.cool)})
+			c.put(cacheEntry{k: k, size: 64 + len(k.name), cool: time.Now().Add(c.cool)})
 		case time.Now().Before(e.cool):
 			// Cooling.
 		case err != nil:
 			c.remove(k)
 		default:
-			c.put(&cacheEntry{k: cacheKey{name: lim.limit.Name}, lim: &lim, size: 512})
-			c.put(&cacheEntry{k: k, b: b, size: bucketEntrySize + len(b.key) + len(extra.String)})
+			c.keepLimit(lim, v.base[i])
+			c.put(cacheEntry{k: k, b: b, size: bucketEntrySize + len(b.key) + len(extra.String)})
 		}
 		c.mu.Unlock()
 	}
+}
+
+// keepLimit keeps lim, with base as its limit, as its limit's entry, the
+// most recently used. The entry it has of the same row (id, rev, overrides)
+// stays: a limit's row changes only with its rev, and most writes would
+// otherwise copy a limit's row that the cache has already. Under mu.
+func (c *decisionCache) keepLimit(lim *limitRow, base ledger.Limit) {
+	k := cacheKey{name: base.Name}
+	if el, ok := c.entries[k]; ok {
+		if e := el.Value.(*cacheEntry).lim; e != nil && e.id == lim.id && e.rev == lim.rev && e.oseq == lim.oseq && e.set == lim.set {
+			c.lru.MoveToFront(el)
+			return
+		}
+	}
+	row := *lim
+	row.limit = base
+	c.put(cacheEntry{k: k, lim: &row, size: 512})
 }
 
 // drop forgets v's buckets: the write of a decision on them failed. After
@@ -396,21 +413,43 @@ func (c *decisionCache) drop(v *view, conflict bool) {
 		k := cacheKey{id: v.limits[i].id, name: b.key}
 		c.remove(k)
 		if conflict && b.exists { // not a bucket presumed new (viewOf)
-			c.put(&cacheEntry{k: k, b: bucketRow{version: b.version, last: b.last}, size: 64 + len(k.name), suspect: true})
+			c.put(cacheEntry{k: k, b: bucketRow{version: b.version, last: b.last}, size: 64 + len(k.name), suspect: true})
 		}
 	}
 	c.clockReset = true
 }
 
-// put adds or replaces e and evicts the least recently used entries beyond
-// the bounds. An entry too large for the cache is not kept. Under mu.
-func (c *decisionCache) put(e *cacheEntry) {
-	c.remove(e.k)
+// put adds or replaces e, the most recently used entry now, and evicts the
+// least recently used entries beyond the bounds. An entry too large for the
+// cache is not kept. A replaced entry's element and key are reused: a
+// decision replaces its bucket's entry, and a new element each time cost
+// the collector an element and an entry a write. The key of a bucket's
+// entry (e.b.key) is always its cache key's name. Under mu.
+func (c *decisionCache) put(e cacheEntry) {
 	if e.size > c.maxBytes/16 {
+		c.remove(e.k)
 		return
 	}
-	c.entries[e.k] = c.lru.PushFront(e)
-	c.bytes += e.size
+	if el, ok := c.entries[e.k]; ok {
+		old := el.Value.(*cacheEntry)
+		e.k = old.k
+		if e.b.key != "" {
+			e.b.key = e.k.name
+		}
+		c.bytes += e.size - old.size
+		*old = e
+		c.lru.MoveToFront(el)
+	} else {
+		// A key of its own: a key from a request's path shares the
+		// request line's bytes, and an entry that held it would keep
+		// the whole line.
+		e.k.name = strings.Clone(e.k.name)
+		if e.b.key != "" {
+			e.b.key = e.k.name
+		}
+		c.entries[e.k] = c.lru.PushFront(&e)
+		c.bytes += e.size
+	}
 	for c.lru.Len() > c.maxEntries || c.bytes > c.maxBytes {
 		c.remove(c.lru.Back().Value.(*cacheEntry).k)
 	}
