@@ -186,16 +186,30 @@ const (
 // wrote would otherwise presume those buckets new, and each presumption
 // fails its batch's write and sends the batch to a read. On a database of
 // 100,000 buckets that halved spread throughput until most of them had been
-// seen, for minutes (docs/mysql.md "Group commit"). The filter is a hint: a
-// failed read ends the seeding, and what it missed is learnt as before.
+// seen, for minutes (docs/mysql.md "Group commit"). While the decision
+// cache has room, it keeps the rows read too (warm): a batch with one
+// bucket the cache lacks is decided on a read, so a cold cache cost a
+// restarted Store about half its spread throughput until nearly every
+// bucket had been written again, for a minute or more (docs/mysql.md "A
+// warm start"). The filter and the rows are hints: a failed read ends the
+// seeding, what it missed is learnt as before, and a cached row that
+// changed since fails its write's compare-and-set as any other.
 func (s *Store) seedKnown(ctx context.Context) {
 	if s.cache == nil {
 		return
 	}
+	w := &warmer{s: s, limits: map[uint64]*limitRow{}, on: !s.warmOff}
+	if w.on {
+		var clock int64
+		if err := s.db.QueryRowContext(ctx, "SELECT "+clockSQL).Scan(&clock); err != nil {
+			return
+		}
+		s.cache.sawClock(clock)
+	}
 	var lim uint64
 	key := []byte{}
 	for n := 0; n < knownSeedMax; {
-		got, err := s.seedPage(ctx, &lim, &key)
+		got, err := s.seedPage(ctx, &lim, &key, w)
 		n += got
 		if err != nil || got < s.seedRows {
 			return
@@ -203,26 +217,103 @@ func (s *Store) seedKnown(ctx context.Context) {
 	}
 }
 
-// seedPage reads the next page of buckets after (lim, key) into the filter,
-// moves (lim, key) to its last, and returns how many it read.
-func (s *Store) seedPage(ctx context.Context, lim *uint64, key *[]byte) (int, error) {
+// warmer keeps the rows seedKnown reads in the cache while on: until the
+// cache is full or a limit's row cannot be read.
+type warmer struct {
+	s      *Store
+	on     bool
+	limits map[uint64]*limitRow // read so far, by id
+}
+
+// seedPage reads the next page of buckets after (lim, key) into the filter
+// (and their rows into the cache while w is on), moves (lim, key) to its
+// last, and returns how many it read.
+func (s *Store) seedPage(ctx context.Context, lim *uint64, key *[]byte, w *warmer) (int, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT limit_id, bkey FROM budgetd_buckets
+	cols := "limit_id, bkey"
+	if w.on {
+		cols += ", version, level, updated_us, extra, hseq, last_us"
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+cols+` FROM budgetd_buckets
 		WHERE limit_id > ? OR limit_id = ? AND bkey > ? ORDER BY limit_id, bkey LIMIT ?`, *lim, *lim, *key, s.seedRows)
 	if err != nil {
 		return 0, err
 	}
 	defer rows.Close()
+	var page []warmRow
 	n := 0
 	for rows.Next() {
-		if err := rows.Scan(lim, key); err != nil {
+		var r warmRow
+		dest := []any{lim, key}
+		if w.on {
+			dest = append(dest, &r.b.version, &r.level, &r.updated, &r.extra, &r.b.hseq, &r.b.last)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return n, err
 		}
 		s.cache.known.add(*lim, string(*key))
+		if w.on {
+			r.id, r.b.key, r.b.exists = *lim, string(*key), true
+			page = append(page, r)
+		}
 		n++
 	}
-	return n, rows.Err()
+	if err := rows.Err(); err != nil {
+		return n, err
+	}
+	rows.Close()
+	w.keep(ctx, page)
+	return n, nil
+}
+
+// warmRow is a bucket's row as seedPage reads it.
+type warmRow struct {
+	id      uint64
+	b       bucketRow
+	level   string
+	updated int64
+	extra   sql.NullString
+}
+
+// keep puts rows in the cache, each with its limit's row, behind every
+// entry it has, until the cache is full; then, or when a row cannot be
+// read, w is off.
+func (w *warmer) keep(ctx context.Context, rows []warmRow) {
+	for _, r := range rows {
+		if !w.on {
+			return
+		}
+		lim, err := w.limit(ctx, r.id)
+		if err == nil {
+			err = r.b.decode(r.level, r.updated, r.extra)
+		}
+		w.on = err == nil && w.s.cache.warm(lim, r.b, len(r.extra.String))
+	}
+}
+
+// limit returns the row of the limit with id, read once, with its
+// overrides.
+func (w *warmer) limit(ctx context.Context, id uint64) (*limitRow, error) {
+	if l, ok := w.limits[id]; ok {
+		return l, nil
+	}
+	l := &limitRow{id: id}
+	var name, text string
+	var created, updated int64
+	err := w.s.db.QueryRowContext(ctx, "SELECT name, rev, oseq, spec, created_us, updated_us FROM budgetd_limits WHERE id = ?", id).
+		Scan(&name, &l.rev, &l.oseq, &text, &created, &updated)
+	if err != nil {
+		return nil, err
+	}
+	if l.limit, err = decodeSpec(name, text, created, updated); err != nil {
+		return nil, err
+	}
+	if l.set, err = w.s.overrides(ctx, w.s.db, id, l.oseq, true); err != nil {
+		return nil, err
+	}
+	w.limits[id] = l
+	return l, nil
 }
 
 func newDecisionCache(entries, bytes int) *decisionCache {
@@ -401,6 +492,28 @@ func (c *decisionCache) keepLimit(lim *limitRow, base ledger.Limit) {
 	row := *lim
 	row.limit = base
 	c.put(cacheEntry{k: k, lim: &row, size: 512})
+}
+
+// warm keeps b, a bucket's row as read when the Store opened, with lim, its
+// limit's row, unless the cache has an entry of it: behind every entry (it
+// is used least recently), so that it never evicts one. It returns false,
+// keeping nothing, when the cache has no room for it.
+func (c *decisionCache) warm(lim *limitRow, b bucketRow, extra int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	size := bucketEntrySize + len(b.key) + extra
+	if c.lru.Len()+2 > c.maxEntries || c.bytes+size+512 > c.maxBytes || size > c.maxBytes/16 {
+		return false
+	}
+	if lk := (cacheKey{name: lim.limit.Name}); c.entries[lk] == nil {
+		c.put(cacheEntry{k: lk, lim: lim, size: 512})
+	}
+	k := cacheKey{id: lim.id, name: b.key}
+	if c.entries[k] == nil {
+		c.entries[k] = c.lru.PushBack(&cacheEntry{k: k, b: b, size: size})
+		c.bytes += size
+	}
+	return true
 }
 
 // drop forgets v's buckets: the write of a decision on them failed. After

@@ -325,29 +325,17 @@ func cachedFactory(isolation string) ledgertest.Factory {
 // buckets (written by another instance, or by this process before a
 // restart) knows them from the start: a batch of them is decided on one
 // read, never on a presumption that they are new whose write fails on the
-// first existing row. The buckets of two limits, read in pages of 7.
+// first existing row. The buckets of two limits, read in pages of 7, with
+// no rows kept in the cache (TestCacheWarmAtOpen keeps them).
 func TestCacheKnowsRowsAtOpen(t *testing.T) {
 	ctx := context.Background()
 	url := newDatabase(t)
 	before := open(t, url, mysql.WithPruneInterval(0))
-	svc := ledger.NewService(before)
-	var refs []ledger.BucketRef
-	for _, name := range []string{"a", "b"} {
-		if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: decimal.NewFromInt(100), Period: &ledger.Period{Every: "year"}}); err != nil {
-			t.Fatal(err)
-		}
-		for k := range 20 {
-			ref := ledger.BucketRef{Limit: name, Key: fmt.Sprint("k", k)}
-			refs = append(refs, ref)
-			if out, err := before.Fillup(ctx, charge(ref, 1), ledger.Idempotency{}); err != nil || !out.Accepted {
-				t.Fatalf("Fillup of %v: %+v %v", ref, out, err)
-			}
-		}
-	}
+	refs := twoLimitsOfBuckets(t, before)
 	// Each batch holds buckets of both limits, from the first page, the
 	// last and between.
 	for _, batch := range [][]int{{0, 20, 39}, {6, 7, 13, 14, 26, 27}, {19, 21, 33, 38}} {
-		s := open(t, url, mysql.WithPruneInterval(0), mysql.WithSeedPage(7))
+		s := open(t, url, mysql.WithPruneInterval(0), mysql.WithSeedPage(7), mysql.WithoutWarm())
 		// A first call of each limit, on a bucket of its own, caches the
 		// limit: from then on a bucket it never saw is presumed new.
 		for _, name := range []string{"a", "b"} {
@@ -371,6 +359,92 @@ func TestCacheKnowsRowsAtOpen(t *testing.T) {
 			t.Errorf("batch %v: %d calls kept, %d batches decided on a read, %d failed cached writes; want %d, 1 and 0",
 				batch, kept, read, conflicts, len(batch))
 		}
+	}
+}
+
+// twoLimitsOfBuckets puts limits "a" and "b" through s and writes 20
+// buckets of each, k0 to k19, at level 1; it returns them, a's first.
+func twoLimitsOfBuckets(t *testing.T, s *mysql.Store) []ledger.BucketRef {
+	t.Helper()
+	ctx := context.Background()
+	svc := ledger.NewService(s)
+	var refs []ledger.BucketRef
+	for _, name := range []string{"a", "b"} {
+		if _, err := svc.PutLimit(ctx, name, ledger.LimitSpec{Capacity: decimal.NewFromInt(100), Period: &ledger.Period{Every: "year"}}); err != nil {
+			t.Fatal(err)
+		}
+		for k := range 20 {
+			ref := ledger.BucketRef{Limit: name, Key: fmt.Sprint("k", k)}
+			refs = append(refs, ref)
+			if out, err := s.Fillup(ctx, charge(ref, 1), ledger.Idempotency{}); err != nil || !out.Accepted {
+				t.Fatalf("Fillup of %v: %+v %v", ref, out, err)
+			}
+		}
+	}
+	return refs
+}
+
+// TestCacheWarmAtOpen: a Store opened on a database that has buckets keeps
+// their rows in its decision cache while it has room (docs/mysql.md "A warm
+// start"), so a batch of them is decided without a read, as on a Store
+// that wrote them; with a smaller cache it keeps what fits, and the rest
+// are read. A row changed by another instance since fails the cached
+// write's compare-and-set, and the decision is made on the row as it is.
+func TestCacheWarmAtOpen(t *testing.T) {
+	ctx := context.Background()
+	url := newDatabase(t)
+	before := open(t, url, mysql.WithPruneInterval(0))
+	refs := twoLimitsOfBuckets(t, before)
+	batch := func(s *mysql.Store, idx []int, want string) (read int64) {
+		t.Helper()
+		_, _, read0 := s.GroupCommitBuckets()
+		var charges []ledger.Charge
+		for _, j := range idx {
+			charges = append(charges, charge(refs[j], 2)...)
+		}
+		outs, errs, kept := mysql.FillupBatch(ctx, s, charges, make([]ledger.Idempotency, len(charges)))
+		for j := range outs {
+			if errs[j] != nil || !outs[j].Accepted || outs[j].Items[0].Snapshot.State.Level.String() != want {
+				t.Fatalf("batch %v, call %d: %+v %v; want accepted at %s", idx, j, outs[j], errs[j], want)
+			}
+		}
+		if kept != len(idx) {
+			t.Errorf("batch %v: %d calls kept, want %d", idx, kept, len(idx))
+		}
+		_, _, read = s.GroupCommitBuckets()
+		return read - read0
+	}
+
+	s := open(t, url, mysql.WithPruneInterval(0), mysql.WithSeedPage(7))
+	if n := mysql.CacheLen(s); n != 42 {
+		t.Errorf("%d entries cached at Open, want 42 (40 buckets and 2 limits)", n)
+	}
+	if read := batch(s, []int{0, 20, 39, 6, 27}, "3"); read != 0 {
+		t.Errorf("%d batches decided on a read, want 0", read)
+	}
+	if _, _, conflicts := s.CacheStats(); conflicts != 0 {
+		t.Errorf("%d failed cached writes, want 0", conflicts)
+	}
+
+	// Room for a few: the first buckets in key order are kept, the
+	// others read.
+	small := open(t, url, mysql.WithPruneInterval(0), mysql.WithSeedPage(7), mysql.WithCache(6, mysql.DefaultCacheBytes))
+	if n := mysql.CacheLen(small); n < 2 || n > 6 {
+		t.Errorf("%d entries cached at Open, want 2 to 6", n)
+	}
+	if read := batch(small, []int{1, 2, 3}, "3"); read != 1 {
+		t.Errorf("%d batches decided on a read, want 1", read)
+	}
+
+	// k6 of a, changed by another instance after s read it.
+	if out, err := before.Fillup(ctx, charge(refs[6], 10), ledger.Idempotency{}); err != nil || !out.Accepted {
+		t.Fatalf("Fillup of k6 by the other instance: %+v %v", out, err)
+	}
+	if out, err := s.Fillup(ctx, charge(refs[6], 1), ledger.Idempotency{}); err != nil || !out.Accepted || out.Items[0].Snapshot.State.Level.String() != "14" {
+		t.Fatalf("Fillup of k6 after the other instance's: %+v %v; want accepted at 14", out, err)
+	}
+	if _, _, conflicts := s.CacheStats(); conflicts != 1 {
+		t.Errorf("%d failed cached writes, want 1", conflicts)
 	}
 }
 

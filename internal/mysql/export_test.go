@@ -105,3 +105,15 @@ func FillupBatch(ctx context.Context, s *Store, charges []ledger.Charge, idems [
 	}
 	return outs, errs, int(after - grouped)
 }
+
+// WithoutWarm makes Open keep no bucket rows in the decision cache (warm):
+// a test of what a cold cache does on a database with rows.
+func WithoutWarm() Option { return func(s *Store) { s.warmOff = true } }
+
+// CacheLen returns how many entries (buckets and limits) the decision
+// cache holds.
+func CacheLen(s *Store) int {
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	return s.cache.lru.Len()
+}

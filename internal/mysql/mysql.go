@@ -52,6 +52,7 @@ type Store struct {
 	groupOff   bool                             // WithGroupCommit(false)
 	groupSlots int                              // batches at the database at once (groupSlots)
 	seedRows   int                              // rows of one read of seedKnown (knownSeedPage)
+	warmOff    bool                             // seedKnown keeps no rows in the cache (a test's)
 	batcher    *groupcommit.Batcher[*groupCall] // nil when group commit is off (groupcommit.go)
 	group      groupStats
 	ovs        overrideCache                                                     // the limits' overrides it read (overrides.go)
