@@ -293,27 +293,24 @@ func (w *warmer) keep(ctx context.Context, rows []warmRow) {
 }
 
 // limit returns the row of the limit with id, read once, with its
-// overrides.
+// overrides (readLimitSet, by the name the id has).
 func (w *warmer) limit(ctx context.Context, id uint64) (*limitRow, error) {
 	if l, ok := w.limits[id]; ok {
 		return l, nil
 	}
-	l := &limitRow{id: id}
-	var name, text string
-	var created, updated int64
-	err := w.s.db.QueryRowContext(ctx, "SELECT name, rev, oseq, spec, created_us, updated_us FROM budgetd_limits WHERE id = ?", id).
-		Scan(&name, &l.rev, &l.oseq, &text, &created, &updated)
+	var name string
+	if err := w.s.db.QueryRowContext(ctx, "SELECT name FROM budgetd_limits WHERE id = ?", id).Scan(&name); err != nil {
+		return nil, err
+	}
+	l, err := w.s.readLimitSet(ctx, w.s.db, name)
+	if err == nil && l.id != id {
+		err = errConflict // put again since: its buckets are gone
+	}
 	if err != nil {
 		return nil, err
 	}
-	if l.limit, err = decodeSpec(name, text, created, updated); err != nil {
-		return nil, err
-	}
-	if l.set, err = w.s.overrides(ctx, w.s.db, id, l.oseq, true); err != nil {
-		return nil, err
-	}
-	w.limits[id] = l
-	return l, nil
+	w.limits[id] = &l
+	return &l, nil
 }
 
 func newDecisionCache(entries, bytes int) *decisionCache {
