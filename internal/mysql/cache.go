@@ -1,7 +1,6 @@
 package mysql
 
 import (
-	"container/list"
 	"context"
 	"database/sql"
 	"encoding/binary"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,23 +56,29 @@ const cacheStripes = 16384
 // rather than presume them new, as before presumption.
 const knownBits = 1 << 23
 
-// Default bounds of the cache (WithCache): 250,000 entries, about 110 MB
-// of heap when full of buckets without terms of their own
+// Default bounds of the cache (WithCache): 1,250,000 entries, about 210
+// MiB of heap when full of buckets without terms of their own
 // (bucketEntrySize). An instance's working set is every bucket it decides
 // on within minutes, of all its limits: under spread load over more
 // buckets than it holds, most batches have one evicted, and a batch with
 // one is decided on a read, a round trip and a read of every row of the
-// batch more (docs/mysql.md, "The cache's size"). It was 100,000 entries
-// of 692 bytes each until 2026-12-03.
+// batch more (docs/mysql.md, "The cache's size"). It was 250,000 entries
+// of 448 bytes each until the entries became slots (slots.go), and
+// 100,000 of 692 bytes until 2026-12-03.
 const (
-	DefaultCacheEntries = 250_000
-	DefaultCacheBytes   = 128 << 20
+	DefaultCacheEntries = 1_250_000
+	DefaultCacheBytes   = 224 << 20
 )
 
 // bucketEntrySize is the heap a cached bucket takes besides its key and
-// its terms (extra): the entry, its list element and its share of the map
-// (TestCacheEntrySize measures it).
-const bucketEntrySize = 448
+// its terms (extra): its slot and its share of the index and of the
+// slots' room to grow (TestCacheEntrySize measures it). A key counts as
+// its length more, though one of up to slotKey bytes is in the slot.
+const bucketEntrySize = 176
+
+// coolEntrySize is what a bucket's entry without a row (suspect or
+// cooling) is counted at besides its key.
+const coolEntrySize = 160
 
 // errMiss is a cached decision that could not be made or kept: the decision
 // runs again on a read.
@@ -99,18 +103,6 @@ type cacheKey struct {
 	name string
 }
 
-type cacheEntry struct {
-	k    cacheKey
-	lim  *limitRow // a limit's entry: the limit as stored (base), not its terms
-	b    bucketRow // a bucket's entry: the row as written
-	size int
-	// suspect: a cached write on b failed; the read that follows tells
-	// whether b changed (another writer: the bucket cools) or not (the
-	// clock guard or a limit failed it).
-	suspect bool
-	cool    time.Time // a bucket not to cache until then (no row)
-}
-
 type decisionCache struct {
 	maxEntries, maxBytes int
 	skew                 time.Duration // cacheSkew
@@ -118,9 +110,7 @@ type decisionCache struct {
 	stripes              [cacheStripes]chan struct{}
 
 	mu      sync.Mutex
-	entries map[cacheKey]*list.Element
-	lru     list.List // front: the most recently used
-	bytes   int
+	t       slotTable // the entries (slots.go)
 	clockUS int64     // the database's clock a read returned,
 	clockAt time.Time // and when the read returned (monotonic)
 	// clockReset: a cached write failed; the next read's clock is taken.
@@ -314,7 +304,7 @@ func (w *warmer) limit(ctx context.Context, id uint64) (*limitRow, error) {
 }
 
 func newDecisionCache(entries, bytes int) *decisionCache {
-	c := &decisionCache{maxEntries: entries, maxBytes: bytes, skew: cacheSkew, cool: cacheCool, entries: map[cacheKey]*list.Element{}, known: newKnown(knownBits)}
+	c := &decisionCache{maxEntries: entries, maxBytes: bytes, skew: cacheSkew, cool: cacheCool, t: newSlotTable(entries), known: newKnown(knownBits)}
 	for i := range c.stripes {
 		c.stripes[i] = make(chan struct{}, 1)
 	}
@@ -404,28 +394,31 @@ func (c *decisionCache) viewOf(refs []ledger.BucketRef, presume bool) (v *view, 
 		c.misses.Add(1)
 		return nil, 0, false, false
 	}
+	t := &c.t
 	for i, r := range refs {
-		le, ok := c.entries[cacheKey{name: r.Limit}]
-		if !ok {
+		li, ok := t.find(cacheKey{name: r.Limit})
+		if !ok || t.limit(li) == nil {
 			c.misses.Add(1)
 			return nil, 0, false, false
 		}
-		lim := *le.Value.(*cacheEntry).lim
-		be, ok := c.entries[cacheKey{id: lim.id, name: r.Key}]
+		lim := *t.limit(li)
+		bi, ok := t.find(cacheKey{id: lim.id, name: r.Key})
 		if !ok && presume && !c.known.has(lim.id, r.Key) {
-			c.lru.MoveToFront(le)
+			t.touch(li)
 			v.limits[i], v.buckets[i], presumed = lim, bucketRow{key: r.Key}, true
 			continue
 		}
-		if !ok || be.Value.(*cacheEntry).suspect || !be.Value.(*cacheEntry).cool.IsZero() {
+		if !ok || t.suspect(bi) {
 			c.misses.Add(1)
 			return nil, 0, false, false
 		}
-		c.lru.MoveToFront(le)
-		c.lru.MoveToFront(be)
-		b := be.Value.(*cacheEntry).b
-		b.state.Holds, b.state.Slots, b.grants = slices.Clone(b.state.Holds), slices.Clone(b.state.Slots), slices.Clone(b.grants)
-		v.limits[i], v.buckets[i] = lim, b
+		if _, cooling := t.cooling(bi); cooling {
+			c.misses.Add(1)
+			return nil, 0, false, false
+		}
+		t.touch(li)
+		t.touch(bi)
+		v.limits[i], v.buckets[i] = lim, t.row(bi, r.Key)
 	}
 	c.hits.Add(1)
 	return v, c.clockUS + time.Since(c.clockAt).Microseconds(), presumed, true
@@ -454,15 +447,18 @@ func (c *decisionCache) wrote(v *view) {
 		k := cacheKey{id: lim.id, name: b.key}
 		c.known.add(lim.id, b.key)
 		c.mu.Lock()
-		var e cacheEntry
-		if el, ok := c.entries[k]; ok {
-			e = *el.Value.(*cacheEntry)
+		var e bucketRow
+		var suspect bool
+		var cool time.Time
+		if i, ok := c.t.find(k); ok {
+			e, suspect = c.t.row(i, k.name), c.t.suspect(i)
+			cool, _ = c.t.cooling(i)
 		}
 		switch {
-		case e.suspect && c.cool > 0 && (e.b.version != old.version || e.b.last != old.last || !old.exists):
+		case suspect && c.cool > 0 && (e.version != old.version || e.last != old.last || !old.exists):
 			// Another instance wrote it since this one did: cool.
-			c.put(cacheEntry{k: k, size: 64 + len(k.name), cool: time.Now().Add(c.cool)})
-		case time.Now().Before(e.cool):
+			c.put(cacheEntry{k: k, size: coolEntrySize + len(k.name), cool: time.Now().Add(c.cool)})
+		case time.Now().Before(cool):
 			// Cooling.
 		case err != nil:
 			c.remove(k)
@@ -480,9 +476,9 @@ func (c *decisionCache) wrote(v *view) {
 // otherwise copy a limit's row that the cache has already. Under mu.
 func (c *decisionCache) keepLimit(lim *limitRow, base ledger.Limit) {
 	k := cacheKey{name: base.Name}
-	if el, ok := c.entries[k]; ok {
-		if e := el.Value.(*cacheEntry).lim; e != nil && e.id == lim.id && e.rev == lim.rev && e.oseq == lim.oseq && e.set == lim.set {
-			c.lru.MoveToFront(el)
+	if i, ok := c.t.find(k); ok {
+		if e := c.t.limit(i); e != nil && e.id == lim.id && e.rev == lim.rev && e.oseq == lim.oseq && e.set == lim.set {
+			c.t.touch(i)
 			return
 		}
 	}
@@ -499,16 +495,14 @@ func (c *decisionCache) warm(lim *limitRow, b bucketRow, extra int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	size := bucketEntrySize + len(b.key) + extra
-	if c.lru.Len()+2 > c.maxEntries || c.bytes+size+512 > c.maxBytes || size > c.maxBytes/16 {
+	if c.t.n+2 > c.maxEntries || c.t.bytes+size+512 > c.maxBytes || size > c.maxBytes/16 {
 		return false
 	}
-	if lk := (cacheKey{name: lim.limit.Name}); c.entries[lk] == nil {
+	if lk := (cacheKey{name: lim.limit.Name}); !c.has(lk) {
 		c.put(cacheEntry{k: lk, lim: lim, size: 512})
 	}
-	k := cacheKey{id: lim.id, name: b.key}
-	if c.entries[k] == nil {
-		c.entries[k] = c.lru.PushBack(&cacheEntry{k: k, b: b, size: size})
-		c.bytes += size
+	if k := (cacheKey{id: lim.id, name: b.key}); !c.has(k) {
+		c.t.add(&cacheEntry{k: k, b: b, size: size}, false)
 	}
 	return true
 }
@@ -523,7 +517,7 @@ func (c *decisionCache) drop(v *view, conflict bool) {
 		k := cacheKey{id: v.limits[i].id, name: b.key}
 		c.remove(k)
 		if conflict && b.exists { // not a bucket presumed new (viewOf)
-			c.put(cacheEntry{k: k, b: bucketRow{version: b.version, last: b.last}, size: 64 + len(k.name), suspect: true})
+			c.put(cacheEntry{k: k, b: bucketRow{version: b.version, last: b.last}, size: coolEntrySize + len(k.name), suspect: true})
 		}
 	}
 	c.clockReset = true
@@ -531,46 +525,40 @@ func (c *decisionCache) drop(v *view, conflict bool) {
 
 // put adds or replaces e, the most recently used entry now, and evicts the
 // least recently used entries beyond the bounds. An entry too large for the
-// cache is not kept. A replaced entry's element and key are reused: a
-// decision replaces its bucket's entry, and a new element each time cost
-// the collector an element and an entry a write. The key of a bucket's
-// entry (e.b.key) is always its cache key's name. Under mu.
+// cache is not kept. A replaced entry keeps its slot and key. Under mu.
 func (c *decisionCache) put(e cacheEntry) {
 	if e.size > c.maxBytes/16 {
 		c.remove(e.k)
 		return
 	}
-	if el, ok := c.entries[e.k]; ok {
-		old := el.Value.(*cacheEntry)
-		e.k = old.k
-		if e.b.key != "" {
-			e.b.key = e.k.name
-		}
-		c.bytes += e.size - old.size
-		*old = e
-		c.lru.MoveToFront(el)
+	t := &c.t
+	if i, ok := t.index[t.hash(e.k)]; ok && t.is(i, e.k) {
+		t.set(i, &e)
+		t.touch(i)
 	} else {
-		// A key of its own: a key from a request's path shares the
-		// request line's bytes, and an entry that held it would keep
-		// the whole line.
-		e.k.name = strings.Clone(e.k.name)
-		if e.b.key != "" {
-			e.b.key = e.k.name
+		if ok { // another key of the same hash: the newer is kept
+			t.removeAt(i)
 		}
-		c.entries[e.k] = c.lru.PushFront(&e)
-		c.bytes += e.size
+		for t.n > 0 && (t.n >= c.maxEntries || t.bytes+e.size > c.maxBytes) {
+			t.removeAt(t.tail) // first, so that its slot is the new entry's
+		}
+		t.add(&e, true)
 	}
-	for c.lru.Len() > c.maxEntries || c.bytes > c.maxBytes {
-		c.remove(c.lru.Back().Value.(*cacheEntry).k)
+	for t.n > c.maxEntries || t.bytes > c.maxBytes {
+		t.removeAt(t.tail)
 	}
+}
+
+// has says whether the cache has an entry of k. Under mu.
+func (c *decisionCache) has(k cacheKey) bool {
+	_, ok := c.t.find(k)
+	return ok
 }
 
 // remove forgets k's entry. Under mu.
 func (c *decisionCache) remove(k cacheKey) {
-	if el, ok := c.entries[k]; ok {
-		c.bytes -= el.Value.(*cacheEntry).size
-		c.lru.Remove(el)
-		delete(c.entries, k)
+	if i, ok := c.t.find(k); ok {
+		c.t.removeAt(i)
 	}
 }
 

@@ -115,5 +115,5 @@ func WithoutWarm() Option { return func(s *Store) { s.warmOff = true } }
 func CacheLen(s *Store) int {
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
-	return s.cache.lru.Len()
+	return s.cache.t.n
 }
