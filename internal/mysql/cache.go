@@ -447,15 +447,17 @@ func (c *decisionCache) wrote(v *view) {
 		k := cacheKey{id: lim.id, name: b.key}
 		c.known.add(lim.id, b.key)
 		c.mu.Lock()
-		var e bucketRow
+		var version uint64
+		var last int64
 		var suspect bool
 		var cool time.Time
 		if i, ok := c.t.find(k); ok {
-			e, suspect = c.t.row(i, k.name), c.t.suspect(i)
+			version, last = c.t.stamp(i)
+			suspect = c.t.suspect(i)
 			cool, _ = c.t.cooling(i)
 		}
 		switch {
-		case suspect && c.cool > 0 && (e.version != old.version || e.last != old.last || !old.exists):
+		case suspect && c.cool > 0 && (version != old.version || last != old.last || !old.exists):
 			// Another instance wrote it since this one did: cool.
 			c.put(cacheEntry{k: k, size: coolEntrySize + len(k.name), cool: time.Now().Add(c.cool)})
 		case time.Now().Before(cool):

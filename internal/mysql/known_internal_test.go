@@ -146,7 +146,7 @@ func TestCacheSlots(t *testing.T) {
 		c.put(cacheEntry{k: cacheKey{id: lim.id, name: b.key}, b: b, size: bucketEntrySize})
 	}
 	put(full)
-	put(bucketRow{key: "a", exists: true, version: 1})
+	put(bucketRow{key: "a", exists: true, version: 1, last: 13})
 	put(bucketRow{key: "b", exists: true, version: 1})
 	v, _, ok := c.view([]ledger.BucketRef{{Limit: "l", Key: long}})
 	if !ok {
@@ -156,6 +156,12 @@ func TestCacheSlots(t *testing.T) {
 	if got.key != long || got.version != 2 || got.hseq != 7 || got.last != 11 || got.state.Level != full.state.Level ||
 		len(got.state.Holds) != 1 || got.state.Holds[0].ID != "h" || got.marks.Sig != 3 || len(got.grants) != 1 {
 		t.Errorf("the long key's row is %+v, want %+v", got, full)
+	}
+	if v, l := c.t.stamp(c.must(t, lim.id, long)); v != 2 || l != 11 {
+		t.Errorf("the long key's stamp is version %d, last %d; want 2, 11", v, l)
+	}
+	if v, l := c.t.stamp(c.must(t, lim.id, "a")); v != 1 || l != 13 {
+		t.Errorf("a's stamp is version %d, last %d; want 1, 13", v, l)
 	}
 	got.state.Holds[0].ID = "changed"
 	if c.t.row(c.must(t, lim.id, long), long).state.Holds[0].ID != "h" {

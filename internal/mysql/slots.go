@@ -3,6 +3,7 @@ package mysql
 import (
 	"hash/maphash"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/budgetd/budgetd/internal/bucket"
@@ -127,6 +128,16 @@ func (t *slotTable) row(i int32, key string) bucketRow {
 	return b
 }
 
+// stamp returns bucket slot i's version and last_us, as row would, without
+// copying the row.
+func (t *slotTable) stamp(i int32) (version uint64, last int64) {
+	if t.slots[i].flags&slotFull != 0 {
+		b := t.full[i]
+		return b.version, b.last
+	}
+	return t.slots[i].version, t.slots[i].last
+}
+
 // limit returns limit slot i's row, or nil when i is a bucket's.
 func (t *slotTable) limit(i int32) *limitRow { return t.lims[i] }
 
@@ -202,7 +213,7 @@ func (t *slotTable) add(e *cacheEntry, front bool) int32 {
 		s.klen = uint8(copy(s.kb[:], e.k.name))
 	} else {
 		s.flags = slotLong
-		t.long[i] = string([]byte(e.k.name)) // its own: a request's key shares the request's line
+		t.long[i] = strings.Clone(e.k.name) // its own: a request's key shares the request's line
 	}
 	t.set(i, e)
 	t.index[t.hash(e.k)] = i
