@@ -79,4 +79,6 @@ const (
 	SetPlanSQL   = setPlanSQL
 	SetLockSQL   = setLockSQL
 	SetUpdateSQL = setUpdateSQL
+	SetReadSQL   = setReadSQL
+	SetInsertSQL = setInsertSQL
 )

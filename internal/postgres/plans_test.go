@@ -4,8 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
 
 	"github.com/budgetd/budgetd/internal/ledger"
 	"github.com/budgetd/budgetd/internal/postgres"
@@ -150,6 +152,59 @@ func TestSetBatchPlans(t *testing.T) {
 		"EXPLAIN EXECUTE upd('{1}', '{a}', '{1}', '{0}', '{0}', '{0}', '{0}', '{NULL}', '{NULL}')"} {
 		if p := explain(t, conn, q); strings.Contains(p, "Seq Scan on buckets") || !strings.Contains(p, "Index Scan using buckets_pkey") {
 			t.Errorf("%s: not a lookup by the primary key:\n%s", q, p)
+		}
+	}
+}
+
+// TestSetBatchGenericPlans: the set-based batch runs its statements on the
+// plans their prepared statements keep. Left to choose (plan_cache_mode
+// auto), PostgreSQL planned the UPDATE afresh at every execution, and the
+// planning cost more than the execution; setPlanSQL rules that out. The
+// store has one connection, so every batch's statements are prepared on the
+// one whose pg_prepared_statements the test reads.
+func TestSetBatchGenericPlans(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, postgres.WithMaxConns(1), postgres.WithSetBatch(true))
+	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "g", Capacity: dec("1000"), LeakAmount: dec("1"), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	var refs []ledger.BucketRef
+	var costs []decimal.Decimal
+	for _, k := range []string{"a", "b", "c", "d"} {
+		refs = append(refs, ledger.BucketRef{Limit: "g", Key: k})
+		costs = append(costs, dec("1"))
+	}
+	const rounds = 8 // the first inserts the rows, the others update them
+	for round := range rounds {
+		outs, errs := s.FillupCalls(ctx, refs, costs, make([]ledger.Idempotency, len(refs)))
+		for i := range outs {
+			if errs[i] != nil || !outs[i].Accepted {
+				t.Fatalf("round %d, item %d: %+v %v", round, i, outs[i], errs[i])
+			}
+		}
+	}
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, st := range []struct {
+		name, sql string
+		runs      int64
+	}{
+		{"lock", postgres.SetLockSQL, rounds},
+		{"read", postgres.SetReadSQL, rounds},
+		{"insert", postgres.SetInsertSQL, 1},
+		{"update", postgres.SetUpdateSQL, rounds - 1},
+	} {
+		var generic, custom int64
+		err := conn.QueryRow(ctx, "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
+			st.sql).Scan(&generic, &custom)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if generic+custom != st.runs || custom != 0 {
+			t.Errorf("%s: %d generic and %d custom plans in %d runs, want %d generic", st.name, generic, custom, st.runs, st.runs)
 		}
 	}
 }
