@@ -536,11 +536,72 @@ func TestCoalescingSlots(t *testing.T) {
 	}
 }
 
-// holdBucketRows locks every row of the store's buckets from another session
-// until the returned release is called or the test ends. (The server may have
-// ended that session first, idle in its transaction: the rows are free then
-// too, so release does not report it.)
-func holdBucketRows(t testing.TB, s *postgres.Store) (release func()) {
+// TestSetBatchOfOneUnderLoad: a call that reaches the database alone goes
+// through budgetd_fillup, one round trip, while the store is otherwise idle,
+// and set-wise while another batch is at the database, where budgetd_fillup
+// would cost the database about three times as much. Before, it always went
+// through budgetd_fillup, and the test fails that way.
+func TestSetBatchOfOneUnderLoad(t *testing.T) {
+	clock := ledgertest.NewClock()
+	s := open(t, postgres.WithClock(clock.Now), postgres.WithMaxConns(8), postgres.WithTimeout(30*time.Second))
+	ctx := context.Background()
+	if _, err := s.PutLimit(ctx, ledger.Limit{Name: "s", Capacity: dec("10"), LeakAmount: dec("1"), LeakPer: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	fill := func(key string) (ledger.FillupOutcome, error) {
+		return s.Fillup(ctx, []ledger.Charge{{Bucket: ledger.BucketRef{Limit: "s", Key: key}, Cost: dec("1")}}, ledger.Idempotency{})
+	}
+	for _, k := range []string{"busy", "alone"} {
+		before := s.Stats()
+		if out, err := fill(k); err != nil || !out.Accepted {
+			t.Fatalf("%s: %s %v", k, ledgertest.Answer(out), err)
+		}
+		if st := s.Stats(); st.Batches-before.Batches != 1 || st.SetBatches != before.SetBatches {
+			t.Fatalf("%s on an idle store: %d batches, %d set-wise, want 1 through budgetd_fillup",
+				k, st.Batches-before.Batches, st.SetBatches-before.SetBatches)
+		}
+	}
+	// Another session holds the row of "busy": its next call stays at the
+	// database while "alone" goes.
+	release := holdBucketRows(t, s, "busy")
+	busy := make(chan error, 1)
+	go func() {
+		out, err := fill("busy")
+		if err == nil && (!out.Accepted || !out.Items[0].Snapshot.State.Level.Decimal().Equal(dec("2"))) {
+			err = fmt.Errorf("busy: %s, want accepted at level 2", ledgertest.Answer(out))
+		}
+		busy <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if in, _ := s.CoalescerLoad(); in == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call of the held bucket did not reach the database")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := s.Stats()
+	out, err := fill("alone")
+	if err != nil || !out.Accepted || !out.Items[0].Snapshot.State.Level.Decimal().Equal(dec("2")) {
+		t.Fatalf("alone: %s %v, want accepted at level 2", ledgertest.Answer(out), err)
+	}
+	if st := s.Stats(); st.Batches-before.Batches != 1 || st.SetBatches-before.SetBatches != 1 {
+		t.Fatalf("alone beside a batch at the database: %d batches, %d set-wise, want 1 set-wise",
+			st.Batches-before.Batches, st.SetBatches-before.SetBatches)
+	}
+	release()
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// holdBucketRows locks the rows of the store's buckets with the given keys
+// (every row, without keys) from another session until the returned release
+// is called or the test ends. (The server may have ended that session first,
+// idle in its transaction: the rows are free then too, so release does not
+// report it.)
+func holdBucketRows(t testing.TB, s *postgres.Store, keys ...string) (release func()) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := s.Pool().Acquire(ctx)
@@ -552,7 +613,11 @@ func holdBucketRows(t testing.TB, s *postgres.Store) (release func()) {
 		conn.Release()
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM buckets FOR UPDATE"); err != nil {
+	lock, args := "SELECT 1 FROM buckets FOR UPDATE", []any{}
+	if len(keys) > 0 {
+		lock, args = "SELECT 1 FROM buckets WHERE key = ANY ($1) FOR UPDATE", []any{keys}
+	}
+	if _, err := tx.Exec(ctx, lock, args...); err != nil {
 		tx.Rollback(ctx)
 		conn.Release()
 		t.Fatal(err)
