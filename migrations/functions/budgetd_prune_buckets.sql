@@ -14,45 +14,60 @@
 -- buckets until a call refreshes the table; so does a bucket with an active
 -- grant, and a written one of a limit with rollover above zero: it may still
 -- pass rollover on (ledger.Limit.PassesOn).
+-- The batch is judged in one statement, each limit's period start computed
+-- once for all its buckets (not once a bucket), and only the buckets that
+-- look empty go on to budgetd_prune_bucket, which decides again under the
+-- bucket's lock (docs/postgres.md "The idle-bucket sweep").
 CREATE OR REPLACE FUNCTION budgetd_prune_buckets(p_after_limit bigint, p_after_key text, p_now timestamptz, p_batch int,
                                       OUT next_limit bigint, OUT next_key text, OUT deleted int,
                                       OUT ask_limits text[], OUT ask_keys text[])
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_r       record;
-    v_scanned int := 0;
+    v_scanned int;
+    v_del_ids bigint[];
+    v_del_keys text[];
 BEGIN
+    WITH s AS MATERIALIZED (
+             SELECT b.limit_id, b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum
+               FROM buckets b
+              WHERE (b.limit_id, b.key) > (p_after_limit, p_after_key COLLATE "C")
+              ORDER BY b.limit_id, b.key
+              LIMIT p_batch),
+         l AS MATERIALIZED (
+             SELECT l.id, l.name, l.leak_amount, l.leak_per_us, l.grant_rows,
+                    l.period_every IS NOT NULL AS periodic, budgetd_period_start(l, p_now, false) AS pstart,
+                    l.window_length_us AS wlen, l.window_precision_us AS wprec,
+                    coalesce(cardinality(l.override_lens) > 0, false) AS overrides,
+                    coalesce(l.period_every IS NOT NULL AND l.rollover_max > 0, false) AS passes_on,
+                    l.override_rules, l.override_expiry
+               FROM limits l
+              WHERE l.id IN (SELECT DISTINCT s.limit_id FROM s)),
+         c AS MATERIALIZED (
+             SELECT s.limit_id, s.key, l.name,
+                    CASE
+                        WHEN l.id IS NULL THEN 'delete'
+                        WHEN s.updated_at IS NULL OR (l.periodic AND l.pstart IS NULL) OR l.passes_on
+                             OR (l.grant_rows > 0 AND budgetd_grant_sum(l.id, s.key, p_now) > 0) THEN 'keep'
+                        -- pending: it may have crossed the end of an override that changed its rule.
+                        WHEN coalesce(l.override_rules AND l.override_expiry > s.updated_at, false) THEN 'ask'
+                        WHEN budgetd_level_at(s.level, s.updated_at, l.leak_amount, l.leak_per_us, p_now, l.pstart,
+                                              l.wlen, l.wprec, s.slot_idx, s.slot_sum) > 0 THEN 'keep'
+                        WHEN l.overrides THEN 'ask'
+                        ELSE 'delete'
+                    END AS verdict
+               FROM s LEFT JOIN l ON l.id = s.limit_id)
+    SELECT count(*),
+           (SELECT c.limit_id FROM c ORDER BY c.limit_id DESC, c.key DESC LIMIT 1),
+           (SELECT c.key FROM c ORDER BY c.limit_id DESC, c.key DESC LIMIT 1),
+           coalesce(array_agg(c.name ORDER BY c.limit_id, c.key) FILTER (WHERE c.verdict = 'ask'), '{}'),
+           coalesce(array_agg(c.key ORDER BY c.limit_id, c.key) FILTER (WHERE c.verdict = 'ask'), '{}'),
+           coalesce(array_agg(c.limit_id ORDER BY c.limit_id, c.key) FILTER (WHERE c.verdict = 'delete'), '{}'),
+           coalesce(array_agg(c.key ORDER BY c.limit_id, c.key) FILTER (WHERE c.verdict = 'delete'), '{}')
+      INTO v_scanned, next_limit, next_key, ask_limits, ask_keys, v_del_ids, v_del_keys
+      FROM c;
     deleted := 0;
-    ask_limits := '{}';
-    ask_keys := '{}';
-    FOR v_r IN SELECT b.limit_id, b.key, b.level, b.updated_at, b.slot_idx, b.slot_sum, l.id AS lid, l.name, l.leak_amount, l.leak_per_us,
-                      l.period_every IS NOT NULL AS periodic, budgetd_period_start(l, p_now, false) AS pstart,
-                      l.window_length_us AS wlen, l.window_precision_us AS wprec,
-                      coalesce(cardinality(l.override_lens) > 0, false) AS overrides,
-                      CASE WHEN l.grant_rows > 0 THEN budgetd_grant_sum(l.id, b.key, p_now) > 0 ELSE false END AS granted,
-                      coalesce(l.period_every IS NOT NULL AND l.rollover_max > 0, false) AS passes_on,
-                      coalesce(l.override_rules AND l.override_expiry > b.updated_at, false) AS pending
-                 FROM buckets b LEFT JOIN limits l ON l.id = b.limit_id
-                WHERE (b.limit_id, b.key) > (p_after_limit, p_after_key COLLATE "C")
-                ORDER BY b.limit_id, b.key
-                LIMIT p_batch LOOP
-        v_scanned := v_scanned + 1;
-        next_limit := v_r.limit_id;
-        next_key := v_r.key;
-        IF v_r.lid IS NOT NULL AND (v_r.updated_at IS NULL OR (v_r.periodic AND v_r.pstart IS NULL) OR v_r.granted OR v_r.passes_on) THEN
-            CONTINUE;
-        END IF;
-        IF v_r.lid IS NOT NULL AND NOT v_r.pending
-           AND budgetd_level_at(v_r.level, v_r.updated_at, v_r.leak_amount, v_r.leak_per_us, p_now, v_r.pstart,
-                                v_r.wlen, v_r.wprec, v_r.slot_idx, v_r.slot_sum) > 0 THEN
-            CONTINUE;
-        END IF;
-        IF v_r.lid IS NOT NULL AND (v_r.pending OR v_r.overrides) THEN
-            ask_limits := ask_limits || v_r.name;
-            ask_keys := ask_keys || v_r.key;
-            CONTINUE;
-        END IF;
-        IF budgetd_prune_bucket(v_r.limit_id, v_r.key, p_now) THEN
+    FOR i IN 1 .. cardinality(v_del_ids) LOOP
+        IF budgetd_prune_bucket(v_del_ids[i], v_del_keys[i], p_now) THEN
             deleted := deleted + 1;
         END IF;
     END LOOP;
