@@ -666,10 +666,10 @@ func writeBuckets(w *sqlList, v *view) error {
 			return err
 		}
 		if b.exists {
-			upd.add(v.limits[i].id, key, b.version+1, level, updated, extra, marked(b.marks), b.hseq, max(b.last, now))
+			upd.add(v.limits[i].id, key, b.version+1, level, updated, extra, markOf(b.marks).column(), b.hseq, max(b.last, now))
 			prev = append(prev, b.last)
 		} else {
-			ins.add(v.limits[i].id, key, level, updated, extra, marked(b.marks), b.hseq, now)
+			ins.add(v.limits[i].id, key, level, updated, extra, markOf(b.marks).column(), b.hseq, now)
 		}
 		for _, e := range v.entries[i] {
 			meta, err := nullJSON(e.meta)
@@ -691,6 +691,7 @@ func writeBuckets(w *sqlList, v *view) error {
 		upd.to(w)
 	}
 	ins.to(w)
+	writeMarks(w, v)
 	hist.to(w)
 	return nil
 }
@@ -718,16 +719,88 @@ func guardUpsert(w *sqlList, upd *values, prev []int64, now int64) {
 	w.add("SELECT budgetd_assert(ROW_COUNT() = " + strconv.Itoa(2*upd.n) + ")")
 }
 
-// marked is the th_marked of a bucket with marks m (migrations/mysql 0005,
-// 0006): the signature of their list when one of them is above, NULL
-// otherwise. budgetd writes it beside extra: as a virtual column computed
-// from extra's JSON it cost MariaDB two JSON_EXTRACTs of every written row
-// of a limit with thresholds (docs/mysql.md, "Thresholds").
-func marked(m ledger.Marks) any {
+// mark is a bucket's threshold mark as the database keeps it (migrations/
+// mysql 0005 to 0007): when one of its marks is above (on), the signature
+// of their list, in the column th_marked and as a row of budgetd_marked.
+type mark struct {
+	sig uint32
+	on  bool
+}
+
+// markOf is the mark of a bucket with marks m.
+func markOf(m ledger.Marks) mark {
 	if m.Above == 0 {
+		return mark{}
+	}
+	return mark{sig: m.Sig, on: true}
+}
+
+// column is m's th_marked: the signature, NULL when no mark is above.
+// budgetd writes it beside extra: as a virtual column computed from
+// extra's JSON it cost MariaDB two JSON_EXTRACTs of every written row of a
+// limit with thresholds (docs/mysql.md, "Thresholds").
+func (m mark) column() any {
+	if !m.on {
 		return nil
 	}
-	return uint64(m.Sig)
+	return uint64(m.sig)
+}
+
+// markRow is a row of budgetd_marked.
+type markRow struct {
+	limit uint64
+	sig   uint32
+	key   []byte
+}
+
+// writeMarks appends the writes of budgetd_marked (migrations/mysql 0007)
+// that v's written buckets need: a row for each whose mark is on and was
+// not (or was of another list), the row gone of each whose mark was on and
+// is not (or is of another list). It runs after the buckets' own writes,
+// which lock their rows, so the rows of one bucket are written by one
+// transaction at a time, in the bucket's order. A row there already (left
+// by a bucket an older budgetd pruned) is kept: a listing checks th_marked,
+// which decides. Marks change when a bucket crosses a threshold or its
+// period turns, so most batches write nothing here.
+func writeMarks(w *sqlList, v *view) {
+	var add, del []markRow
+	for i, b := range v.buckets {
+		if !v.dirty[i] {
+			continue
+		}
+		now, was := markOf(b.marks), b.stored
+		if !b.exists {
+			was = mark{}
+		}
+		if now == was {
+			continue
+		}
+		if now.on {
+			add = append(add, markRow{v.limits[i].id, now.sig, []byte(b.key)})
+		}
+		if was.on {
+			del = append(del, markRow{v.limits[i].id, was.sig, []byte(b.key)})
+		}
+	}
+	byKey := func(a, b markRow) int {
+		if c := cmpUint(a.limit, b.limit); c != 0 {
+			return c
+		}
+		if c := cmpUint(uint64(a.sig), uint64(b.sig)); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.key, b.key)
+	}
+	slices.SortFunc(del, byKey)
+	for _, r := range del {
+		w.add("DELETE FROM budgetd_marked WHERE limit_id = ? AND sig = ? AND bkey = ?", r.limit, r.sig, r.key)
+	}
+	slices.SortFunc(add, byKey)
+	ins := values{head: "INSERT INTO budgetd_marked (limit_id, sig, bkey) VALUES ", row: "(?, ?, ?)", tail: " ON DUPLICATE KEY UPDATE sig = sig"}
+	for _, r := range add {
+		ins.add(r.limit, r.sig, r.key)
+	}
+	ins.to(w)
 }
 
 // nullString is s, NULL when empty.

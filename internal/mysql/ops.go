@@ -193,27 +193,30 @@ func (s *Store) History(ctx context.Context, ref ledger.BucketRef, cursor string
 // after, by the bytes of their keys, each a Snapshot at the database's
 // clock. It writes nothing.
 func (s *Store) ListBuckets(ctx context.Context, limit, after string, n int) ([]ledger.BucketSnapshot, error) {
-	return s.listBuckets(ctx, limit, "", after, n)
-}
-
-// ListMarked is ListBuckets of the buckets with a mark above of the list
-// with signature sig (ledger.MarkedLister), through the index
-// budgetd_buckets_marked of the column th_marked (migrations 5 and 6): a
-// page reads only those buckets; the caller checks bit and period.
-func (s *Store) ListMarked(ctx context.Context, limit, after string, n int, sig uint32, _ uint8) ([]ledger.BucketSnapshot, error) {
-	return s.listBuckets(ctx, limit, " AND b.th_marked = "+strconv.FormatUint(uint64(sig), 10), after, n)
-}
-
-// listBuckets lists the bucket rows of the limit that also match the SQL
-// condition cond ("" for all).
-func (s *Store) listBuckets(ctx context.Context, limit, cond, after string, n int) ([]ledger.BucketSnapshot, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	l, err := s.readLimitSet(ctx, s.db, limit)
 	if err != nil {
 		return nil, err
 	}
-	return s.snapshots(ctx, l, time.Time{}, "SELECT "+clockSQL+", "+bucketCols+" FROM budgetd_buckets b WHERE b.limit_id = ?"+cond+" AND b.bkey > ? ORDER BY b.bkey LIMIT ?", l.id, []byte(after), n)
+	return s.snapshots(ctx, l, time.Time{}, "SELECT "+clockSQL+", "+bucketCols+" FROM budgetd_buckets b WHERE b.limit_id = ? AND b.bkey > ? ORDER BY b.bkey LIMIT ?", l.id, []byte(after), n)
+}
+
+// ListMarked is ListBuckets of the buckets with a mark above of the list
+// with signature sig (ledger.MarkedLister), read through budgetd_marked
+// (migrations/mysql 0007), which holds a row for each of them: a page
+// reads only those buckets, and keeps those whose th_marked is still sig;
+// the caller checks bit and period.
+func (s *Store) ListMarked(ctx context.Context, limit, after string, n int, sig uint32, _ uint8) ([]ledger.BucketSnapshot, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	l, err := s.readLimitSet(ctx, s.db, limit)
+	if err != nil {
+		return nil, err
+	}
+	return s.snapshots(ctx, l, time.Time{}, "SELECT "+clockSQL+", "+bucketCols+" FROM budgetd_marked m STRAIGHT_JOIN budgetd_buckets b"+
+		" ON b.limit_id = m.limit_id AND b.bkey = m.bkey AND b.th_marked = m.sig"+
+		" WHERE m.limit_id = ? AND m.sig = ? AND m.bkey > ? ORDER BY m.bkey LIMIT ?", l.id, sig, []byte(after), n)
 }
 
 // snapshots reads the bucket rows of query (the clock in microseconds,

@@ -140,7 +140,7 @@ func (s *Store) pruneDeleted(ctx context.Context, st *PruneStats) error {
 	rows, err := s.db.QueryContext(ctx, `SELECT t.limit_id FROM (
 		SELECT DISTINCT limit_id FROM budgetd_buckets UNION SELECT DISTINCT limit_id FROM budgetd_holds
 		UNION SELECT DISTINCT limit_id FROM budgetd_history
-		UNION SELECT DISTINCT limit_id FROM budgetd_overrides) t
+		UNION SELECT DISTINCT limit_id FROM budgetd_overrides UNION SELECT DISTINCT limit_id FROM budgetd_marked) t
 		WHERE NOT EXISTS (SELECT 1 FROM budgetd_limits l WHERE l.id = t.limit_id) ORDER BY t.limit_id LIMIT ?`, s.pruneBatch)
 	if err != nil {
 		return classify(err)
@@ -159,7 +159,7 @@ func (s *Store) pruneDeleted(ctx context.Context, st *PruneStats) error {
 	}
 	for _, id := range ids {
 		left := false
-		for _, table := range []string{"budgetd_history", "budgetd_holds", "budgetd_buckets", "budgetd_overrides"} {
+		for _, table := range []string{"budgetd_history", "budgetd_holds", "budgetd_buckets", "budgetd_marked", "budgetd_overrides"} {
 			for round := 0; ; round++ {
 				if round == maxPruneRounds {
 					left = true
@@ -252,6 +252,27 @@ func (s *Store) pruneExpired(ctx context.Context, now time.Time) (int, error) {
 	return n, nil
 }
 
+// pruneBucket deletes the bucket (limit, key) at version, and with it its
+// row of budgetd_marked when its mark m is on, in one transaction: the
+// bucket's row first, as a write locks them, so a write that makes the
+// bucket again waits for the delete and then writes its mark anew. It
+// returns the buckets deleted, 0 when the row is no longer at version.
+func (s *Store) pruneBucket(ctx context.Context, limit uint64, key []byte, version uint64, m mark) (int, error) {
+	var n int64
+	err := s.pruneTx(ctx, func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, "DELETE FROM budgetd_buckets WHERE limit_id = ? AND bkey = ? AND version = ?", limit, key, version)
+		if err != nil {
+			return err
+		}
+		if n, err = r.RowsAffected(); err != nil || n == 0 || !m.on {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, "DELETE FROM budgetd_marked WHERE limit_id = ? AND sig = ? AND bkey = ?", limit, m.sig, key)
+		return err
+	})
+	return int(n), err
+}
+
 // pruneBuckets scans up to a batch of buckets after s.cursor and deletes
 // those that are idle and empty at now (prunable); done is true once the
 // scan reached the end (the cursor starts again).
@@ -268,6 +289,7 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 		limit   uint64
 		key     []byte
 		version uint64
+		mark    mark // its row of budgetd_marked, when on
 	}
 	var victims []victim
 	var limits specMemo
@@ -292,7 +314,7 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 		if !name.Valid {
 			// The limit is gone (pruneDeleted deletes its rows; a scan may
 			// meet one of them first).
-			victims = append(victims, victim{id, key, b.version})
+			victims = append(victims, victim{id, key, b.version, mark{}})
 			continue
 		}
 		if err := b.decode(level, bupdated, extra); err != nil {
@@ -310,14 +332,14 @@ func (s *Store) pruneBuckets(ctx context.Context, now time.Time) (deleted int, d
 			return 0, false, err
 		}
 		if !history && prunable(l, set, &b, now) {
-			victims = append(victims, victim{id, key, b.version})
+			victims = append(victims, victim{id, key, b.version, b.stored})
 		}
 	}
 	if err := rows.Close(); err != nil {
 		return 0, false, classify(err)
 	}
 	for _, x := range victims {
-		n, err := s.pruneExec(ctx, "DELETE FROM budgetd_buckets WHERE limit_id = ? AND bkey = ? AND version = ?", x.limit, x.key, x.version)
+		n, err := s.pruneBucket(ctx, x.limit, x.key, x.version, x.mark)
 		if err != nil {
 			return deleted, false, err
 		}

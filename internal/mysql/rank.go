@@ -295,9 +295,13 @@ func rankStatement(l limitRow, ovs []ledger.Override, q ledger.RankQuery, at, no
 		x := "(u.used * 1" + strings.Repeat("0", shareScale) + ")"
 		bound = "((" + x + " - MOD(" + x + ", u.c)) / u.c + IF(MOD(" + x + ", u.c) > 0, 1, 0)) * 0." + strings.Repeat("0", shareScale-1) + "1"
 	}
-	where := "b.limit_id = " + strconv.FormatUint(l.id, 10)
+	from, where := "budgetd_buckets b", "b.limit_id = "+strconv.FormatUint(l.id, 10)
 	if q.Marked {
-		where += " AND b.th_marked = " + strconv.FormatUint(uint64(q.Sig), 10)
+		// The limit's marked buckets, through budgetd_marked (migrations/
+		// mysql 0007), those whose th_marked is still the signature.
+		sig := strconv.FormatUint(uint64(q.Sig), 10)
+		from = "budgetd_marked m STRAIGHT_JOIN budgetd_buckets b ON b.limit_id = m.limit_id AND b.bkey = m.bkey"
+		where = "m.limit_id = " + strconv.FormatUint(l.id, 10) + " AND m.sig = " + sig + " AND b.th_marked = " + sig
 	}
 	var args []any
 	exact, skip := "", ""
@@ -318,7 +322,7 @@ func rankStatement(l limitRow, ovs []ledger.Override, q ledger.RankQuery, at, no
 		after = "\n WHERE r.bound < CAST(? AS DECIMAL(65,30)) OR r.bound = CAST(? AS DECIMAL(65,30)) AND r.k > ?"
 	}
 	return strings.NewReplacer("{used}", "CAST("+level+" AS DECIMAL(40,12)) + "+jsonSum("$.holds[*]", "a", "x", atUS),
-		"{capacity}", capacity, "{exact}", exact, "{bound}", bound, "{where}", where, "{skip}", skip, "{after}", after,
+		"{capacity}", capacity, "{exact}", exact, "{bound}", bound, "{from}", from, "{where}", where, "{skip}", skip, "{after}", after,
 		"{n}", strconv.Itoa(q.N)).Replace(rankSQL), args
 }
 
@@ -329,7 +333,7 @@ const rankSQL = `
 SELECT r.k, CAST(r.bound AS CHAR)
   FROM (SELECT u.k, {bound} AS bound
           FROM (SELECT b.bkey AS k, {used} AS used, {capacity} AS c{exact}
-                  FROM budgetd_buckets b
+                  FROM {from}
                  WHERE {where}) u{skip}) r{after}
  ORDER BY r.bound DESC, r.k
  LIMIT {n}`

@@ -21,6 +21,7 @@ type bucketRow struct {
 	last    int64 // last_us
 	state   bucket.State
 	marks   ledger.Marks   // the threshold marks (ledger.Watch)
+	stored  mark           // the mark of marks as read, its row's th_marked and entry in budgetd_marked
 	grants  []ledger.Grant // its grants, oldest first, expired ones until the next grant or revocation
 	carry   ledger.Carry   // the rollover of a limit with rollover (ledger.CarryAt), kept from its first write of a period
 }
@@ -74,6 +75,7 @@ func (b *bucketRow) decode(level string, updated int64, extra sql.NullString) er
 	}
 	if x.Marks != nil {
 		b.marks = *x.Marks
+		b.stored = markOf(b.marks)
 	}
 	b.grants = x.Grants
 	if c := x.Carry; c != nil {

@@ -33,20 +33,7 @@ var pruneIndexes = []string{"budgetd_holds_expiry", "budgetd_history_at", "budge
 
 func indexes(t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	rows, err := db.Query("SELECT DISTINCT index_name FROM information_schema.statistics WHERE table_schema = DATABASE() AND index_name IN ('" + strings.Join(pruneIndexes, "','") + "') ORDER BY index_name")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, n)
-	}
-	return out
+	return column(t, db, "SELECT DISTINCT index_name FROM information_schema.statistics WHERE table_schema = DATABASE() AND index_name IN ('"+strings.Join(pruneIndexes, "','")+"') ORDER BY index_name")
 }
 
 // checkApplied: every embedded migration file is recorded once in
@@ -103,12 +90,17 @@ func openAtVersion(t *testing.T, url string, v int) *mysql.Store {
 }
 
 // withMarked adds budgetd_buckets.th_marked (migrations/mysql/0005, a plain
-// column since 0006) to a database at a version before 5, for the tests
-// that write its buckets with this budgetd's code, which writes the column.
-// 0005 then leaves it and 0006 fills it from extra.
+// column since 0006) and the table budgetd_marked (0007) to a database at a
+// version before 5, for the tests that write its buckets with this
+// budgetd's code, which writes both. 0005 then leaves the column, 0006
+// fills it from extra, and 0007 leaves the table and copies th_marked into
+// it again.
 func withMarked(t *testing.T, db *sql.DB) {
 	t.Helper()
 	if _, err := db.Exec("ALTER TABLE budgetd_buckets ADD COLUMN th_marked BIGINT UNSIGNED NULL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE budgetd_marked (limit_id BIGINT UNSIGNED NOT NULL, sig INT UNSIGNED NOT NULL, bkey VARBINARY(256) NOT NULL, PRIMARY KEY (limit_id, sig, bkey)) ENGINE=InnoDB"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -391,9 +383,11 @@ func TestPruneUsesIndexes(t *testing.T) {
 // virtual column computed from extra, holding a bucket with a mark above,
 // one with marks none above and one without marks, gets th_marked as a
 // plain column at the next start (0006), filled from extra with the values
-// the virtual column had; a listing past a threshold finds the marked
-// bucket, and a write that crosses the threshold marks its bucket in the
-// column this budgetd writes.
+// the virtual column had, and the marked bucket gets its row of
+// budgetd_marked in place of the index of th_marked (0007); a listing past
+// a threshold finds the marked bucket, and a write that crosses the
+// threshold marks its bucket in the column and the table this budgetd
+// writes.
 func TestUpgradeFrom0005(t *testing.T) {
 	ctx := context.Background()
 	url := newDatabase(t)
@@ -458,6 +452,18 @@ func TestUpgradeFrom0005(t *testing.T) {
 	if got := marks(); !reflect.DeepEqual(got, want) {
 		t.Errorf("th_marked after the upgrade: %v, want %v", got, want)
 	}
+	// 0007: the marked buckets copied into budgetd_marked, the index of
+	// th_marked gone.
+	table := func() []string {
+		t.Helper()
+		return column(t, db, "SELECT CONCAT(bkey, ':', sig) FROM budgetd_marked ORDER BY bkey")
+	}
+	if got, want := table(), []string{fmt.Sprintf("hot:%d", sig)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("budgetd_marked after the upgrade: %q, want %q", got, want)
+	}
+	if got := column(t, db, "SELECT index_name FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = 'budgetd_buckets' AND index_name = 'budgetd_buckets_marked'"); len(got) > 0 {
+		t.Errorf("budgetd_buckets_marked after the upgrade: %q", got)
+	}
 	svc := ledger.NewService(st)
 	above := func() []string {
 		t.Helper()
@@ -483,5 +489,8 @@ func TestUpgradeFrom0005(t *testing.T) {
 	}
 	if got := above(); !reflect.DeepEqual(got, []string{"cool", "hot"}) {
 		t.Errorf("above 50%% after a crossing: %q, want [cool hot]", got)
+	}
+	if got, want := table(), []string{fmt.Sprintf("cool:%d", sig), fmt.Sprintf("hot:%d", sig)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("budgetd_marked after a crossing: %q, want %q", got, want)
 	}
 }
