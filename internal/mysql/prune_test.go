@@ -189,6 +189,47 @@ func TestPruneKeeps(t *testing.T) {
 	}
 }
 
+// TestPruneMarked: a bucket of a periodic limit whose threshold mark is of
+// a period gone by is pruned once empty, and its row of budgetd_marked
+// (migrations/mysql 0007) goes with it, in the same transaction; a bucket
+// marked in the current period keeps both.
+func TestPruneMarked(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	s, rows := pruneStore(t, clock)
+	svc := ledger.NewService(s)
+	if _, err := svc.PutLimit(ctx, "daily", ledger.LimitSpec{Capacity: d("10"), Period: &ledger.Period{Every: "day"},
+		Thresholds: []ledger.Threshold{{Percent: d("50")}}}); err != nil {
+		t.Fatal(err)
+	}
+	fill := func(key string) {
+		t.Helper()
+		if out, err := svc.Fillup(ctx, []ledger.Item{{Bucket: ledger.BucketRef{Limit: "daily", Key: key}, Cost: d("6")}}, ledger.Idempotency{}); err != nil || !out.Accepted {
+			t.Fatalf("fillup %s: %+v %v", key, out, err)
+		}
+	}
+	fill("yesterday")
+	clock.Advance(24*time.Hour + time.Second)
+	fill("today")
+	if n := rows("budgetd_marked"); n != 2 {
+		t.Fatalf("%d rows in budgetd_marked before the prune, want 2", n)
+	}
+	st, err := s.Prune(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.EmptyBuckets != 1 || rows("budgetd_buckets") != 1 {
+		t.Fatalf("prune: %+v, %d buckets left; want only daily/yesterday deleted", st, rows("budgetd_buckets"))
+	}
+	if n := rows("budgetd_marked"); n != 1 {
+		t.Errorf("%d rows in budgetd_marked after the prune, want 1 (today's)", n)
+	}
+	items, _, err := svc.QueryBuckets(ctx, "daily", ledger.BucketQuery{Above: "50%"}, "", 10)
+	if err != nil || len(items) != 1 || items[0].Key != "today" {
+		t.Errorf("above 50%%: %+v %v, want today", items, err)
+	}
+}
+
 // TestPruneConcurrentWrites: buckets pruned while they are written lose no
 // write: the pruner deletes a bucket only at the version it found empty, so
 // a Fillup that committed in between keeps its charge.
