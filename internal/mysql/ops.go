@@ -214,10 +214,15 @@ func (s *Store) ListMarked(ctx context.Context, limit, after string, n int, sig 
 	if err != nil {
 		return nil, err
 	}
-	return s.snapshots(ctx, l, time.Time{}, "SELECT "+clockSQL+", "+bucketCols+" FROM budgetd_marked m STRAIGHT_JOIN budgetd_buckets b"+
-		" ON b.limit_id = m.limit_id AND b.bkey = m.bkey AND b.th_marked = m.sig"+
+	return s.snapshots(ctx, l, time.Time{}, "SELECT "+clockSQL+", "+bucketCols+" FROM "+markedFrom+
 		" WHERE m.limit_id = ? AND m.sig = ? AND m.bkey > ? ORDER BY m.bkey LIMIT ?", l.id, sig, []byte(after), n)
 }
+
+// markedFrom reads a limit's marked buckets (m.limit_id and m.sig set in
+// the WHERE) through budgetd_marked (migrations/mysql 0007), which may hold
+// more rows than are marked, never fewer: the join keeps the buckets whose
+// th_marked, the truth, is still the signature.
+const markedFrom = "budgetd_marked m STRAIGHT_JOIN budgetd_buckets b ON b.limit_id = m.limit_id AND b.bkey = m.bkey AND b.th_marked = m.sig"
 
 // snapshots reads the bucket rows of query (the clock in microseconds,
 // then bucketCols) as snapshots of the limit l at now, or, where now is

@@ -297,11 +297,8 @@ func rankStatement(l limitRow, ovs []ledger.Override, q ledger.RankQuery, at, no
 	}
 	from, where := "budgetd_buckets b", "b.limit_id = "+strconv.FormatUint(l.id, 10)
 	if q.Marked {
-		// The limit's marked buckets, through budgetd_marked (migrations/
-		// mysql 0007), those whose th_marked is still the signature.
-		sig := strconv.FormatUint(uint64(q.Sig), 10)
-		from = "budgetd_marked m STRAIGHT_JOIN budgetd_buckets b ON b.limit_id = m.limit_id AND b.bkey = m.bkey"
-		where = "m.limit_id = " + strconv.FormatUint(l.id, 10) + " AND m.sig = " + sig + " AND b.th_marked = " + sig
+		from = markedFrom
+		where = "m.limit_id = " + strconv.FormatUint(l.id, 10) + " AND m.sig = " + strconv.FormatUint(uint64(q.Sig), 10)
 	}
 	var args []any
 	exact, skip := "", ""
